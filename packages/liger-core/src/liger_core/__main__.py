@@ -1,0 +1,3 @@
+from liger_core.cli import main
+
+raise SystemExit(main())

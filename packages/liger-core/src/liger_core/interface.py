@@ -1,0 +1,86 @@
+"""The op catalogue: every op of the interface, declared once.
+
+An op's contract (signature, semantics, argument checks, reference implementation)
+lives in ``liger_core/ops/<op>.py``; this module lists them with the interface version
+that added each. A new op bumps the minor version; a changed signature or semantics
+bumps the major version.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from liger_core.ops import rms_norm as _rms_norm
+
+INTERFACE_VERSION: tuple[int, int] = (1, 0)
+
+
+def format_version(version: tuple[int, int]) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
+def parse_version(text: str | tuple[int, int]) -> tuple[int, int]:
+    """Parse ``"major.minor"``; raise ValueError naming the bad text."""
+    if isinstance(text, tuple):
+        return text
+    try:
+        major, minor = (int(p) for p in str(text).split("."))
+    except ValueError:
+        raise ValueError(f"interface version must look like 'MAJOR.MINOR'; got {text!r}") from None
+    return major, minor
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op of the interface."""
+
+    name: str
+    since: tuple[int, int]
+    contract: Callable = field(repr=False)
+    reference: Callable = field(repr=False)
+
+    @property
+    def signature(self) -> inspect.Signature:
+        return inspect.signature(self.contract)
+
+    @property
+    def doc(self) -> str:
+        return inspect.getdoc(self.contract) or ""
+
+
+CATALOGUE: dict[str, OpSpec] = {
+    spec.name: spec
+    for spec in (
+        OpSpec("rms_norm", (1, 0), _rms_norm.rms_norm, _rms_norm.reference),
+    )
+}
+
+
+def ops_for_version(version: tuple[int, int]) -> list[OpSpec]:
+    """The ops a backend implementing ``version`` must provide (same major, since <= version)."""
+    return [s for s in CATALOGUE.values() if s.since[0] == version[0] and s.since <= version]
+
+
+def signature_mismatch(spec: OpSpec, fn: Callable) -> str | None:
+    """Describe how ``fn``'s signature differs from the contract, or None if equal.
+
+    Names, kinds, order and defaults must match; annotations are not compared.
+    """
+    try:
+        got = inspect.signature(fn)
+    except (TypeError, ValueError) as e:
+        return f"its signature cannot be read ({e})"
+
+    def shape(sig: inspect.Signature) -> list[tuple]:
+        return [(p.name, p.kind, p.default) for p in sig.parameters.values()]
+
+    if shape(got) == shape(spec.signature):
+        return None
+
+    def text(sig: inspect.Signature) -> str:
+        return str(sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
+                               return_annotation=inspect.Signature.empty))
+
+    return f"expected {spec.name}{text(spec.signature)}, got {spec.name}{text(got)}"

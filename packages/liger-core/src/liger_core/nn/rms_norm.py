@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from liger_core.functional import liger_rms_norm
+from liger_core.ops.rms_norm import CASTING_MODES
+
+
+class LigerRMSNorm(nn.Module):
+    """RMSNorm over the last dimension, a drop-in for the LLaMA/Gemma/Qwen norms.
+
+    ``init_fn`` sets the initial weight (``"ones"``; ``"zeros"`` for Gemma, whose
+    ``offset=1.0`` adds the 1 back). ``in_place=True`` lets backward reuse the incoming
+    gradient's memory for ``grad_x``: only set it when nothing else reads that gradient.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        eps: float = 1e-6,
+        offset: float = 0.0,
+        casting_mode: str = "llama",
+        init_fn: str = "ones",
+        in_place: bool = False,
+        elementwise_affine: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if init_fn not in ("ones", "zeros"):
+            raise ValueError(f"LigerRMSNorm: init_fn must be 'ones' or 'zeros'; got {init_fn!r}")
+        if casting_mode not in CASTING_MODES:
+            raise ValueError(f"LigerRMSNorm: casting_mode must be one of {CASTING_MODES}; got {casting_mode!r}")
+        self.hidden_size = hidden_size
+        self.variance_epsilon = eps
+        self.offset = offset
+        self.casting_mode = casting_mode
+        self.in_place = in_place
+        if elementwise_affine:
+            init = torch.ones if init_fn == "ones" else torch.zeros
+            self.weight = nn.Parameter(init(hidden_size, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return liger_rms_norm(
+            hidden_states, self.weight, self.variance_epsilon, self.offset, self.casting_mode, self.in_place
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.hidden_size}, eps={self.variance_epsilon}, offset={self.offset}, "
+            f"casting_mode={self.casting_mode!r}, in_place={self.in_place}"
+        )

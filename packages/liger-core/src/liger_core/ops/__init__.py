@@ -1,0 +1,1 @@
+"""One module per op: its contract (signature + docstring), argument checks and reference."""

@@ -1,0 +1,227 @@
+"""Backend discovery and dispatch.
+
+Backends come from the ``liger.backends`` entry-point group (or `register_backend`),
+are validated once, and serve the device types they declare. `resolve` maps
+``(op, device type)`` to a callable and caches it, so a call costs one dict lookup.
+
+Environment:
+    LIGER_BACKEND            force one backend for every device (``ascend``, ``reference``, ...),
+                             e.g. to run a vendor's kernels in the Triton interpreter on CPU.
+    LIGER_DISABLE_BACKENDS   comma-separated backend names to ignore (a broken install).
+    LIGER_STRICT             ``1``: no reference fallback; an unserved device is an error.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+
+from liger_core.backend import ENTRY_POINT_GROUP, Backend, LigerBackendError, validate
+from liger_core.interface import CATALOGUE, INTERFACE_VERSION, format_version
+
+REFERENCE = "reference"
+
+VENDOR_DISTRIBUTIONS = {"cuda": "liger-ops-cuda", "npu": "liger-ops-ascend", "xpu": "liger-ops-xpu"}
+
+
+class LigerFallbackWarning(UserWarning):
+    """An op runs on the slow PyTorch reference because no backend serves its device."""
+
+
+def _reference_backend() -> Backend:
+    from liger_core.__about__ import __version__
+
+    return Backend(
+        name=REFERENCE,
+        distribution="liger-core",
+        version=__version__,
+        device_types=(),
+        interface_version=format_version(INTERFACE_VERSION),
+        ops={name: spec.reference for name, spec in CATALOGUE.items()},
+        runtime=lambda: "PyTorch (no Triton)",
+    )
+
+
+@dataclass
+class BackendProblem:
+    name: str
+    source: str
+    error: str
+
+
+def _env_list(name: str) -> set[str]:
+    return {p.strip() for p in os.environ.get(name, "").split(",") if p.strip()}
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._extra: list[Backend] = []
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget discovered backends and cached dispatch (re-reads the environment)."""
+        self._loaded = False
+        self.backends: dict[str, Backend] = {}
+        self.problems: dict[str, BackendProblem] = {}
+        self.cache: dict[tuple[str, str], Callable] = {}
+
+    # -- discovery -------------------------------------------------------------------------
+
+    def register_backend(self, backend: Backend) -> None:
+        """Add a backend without an installed entry point (source trees, tests)."""
+        with self._lock:
+            self._extra = [b for b in self._extra if b.name != backend.name] + [backend]
+            self.reset()
+
+    def unregister_backend(self, name: str) -> None:
+        with self._lock:
+            self._extra = [b for b in self._extra if b.name != name]
+            self.reset()
+
+    def _candidates(self) -> list[tuple[str, str, Callable[[], Backend]]]:
+        found = []
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            dist = getattr(ep, "dist", None)
+            source = f"{dist.name if dist else '?'} (entry point {ep.value})"
+            found.append((ep.name, source, ep.load))
+        for b in self._extra:
+            found.append((b.name, "registered in-process", lambda b=b: b))
+        return found
+
+    def load(self) -> None:
+        if self._loaded:
+            return
+        with self._lock:
+            if self._loaded:
+                return
+            disabled = _env_list("LIGER_DISABLE_BACKENDS")
+            backends = {REFERENCE: _reference_backend()}
+            problems: dict[str, BackendProblem] = {}
+            for name, source, load in self._candidates():
+                if name in disabled:
+                    continue
+                try:
+                    obj = load()
+                    backend = obj() if callable(obj) and not isinstance(obj, Backend) else obj
+                    if not isinstance(backend, Backend):
+                        raise LigerBackendError(
+                            f"entry point {name!r} must give a liger_core.backend.Backend; "
+                            f"got {type(backend).__name__}"
+                        )
+                    validate(backend)
+                except Exception as e:  # noqa: BLE001 - any failure makes the backend unusable
+                    msg = str(e) if isinstance(e, LigerBackendError) else f"failed to load: {e!r}"
+                    problems[name] = BackendProblem(name, source, msg)
+                    backends.pop(name, None)
+                    continue
+                backends[name] = backend
+                problems.pop(name, None)
+            self.backends, self.problems = backends, problems
+            self._loaded = True
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def backend_for_device(self, device_type: str) -> Backend | None:
+        """The vendor backend serving ``device_type`` (None: reference fallback)."""
+        self.load()
+        forced = os.environ.get("LIGER_BACKEND", "").strip()
+        if forced:
+            return self._named(forced)
+        for problem in self.problems.values():
+            if device_type in _declared_devices(problem.name):
+                raise LigerBackendError(
+                    f"the Liger backend {problem.name!r} for device {device_type!r} is unusable: "
+                    f"{problem.error} (set LIGER_DISABLE_BACKENDS={problem.name} to fall back "
+                    f"to the PyTorch reference)"
+                )
+        for backend in self.backends.values():
+            if device_type in backend.device_types:
+                return backend
+        return None
+
+    def _named(self, name: str) -> Backend:
+        if name in self.backends:
+            return self.backends[name]
+        if name in self.problems:
+            raise LigerBackendError(f"LIGER_BACKEND={name} names an unusable backend: {self.problems[name].error}")
+        known = ", ".join(sorted(self.backends))
+        raise LigerBackendError(
+            f"LIGER_BACKEND={name} names no installed backend; installed: {known}. "
+            f"Install it (e.g. pip install liger-ops-{name}) or unset LIGER_BACKEND"
+        )
+
+    def resolve(self, op: str, device_type: str) -> Callable:
+        """The callable serving ``op`` for tensors on ``device_type`` (cached)."""
+        try:
+            return self.cache[(op, device_type)]
+        except KeyError:
+            pass
+        if op not in CATALOGUE:
+            raise KeyError(f"unknown op {op!r}; the catalogue has {sorted(CATALOGUE)}")
+        backend = self.backend_for_device(device_type)
+        fn = backend.ops.get(op) if backend is not None else None
+        if fn is None:
+            fn = self._fallback(op, device_type, backend)
+        self.cache[(op, device_type)] = fn
+        return fn
+
+    def _fallback(self, op: str, device_type: str, backend: Backend | None) -> Callable:
+        if backend is not None and backend.name == REFERENCE:
+            return CATALOGUE[op].reference
+        if backend is not None:
+            why = (
+                f"{backend.distribution} {backend.version} implements interface "
+                f"{backend.interface_version}, which predates op {op!r}"
+            )
+            fix = f"pip install -U {backend.distribution}"
+        else:
+            why = f"no installed Liger backend serves device {device_type!r}"
+            dist = VENDOR_DISTRIBUTIONS.get(device_type)
+            fix = f"pip install {dist}" if dist else "no vendor package targets this device"
+        if _env_flag("LIGER_STRICT"):
+            raise LigerBackendError(f"{why} and LIGER_STRICT is set, so op {op!r} cannot run ({fix})")
+        warnings.warn(
+            f"{why}; op {op!r} runs on the slower PyTorch reference implementation ({fix})",
+            LigerFallbackWarning,
+            stacklevel=4,
+        )
+        return CATALOGUE[op].reference
+
+
+def _declared_devices(name: str) -> tuple[str, ...]:
+    # A broken backend never gave us its device types; vendor names map to devices.
+    return {"cuda": ("cuda",), "ascend": ("npu",), "xpu": ("xpu",)}.get(name, ())
+
+
+REGISTRY = Registry()
+register_backend = REGISTRY.register_backend
+unregister_backend = REGISTRY.unregister_backend
+resolve = REGISTRY.resolve
+
+
+def backends() -> dict[str, Backend]:
+    REGISTRY.load()
+    return dict(REGISTRY.backends)
+
+
+def problems() -> dict[str, BackendProblem]:
+    REGISTRY.load()
+    return dict(REGISTRY.problems)
+
+
+def get_backend(name: str) -> Backend:
+    REGISTRY.load()
+    return REGISTRY._named(name)
+
+
+def reset() -> None:
+    REGISTRY.reset()

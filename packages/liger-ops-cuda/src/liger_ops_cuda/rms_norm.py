@@ -1,0 +1,245 @@
+"""RMSNorm for NVIDIA GPUs: Triton kernels, launch plan and autograd Function.
+
+Forward: each program normalises BLOCK_M rows (several short rows per tile, one wide row
+per tile, or a wide row in CHUNK-wide pieces) and stores the fp32 reciprocal RMS for
+backward. Backward: a grid of one program per SM walks its share of rows, writes grad_x
+and accumulates grad_weight in fp32 registers; the per-SM partial rows are summed once
+at the end (no atomics, deterministic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from liger_core.ops.rms_norm import check_args
+from liger_ops_cuda import hardware
+
+# casting_mode -> whether x_hat is rounded to x.dtype before the weight multiply
+# ("llama" and "none" round; "gemma" stays in fp32 throughout).
+_ROUND_X_HAT = {"llama": True, "none": True, "gemma": False}
+
+
+@triton.jit
+def _rms_norm_forward_kernel(
+    X, W, Y, RSTD,
+    x_row_stride, y_row_stride,
+    n_rows, n_cols, eps, offset,
+    HAS_WEIGHT: tl.constexpr, ROUND_X_HAT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKED: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < n_rows
+    x_base = X + rows.to(tl.int64)[:, None] * x_row_stride
+    y_base = Y + rows.to(tl.int64)[:, None] * y_row_stride
+    cols = tl.arange(0, BLOCK_N)
+
+    if CHUNKED:
+        sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for start in range(0, n_cols, BLOCK_N):
+            c = start + cols
+            m = row_mask[:, None] & (c < n_cols)[None, :]
+            x = tl.load(x_base + c[None, :], mask=m, other=0.0).to(tl.float32)
+            sum_sq += tl.sum(x * x, axis=1)
+        rstd = tl.math.rsqrt(sum_sq / n_cols + eps)
+        for start in range(0, n_cols, BLOCK_N):
+            c = start + cols
+            col_mask = c < n_cols
+            m = row_mask[:, None] & col_mask[None, :]
+            x = tl.load(x_base + c[None, :], mask=m, other=0.0)
+            x_hat = x.to(tl.float32) * rstd[:, None]
+            if ROUND_X_HAT:
+                x_hat = x_hat.to(x.dtype).to(tl.float32)
+            if HAS_WEIGHT:
+                w = tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32)
+                x_hat = x_hat * (w + offset)[None, :]
+            tl.store(y_base + c[None, :], x_hat.to(Y.dtype.element_ty), mask=m)
+    else:
+        col_mask = cols < n_cols
+        m = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(x_base + cols[None, :], mask=m, other=0.0)
+        xf = x.to(tl.float32)
+        rstd = tl.math.rsqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
+        x_hat = xf * rstd[:, None]
+        if ROUND_X_HAT:
+            x_hat = x_hat.to(x.dtype).to(tl.float32)
+        if HAS_WEIGHT:
+            w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+            x_hat = x_hat * (w + offset)[None, :]
+        tl.store(y_base + cols[None, :], x_hat.to(Y.dtype.element_ty), mask=m)
+    tl.store(RSTD + rows, rstd, mask=row_mask)
+
+
+@triton.jit
+def _rms_norm_backward_kernel(
+    DY, X, W, RSTD, DX, DW_PARTIAL,
+    dy_row_stride, x_row_stride, dx_row_stride,
+    n_rows, n_cols, offset, rows_per_program,
+    HAS_WEIGHT: tl.constexpr, ROUND_X_HAT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKED: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    row_start = pid * rows_per_program
+    row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    cols = tl.arange(0, BLOCK_N)
+    dw_base = DW_PARTIAL + pid.to(tl.int64) * n_cols
+
+    if CHUNKED:
+        # Wide rows, one row at a time (BLOCK_M == 1): a pass for the row's dot product
+        # sum(g * x_hat), a pass that writes grad_x and accumulates grad_weight in DW_PARTIAL.
+        for i in range(0, row_end - row_start):
+            row = row_start + i
+            r64 = row.to(tl.int64)
+            rstd = tl.load(RSTD + row)
+            dot = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            for start in range(0, n_cols, BLOCK_N):
+                c = start + cols
+                cm = c < n_cols
+                x = tl.load(X + r64 * x_row_stride + c, mask=cm, other=0.0).to(tl.float32)
+                g = tl.load(DY + r64 * dy_row_stride + c, mask=cm, other=0.0).to(tl.float32)
+                if HAS_WEIGHT:
+                    g = g * (tl.load(W + c, mask=cm, other=0.0).to(tl.float32) + offset)
+                dot += g * x
+            mean_gx = tl.sum(dot, axis=0) * rstd / n_cols
+            for start in range(0, n_cols, BLOCK_N):
+                c = start + cols
+                cm = c < n_cols
+                x = tl.load(X + r64 * x_row_stride + c, mask=cm, other=0.0)
+                dy = tl.load(DY + r64 * dy_row_stride + c, mask=cm, other=0.0).to(tl.float32)
+                x_hat = x.to(tl.float32) * rstd
+                g = dy
+                if HAS_WEIGHT:
+                    g = dy * (tl.load(W + c, mask=cm, other=0.0).to(tl.float32) + offset)
+                dx = rstd * (g - x_hat * mean_gx)
+                tl.store(DX + r64 * dx_row_stride + c, dx.to(DX.dtype.element_ty), mask=cm)
+                if HAS_WEIGHT:
+                    if ROUND_X_HAT:
+                        x_hat = x_hat.to(x.dtype).to(tl.float32)
+                    acc = tl.load(dw_base + c, mask=cm, other=0.0)
+                    tl.store(dw_base + c, acc + dy * x_hat, mask=cm)
+    else:
+        col_mask = cols < n_cols
+        if HAS_WEIGHT:
+            w_eff = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
+        dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        for block_start in range(row_start, row_end, BLOCK_M):
+            rows = block_start + tl.arange(0, BLOCK_M)
+            row_mask = rows < row_end
+            r64 = rows.to(tl.int64)
+            m = row_mask[:, None] & col_mask[None, :]
+            x = tl.load(X + r64[:, None] * x_row_stride + cols[None, :], mask=m, other=0.0)
+            dy = tl.load(DY + r64[:, None] * dy_row_stride + cols[None, :], mask=m, other=0.0).to(tl.float32)
+            rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+            x_hat = x.to(tl.float32) * rstd[:, None]
+            g = dy
+            if HAS_WEIGHT:
+                g = dy * w_eff[None, :]
+            mean_gx = tl.sum(g * x_hat, axis=1) / n_cols
+            dx = rstd[:, None] * (g - x_hat * mean_gx[:, None])
+            tl.store(DX + r64[:, None] * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=m)
+            if HAS_WEIGHT:
+                if ROUND_X_HAT:
+                    x_hat = x_hat.to(x.dtype).to(tl.float32)
+                dw_acc += tl.sum(dy * x_hat, axis=0)
+        if HAS_WEIGHT:
+            tl.store(dw_base + cols, dw_acc, mask=col_mask)
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    block_m: int
+    block_n: int
+    chunked: bool
+    num_warps: int
+
+
+def plan_tiles(n_cols: int, max_fused_block: int | None = None) -> TilePlan:
+    """Tile shape for rows of ``n_cols``: whole rows (several when short) or chunks when wide."""
+    max_fused_block = hardware.MAX_FUSED_BLOCK if max_fused_block is None else max_fused_block
+    block_n = triton.next_power_of_2(max(n_cols, 1))
+    if block_n > max_fused_block:
+        chunk = min(hardware.CHUNK_BLOCK, max_fused_block)
+        return TilePlan(1, chunk, True, hardware.num_warps_for(chunk))
+    block_m = max(1, min(hardware.TARGET_TILE_ELEMENTS // block_n, 64))
+    return TilePlan(block_m, block_n, False, hardware.num_warps_for(block_m * block_n))
+
+
+def rms_norm_forward(x2d, weight, eps, offset, casting_mode, plan):
+    n_rows, n_cols = x2d.shape
+    y = torch.empty_like(x2d)
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+    if n_rows == 0:
+        return y, rstd
+    grid = (triton.cdiv(n_rows, plan.block_m),)
+    _rms_norm_forward_kernel[grid](
+        x2d, weight if weight is not None else x2d, y, rstd,
+        x2d.stride(0), y.stride(0),
+        n_rows, n_cols, eps, offset,
+        HAS_WEIGHT=weight is not None, ROUND_X_HAT=_ROUND_X_HAT[casting_mode],
+        BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, CHUNKED=plan.chunked,
+        num_warps=plan.num_warps,
+    )
+    return y, rstd
+
+
+def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, in_place, plan):
+    n_rows, n_cols = x2d.shape
+    dx = dy2d if in_place else torch.empty_like(x2d)
+    has_weight = weight is not None
+    programs = max(1, min(hardware.sm_count(x2d.device.index), triton.cdiv(n_rows, plan.block_m)))
+    rows_per_program = triton.cdiv(n_rows, programs) if n_rows else 0
+    # fp32 partial grad_weight rows, one per program; chunked plans accumulate in place.
+    alloc = torch.zeros if plan.chunked else torch.empty
+    dw_partial = alloc((programs, n_cols), dtype=torch.float32, device=x2d.device) if has_weight else None
+    if n_rows > 0:
+        _rms_norm_backward_kernel[(programs,)](
+            dy2d, x2d, weight if has_weight else x2d, rstd, dx, dw_partial if has_weight else rstd,
+            dy2d.stride(0), x2d.stride(0), dx.stride(0),
+            n_rows, n_cols, offset, rows_per_program,
+            HAS_WEIGHT=has_weight, ROUND_X_HAT=_ROUND_X_HAT[casting_mode],
+            BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, CHUNKED=plan.chunked,
+            num_warps=plan.num_warps,
+        )
+    dw = None
+    if has_weight:
+        dw = dw_partial.sum(0).to(weight.dtype) if n_rows else torch.zeros_like(weight)
+    return dx, dw
+
+
+class LigerRMSNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps, offset, casting_mode, in_place):
+        shape = x.shape
+        x2d = x.reshape(-1, shape[-1])
+        if x2d.stride(-1) != 1:
+            x2d = x2d.contiguous()
+        plan = plan_tiles(shape[-1])
+        y, rstd = rms_norm_forward(x2d, weight, eps, offset, casting_mode, plan)
+        ctx.save_for_backward(x2d, weight, rstd)
+        ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan = offset, casting_mode, in_place, plan
+        return y.view(shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2d, weight, rstd = ctx.saved_tensors
+        dy2d = dy.reshape(-1, x2d.shape[1])
+        if dy2d.stride(-1) != 1:
+            dy2d = dy2d.contiguous()
+        dx, dw = rms_norm_backward(dy2d, x2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan)
+        return dx.view(dy.shape), dw, None, None, None, None
+
+
+def rms_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    offset: float = 0.0,
+    casting_mode: str = "llama",
+    in_place: bool = False,
+) -> torch.Tensor:
+    check_args(x, weight, eps, offset, casting_mode)
+    return LigerRMSNormFunction.apply(x, weight, float(eps), float(offset), casting_mode, in_place)

@@ -1,0 +1,39 @@
+"""CUDA-specific RMSNorm paths the shared suite may not reach: chunked wide rows, multi-row tiles."""
+
+import pytest
+import torch
+
+from liger_core.conformance.rms_norm import check_rms_norm, make_inputs
+from liger_ops_cuda import BACKEND, hardware
+from liger_ops_cuda.rms_norm import plan_tiles
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def test_plan_short_rows_pack_several_per_tile():
+    plan = plan_tiles(64)
+    assert not plan.chunked and plan.block_n == 64 and plan.block_m > 1
+
+
+def test_plan_wide_rows_are_chunked():
+    plan = plan_tiles(hardware.MAX_FUSED_BLOCK + 1)
+    assert plan.chunked and plan.block_m == 1 and plan.block_n == hardware.CHUNK_BLOCK
+
+
+@pytest.mark.parametrize("casting_mode", ["llama", "gemma"])
+@pytest.mark.parametrize("has_weight", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_chunked_path_matches_reference(monkeypatch, casting_mode, has_weight, dtype):
+    # Force the chunked plan on a small row: 300 columns in 64-wide chunks (a ragged last one).
+    monkeypatch.setattr(hardware, "MAX_FUSED_BLOCK", 64)
+    monkeypatch.setattr(hardware, "CHUNK_BLOCK", 64)
+    assert plan_tiles(300).chunked
+    x, w, dy = make_inputs((11, 300), dtype, DEVICE, has_weight=has_weight)
+    check_rms_norm(BACKEND, x, w, dy, casting_mode=casting_mode, offset=0.5)
+
+
+def test_chunked_path_in_place(monkeypatch):
+    monkeypatch.setattr(hardware, "MAX_FUSED_BLOCK", 64)
+    monkeypatch.setattr(hardware, "CHUNK_BLOCK", 32)
+    x, w, dy = make_inputs((5, 100), torch.float16, DEVICE)
+    check_rms_norm(BACKEND, x, w, dy, in_place=True)
