@@ -1,0 +1,206 @@
+"""Intel GPU facts used by the kernels' launch plans, in one place (no literals in kernels).
+
+Terms: an EU (execution unit, "XVE" on Xe2) runs several hardware threads; one Triton
+"warp" is one sub-group, i.e. one hardware thread running 16 or 32 lanes; a program
+(work-group) of ``num_warps`` sub-groups occupies ``num_warps`` hardware threads of one
+Xe-core. Register-heavy kernels (the norms) compile with the large register file (256
+GRF per thread), which halves the resident threads per EU and caps a work-group at 32
+sub-groups.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import re
+from typing import Any
+
+import torch
+
+# --- tile caps (smaller than CUDA's: an Intel hardware thread holds fewer values per lane
+# without spilling, even with 256 GRF) -------------------------------------------------------
+# Largest row tile kept in registers in one piece; wider rows are processed in chunks.
+MAX_FUSED_BLOCK = 16384
+# Chunk width for rows wider than MAX_FUSED_BLOCK.
+CHUNK_BLOCK = 4096
+# Elements a program holds per tile in the memory-bound norms: short rows are packed
+# several to a tile until it holds about this many.
+TARGET_TILE_ELEMENTS = 4096
+# At most this many rows in one tile (keeps the per-row reductions cheap).
+MAX_ROWS_PER_TILE = 32
+
+# --- threads and sub-groups ------------------------------------------------------------------
+# Triton's default sub-group width on XPU; every Intel GPU Triton targets supports it.
+DEFAULT_SUB_GROUP_SIZE = 32
+# Values a lane keeps per tile in the norms before the 256-GRF file starts to spill.
+ELEMENTS_PER_LANE = 16
+MIN_NUM_WARPS = 4
+# A work-group compiled with 256 (or 512) GRF may hold at most 32 sub-groups.
+MAX_NUM_WARPS_LARGE_GRF = 32
+# Hardware threads resident per EU with the large register file (8 with 128 GRF).
+THREADS_PER_EU_LARGE_GRF = 4
+# EUs per sub-slice (Xe-core) where a driver reports only the sub-slice count.
+EUS_PER_SUBSLICE = 8
+# Stand-in EU count without an XPU (the Triton interpreter on CPU): small, so that tests
+# still run several programs per grid without slowing the interpreter down.
+INTERPRETER_EU_COUNT = 8
+
+EU_COUNT_ENV = "LIGER_XPU_EU_COUNT"
+GRF_MODE_ENV = "LIGER_XPU_GRF_MODE"
+
+
+def xpu_available() -> bool:
+    return hasattr(torch, "xpu") and torch.xpu.is_available()
+
+
+def _device_index(device_index: int | None) -> int:
+    return torch.xpu.current_device() if device_index is None else device_index
+
+
+@functools.cache
+def _device_eu_count(device_index: int) -> int:
+    props = torch.xpu.get_device_properties(device_index)
+    eus = int(getattr(props, "gpu_eu_count", 0) or 0)
+    if eus <= 0:
+        # Older drivers/torch report only sub-slices (Xe-cores).
+        eus = int(getattr(props, "gpu_subslice_count", 0) or 0) * EUS_PER_SUBSLICE
+    return eus if eus > 0 else INTERPRETER_EU_COUNT
+
+
+def eu_count(device_index: int | None = None) -> int:
+    """Execution units of the device: ``gpu_eu_count`` (else sub-slices x 8).
+
+    ``LIGER_XPU_EU_COUNT`` overrides it (read on every call, so tests and tuning can change
+    it); without an XPU a small stand-in is returned for the Triton interpreter.
+    """
+    override = os.environ.get(EU_COUNT_ENV)
+    if override:
+        value = int(override)
+        if value < 1:
+            raise ValueError(f"{EU_COUNT_ENV} must be a positive integer; got {override!r}")
+        return value
+    if not xpu_available():
+        return INTERPRETER_EU_COUNT
+    return _device_eu_count(_device_index(device_index))
+
+
+@functools.cache
+def _device_sub_group_sizes(device_index: int) -> tuple[int, ...]:
+    sizes = getattr(torch.xpu.get_device_properties(device_index), "sub_group_sizes", None) or ()
+    return tuple(int(s) for s in sizes)
+
+
+def sub_group_size(device_index: int | None = None) -> int:
+    """Lanes per sub-group (Triton warp) the kernels are compiled for: Triton's default 32 when
+    the device supports it (all current Intel GPUs), else the widest it reports."""
+    if not xpu_available():
+        return DEFAULT_SUB_GROUP_SIZE
+    sizes = _device_sub_group_sizes(_device_index(device_index))
+    if not sizes or DEFAULT_SUB_GROUP_SIZE in sizes:
+        return DEFAULT_SUB_GROUP_SIZE
+    return max(sizes)
+
+
+def num_warps_for(block_elements: int, sub_group: int = DEFAULT_SUB_GROUP_SIZE) -> int:
+    """Sub-groups for a tile of this many elements: a power of two giving each lane about
+    ``ELEMENTS_PER_LANE`` values, between ``MIN_NUM_WARPS`` and 32 (the large-GRF cap)."""
+    wanted = max(1, block_elements // (sub_group * ELEMENTS_PER_LANE))
+    warps = 1 << (wanted.bit_length() - 1)  # round down to a power of two
+    return max(MIN_NUM_WARPS, min(MAX_NUM_WARPS_LARGE_GRF, warps))
+
+
+def persistent_programs(num_warps: int, device_index: int | None = None) -> int:
+    """Programs that are resident at once when each has ``num_warps`` sub-groups and uses the
+    large register file: the grid of kernels that loop over their share of the work and keep
+    one partial result per program."""
+    return max(1, eu_count(device_index) * THREADS_PER_EU_LARGE_GRF // num_warps)
+
+
+# --- launch options -------------------------------------------------------------------------
+def interpreting(kernel: Any = None) -> bool:
+    """Whether kernels run in the Triton interpreter (``TRITON_INTERPRET=1``).
+
+    Triton chooses at decoration time (``@triton.jit`` returns an ``InterpretedFunction``), so
+    the kernel object is the most reliable witness; the environment covers the rest.
+    """
+    if kernel is not None:
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+        except ImportError:  # pragma: no cover - every Triton with an interpreter has it
+            pass
+        else:
+            if isinstance(kernel, InterpretedFunction):
+                return True
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+_GRF_COMPARE = re.compile(r"grf_mode\s*==\s*['\"](\w+)['\"]")
+
+
+def grf_modes_accepted_by(options_cls: Any, backend_source: str) -> frozenset[str]:
+    """The ``grf_mode`` values an Intel backend accepts, from its options dataclass and source.
+
+    Triton 3.3-era backends declare ``grf_mode: tuple = ('small', 'large', 'auto', 'default')``
+    (the default lists the accepted values); later ones declare ``grf_mode: str = 'default'``
+    and compare the option against each accepted value (``'128'``, ``'256'``, ...) when they
+    build the binary, raising on anything else.
+    """
+    field = getattr(options_cls, "__dataclass_fields__", {}).get("grf_mode")
+    if field is None:
+        return frozenset()
+    if isinstance(field.default, (tuple, list)):
+        return frozenset(str(v) for v in field.default)
+    return frozenset(_GRF_COMPARE.findall(backend_source))
+
+
+def _accepted_grf_modes() -> frozenset[str]:
+    """``grf_mode`` values the installed Triton understands; empty without an Intel backend
+    (plain Triton rejects the keyword as unknown)."""
+    try:
+        from triton.backends.intel import compiler as intel_compiler
+    except Exception:  # noqa: BLE001 - no Intel backend, or one that cannot load here
+        return frozenset()
+    try:
+        source = inspect.getsource(intel_compiler)
+    except (OSError, TypeError):
+        source = ""
+    return grf_modes_accepted_by(getattr(intel_compiler, "XPUOptions", None), source)
+
+
+@functools.cache
+def large_grf_mode() -> str | None:
+    """The ``grf_mode`` launch value selecting 256 registers per thread: ``"256"`` on newer
+    Intel Triton, ``"large"`` on older, None where the installed Triton has neither.
+
+    ``LIGER_XPU_GRF_MODE`` overrides it (``off`` passes no ``grf_mode``). Cached: call
+    ``large_grf_mode.cache_clear()`` after changing the variable.
+    """
+    override = os.environ.get(GRF_MODE_ENV)
+    if override:
+        return None if override.lower() in ("off", "none") else override
+    accepted = _accepted_grf_modes()
+    for value in ("256", "large"):
+        if value in accepted:
+            return value
+    return None
+
+
+def launch_kwargs(kernel: Any, device: torch.device, num_warps: int, register_heavy: bool = True) -> dict[str, Any]:
+    """Keyword arguments for launching ``kernel`` on ``device`` with ``num_warps`` sub-groups.
+
+    Register-heavy kernels get the large register file (``grf_mode``) when they are compiled
+    for an XPU by a Triton that accepts the option; never in the interpreter (it must only see
+    standard launch keywords) and never for other devices.
+    """
+    if num_warps < 1 or num_warps & (num_warps - 1):
+        raise ValueError(f"num_warps must be a power of two; got {num_warps}")
+    kwargs: dict[str, Any] = {"num_warps": num_warps}
+    if not register_heavy or interpreting(kernel) or torch.device(device).type != "xpu":
+        return kwargs
+    mode = large_grf_mode()
+    if mode is not None:
+        if num_warps > MAX_NUM_WARPS_LARGE_GRF and mode in ("256", "512", "large"):
+            raise ValueError(f"grf_mode={mode!r} allows at most {MAX_NUM_WARPS_LARGE_GRF} warps; got {num_warps}")
+        kwargs["grf_mode"] = mode
+    return kwargs
