@@ -1,0 +1,197 @@
+"""Ascend hardware facts used by the launch plans: the one place that knows the chips.
+
+Per SoC: the Unified Buffer (UB) of one core and the AI-core / vector-core counts. At run
+time the core counts come from triton-ascend's driver; the table and the environment are
+the fallbacks, and the table alone serves the Triton interpreter on CPU.
+
+Environment overrides (for a chip missing from the table, or to model another chip):
+    LIGER_ASCEND_SOC            SoC name from ``SOC_TABLE`` (``Ascend910B4``, ``Ascend950``, ...).
+    LIGER_ASCEND_VECTOR_CORES   vector cores = programs of a vector-only kernel's grid.
+    LIGER_ASCEND_UB_BYTES       UB bytes per core, before double buffering halves it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+# The product of a launch grid must stay below this ("grid should be less than 65536!").
+GRID_LIMIT = 65536
+# Vector instructions and UB allocations work on 32-byte blocks: a tile's tail axis is
+# padded to a multiple of this many bytes.
+ALIGN_BYTES = 32
+# Double buffering (on by default in triton-ascend) keeps two copies of every tile in
+# flight, so the live tiles of a kernel may use 1/UB_BUFFERS of the UB.
+UB_BUFFERS = 2
+
+KIB = 1024
+
+
+@dataclass(frozen=True)
+class SocInfo:
+    """One Ascend SoC: UB bytes per core, AI cores (1 cube + 2 vector each), vector cores."""
+
+    name: str
+    ub_bytes: int
+    ai_cores: int
+    vector_cores: int
+
+
+def _soc(name: str, ub_kib: int, ai_cores: int) -> SocInfo:
+    # On A2/A3/950 every AI core pairs one cube core with two vector cores.
+    return SocInfo(name, ub_kib * KIB, ai_cores, 2 * ai_cores)
+
+
+# Counts from CANN's platform_config/<SoC>.ini (ai_core_cnt / vector_core_cnt). The Ascend
+# 950 counts are not published in a form we could check: 32 AI cores is a placeholder, the
+# run-time query supersedes it on a real device.
+SOC_TABLE: dict[str, SocInfo] = {
+    s.name: s
+    for s in (
+        _soc("Ascend910B1", 192, 24),
+        _soc("Ascend910B2", 192, 24),
+        _soc("Ascend910B2C", 192, 24),
+        _soc("Ascend910B3", 192, 20),
+        _soc("Ascend910B4", 192, 20),
+        _soc("Ascend910_9391", 192, 24),
+        _soc("Ascend910_9392", 192, 24),
+        _soc("Ascend910_9381", 192, 24),
+        _soc("Ascend910_9382", 192, 24),
+        _soc("Ascend950", 256, 32),
+    )
+}
+# Families for SoC names missing from the table (e.g. Ascend910_9372, Ascend950PR_9579):
+# the longest matching prefix wins.
+SOC_FAMILIES: dict[str, str] = {
+    "Ascend910B": "Ascend910B2",
+    "Ascend910_93": "Ascend910_9391",
+    "Ascend950": "Ascend950",
+}
+# What the interpreter on CPU (no NPU) plans for: the most common A2 part.
+DEFAULT_SOC = "Ascend910B2"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The facts a launch plan needs about the device it runs on."""
+
+    soc: str
+    ub_bytes: int
+    vector_cores: int
+    ai_cores: int
+
+    @property
+    def ub_budget(self) -> int:
+        """Bytes all live tiles of one kernel may occupy: the UB halved by double buffering."""
+        return self.ub_bytes // UB_BUFFERS
+
+    def describe_budget(self) -> str:
+        return (
+            f"{self.soc}'s budget is {self.ub_budget} bytes "
+            f"({self.ub_bytes // KIB} KiB UB per core / {UB_BUFFERS} for double buffering)"
+        )
+
+
+def align_up(nbytes: int, align: int = ALIGN_BYTES) -> int:
+    """``nbytes`` rounded up to a multiple of ``align`` (32-byte tail alignment)."""
+    return -(-nbytes // align) * align
+
+
+def min_block(elem_bytes: int) -> int:
+    """Fewest elements of a tile's tail axis that fill one 32-byte block."""
+    return max(1, ALIGN_BYTES // elem_bytes)
+
+
+def lookup_soc(name: str) -> SocInfo:
+    """The table entry for ``name``, else its family's, else a clear error."""
+    if name in SOC_TABLE:
+        return SOC_TABLE[name]
+    for prefix in sorted(SOC_FAMILIES, key=len, reverse=True):
+        if name.startswith(prefix):
+            return SOC_TABLE[SOC_FAMILIES[prefix]]
+    raise ValueError(
+        f"unknown Ascend SoC {name!r}; known: {', '.join(SOC_TABLE)} (and names starting with "
+        f"{', '.join(SOC_FAMILIES)}). Set LIGER_ASCEND_SOC to one of them, or LIGER_ASCEND_UB_BYTES "
+        f"and LIGER_ASCEND_VECTOR_CORES"
+    )
+
+
+@functools.cache
+def _query_device(index: int) -> tuple[str | None, int | None, int | None]:
+    """(SoC name, AI cores, vector cores) reported by the NPU runtime; None where unknown."""
+    name = aic = aiv = None
+    # An old torch_npu or a broken CANN answers with an error: the fallbacks then apply.
+    with contextlib.suppress(Exception):
+        name = str(torch.npu.get_device_name(index))
+    with contextlib.suppress(Exception):
+        import triton
+
+        props = triton.runtime.driver.active.utils.get_device_properties(index)
+        aic = int(props["num_aicore"]) or None
+        aiv = int(props["num_vectorcore"]) or None
+    return name, aic, aiv
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    try:
+        number = int(value, 0)
+    except ValueError:
+        raise ValueError(f"{name} must be a positive integer; got {value!r}") from None
+    if number <= 0:
+        raise ValueError(f"{name} must be a positive integer; got {value!r}")
+    return number
+
+
+def current(device: torch.device | None = None) -> Hardware:
+    """Hardware facts for ``device``: environment, then run-time query, then the SoC table.
+
+    Tensors that are not on an NPU (the Triton interpreter on CPU) get ``DEFAULT_SOC``.
+    """
+    soc_env = os.environ.get("LIGER_ASCEND_SOC", "").strip()
+    name = aic = aiv = None
+    if soc_env:
+        # A forced SoC models that chip: its table counts, not the queried ones.
+        soc = lookup_soc(soc_env)
+        name = soc_env
+    else:
+        if device is not None and device.type == "npu":
+            index = device.index if device.index is not None else torch.npu.current_device()
+            name, aic, aiv = _query_device(index)
+        soc = _known_or_default(name or DEFAULT_SOC)
+    return Hardware(
+        soc=name or soc.name,
+        ub_bytes=_env_int("LIGER_ASCEND_UB_BYTES") or soc.ub_bytes,
+        vector_cores=_env_int("LIGER_ASCEND_VECTOR_CORES") or aiv or soc.vector_cores,
+        ai_cores=aic or soc.ai_cores,
+    )
+
+
+@functools.cache
+def _known_or_default(name: str) -> SocInfo:
+    try:
+        return lookup_soc(name)
+    except ValueError:
+        # A chip this release does not know: plan with the default's UB (the core counts
+        # still come from the run-time query) and say so once.
+        warnings.warn(
+            f"liger-ops-ascend does not know the UB size of SoC {name!r}; planning tiles for "
+            f"{DEFAULT_SOC} ({SOC_TABLE[DEFAULT_SOC].ub_bytes // KIB} KiB UB). Set LIGER_ASCEND_UB_BYTES "
+            f"to the UB bytes per core to plan for the real chip",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return SOC_TABLE[DEFAULT_SOC]
+
+
+def for_soc(name: str) -> Hardware:
+    """Hardware facts of a table SoC, without environment or device (sweeps, tests)."""
+    soc = lookup_soc(name)
+    return Hardware(soc.name, soc.ub_bytes, soc.vector_cores, soc.ai_cores)
