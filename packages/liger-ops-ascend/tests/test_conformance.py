@@ -1,0 +1,3 @@
+"""The shared liger-core conformance suite against this package's backend."""
+
+from liger_core.conformance.cases import *
