@@ -20,6 +20,7 @@ interpreter, chosen inline in the ``range`` call.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -222,12 +223,26 @@ def plan_tiles(n_cols: int, device: torch.device | str | None = None) -> TilePla
     """
     device = torch.device("cpu") if device is None else torch.device(device)
     sub_group = hardware.sub_group_size(device.index) if device.type == "xpu" else hardware.DEFAULT_SUB_GROUP_SIZE
+    return _plan(
+        n_cols,
+        sub_group,
+        hardware.MAX_FUSED_BLOCK,
+        hardware.CHUNK_BLOCK,
+        hardware.TARGET_TILE_ELEMENTS,
+        hardware.MAX_ROWS_PER_TILE,
+    )
+
+
+@functools.lru_cache(maxsize=256)  # called on every op call; the caps are part of the key
+def _plan(
+    n_cols: int, sub_group: int, max_fused_block: int, chunk_block: int, tile_elements: int, max_rows: int
+) -> TilePlan:
     block_n = triton.next_power_of_2(max(n_cols, 1))
     n_chunks = 1
-    if block_n > hardware.MAX_FUSED_BLOCK:
-        block_n = min(hardware.CHUNK_BLOCK, hardware.MAX_FUSED_BLOCK)
+    if block_n > max_fused_block:
+        block_n = min(chunk_block, max_fused_block)
         n_chunks = triton.cdiv(n_cols, block_n)
-    block_m = max(1, min(hardware.TARGET_TILE_ELEMENTS // block_n, hardware.MAX_ROWS_PER_TILE))
+    block_m = max(1, min(tile_elements // block_n, max_rows))
     return TilePlan(block_m, block_n, n_chunks, hardware.num_warps_for(block_m * block_n, sub_group))
 
 
