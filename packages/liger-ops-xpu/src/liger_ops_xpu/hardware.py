@@ -6,6 +6,9 @@ Terms: an EU (execution unit, "XVE" on Xe2) runs several hardware threads; one T
 Xe-core. Register-heavy kernels (the norms) compile with the large register file (256
 GRF per thread), which halves the resident threads per EU and caps a work-group at 32
 sub-groups.
+
+The tile sizes below are starting points derived from the register-file size (256 GRF x 64
+bytes per thread); they have not been tuned on Intel hardware yet.
 """
 
 from __future__ import annotations
@@ -33,14 +36,16 @@ MAX_ROWS_PER_TILE = 32
 # --- threads and sub-groups ------------------------------------------------------------------
 # Triton's default sub-group width on XPU; every Intel GPU Triton targets supports it.
 DEFAULT_SUB_GROUP_SIZE = 32
-# Values a lane keeps per tile in the norms before the 256-GRF file starts to spill.
+# Values per lane per tile in the norms: a few live fp32 tiles of this size stay well inside the
+# 128 fp32 values a SIMD32 lane gets from a 256-GRF thread.
 ELEMENTS_PER_LANE = 16
 MIN_NUM_WARPS = 4
 # A work-group compiled with 256 (or 512) GRF may hold at most 32 sub-groups.
 MAX_NUM_WARPS_LARGE_GRF = 32
 # Hardware threads resident per EU with the large register file (8 with 128 GRF).
 THREADS_PER_EU_LARGE_GRF = 4
-# EUs per sub-slice (Xe-core) where a driver reports only the sub-slice count.
+# EUs per sub-slice (Xe-core) where a driver reports only the sub-slice count (8 on Xe-HPC and
+# Xe2, 16 on Xe-HPG: the lower figure only under-fills the grid, it never over-sizes it).
 EUS_PER_SUBSLICE = 8
 # Stand-in EU count without an XPU (the Triton interpreter on CPU): small, so that tests
 # still run several programs per grid without slowing the interpreter down.

@@ -127,8 +127,8 @@ def _rms_norm_backward_kernel(
     # grad_x = rstd * (g - x_hat * mean(g * x_hat)), g = dy * (w + offset);
     # grad_w = sum over rows of dy * x_hat (x_hat rounded to x.dtype where the forward rounded it).
     pid = tl.program_id(0)
-    # Tiles [first_tile, first_tile + tiles_per_program) belong to this program; the bound is chosen
-    # inline (not assigned) because the interpreter would turn an assigned int back into an array.
+    # This program owns tiles_per_program consecutive tiles from first_row on. The loop bound is
+    # chosen inline (not assigned) because the interpreter would turn an assigned int into an array.
     first_row = pid * tiles_per_program * BLOCK_M
     cols = tl.arange(0, BLOCK_N)
     dw_row = DW_PARTIAL + pid.to(tl.int64) * n_cols
