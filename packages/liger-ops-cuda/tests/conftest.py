@@ -9,7 +9,6 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from liger_core.registry import register_backend  # noqa: E402
-
 from liger_ops_cuda import BACKEND  # noqa: E402
 
 register_backend(BACKEND)

@@ -7,19 +7,30 @@ import os
 
 import torch
 
-# Largest row tile kept in registers in one piece; wider rows are processed in chunks.
-MAX_FUSED_BLOCK = 32768
+# Largest row tile kept in registers in one piece; wider rows are processed in chunks
+# (backward holds ~5 fp32 copies of the tile: beyond this it spills).
+MAX_FUSED_BLOCK = 16384
 # Chunk width for rows wider than MAX_FUSED_BLOCK.
 CHUNK_BLOCK = 8192
-# Elements a program should hold per tile in the memory-bound norms: enough bytes in
-# flight per SM on H100/H200 without spilling registers.
-TARGET_TILE_ELEMENTS = 8192
+# Elements a program holds per tile in the memory-bound norms, and elements per warp.
+# Tuned on an H200 at 4096 x 4096 bf16 with CUDA-graph timing
+# (benchmarks/bench_rms_norm.py --tune): forward one 4096-row with 8 warps (18.7 us),
+# backward 4 rows x 4096 with 16 warps and one program per SM (41.8 us).
+FORWARD_TILE_ELEMENTS = 4096
+FORWARD_ELEMENTS_PER_WARP = 512
+BACKWARD_TILE_ELEMENTS = 16384
+BACKWARD_ELEMENTS_PER_WARP = 1024
+# Backward programs per SM: each keeps an fp32 grad_weight row; more programs hide latency
+# at the cost of a larger partial buffer to reduce.
+BACKWARD_PROGRAMS_PER_SM = 1
+# Columns per program when summing per-program partial rows (grad_weight).
+REDUCE_BLOCK = 256
 # Stand-in SM count where there is no GPU (the Triton interpreter on CPU): small, so that
 # tests still run several programs per grid.
 INTERPRETER_SM_COUNT = 4
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sm_count(device_index: int | None = None) -> int:
     """Streaming multiprocessors of the device (env ``LIGER_CUDA_SM_COUNT`` overrides)."""
     override = os.environ.get("LIGER_CUDA_SM_COUNT")
@@ -31,6 +42,6 @@ def sm_count(device_index: int | None = None) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def num_warps_for(block_elements: int) -> int:
-    """Warps for a tile of this many elements: ~256 elements per warp, 4 to 32 warps."""
-    return max(4, min(32, block_elements // 256))
+def num_warps_for(block_elements: int, elements_per_warp: int = BACKWARD_ELEMENTS_PER_WARP) -> int:
+    """Warps for a tile of this many elements: 4 to 16."""
+    return max(4, min(16, block_elements // elements_per_warp))

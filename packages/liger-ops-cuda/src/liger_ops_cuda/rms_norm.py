@@ -9,6 +9,8 @@ at the end (no atomics, deterministic).
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -25,11 +27,21 @@ _ROUND_X_HAT = {"llama": True, "none": True, "gemma": False}
 
 @triton.jit
 def _rms_norm_forward_kernel(
-    X, W, Y, RSTD,
-    x_row_stride, y_row_stride,
-    n_rows, n_cols, eps, offset,
-    HAS_WEIGHT: tl.constexpr, ROUND_X_HAT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKED: tl.constexpr,
+    X,
+    W,
+    Y,
+    RSTD,
+    x_row_stride,
+    y_row_stride,
+    n_rows,
+    n_cols,
+    eps,
+    offset,
+    HAS_WEIGHT: tl.constexpr,
+    ROUND_X_HAT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CHUNKED: tl.constexpr,
 ):
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -76,11 +88,24 @@ def _rms_norm_forward_kernel(
 
 @triton.jit
 def _rms_norm_backward_kernel(
-    DY, X, W, RSTD, DX, DW_PARTIAL,
-    dy_row_stride, x_row_stride, dx_row_stride,
-    n_rows, n_cols, offset, rows_per_program,
-    HAS_WEIGHT: tl.constexpr, ROUND_X_HAT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKED: tl.constexpr,
+    DY,
+    X,
+    W,
+    RSTD,
+    DX,
+    DW_PARTIAL,
+    dy_row_stride,
+    x_row_stride,
+    dx_row_stride,
+    n_rows,
+    n_cols,
+    offset,
+    rows_per_program,
+    HAS_WEIGHT: tl.constexpr,
+    ROUND_X_HAT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CHUNKED: tl.constexpr,
 ):
     pid = tl.program_id(0)
     row_start = pid * rows_per_program
@@ -149,6 +174,17 @@ def _rms_norm_backward_kernel(
             tl.store(dw_base + cols, dw_acc, mask=col_mask)
 
 
+@triton.jit
+def _sum_partials_kernel(PARTIAL, OUT, n_partials, n_cols, BLOCK: tl.constexpr):
+    # grad_weight = sum of the per-program fp32 rows, cast to the weight dtype in one launch.
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for p in range(0, n_partials):
+        acc += tl.load(PARTIAL + p * n_cols + cols, mask=mask, other=0.0)
+    tl.store(OUT + cols, acc.to(OUT.dtype.element_ty), mask=mask)
+
+
 @dataclass(frozen=True)
 class TilePlan:
     block_m: int
@@ -157,15 +193,23 @@ class TilePlan:
     num_warps: int
 
 
-def plan_tiles(n_cols: int, max_fused_block: int | None = None) -> TilePlan:
-    """Tile shape for rows of ``n_cols``: whole rows (several when short) or chunks when wide."""
-    max_fused_block = hardware.MAX_FUSED_BLOCK if max_fused_block is None else max_fused_block
+@functools.lru_cache(maxsize=256)
+def _plan(n_cols: int, tile_elements: int, per_warp: int, max_fused_block: int, chunk_block: int) -> TilePlan:
     block_n = triton.next_power_of_2(max(n_cols, 1))
     if block_n > max_fused_block:
-        chunk = min(hardware.CHUNK_BLOCK, max_fused_block)
-        return TilePlan(1, chunk, True, hardware.num_warps_for(chunk))
-    block_m = max(1, min(hardware.TARGET_TILE_ELEMENTS // block_n, 64))
-    return TilePlan(block_m, block_n, False, hardware.num_warps_for(block_m * block_n))
+        chunk = min(chunk_block, max_fused_block)
+        return TilePlan(1, chunk, True, hardware.num_warps_for(chunk, per_warp))
+    block_m = max(1, min(tile_elements // block_n, 64))
+    return TilePlan(block_m, block_n, False, hardware.num_warps_for(block_m * block_n, per_warp))
+
+
+def plan_tiles(n_cols: int, backward: bool = False) -> TilePlan:
+    """Tile shape for rows of ``n_cols``: whole rows (several when short) or chunks when wide."""
+    if backward:
+        tile, per_warp = hardware.BACKWARD_TILE_ELEMENTS, hardware.BACKWARD_ELEMENTS_PER_WARP
+    else:
+        tile, per_warp = hardware.FORWARD_TILE_ELEMENTS, hardware.FORWARD_ELEMENTS_PER_WARP
+    return _plan(n_cols, tile, per_warp, hardware.MAX_FUSED_BLOCK, hardware.CHUNK_BLOCK)
 
 
 def rms_norm_forward(x2d, weight, eps, offset, casting_mode, plan):
@@ -176,60 +220,92 @@ def rms_norm_forward(x2d, weight, eps, offset, casting_mode, plan):
         return y, rstd
     grid = (triton.cdiv(n_rows, plan.block_m),)
     _rms_norm_forward_kernel[grid](
-        x2d, weight if weight is not None else x2d, y, rstd,
-        x2d.stride(0), y.stride(0),
-        n_rows, n_cols, eps, offset,
-        HAS_WEIGHT=weight is not None, ROUND_X_HAT=_ROUND_X_HAT[casting_mode],
-        BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, CHUNKED=plan.chunked,
+        x2d,
+        weight if weight is not None else x2d,
+        y,
+        rstd,
+        x2d.stride(0),
+        y.stride(0),
+        n_rows,
+        n_cols,
+        eps,
+        offset,
+        HAS_WEIGHT=weight is not None,
+        ROUND_X_HAT=_ROUND_X_HAT[casting_mode],
+        BLOCK_M=plan.block_m,
+        BLOCK_N=plan.block_n,
+        CHUNKED=plan.chunked,
         num_warps=plan.num_warps,
     )
     return y, rstd
 
 
-def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, in_place, plan):
+def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, in_place, plan, programs=None):
     n_rows, n_cols = x2d.shape
     dx = dy2d if in_place else torch.empty_like(x2d)
     has_weight = weight is not None
-    programs = max(1, min(hardware.sm_count(x2d.device.index), triton.cdiv(n_rows, plan.block_m)))
+    if programs is None:
+        programs = hardware.sm_count(x2d.device.index) * hardware.BACKWARD_PROGRAMS_PER_SM
+    programs = max(1, min(programs, triton.cdiv(n_rows, plan.block_m)))
     rows_per_program = triton.cdiv(n_rows, programs) if n_rows else 0
     # fp32 partial grad_weight rows, one per program; chunked plans accumulate in place.
     alloc = torch.zeros if plan.chunked else torch.empty
     dw_partial = alloc((programs, n_cols), dtype=torch.float32, device=x2d.device) if has_weight else None
     if n_rows > 0:
         _rms_norm_backward_kernel[(programs,)](
-            dy2d, x2d, weight if has_weight else x2d, rstd, dx, dw_partial if has_weight else rstd,
-            dy2d.stride(0), x2d.stride(0), dx.stride(0),
-            n_rows, n_cols, offset, rows_per_program,
-            HAS_WEIGHT=has_weight, ROUND_X_HAT=_ROUND_X_HAT[casting_mode],
-            BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, CHUNKED=plan.chunked,
+            dy2d,
+            x2d,
+            weight if has_weight else x2d,
+            rstd,
+            dx,
+            dw_partial if has_weight else rstd,
+            dy2d.stride(0),
+            x2d.stride(0),
+            dx.stride(0),
+            n_rows,
+            n_cols,
+            offset,
+            rows_per_program,
+            HAS_WEIGHT=has_weight,
+            ROUND_X_HAT=_ROUND_X_HAT[casting_mode],
+            BLOCK_M=plan.block_m,
+            BLOCK_N=plan.block_n,
+            CHUNKED=plan.chunked,
             num_warps=plan.num_warps,
         )
     dw = None
     if has_weight:
-        dw = dw_partial.sum(0).to(weight.dtype) if n_rows else torch.zeros_like(weight)
+        dw = torch.empty_like(weight)
+        block = hardware.REDUCE_BLOCK
+        _sum_partials_kernel[(triton.cdiv(n_cols, block),)](
+            dw_partial, dw, programs if n_rows else 0, n_cols, BLOCK=block
+        )
     return dx, dw
 
 
 class LigerRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps, offset, casting_mode, in_place):
+        check_args(x, weight, eps, offset, casting_mode)
         shape = x.shape
-        x2d = x.reshape(-1, shape[-1])
+        x2d = x.reshape(math.prod(shape[:-1]), shape[-1])  # explicit rows: hidden may be 0
         if x2d.stride(-1) != 1:
             x2d = x2d.contiguous()
-        plan = plan_tiles(shape[-1])
-        y, rstd = rms_norm_forward(x2d, weight, eps, offset, casting_mode, plan)
+        y, rstd = rms_norm_forward(x2d, weight, eps, offset, casting_mode, plan_tiles(shape[-1]))
         ctx.save_for_backward(x2d, weight, rstd)
-        ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan = offset, casting_mode, in_place, plan
+        ctx.offset, ctx.casting_mode, ctx.in_place = offset, casting_mode, in_place
         return y.view(shape)
 
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, rstd = ctx.saved_tensors
-        dy2d = dy.reshape(-1, x2d.shape[1])
-        if dy2d.stride(-1) != 1:
+        dy2d = dy.reshape(x2d.shape)
+        # In place needs a dense buffer of its own rows: a gradient broadcast over rows
+        # (stride 0) would alias, so it is copied first.
+        if dy2d.stride(-1) != 1 or (ctx.in_place and not dy2d.is_contiguous()):
             dy2d = dy2d.contiguous()
-        dx, dw = rms_norm_backward(dy2d, x2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan)
+        plan = plan_tiles(x2d.shape[1], backward=True)
+        dx, dw = rms_norm_backward(dy2d, x2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, plan)
         return dx.view(dy.shape), dw, None, None, None, None
 
 
@@ -241,5 +317,5 @@ def rms_norm(
     casting_mode: str = "llama",
     in_place: bool = False,
 ) -> torch.Tensor:
-    check_args(x, weight, eps, offset, casting_mode)
-    return LigerRMSNormFunction.apply(x, weight, float(eps), float(offset), casting_mode, in_place)
+    # Arguments are checked inside the Function, so calling it directly is just as safe.
+    return LigerRMSNormFunction.apply(x, weight, eps, offset, casting_mode, in_place)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+FLOAT_DTYPES = frozenset(SUPPORTED_DTYPES)
 
 
 def check_floating(name: str, t: torch.Tensor) -> None:

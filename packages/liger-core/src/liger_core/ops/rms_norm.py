@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from liger_core.ops._checks import check_floating, check_same_device
+from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device
 
 CASTING_MODES = ("llama", "gemma", "none")
 
@@ -56,7 +56,35 @@ def check_args(
     offset: float,
     casting_mode: str,
 ) -> None:
-    """Raise a clear error for arguments outside the contract. Backends call this first."""
+    """Raise a clear error for arguments outside the contract. Backends call this first.
+
+    One cheap predicate on the hot path (this runs on every call); the slow path then
+    finds and names what is wrong.
+    """
+    try:
+        if (
+            x.dtype in FLOAT_DTYPES
+            and x.ndim > 0
+            and casting_mode in CASTING_MODES
+            and eps >= 0
+            and isinstance(offset, (float, int))
+            and (
+                weight is None
+                or (
+                    weight.dtype in FLOAT_DTYPES
+                    and weight.ndim == 1
+                    and weight.shape[0] == x.shape[-1]
+                    and weight.device == x.device
+                )
+            )
+        ):
+            return
+    except (AttributeError, TypeError):
+        pass
+    _raise_bad_args(x, weight, eps, offset, casting_mode)
+
+
+def _raise_bad_args(x, weight, eps, offset, casting_mode) -> None:
     check_floating("x", x)
     if x.dim() == 0:
         raise ValueError("rms_norm: x must have at least 1 dimension (..., hidden); got a 0-d tensor")
@@ -70,10 +98,11 @@ def check_args(
             )
     if casting_mode not in CASTING_MODES:
         raise ValueError(f"rms_norm: casting_mode must be one of {CASTING_MODES}; got {casting_mode!r}")
-    if not eps >= 0:
+    if not isinstance(eps, (int, float)) or not eps >= 0:
         raise ValueError(f"rms_norm: eps must be a number >= 0; got {eps!r}")
     if not isinstance(offset, (int, float)):
         raise TypeError(f"rms_norm: offset must be a float; got {type(offset).__name__}")
+    # Nothing wrong after all (an unusual but valid type the fast path did not expect).
 
 
 def math(
