@@ -1,1 +1,101 @@
+from __future__ import annotations
+
+import sys
+import textwrap
+import uuid
+
+import pytest
+import torch
+
+from liger_core import registry
+from liger_core.backend import Backend
+from liger_core.ops.rms_norm import reference as reference_rms_norm
+
 pytest_plugins = ["liger_core.conformance.plugin"]
+
+LIGER_ENV = ("LIGER_BACKEND", "LIGER_DISABLE_BACKENDS", "LIGER_STRICT")
+
+
+def _fake_backend(**overrides) -> Backend:
+    """A valid backend (reference kernels) unless ``overrides`` break it."""
+    fields = {
+        "name": "fakevendor",
+        "distribution": "liger-ops-fakevendor",
+        "version": "9.8.7",
+        "device_types": ("xpu",),
+        "interface_version": "1.0",
+        "ops": {"rms_norm": reference_rms_norm},
+        "runtime": lambda: "fake runtime 1.2",
+    }
+    fields.update(overrides)
+    return Backend(**fields)
+
+
+@pytest.fixture
+def fake_backend():
+    """Factory for in-test backends: ``fake_backend(name=..., ops=...)``."""
+    return _fake_backend
+
+
+@pytest.fixture
+def clean_registry(monkeypatch):
+    """No LIGER_* overrides, a fresh registry, and every fake registered in the test removed after."""
+    for name in LIGER_ENV:
+        monkeypatch.delenv(name, raising=False)
+    before = [b.name for b in registry.REGISTRY._extra]
+    registry.reset()
+    yield registry
+    for b in list(registry.REGISTRY._extra):
+        if b.name not in before:
+            registry.unregister_backend(b.name)
+    registry.reset()
+
+
+@pytest.fixture
+def make_dist(tmp_path, monkeypatch):
+    """Install a fake distribution with ``liger.backends`` entry points on sys.path.
+
+    ``make_dist(entry_points={"name": "module:BACKEND"}, modules={"module": "source"})``;
+    returns the directory. Modules it created are dropped from sys.modules afterwards.
+    """
+    created: list[str] = []
+
+    def make(entry_points: dict[str, str], modules: dict[str, str] | None = None, dist: str = "liger-ops-fake"):
+        site = tmp_path / f"site-{uuid.uuid4().hex[:8]}"
+        info = site / f"{dist.replace('-', '_')}-0.0.1.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.0.1\n")
+        lines = "\n".join(f"{k} = {v}" for k, v in entry_points.items())
+        (info / "entry_points.txt").write_text(f"[liger.backends]\n{lines}\n")
+        for mod, source in (modules or {}).items():
+            (site / f"{mod}.py").write_text(textwrap.dedent(source))
+            created.append(mod)
+        monkeypatch.syspath_prepend(str(site))
+        return site
+
+    yield make
+    for mod in created:
+        sys.modules.pop(mod, None)
+
+
+def _scale_contract(x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
+    """A simulated op added by interface 1.1: ``x * scale``."""
+    raise NotImplementedError
+
+
+def _scale_reference(x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
+    return x * scale
+
+
+@pytest.fixture
+def interface_1_1(monkeypatch, clean_registry):
+    """Core at interface 1.1, which adds op ``scale`` (backends at 1.0 predate it)."""
+    from liger_core import backend, cli, interface
+
+    for module in (interface, backend, registry, cli):
+        monkeypatch.setattr(module, "INTERFACE_VERSION", (1, 1))
+    spec = interface.OpSpec("scale", (1, 1), _scale_contract, _scale_reference)
+    monkeypatch.setitem(interface.CATALOGUE, "scale", spec)
+    registry.reset()
+    yield spec
+    registry.reset()

@@ -53,7 +53,10 @@ def validate(backend: Backend) -> None:
     try:
         version = parse_version(backend.interface_version)
     except ValueError as e:
-        raise LigerBackendError(f"{who}: {e}") from None
+        raise LigerBackendError(
+            f"{who} declares a malformed op interface version ({e}); {core} provides interface "
+            f"{format_version(INTERFACE_VERSION)}. Fix: pip install -U {backend.distribution}"
+        ) from None
     have, want = format_version(version), format_version(INTERFACE_VERSION)
     if version[0] > INTERFACE_VERSION[0]:
         raise LigerBackendError(

@@ -51,10 +51,7 @@ class OpSpec:
 
 
 CATALOGUE: dict[str, OpSpec] = {
-    spec.name: spec
-    for spec in (
-        OpSpec("rms_norm", (1, 0), _rms_norm.rms_norm, _rms_norm.reference),
-    )
+    spec.name: spec for spec in (OpSpec("rms_norm", (1, 0), _rms_norm.rms_norm, _rms_norm.reference),)
 }
 
 
@@ -80,7 +77,11 @@ def signature_mismatch(spec: OpSpec, fn: Callable) -> str | None:
         return None
 
     def text(sig: inspect.Signature) -> str:
-        return str(sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
-                               return_annotation=inspect.Signature.empty))
+        return str(
+            sig.replace(
+                parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
+                return_annotation=inspect.Signature.empty,
+            )
+        )
 
     return f"expected {spec.name}{text(spec.signature)}, got {spec.name}{text(got)}"

@@ -51,6 +51,8 @@ class BackendProblem:
     name: str
     source: str
     error: str
+    # The device types the broken backend declared, when it loaded far enough to say.
+    device_types: tuple[str, ...] = ()
 
 
 def _env_list(name: str) -> set[str]:
@@ -109,18 +111,19 @@ class Registry:
             for name, source, load in self._candidates():
                 if name in disabled:
                     continue
+                backend = None
                 try:
                     obj = load()
                     backend = obj() if callable(obj) and not isinstance(obj, Backend) else obj
                     if not isinstance(backend, Backend):
                         raise LigerBackendError(
-                            f"entry point {name!r} must give a liger_core.backend.Backend; "
-                            f"got {type(backend).__name__}"
+                            f"entry point {name!r} must give a liger_core.backend.Backend; got {type(backend).__name__}"
                         )
                     validate(backend)
                 except Exception as e:  # noqa: BLE001 - any failure makes the backend unusable
                     msg = str(e) if isinstance(e, LigerBackendError) else f"failed to load: {e!r}"
-                    problems[name] = BackendProblem(name, source, msg)
+                    declared = tuple(backend.device_types) if isinstance(backend, Backend) else ()
+                    problems[name] = BackendProblem(name, source, msg, declared)
                     backends.pop(name, None)
                     continue
                 backends[name] = backend
@@ -137,7 +140,7 @@ class Registry:
         if forced:
             return self._named(forced)
         for problem in self.problems.values():
-            if device_type in _declared_devices(problem.name):
+            if device_type in (problem.device_types or _declared_devices(problem.name)):
                 raise LigerBackendError(
                     f"the Liger backend {problem.name!r} for device {device_type!r} is unusable: "
                     f"{problem.error} (set LIGER_DISABLE_BACKENDS={problem.name} to fall back "

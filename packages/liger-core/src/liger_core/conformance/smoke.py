@@ -1,0 +1,44 @@
+"""Quick per-op checks for ``liger check``: one entry per catalogue op.
+
+Each entry names a couple of shapes and a function ``run(backend, device, dtype, shape)``
+that runs the backend's op forward and backward on fresh inputs and compares the output
+and every gradient with the float64 reference through the conformance helpers; it raises
+(AssertionError or whatever the kernel raised) on a mismatch. A new op adds one entry here
+(a test checks that every catalogue op has one). The full suite stays in ``cases.py``.
+
+The op modules of the conformance suite import pytest (for their parametrised cases), so
+they are imported lazily here: ``liger check`` needs pytest only when it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from liger_core.backend import Backend
+
+SmokeFn = Callable[[Backend, str, torch.dtype, tuple[int, ...]], None]
+
+
+@dataclass(frozen=True)
+class Smoke:
+    """How ``liger check`` exercises one op: shapes to try and the check to run per shape and dtype."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    run: SmokeFn
+
+
+def _rms_norm(backend: Backend, device: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    from liger_core.conformance.rms_norm import check_rms_norm, make_inputs
+
+    x, w, dy = make_inputs(shape, dtype, device)
+    check_rms_norm(backend, x, w, dy)
+
+
+# Small odd rows, and 3-D input with rows wider than one 512/1024 tile; small enough for
+# the Triton interpreter on CPU.
+SMOKE: dict[str, Smoke] = {
+    "rms_norm": Smoke(shapes=((3, 5), (2, 7, 1000)), run=_rms_norm),
+}
