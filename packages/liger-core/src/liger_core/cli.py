@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -252,10 +251,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not device_available(device):
         print(f"liger check: device {device!r} is not available on this machine", file=sys.stderr)
         return 1
-    if importlib.util.find_spec("pytest") is None:
-        print("liger check: the conformance helpers need pytest: pip install pytest", file=sys.stderr)
-        return 1
-
     # Which backend runs each op; None: the op cannot run there, with the reason and whether
     # that is a failure ("FAIL") or expected ("SKIP": the backend's interface predates the op).
     plan: dict[str, tuple[Backend | None, str, str]] = {}
