@@ -62,13 +62,11 @@ def _install_core(session: nox.Session, *extra: str) -> None:
 
 
 def _report_triton(session: nox.Session, dist: str) -> None:
-    session.run(
-        "python",
-        "-c",
-        "import importlib.metadata as m, triton; "
-        f"print('Triton under test: distribution {dist!r} version', m.version({dist!r}), "
-        "'module at', triton.__file__)",
+    code = (
+        "import importlib.metadata as m, triton\n"
+        f"print('Triton under test:', {dist!r}, m.version({dist!r}), 'at', triton.__file__)"
     )
+    session.run("python", "-c", code)
 
 
 @nox.session(tags=["lint"])
