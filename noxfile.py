@@ -22,7 +22,7 @@ ROOT = Path(__file__).parent
 PACKAGES = ROOT / "packages"
 CORE = PACKAGES / "liger-core"
 TORCH = os.environ.get("LIGER_TORCH", "torch==2.13.0")
-# The older Tritons' interpreters convert 1-element arrays to scalars, which numpy 2.4 refuses.
+# The interpreter needs numpy; the older Tritons' interpreters convert 1-element arrays to scalars, which numpy 2.4 refuses.
 OLD_TRITON_NUMPY = "numpy<2.4"
 
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -37,7 +37,7 @@ if os.environ.get("PIP_FIND_LINKS") and not os.environ.get("UV_FIND_LINKS"):
 # vendor -> (package dir, native device, Triton requirements for the interpreter venv,
 #            extra requirements for the native venv, the Triton distribution to report)
 VENDORS = {
-    "cuda": ("liger-ops-cuda", "cuda", ["triton"], [], "triton"),
+    "cuda": ("liger-ops-cuda", "cuda", ["triton", "numpy"], [], "triton"),
     "ascend": (
         "liger-ops-ascend",
         "npu",
