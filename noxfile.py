@@ -22,7 +22,8 @@ ROOT = Path(__file__).parent
 PACKAGES = ROOT / "packages"
 CORE = PACKAGES / "liger-core"
 TORCH = os.environ.get("LIGER_TORCH", "torch==2.13.0")
-# The interpreter needs numpy; the older Tritons' interpreters convert 1-element arrays to scalars, which numpy 2.4 refuses.
+# The interpreter needs numpy; the older Tritons' interpreters convert 1-element arrays to
+# scalars, which numpy 2.4 refuses.
 OLD_TRITON_NUMPY = "numpy<2.4"
 
 nox.options.default_venv_backend = "uv|virtualenv"
