@@ -218,3 +218,12 @@ def test_entry_point_disabled_is_not_imported(clean_registry, make_dist, monkeyp
     assert "epvendor" not in clean_registry.backends()
     assert clean_registry.problems() == {}
     assert "liger_test_epvendor_off" not in sys.modules
+
+
+def test_triton_runtime_names_the_first_installed_distribution():
+    from liger_core.backend import triton_runtime
+
+    # Core never needs Triton: without one installed this still answers, naming the problem.
+    text = triton_runtime("no-such-triton-dist")
+    assert "(not from no-such-triton-dist)" in text or text.startswith("no importable Triton")
+    assert triton_runtime("no-such-triton-dist", "torch").startswith("torch ")

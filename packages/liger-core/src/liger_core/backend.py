@@ -46,6 +46,26 @@ class Backend:
     runtime: Callable[[], str] | None = field(default=None, repr=False, compare=False)
 
 
+def triton_runtime(*distributions: str) -> str:
+    """Describe the Triton that runs a backend's kernels, for ``Backend.runtime``.
+
+    The first installed of ``distributions`` names it (several ship the module ``triton``);
+    otherwise the module's own version, marked as coming from none of them.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in distributions:
+        try:
+            return f"{dist} {version(dist)}"
+        except PackageNotFoundError:
+            continue
+    try:
+        import triton
+    except ImportError as e:
+        return f"no importable Triton ({e})"
+    return f"triton {triton.__version__} (not from {', '.join(distributions)})"
+
+
 def validate(backend: Backend) -> None:
     """Raise one LigerBackendError describing the first incompatibility found."""
     who = f"{backend.distribution} {backend.version}"

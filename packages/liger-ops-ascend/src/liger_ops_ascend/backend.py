@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-from liger_core.backend import Backend
+from liger_core.backend import Backend, triton_runtime
 
 from liger_ops_ascend import rms_norm
 from liger_ops_ascend.__about__ import __version__
 
 INTERFACE_VERSION = "1.0"
-
-
-def _runtime() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    import triton
-
-    try:
-        return f"triton-ascend {version('triton-ascend')}"
-    except PackageNotFoundError:
-        return f"triton {triton.__version__} (not the triton-ascend distribution)"
 
 
 BACKEND = Backend(
@@ -28,5 +17,5 @@ BACKEND = Backend(
     device_types=("npu",),
     interface_version=INTERFACE_VERSION,
     ops={"rms_norm": rms_norm.rms_norm},
-    runtime=_runtime,
+    runtime=lambda: triton_runtime("triton-ascend"),
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from liger_core.backend import Backend
+from liger_core.backend import Backend, triton_runtime
 
 from liger_ops_xpu import rms_norm
 from liger_ops_xpu.__about__ import __version__
@@ -13,19 +13,6 @@ INTERFACE_VERSION = "1.0"
 _TRITON_DISTRIBUTIONS = ("pytorch-triton-xpu", "triton-xpu", "triton")
 
 
-def _runtime() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    import triton
-
-    for dist in _TRITON_DISTRIBUTIONS:
-        try:
-            return f"{dist} {version(dist)}"
-        except PackageNotFoundError:
-            continue
-    return f"triton {triton.__version__}"
-
-
 BACKEND = Backend(
     name="xpu",
     distribution="liger-ops-xpu",
@@ -33,5 +20,5 @@ BACKEND = Backend(
     device_types=("xpu",),
     interface_version=INTERFACE_VERSION,
     ops={"rms_norm": rms_norm.rms_norm},
-    runtime=_runtime,
+    runtime=lambda: triton_runtime(*_TRITON_DISTRIBUTIONS),
 )
