@@ -76,3 +76,19 @@ def assert_close(
             f"outside rtol={tol.rtol}, atol={tol.atol}*scale (scale={float(scale):.4g}); worst at flat "
             f"index {worst}: got {float(a.flatten()[worst]):.6g}, expected {float(e.flatten()[worst]):.6g}"
         )
+
+
+def require_op(backend, op: str):
+    """The backend's implementation of ``op``; skips the case (saying why) when the backend
+    declares an older interface that predates the op, so a vendor package can run a newer
+    liger-core's suite. A backend whose interface includes the op but lacks it never gets
+    here: it fails validation at load."""
+    fn = backend.ops.get(op)
+    if fn is None:
+        import pytest
+
+        from liger_core.interface import CATALOGUE, format_version
+
+        since = format_version(CATALOGUE[op].since)
+        pytest.skip(f"backend {backend.name!r} implements interface {backend.interface_version}; {op} needs {since}")
+    return fn
