@@ -45,49 +45,83 @@ try:
 except Exception as e:
     print(json.dumps({"skip": f"cannot build the Intel backend here: {e!r}"})); sys.exit(SKIP)
 
+import importlib
 import torch
 from liger_ops_xpu import hardware
-from liger_ops_xpu import rms_norm as R
 
-FWD = {"X": "*bf16", "W": "*fp32", "Y": "*bf16", "RSTD": "*fp32", "x_row_stride": "i32", "y_row_stride": "i32",
-       "n_rows": "i32", "n_cols": "i32", "eps": "fp32", "offset": "fp32"}
-BWD = {"DY": "*bf16", "X": "*bf16", "W": "*fp32", "RSTD": "*fp32", "DX": "*bf16", "DW_PARTIAL": "*fp32",
-       "dy_row_stride": "i32", "x_row_stride": "i32", "dx_row_stride": "i32", "n_rows": "i32", "n_cols": "i32",
-       "offset": "fp32", "tiles_per_program": "i32"}
 results = []
-for n_cols, has_weight, round_x_hat in json.loads(sys.argv[1]):
-    plan = R.plan_tiles(n_cols)
-    common = dict(HAS_WEIGHT=has_weight, ROUND_X_HAT=round_x_hat, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
-                  N_CHUNKS=plan.n_chunks)
-    for name, kernel, signature, extra in (("forward", R._rms_norm_forward_kernel, FWD, {}),
-                                           ("backward", R._rms_norm_backward_kernel, BWD, {"STATIC_TILES": 0})):
-        constants = {**common, **extra}
-        options = hardware.launch_kwargs(kernel, torch.device("xpu"), plan.num_warps)
-        row = {"kernel": name, "n_cols": n_cols, "plan": repr(plan), "options": options}
-        try:
-            src = ASTSource(fn=kernel, signature={**signature, **{k: "constexpr" for k in constants}},
-                            constexprs={(kernel.arg_names.index(k),): v for k, v in constants.items()})
-            compiled = triton.compile(src, target=target, options=options)
-            row["build_flags"] = getattr(compiled.metadata, "build_flags", "")
-            row["spirv_bytes"] = len(compiled.asm.get("spv", b""))
-        except Exception as e:
-            row["error"] = repr(e)[:2000]
-        results.append(row)
+for case in json.loads(sys.argv[1]):
+    kernel = getattr(importlib.import_module("liger_ops_xpu." + case["module"]), case["kernel"])
+    constants = case["constants"]
+    options = hardware.launch_kwargs(kernel, torch.device("xpu"), case["num_warps"], case["register_heavy"])
+    row = {"kernel": case["kernel"], "constants": constants, "options": options}
+    try:
+        src = ASTSource(fn=kernel, signature={**case["signature"], **{k: "constexpr" for k in constants}},
+                        constexprs={(kernel.arg_names.index(k),): v for k, v in constants.items()})
+        compiled = triton.compile(src, target=target, options=options)
+        row["build_flags"] = getattr(compiled.metadata, "build_flags", "")
+        row["spirv_bytes"] = len(compiled.asm.get("spv", b""))
+    except Exception as e:
+        row["error"] = repr(e)[:2000]
+    results.append(row)
 print(json.dumps({"results": results}))
 """
 
-# (n_cols, has_weight, round_x_hat): multi-row tiles, one row per tile at the fused cap, chunked.
-CASES = [(64, True, True), (16384, True, False), (20000, True, True), (20000, False, False)]
+
+def _case(module: str, kernel: str, signature: dict, constants: dict, num_warps: int, register_heavy: bool = True):
+    return {
+        "module": module,
+        "kernel": kernel,
+        "signature": signature,
+        "constants": constants,
+        "num_warps": num_warps,
+        "register_heavy": register_heavy,
+    }
+
+
+def _rms_norm_cases() -> list[dict]:
+    from liger_ops_xpu._tiling import plan_tiles
+
+    fwd = {"X": "*bf16", "R": "*fp32", "W": "*fp32", "Y": "*bf16", "S": "*bf16", "RSTD": "*fp32"}
+    fwd.update({k: "i32" for k in ("x_row_stride", "r_row_stride", "y_row_stride", "s_row_stride", "n_rows", "n_cols")})
+    fwd.update({"eps": "fp32", "offset": "fp32"})
+    bwd = {"DY": "*bf16", "X": "*bf16", "W": "*fp32", "RSTD": "*fp32", "DX": "*bf16", "DW_PARTIAL": "*fp32"}
+    bwd.update({"DRES": "*bf16", "DR_OUT": "*fp32"})
+    strides = ("dy_row_stride", "x_row_stride", "dx_row_stride", "dres_row_stride", "dr_out_row_stride")
+    bwd.update({k: "i32" for k in (*strides, "n_rows", "n_cols")})
+    bwd.update({"offset": "fp32", "tiles_per_program": "i32"})
+    cases = []
+    # (n_cols, has_weight, round_x_hat, residual): multi-row tiles, one row per tile at the fused cap, chunked.
+    for n_cols, has_weight, round_x_hat, residual in [
+        (64, True, True, False),
+        (16384, True, False, True),
+        (20000, True, True, True),
+        (20000, False, False, False),
+    ]:
+        plan = plan_tiles(n_cols)
+        common = {"HAS_WEIGHT": has_weight, "ROUND_X_HAT": round_x_hat, "BLOCK_M": plan.block_m}
+        common.update(BLOCK_N=plan.block_n, N_CHUNKS=plan.n_chunks)
+        cases.append(
+            _case("rms_norm", "_rms_norm_forward_kernel", fwd, {**common, "HAS_RESIDUAL": residual}, plan.num_warps)
+        )
+        bwd_constants = {**common, "HAS_DRES": residual, "STATIC_TILES": 0}
+        cases.append(_case("rms_norm", "_rms_norm_backward_kernel", bwd, bwd_constants, plan.num_warps))
+    return cases
+
+
+def _cases() -> list[dict]:
+    return _rms_norm_cases()
 
 
 def test_kernels_compile_to_spirv_for_an_intel_target(tmp_path):
+    cases = _cases()
     src = Path(__file__).resolve().parents[1] / "src"
     core_src = Path(__file__).resolve().parents[2] / "liger-core" / "src"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), str(core_src), env.get("PYTHONPATH", "")) if p)
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
     proc = subprocess.run(
-        [sys.executable, "-c", f"SKIP = {SKIP}\n" + _SCRIPT, json.dumps(CASES)],
+        [sys.executable, "-c", f"SKIP = {SKIP}\n" + _SCRIPT, json.dumps(cases)],
         env=env,
         check=False,  # the exit status says skip, pass or fail
         capture_output=True,
@@ -101,7 +135,7 @@ def test_kernels_compile_to_spirv_for_an_intel_target(tmp_path):
     assert proc.returncode == 0 and "results" in report, proc.stderr[-4000:]
     errors = [row for row in report["results"] if "error" in row]
     assert not errors, json.dumps(errors, indent=1)
-    assert len(report["results"]) == 2 * len(CASES)
+    assert len(report["results"]) == len(cases)
     for row in report["results"]:
         assert row["spirv_bytes"] > 0
         mode = row["options"].get("grf_mode")

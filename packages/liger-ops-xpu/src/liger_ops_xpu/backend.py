@@ -19,6 +19,9 @@ BACKEND = Backend(
     version=__version__,
     device_types=("xpu",),
     interface_version=INTERFACE_VERSION,
-    ops={"rms_norm": rms_norm.rms_norm},
+    ops={
+        "rms_norm": rms_norm.rms_norm,
+        "fused_add_rms_norm": rms_norm.fused_add_rms_norm,
+    },
     runtime=lambda: triton_runtime(*_TRITON_DISTRIBUTIONS),
 )

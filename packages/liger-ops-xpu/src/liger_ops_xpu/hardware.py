@@ -32,6 +32,27 @@ CHUNK_BLOCK = 4096
 TARGET_TILE_ELEMENTS = 4096
 # At most this many rows in one tile (keeps the per-row reductions cheap).
 MAX_ROWS_PER_TILE = 32
+# Norms that keep several live fp32 copies of the row (poly_norm's three powers, layer_norm's
+# centred row and gradient) fuse rows only up to this width before chunking.
+MAX_FUSED_BLOCK_HEAVY = 8192
+
+# --- elementwise ops (swiglu, geglu, dyt): a flat 1-D grid, light on registers ------------------
+# Elements per program: 16 per lane of a 16-sub-group work-group. Small enough for the default
+# 128-GRF mode (more threads resident to hide memory latency), large enough to amortise the
+# program's index math.
+ELEMENTWISE_BLOCK = 8192
+ELEMENTWISE_NUM_WARPS = 16
+# Columns per program of the 2-D elementwise kernels with a per-column parameter (dyt).
+ELEMENTWISE_COL_BLOCK = 1024
+
+# --- losses: one row of logits per program, the vocabulary walked in blocks -------------------
+# Vocabulary block of the cross-entropy-style kernels; CUDA uses up to 32768, but an Intel
+# thread spills beyond a few fp32 values per lane (with 256 GRF: 128 per SIMD32 lane).
+LOSS_VOCAB_BLOCK = 4096
+LOSS_NUM_WARPS = 32
+# Rows of the fused-linear losses' logits materialised at once: chunks of about this many
+# logits (rows x vocab) bound the extra memory (fp32 4 bytes each: 256 MiB).
+FUSED_LINEAR_CHUNK_ELEMENTS = 1 << 26
 
 # --- threads and sub-groups ------------------------------------------------------------------
 # Triton's default sub-group width on XPU; every Intel GPU Triton targets supports it.

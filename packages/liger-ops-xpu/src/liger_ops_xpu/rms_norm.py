@@ -20,16 +20,24 @@ interpreter, chosen inline in the ``range`` call.
 
 from __future__ import annotations
 
-import functools
-import math
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
+from liger_core.ops.fused_add_rms_norm import check_args as fused_add_check_args
 from liger_core.ops.rms_norm import check_args
 
 from liger_ops_xpu import hardware
+from liger_ops_xpu._tiling import TilePlan, as_rows, backward_grid, plan_tiles, static_trips
+
+__all__ = [
+    "LigerFusedAddRMSNormFunction",
+    "LigerRMSNormFunction",
+    "TilePlan",
+    "backward_grid",
+    "fused_add_rms_norm",
+    "plan_tiles",
+    "rms_norm",
+]
 
 # casting_mode -> whether x_hat is rounded to x.dtype before the weight multiply
 # ("llama" and "none" round; "gemma" stays in fp32 throughout).
@@ -49,28 +57,46 @@ def _scaled_x_hat(x, rstd, W, cols, col_mask, offset, HAS_WEIGHT: tl.constexpr, 
 
 
 @triton.jit
+def _load_input(x_ptrs, r_ptrs, mask, HAS_RESIDUAL: tl.constexpr):
+    """The normalised input: x, or (x + residual) summed in fp32 and rounded once to x's dtype."""
+    x = tl.load(x_ptrs, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(r_ptrs, mask=mask, other=0.0)
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
+    return x
+
+
+@triton.jit
 def _rms_norm_forward_kernel(
     X,
+    R,
     W,
     Y,
+    S,
     RSTD,
     x_row_stride,
+    r_row_stride,
     y_row_stride,
+    s_row_stride,
     n_rows,
     n_cols,
     eps,
     offset,
     HAS_WEIGHT: tl.constexpr,
     ROUND_X_HAT: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     N_CHUNKS: tl.constexpr,
 ):
+    # HAS_RESIDUAL (fused_add_rms_norm): the row is s = x + r, stored to S as the new residual.
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < n_rows
     rows64 = rows.to(tl.int64)
     x_rows = X + rows64[:, None] * x_row_stride
+    r_rows = R + rows64[:, None] * r_row_stride
+    s_rows = S + rows64[:, None] * s_row_stride
     y_rows = Y + rows64[:, None] * y_row_stride
     cols = tl.arange(0, BLOCK_N)
 
@@ -78,7 +104,9 @@ def _rms_norm_forward_kernel(
         # The whole row is in the tile: one read of x.
         col_mask = cols < n_cols
         mask = row_mask[:, None] & col_mask[None, :]
-        x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0)
+        x = _load_input(x_rows + cols[None, :], r_rows + cols[None, :], mask, HAS_RESIDUAL)
+        if HAS_RESIDUAL:
+            tl.store(s_rows + cols[None, :], x, mask=mask)
         xf = x.to(tl.float32)
         rstd = tl.math.rsqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
         y = _scaled_x_hat(x, rstd, W, cols, col_mask, offset, HAS_WEIGHT, ROUND_X_HAT)
@@ -89,14 +117,19 @@ def _rms_norm_forward_kernel(
         for chunk in range(N_CHUNKS):
             c = chunk * BLOCK_N + cols
             mask = row_mask[:, None] & (c < n_cols)[None, :]
-            xf = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = _load_input(x_rows + c[None, :], r_rows + c[None, :], mask, HAS_RESIDUAL)
+            if HAS_RESIDUAL:
+                tl.store(s_rows + c[None, :], x, mask=mask)
+            xf = x.to(tl.float32)
             sum_sq += tl.sum(xf * xf, axis=1)
         rstd = tl.math.rsqrt(sum_sq / n_cols + eps)
         for chunk in range(N_CHUNKS):
             c = chunk * BLOCK_N + cols
             col_mask = c < n_cols
             mask = row_mask[:, None] & col_mask[None, :]
-            x = tl.load(x_rows + c[None, :], mask=mask, other=0.0)
+            # Recomputed rather than read back from S: no ordering between this program's own
+            # store and load is promised.
+            x = _load_input(x_rows + c[None, :], r_rows + c[None, :], mask, HAS_RESIDUAL)
             y = _scaled_x_hat(x, rstd, W, c, col_mask, offset, HAS_WEIGHT, ROUND_X_HAT)
             tl.store(y_rows + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + rows, rstd, mask=row_mask)
@@ -110,20 +143,28 @@ def _rms_norm_backward_kernel(
     RSTD,
     DX,
     DW_PARTIAL,
+    DRES,
+    DR_OUT,
     dy_row_stride,
     x_row_stride,
     dx_row_stride,
+    dres_row_stride,
+    dr_out_row_stride,
     n_rows,
     n_cols,
     offset,
     tiles_per_program,
     HAS_WEIGHT: tl.constexpr,
     ROUND_X_HAT: tl.constexpr,
+    HAS_DRES: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     N_CHUNKS: tl.constexpr,
     STATIC_TILES: tl.constexpr,
 ):
+    # HAS_DRES (fused_add_rms_norm): the incoming gradient of the new residual is added to grad_x,
+    # which is stored twice: DX (x's dtype) and DR_OUT (the residual's gradient, its own buffer so
+    # that no later in-place backward can change one through the other).
     # grad_x = rstd * (g - x_hat * mean(g * x_hat)), g = dy * (w + offset);
     # grad_w = sum over rows of dy * x_hat (x_hat rounded to x.dtype where the forward rounded it).
     pid = tl.program_id(0)
@@ -152,6 +193,11 @@ def _rms_norm_backward_kernel(
                 g = dy * w_eff[None, :]
             mean_gx = tl.sum(g * x_hat, axis=1) / n_cols
             dx = rstd[:, None] * (g - x_hat * mean_gx[:, None])
+            if HAS_DRES:
+                dres = tl.load(DRES + rows64[:, None] * dres_row_stride + cols[None, :], mask=mask, other=0.0)
+                dx += dres.to(tl.float32)
+                dr_ptrs = DR_OUT + rows64[:, None] * dr_out_row_stride + cols[None, :]
+                tl.store(dr_ptrs, dx.to(DR_OUT.dtype.element_ty), mask=mask)
             tl.store(DX + rows64[:, None] * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
             if HAS_WEIGHT:
                 if ROUND_X_HAT:
@@ -191,63 +237,17 @@ def _rms_norm_backward_kernel(
                 if HAS_WEIGHT:
                     g = dy * (tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32) + offset)[None, :]
                 dx = rstd[:, None] * (g - x_hat * mean_gx[:, None])
+                if HAS_DRES:
+                    dres = tl.load(DRES + rows64[:, None] * dres_row_stride + c[None, :], mask=mask, other=0.0)
+                    dx += dres.to(tl.float32)
+                    dr_ptrs = DR_OUT + rows64[:, None] * dr_out_row_stride + c[None, :]
+                    tl.store(dr_ptrs, dx.to(DR_OUT.dtype.element_ty), mask=mask)
                 tl.store(DX + rows64[:, None] * dx_row_stride + c[None, :], dx.to(DX.dtype.element_ty), mask=mask)
                 if HAS_WEIGHT:
                     if ROUND_X_HAT:
                         x_hat = x_hat.to(x.dtype).to(tl.float32)
                     partial = tl.load(dw_row + c, mask=col_mask, other=0.0)
                     tl.store(dw_row + c, partial + tl.sum(dy * x_hat, axis=0), mask=col_mask)
-
-
-@dataclass(frozen=True)
-class TilePlan:
-    """How rows of one width are cut into tiles: BLOCK_M rows x BLOCK_N columns, N_CHUNKS
-    column chunks per row (1: the whole row is in the tile), ``num_warps`` sub-groups."""
-
-    block_m: int
-    block_n: int
-    n_chunks: int
-    num_warps: int
-
-    @property
-    def chunked(self) -> bool:
-        return self.n_chunks > 1
-
-
-def plan_tiles(n_cols: int, device: torch.device | str | None = None) -> TilePlan:
-    """Tile shape for rows of ``n_cols``: whole rows (several when short) or chunks when wide.
-
-    Rows up to ``hardware.MAX_FUSED_BLOCK`` (rounded up to a power of two) stay in one tile,
-    packed until a tile holds about ``TARGET_TILE_ELEMENTS``; wider rows go in
-    ``CHUNK_BLOCK``-wide chunks. Caps are read at call time so tests can lower them.
-    """
-    device = torch.device("cpu") if device is None else torch.device(device)
-    sub_group = hardware.sub_group_size(device.index) if device.type == "xpu" else hardware.DEFAULT_SUB_GROUP_SIZE
-    return _plan(
-        n_cols,
-        sub_group,
-        hardware.MAX_FUSED_BLOCK,
-        hardware.CHUNK_BLOCK,
-        hardware.TARGET_TILE_ELEMENTS,
-        hardware.MAX_ROWS_PER_TILE,
-    )
-
-
-@functools.lru_cache(maxsize=256)  # called on every op call; the caps are part of the key
-def _plan(
-    n_cols: int, sub_group: int, max_fused_block: int, chunk_block: int, tile_elements: int, max_rows: int
-) -> TilePlan:
-    block_n = triton.next_power_of_2(max(n_cols, 1))
-    n_chunks = 1
-    if block_n > max_fused_block:
-        block_n = min(chunk_block, max_fused_block)
-        n_chunks = triton.cdiv(n_cols, block_n)
-    block_m = max(1, min(tile_elements // block_n, max_rows))
-    return TilePlan(block_m, block_n, n_chunks, hardware.num_warps_for(block_m * block_n, sub_group))
-
-
-def _eu_device_index(device: torch.device) -> int | None:
-    return device.index if device.type == "xpu" else None
 
 
 def rms_norm_forward(
@@ -257,42 +257,43 @@ def rms_norm_forward(
     offset: float,
     casting_mode: str,
     plan: TilePlan,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Launch the forward kernel on rows of ``x2d`` (unit column stride); returns ``(y, rstd)``."""
+    residual2d: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launch the forward kernel on rows of ``x2d`` (unit column stride); returns ``(y, rstd, s)``
+    where ``s`` is the normalised input: ``x2d``, or the new residual ``x2d + residual2d``."""
     n_rows, n_cols = x2d.shape
+    has_residual = residual2d is not None
     y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
+    s = torch.empty_like(y) if has_residual else x2d
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
     if x2d.numel() == 0:
-        return y, rstd
+        return y, rstd, s
+    r = residual2d if has_residual else x2d  # never read without HAS_RESIDUAL
     kernel = _rms_norm_forward_kernel
     kernel[(triton.cdiv(n_rows, plan.block_m),)](
         x2d,
+        r,
         weight if weight is not None else x2d,  # never read without HAS_WEIGHT
         y,
+        s,
         rstd,
         x2d.stride(0),
+        r.stride(0),
         y.stride(0),
+        s.stride(0),
         n_rows,
         n_cols,
         eps,
         offset,
         HAS_WEIGHT=weight is not None,
         ROUND_X_HAT=_ROUND_X_HAT[casting_mode],
+        HAS_RESIDUAL=has_residual,
         BLOCK_M=plan.block_m,
         BLOCK_N=plan.block_n,
         N_CHUNKS=plan.n_chunks,
         **hardware.launch_kwargs(kernel, x2d.device, plan.num_warps),
     )
-    return y, rstd
-
-
-def backward_grid(n_rows: int, plan: TilePlan, device: torch.device) -> tuple[int, int]:
-    """``(programs, tiles_per_program)`` for the backward pass: at most as many programs as the
-    device keeps resident, at most one per tile, every program with at least one tile."""
-    n_tiles = triton.cdiv(n_rows, plan.block_m)
-    programs = max(1, min(hardware.persistent_programs(plan.num_warps, _eu_device_index(device)), n_tiles))
-    tiles_per_program = triton.cdiv(n_tiles, programs)
-    return triton.cdiv(n_tiles, tiles_per_program), tiles_per_program
+    return y, rstd, s
 
 
 def rms_norm_backward(
@@ -304,10 +305,15 @@ def rms_norm_backward(
     casting_mode: str,
     in_place: bool,
     plan: TilePlan,
+    dres2d: torch.Tensor | None = None,
+    dr_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Launch the backward kernel; returns ``(grad_x, grad_weight)`` (grad_x in ``dy2d`` when in_place)."""
+    """Launch the backward kernel; returns ``(grad_x, grad_weight)`` (grad_x in ``dy2d`` when
+    in_place). ``dres2d``, the gradient of fused_add_rms_norm's new residual, is added to grad_x,
+    which is then also written to ``dr_out`` (the residual's gradient)."""
     n_rows, n_cols = x2d.shape
     has_weight = weight is not None
+    has_dres = dres2d is not None
     # Writing grad_x over dy is only safe where every element of dy has its own memory.
     reuse_dy = in_place and dy2d.is_contiguous() and dy2d.dtype == x2d.dtype
     dx = dy2d if reuse_dy else torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
@@ -319,6 +325,7 @@ def rms_norm_backward(
         # One fp32 row per program; chunked plans accumulate into it, so it starts at zero.
         alloc = torch.zeros if plan.chunked else torch.empty
         dw_partial = alloc((programs, n_cols), dtype=torch.float32, device=x2d.device)
+    dres = dres2d if has_dres else dy2d  # never read without HAS_DRES
     kernel = _rms_norm_backward_kernel
     kernel[(programs,)](
         dy2d,
@@ -327,38 +334,37 @@ def rms_norm_backward(
         rstd,
         dx,
         dw_partial if has_weight else rstd,  # never written without HAS_WEIGHT
+        dres,
+        dr_out if has_dres else dx,  # never written without HAS_DRES
         dy2d.stride(0),
         x2d.stride(0),
         dx.stride(0),
+        dres.stride(0),
+        dr_out.stride(0) if has_dres else 0,
         n_rows,
         n_cols,
         offset,
         tiles_per_program,
         HAS_WEIGHT=has_weight,
         ROUND_X_HAT=_ROUND_X_HAT[casting_mode],
+        HAS_DRES=has_dres,
         BLOCK_M=plan.block_m,
         BLOCK_N=plan.block_n,
         N_CHUNKS=plan.n_chunks,
-        STATIC_TILES=tiles_per_program if hardware.interpreting(kernel) else 0,
+        STATIC_TILES=static_trips(kernel, tiles_per_program),
         **hardware.launch_kwargs(kernel, x2d.device, plan.num_warps),
     )
     dw = dw_partial.sum(0).to(weight.dtype) if has_weight else None
     return dx, dw
 
 
-def _rows(t: torch.Tensor, n_cols: int) -> torch.Tensor:
-    """``t`` as ``(-1, n_cols)`` rows with unit column stride (a copy only where needed)."""
-    t2d = t.reshape(math.prod(t.shape[:-1]), n_cols)  # not -1: ambiguous when n_cols == 0
-    return t2d if t2d.stride(-1) == 1 or n_cols <= 1 else t2d.contiguous()
-
-
 class LigerRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps, offset, casting_mode, in_place):
         n_cols = x.shape[-1]
-        x2d = _rows(x, n_cols)
+        x2d = as_rows(x, n_cols)
         plan = plan_tiles(n_cols, x.device)
-        y, rstd = rms_norm_forward(x2d, weight, eps, offset, casting_mode, plan)
+        y, rstd, _ = rms_norm_forward(x2d, weight, eps, offset, casting_mode, plan)
         ctx.save_for_backward(x2d, weight, rstd)
         ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan = offset, casting_mode, in_place, plan
         return y.view(x.shape)
@@ -366,7 +372,7 @@ class LigerRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, rstd = ctx.saved_tensors
-        dy2d = _rows(dy, x2d.shape[1])
+        dy2d = as_rows(dy, x2d.shape[1])
         dx, dw = rms_norm_backward(dy2d, x2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan)
         return dx.view(dy.shape), dw, None, None, None, None
 
@@ -382,3 +388,46 @@ def rms_norm(
     """The interface's ``rms_norm`` (see ``liger_core.ops.rms_norm.rms_norm``) on Intel GPUs."""
     check_args(x, weight, eps, offset, casting_mode)
     return LigerRMSNormFunction.apply(x, weight, float(eps), float(offset), casting_mode, in_place)
+
+
+class LigerFusedAddRMSNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, residual, weight, eps, offset, casting_mode, in_place):
+        n_cols = x.shape[-1]
+        x2d = as_rows(x, n_cols)
+        r2d = as_rows(residual, n_cols)
+        plan = plan_tiles(n_cols, x.device)
+        y, rstd, s = rms_norm_forward(x2d, weight, eps, offset, casting_mode, plan, residual2d=r2d)
+        ctx.save_for_backward(s, weight, rstd)
+        ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan = offset, casting_mode, in_place, plan
+        ctx.residual_dtype = residual.dtype
+        return y.view(x.shape), s.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy, dres):
+        s2d, weight, rstd = ctx.saved_tensors
+        n_cols = s2d.shape[1]
+        dy2d = as_rows(dy, n_cols)
+        dres2d = None if dres is None else as_rows(dres, n_cols)
+        # The sum's gradient goes to both addends unchanged, each in its own dtype and buffer.
+        d_residual = torch.empty(s2d.shape, dtype=ctx.residual_dtype, device=s2d.device)
+        dx, dw = rms_norm_backward(
+            dy2d, s2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan, dres2d, d_residual
+        )
+        if dres is None:  # new_residual unused: the kernel stored grad_x only
+            d_residual.copy_(dx)
+        return dx.view(dy.shape), d_residual.view(dy.shape), dw, None, None, None, None
+
+
+def fused_add_rms_norm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    offset: float = 0.0,
+    casting_mode: str = "llama",
+    in_place: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The interface's ``fused_add_rms_norm`` (see ``liger_core.ops.fused_add_rms_norm``) on Intel GPUs."""
+    fused_add_check_args(x, residual, weight, eps, offset, casting_mode)
+    return LigerFusedAddRMSNormFunction.apply(x, residual, weight, float(eps), float(offset), casting_mode, in_place)
