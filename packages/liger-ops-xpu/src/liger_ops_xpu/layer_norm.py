@@ -1,0 +1,305 @@
+"""LayerNorm for Intel GPUs: Triton kernels, launch plan and autograd Function.
+
+Same shape of work as RMSNorm (see rms_norm.py): the forward tiles BLOCK_M rows (whole rows
+in one read, or wide rows in N_CHUNKS chunks) and stores each row's fp32 mean and reciprocal
+standard deviation; the backward is a persistent grid sized by the EU count whose programs
+keep fp32 partial rows of grad_weight and grad_bias, summed once at the end (no atomics).
+
+Variance: whole rows are centred in registers before squaring (exact two-pass). Chunked rows
+accumulate sums shifted by the mean of their first chunk, which removes the cancellation of a
+one-pass E[x^2] - E[x]^2 when the mean is large against the spread.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from liger_core.ops.layer_norm import check_args
+
+from liger_ops_xpu import hardware
+from liger_ops_xpu._tiling import TilePlan, as_rows, backward_grid, plan_tiles, static_trips
+
+
+@triton.jit
+def _affine(x_hat, W, B, c, col_mask, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    y = x_hat
+    if HAS_WEIGHT:
+        y = y * tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+    if HAS_BIAS:
+        y = y + tl.load(B + c, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+    return y
+
+
+@triton.jit
+def _layer_norm_forward_kernel(
+    X,
+    W,
+    B,
+    Y,
+    MEAN,
+    RSTD,
+    x_row_stride,
+    y_row_stride,
+    n_rows,
+    n_cols,
+    eps,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    N_CHUNKS: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < n_rows
+    rows64 = rows.to(tl.int64)
+    x_rows = X + rows64[:, None] * x_row_stride
+    y_rows = Y + rows64[:, None] * y_row_stride
+    cols = tl.arange(0, BLOCK_N)
+
+    if N_CHUNKS == 1:
+        col_mask = cols < n_cols
+        mask = row_mask[:, None] & col_mask[None, :]
+        xf = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        mean = tl.sum(xf, axis=1) / n_cols
+        xc = tl.where(mask, xf - mean[:, None], 0.0)
+        rstd = tl.math.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
+        y = _affine(xc * rstd[:, None], W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS)
+        tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    else:
+        # Shift: the mean of the first chunk (always full: n_cols > BLOCK_N here).
+        shift = tl.sum(tl.load(x_rows + cols[None, :], mask=row_mask[:, None], other=0.0).to(tl.float32), axis=1)
+        shift = shift / BLOCK_N
+        s1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        s2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for chunk in range(N_CHUNKS):
+            c = chunk * BLOCK_N + cols
+            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            xf = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            d = tl.where(mask, xf - shift[:, None], 0.0)
+            s1 += tl.sum(d, axis=1)
+            s2 += tl.sum(d * d, axis=1)
+        d_mean = s1 / n_cols
+        mean = shift + d_mean
+        rstd = tl.math.rsqrt(tl.maximum(s2 / n_cols - d_mean * d_mean, 0.0) + eps)
+        for chunk in range(N_CHUNKS):
+            c = chunk * BLOCK_N + cols
+            col_mask = c < n_cols
+            mask = row_mask[:, None] & col_mask[None, :]
+            xf = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            y = _affine((xf - mean[:, None]) * rstd[:, None], W, B, c, col_mask, HAS_WEIGHT, HAS_BIAS)
+            tl.store(y_rows + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(MEAN + rows, mean, mask=row_mask)
+    tl.store(RSTD + rows, rstd, mask=row_mask)
+
+
+@triton.jit
+def _layer_norm_backward_kernel(
+    DY,
+    X,
+    W,
+    MEAN,
+    RSTD,
+    DX,
+    DW_PARTIAL,
+    DB_PARTIAL,
+    dy_row_stride,
+    x_row_stride,
+    dx_row_stride,
+    n_rows,
+    n_cols,
+    tiles_per_program,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    N_CHUNKS: tl.constexpr,
+    STATIC_TILES: tl.constexpr,
+):
+    # grad_x = rstd * (g - mean(g) - x_hat * mean(g * x_hat)), g = dy * w;
+    # grad_w = sum over rows of dy * x_hat; grad_b = sum over rows of dy.
+    pid = tl.program_id(0)
+    first_row = pid * tiles_per_program * BLOCK_M
+    cols = tl.arange(0, BLOCK_N)
+    dw_row = DW_PARTIAL + pid.to(tl.int64) * n_cols
+    db_row = DB_PARTIAL + pid.to(tl.int64) * n_cols
+
+    if N_CHUNKS == 1:
+        col_mask = cols < n_cols
+        if HAS_WEIGHT:
+            w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+        dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        db_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
+            rows = first_row + t * BLOCK_M + tl.arange(0, BLOCK_M)
+            row_mask = rows < n_rows
+            rows64 = rows.to(tl.int64)
+            mask = row_mask[:, None] & col_mask[None, :]
+            xf = tl.load(X + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(DY + rows64[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
+            rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+            x_hat = tl.where(mask, (xf - mean[:, None]) * rstd[:, None], 0.0)
+            g = dy
+            if HAS_WEIGHT:
+                g = dy * w[None, :]
+            mean_g = tl.sum(g, axis=1) / n_cols
+            mean_gx = tl.sum(g * x_hat, axis=1) / n_cols
+            dx = rstd[:, None] * (g - mean_g[:, None] - x_hat * mean_gx[:, None])
+            tl.store(DX + rows64[:, None] * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+            if HAS_WEIGHT:
+                dw_acc += tl.sum(dy * x_hat, axis=0)
+            if HAS_BIAS:
+                db_acc += tl.sum(dy, axis=0)
+        if HAS_WEIGHT:
+            tl.store(dw_row + cols, dw_acc, mask=col_mask)
+        if HAS_BIAS:
+            tl.store(db_row + cols, db_acc, mask=col_mask)
+    else:
+        # Wide rows: pass 1 gives each row's sum(g) and sum(g * x_hat); pass 2 writes grad_x and
+        # adds to this program's partial rows (only this program touches them).
+        for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
+            rows = first_row + t * BLOCK_M + tl.arange(0, BLOCK_M)
+            row_mask = rows < n_rows
+            rows64 = rows.to(tl.int64)
+            x_rows = X + rows64[:, None] * x_row_stride
+            dy_rows = DY + rows64[:, None] * dy_row_stride
+            mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
+            rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+            sum_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            sum_gx = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for chunk in range(N_CHUNKS):
+                c = chunk * BLOCK_N + cols
+                col_mask = c < n_cols
+                mask = row_mask[:, None] & col_mask[None, :]
+                xf = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                g = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                if HAS_WEIGHT:
+                    g = g * tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+                x_hat = tl.where(mask, (xf - mean[:, None]) * rstd[:, None], 0.0)
+                sum_g += g
+                sum_gx += g * x_hat
+            mean_g = tl.sum(sum_g, axis=1) / n_cols
+            mean_gx = tl.sum(sum_gx, axis=1) / n_cols
+            for chunk in range(N_CHUNKS):
+                c = chunk * BLOCK_N + cols
+                col_mask = c < n_cols
+                mask = row_mask[:, None] & col_mask[None, :]
+                xf = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                g = dy
+                if HAS_WEIGHT:
+                    g = dy * tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+                x_hat = tl.where(mask, (xf - mean[:, None]) * rstd[:, None], 0.0)
+                dx = rstd[:, None] * (g - mean_g[:, None] - x_hat * mean_gx[:, None])
+                tl.store(DX + rows64[:, None] * dx_row_stride + c[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+                if HAS_WEIGHT:
+                    partial = tl.load(dw_row + c, mask=col_mask, other=0.0)
+                    tl.store(dw_row + c, partial + tl.sum(dy * x_hat, axis=0), mask=col_mask)
+                if HAS_BIAS:
+                    partial = tl.load(db_row + c, mask=col_mask, other=0.0)
+                    tl.store(db_row + c, partial + tl.sum(dy, axis=0), mask=col_mask)
+
+
+def layer_norm_forward(x2d, weight, bias, eps: float, plan: TilePlan):
+    """Launch the forward kernel; returns ``(y, mean, rstd)``."""
+    n_rows, n_cols = x2d.shape
+    y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
+    mean = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+    if x2d.numel() == 0:
+        return y, mean, rstd
+    kernel = _layer_norm_forward_kernel
+    kernel[(triton.cdiv(n_rows, plan.block_m),)](
+        x2d,
+        weight if weight is not None else x2d,  # never read without HAS_WEIGHT
+        bias if bias is not None else x2d,  # never read without HAS_BIAS
+        y,
+        mean,
+        rstd,
+        x2d.stride(0),
+        y.stride(0),
+        n_rows,
+        n_cols,
+        eps,
+        HAS_WEIGHT=weight is not None,
+        HAS_BIAS=bias is not None,
+        BLOCK_M=plan.block_m,
+        BLOCK_N=plan.block_n,
+        N_CHUNKS=plan.n_chunks,
+        **hardware.launch_kwargs(kernel, x2d.device, plan.num_warps),
+    )
+    return y, mean, rstd
+
+
+def layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, plan: TilePlan):
+    """Launch the backward kernel; returns ``(grad_x, grad_weight, grad_bias)``."""
+    n_rows, n_cols = x2d.shape
+    has_weight, has_bias = weight is not None, bias is not None
+    dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
+    if x2d.numel() == 0:
+        zeros = lambda p: None if p is None else torch.zeros_like(p)  # noqa: E731
+        return dx, zeros(weight), zeros(bias)
+    programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device)
+    # One fp32 row per program and parameter; chunked plans accumulate, so they start at zero.
+    alloc = torch.zeros if plan.chunked else torch.empty
+    partial = lambda on: alloc((programs, n_cols), dtype=torch.float32, device=x2d.device) if on else mean  # noqa: E731
+    dw_partial, db_partial = partial(has_weight), partial(has_bias)
+    kernel = _layer_norm_backward_kernel
+    kernel[(programs,)](
+        dy2d,
+        x2d,
+        weight if has_weight else x2d,
+        mean,
+        rstd,
+        dx,
+        dw_partial,
+        db_partial,
+        dy2d.stride(0),
+        x2d.stride(0),
+        dx.stride(0),
+        n_rows,
+        n_cols,
+        tiles_per_program,
+        HAS_WEIGHT=has_weight,
+        HAS_BIAS=has_bias,
+        BLOCK_M=plan.block_m,
+        BLOCK_N=plan.block_n,
+        N_CHUNKS=plan.n_chunks,
+        STATIC_TILES=static_trips(kernel, tiles_per_program),
+        **hardware.launch_kwargs(kernel, x2d.device, plan.num_warps),
+    )
+    dw = dw_partial.sum(0).to(weight.dtype) if has_weight else None
+    db = db_partial.sum(0).to(bias.dtype) if has_bias else None
+    return dx, dw, db
+
+
+class LigerLayerNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        n_cols = x.shape[-1]
+        x2d = as_rows(x, n_cols)
+        plan = plan_tiles(n_cols, x.device)
+        y, mean, rstd = layer_norm_forward(x2d, weight, bias, eps, plan)
+        ctx.save_for_backward(x2d, weight, bias, mean, rstd)
+        ctx.plan = plan
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2d, weight, bias, mean, rstd = ctx.saved_tensors
+        dy2d = as_rows(dy, x2d.shape[1])
+        dx, dw, db = layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, ctx.plan)
+        return dx.view(dy.shape), dw, db, None
+
+
+def layer_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """The interface's ``layer_norm`` (see ``liger_core.ops.layer_norm``) on Intel GPUs."""
+    check_args(x, weight, bias, eps)
+    return LigerLayerNormFunction.apply(x, weight, bias, float(eps))
