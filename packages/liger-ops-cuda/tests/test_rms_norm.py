@@ -57,3 +57,20 @@ def test_zero_hidden_size():
     y = BACKEND.ops["rms_norm"](x, w)
     y.sum().backward()
     assert y.shape == (3, 0) and x.grad.shape == (3, 0) and w.grad.shape == (0,)
+
+
+@pytest.mark.parametrize("casting_mode", ["llama", "gemma", "none"])
+def test_unmasked_forward_tiles(casting_mode):
+    # Rows a multiple of the tile and hidden a power of two take the predicate-free forward path.
+    plan = plan_tiles(64)
+    x, w, dy = make_inputs((plan.block_m * 3, 64), torch.bfloat16, DEVICE)
+    check_rms_norm(BACKEND, x, w, dy, casting_mode=casting_mode, offset=1.0)
+
+
+def test_grad_weight_sums_more_partials_than_one_reduce_tile(monkeypatch):
+    # More backward programs than REDUCE_ROWS: the partial-row reduction loops, with a ragged end.
+    monkeypatch.setattr(hardware, "BACKWARD_PROGRAMS_PER_SM", 1)
+    monkeypatch.setattr(hardware, "sm_count", lambda index=None: hardware.REDUCE_ROWS + 5)
+    plan = plan_tiles(24, backward=True)
+    x, w, dy = make_inputs(((hardware.REDUCE_ROWS + 5) * plan.block_m, 24), torch.float32, DEVICE)
+    check_rms_norm(BACKEND, x, w, dy)
