@@ -239,12 +239,12 @@ def layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, plan: TilePlan):
     has_weight, has_bias = weight is not None, bias is not None
     dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     if x2d.numel() == 0:
-        zeros = lambda p: None if p is None else torch.zeros_like(p)  # noqa: E731
+        zeros = lambda p: None if p is None else torch.zeros_like(p)
         return dx, zeros(weight), zeros(bias)
     programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device)
     # One fp32 row per program and parameter; chunked plans accumulate, so they start at zero.
     alloc = torch.zeros if plan.chunked else torch.empty
-    partial = lambda on: alloc((programs, n_cols), dtype=torch.float32, device=x2d.device) if on else mean  # noqa: E731
+    partial = lambda on: alloc((programs, n_cols), dtype=torch.float32, device=x2d.device) if on else mean
     dw_partial, db_partial = partial(has_weight), partial(has_bias)
     kernel = _layer_norm_backward_kernel
     kernel[(programs,)](

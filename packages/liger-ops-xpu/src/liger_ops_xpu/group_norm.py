@@ -1,0 +1,294 @@
+"""GroupNorm for Intel GPUs: Triton kernels, launch plan and autograd Function.
+
+x is viewed as (batch, channels, spatial). The channels of one group are contiguous, so a
+(sample, group) pair is one contiguous run of ``channels_per_group * spatial`` elements: one
+program per pair walks it in [BLOCK_C channels x BLOCK_S positions] tiles (N_C_CHUNKS x
+N_S_CHUNKS of them). Mean and variance come from sums shifted by the mean of the first tile
+(no cancellation when the mean is large against the spread).
+
+grad_weight / grad_bias: each program sums its channels over the spatial positions and writes
+them to its own slot of a (batch, channels) fp32 buffer; the batch axis is summed once at the
+end. Every slot has exactly one writer: no atomics, deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from liger_core.ops.group_norm import check_args
+
+from liger_ops_xpu import hardware
+
+
+@triton.jit
+def _group_norm_forward_kernel(
+    X,
+    W,
+    B,
+    Y,
+    MEAN,
+    RSTD,
+    n_channels,
+    channels_per_group,
+    n_spatial,
+    n_groups,
+    eps,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    N_C_CHUNKS: tl.constexpr,
+    N_S_CHUNKS: tl.constexpr,
+):
+    pid = tl.program_id(0)  # = sample * n_groups + group
+    group = pid % n_groups
+    first_channel = group * channels_per_group
+    base = pid.to(tl.int64) * channels_per_group * n_spatial  # the group's run is contiguous
+    group_size = channels_per_group * n_spatial
+    ch = tl.arange(0, BLOCK_C)
+    sp = tl.arange(0, BLOCK_S)
+
+    mask0 = (ch < channels_per_group)[:, None] & (sp < n_spatial)[None, :]
+    first = tl.load(X + base + ch[:, None] * n_spatial + sp[None, :], mask=mask0, other=0.0).to(tl.float32)
+    shift = tl.sum(tl.sum(first, axis=1), axis=0) / tl.sum(tl.sum(mask0.to(tl.float32), axis=1), axis=0)
+    s1 = tl.zeros((BLOCK_C, BLOCK_S), dtype=tl.float32)
+    s2 = tl.zeros((BLOCK_C, BLOCK_S), dtype=tl.float32)
+    for cc in range(N_C_CHUNKS):
+        c = cc * BLOCK_C + ch
+        c_mask = c < channels_per_group
+        for sc in range(N_S_CHUNKS):
+            s = sc * BLOCK_S + sp
+            mask = c_mask[:, None] & (s < n_spatial)[None, :]
+            xf = tl.load(X + base + c[:, None] * n_spatial + s[None, :], mask=mask, other=0.0).to(tl.float32)
+            d = tl.where(mask, xf - shift, 0.0)
+            s1 += d
+            s2 += d * d
+    d_mean = tl.sum(tl.sum(s1, axis=1), axis=0) / group_size
+    mean = shift + d_mean
+    var = tl.maximum(tl.sum(tl.sum(s2, axis=1), axis=0) / group_size - d_mean * d_mean, 0.0)
+    rstd = tl.math.rsqrt(var + eps)
+    tl.store(MEAN + pid, mean)
+    tl.store(RSTD + pid, rstd)
+
+    for cc in range(N_C_CHUNKS):
+        c = cc * BLOCK_C + ch
+        c_mask = c < channels_per_group
+        scale = tl.zeros((BLOCK_C,), dtype=tl.float32) + rstd
+        shift_out = -mean * scale
+        if HAS_WEIGHT:
+            w = tl.load(W + first_channel + c, mask=c_mask, other=0.0).to(tl.float32)
+            scale = scale * w
+            shift_out = shift_out * w
+        if HAS_BIAS:
+            shift_out += tl.load(B + first_channel + c, mask=c_mask, other=0.0).to(tl.float32)
+        for sc in range(N_S_CHUNKS):
+            s = sc * BLOCK_S + sp
+            mask = c_mask[:, None] & (s < n_spatial)[None, :]
+            offs = base + c[:, None] * n_spatial + s[None, :]
+            xf = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+            # (x - mean) * rstd * w + b as one multiply-add per element.
+            y = xf * scale[:, None] + shift_out[:, None]
+            tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _group_norm_backward_kernel(
+    DY,
+    X,
+    W,
+    MEAN,
+    RSTD,
+    DX,
+    DW_PARTIAL,
+    DB_PARTIAL,
+    n_channels,
+    channels_per_group,
+    n_spatial,
+    n_groups,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    N_C_CHUNKS: tl.constexpr,
+    N_S_CHUNKS: tl.constexpr,
+):
+    # grad_x = rstd * (g - mean(g) - x_hat * mean(g * x_hat)) over the group, g = dy * w[channel];
+    # grad_w[c] = sum over samples and positions of dy * x_hat; grad_b[c] = sum of dy.
+    pid = tl.program_id(0)
+    sample = pid // n_groups
+    group = pid % n_groups
+    first_channel = group * channels_per_group
+    base = pid.to(tl.int64) * channels_per_group * n_spatial
+    partial_base = sample.to(tl.int64) * n_channels + first_channel
+    group_size = channels_per_group * n_spatial
+    mean = tl.load(MEAN + pid)
+    rstd = tl.load(RSTD + pid)
+    ch = tl.arange(0, BLOCK_C)
+    sp = tl.arange(0, BLOCK_S)
+
+    sum_g = tl.zeros((BLOCK_C, BLOCK_S), dtype=tl.float32)
+    sum_gx = tl.zeros((BLOCK_C, BLOCK_S), dtype=tl.float32)
+    for cc in range(N_C_CHUNKS):
+        c = cc * BLOCK_C + ch
+        c_mask = c < channels_per_group
+        if HAS_WEIGHT:
+            w = tl.load(W + first_channel + c, mask=c_mask, other=0.0).to(tl.float32)
+        dw_acc = tl.zeros((BLOCK_C, BLOCK_S), dtype=tl.float32)
+        db_acc = tl.zeros((BLOCK_C, BLOCK_S), dtype=tl.float32)
+        for sc in range(N_S_CHUNKS):
+            s = sc * BLOCK_S + sp
+            mask = c_mask[:, None] & (s < n_spatial)[None, :]
+            offs = base + c[:, None] * n_spatial + s[None, :]
+            xf = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
+            x_hat = tl.where(mask, (xf - mean) * rstd, 0.0)
+            dw_acc += dy * x_hat
+            db_acc += dy
+            g = dy
+            if HAS_WEIGHT:
+                g = dy * w[:, None]
+            sum_g += g
+            sum_gx += g * x_hat
+        if HAS_WEIGHT:
+            tl.store(DW_PARTIAL + partial_base + c, tl.sum(dw_acc, axis=1), mask=c_mask)
+        if HAS_BIAS:
+            tl.store(DB_PARTIAL + partial_base + c, tl.sum(db_acc, axis=1), mask=c_mask)
+    mean_g = tl.sum(tl.sum(sum_g, axis=1), axis=0) / group_size
+    mean_gx = tl.sum(tl.sum(sum_gx, axis=1), axis=0) / group_size
+
+    for cc in range(N_C_CHUNKS):
+        c = cc * BLOCK_C + ch
+        c_mask = c < channels_per_group
+        if HAS_WEIGHT:
+            w = tl.load(W + first_channel + c, mask=c_mask, other=0.0).to(tl.float32)
+        for sc in range(N_S_CHUNKS):
+            s = sc * BLOCK_S + sp
+            mask = c_mask[:, None] & (s < n_spatial)[None, :]
+            offs = base + c[:, None] * n_spatial + s[None, :]
+            xf = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
+            x_hat = (xf - mean) * rstd
+            g = dy
+            if HAS_WEIGHT:
+                g = dy * w[:, None]
+            dx = rstd * (g - mean_g - x_hat * mean_gx)
+            tl.store(DX + offs, dx.to(DX.dtype.element_ty), mask=mask)
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """Tiles of BLOCK_C channels x BLOCK_S positions over one group's run."""
+
+    block_c: int
+    block_s: int
+    n_c_chunks: int
+    n_s_chunks: int
+    num_warps: int
+
+
+def plan_group(channels_per_group: int, n_spatial: int) -> GroupPlan:
+    """Spatial positions first (contiguous), up to ``CHUNK_BLOCK``; channels fill the tile up
+    to ``TARGET_TILE_ELEMENTS``."""
+    block_s = min(triton.next_power_of_2(max(n_spatial, 1)), hardware.CHUNK_BLOCK)
+    block_c = min(triton.next_power_of_2(max(channels_per_group, 1)), max(1, hardware.TARGET_TILE_ELEMENTS // block_s))
+    return GroupPlan(
+        block_c,
+        block_s,
+        triton.cdiv(max(channels_per_group, 1), block_c),
+        triton.cdiv(max(n_spatial, 1), block_s),
+        hardware.num_warps_for(block_c * block_s),
+    )
+
+
+class LigerGroupNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, num_channels, num_groups, eps):
+        batch = x.shape[0]
+        n_spatial = math.prod(x.shape[2:])
+        x3 = x.contiguous().view(batch, num_channels, n_spatial)
+        cpg = num_channels // num_groups
+        plan = plan_group(cpg, n_spatial)
+        y = torch.empty_like(x3)
+        mean = torch.empty(batch * num_groups, dtype=torch.float32, device=x.device)
+        rstd = torch.empty_like(mean)
+        if x.numel():
+            kernel = _group_norm_forward_kernel
+            kernel[(batch * num_groups,)](
+                x3,
+                weight if weight is not None else x3,  # never read without HAS_WEIGHT
+                bias if bias is not None else x3,  # never read without HAS_BIAS
+                y,
+                mean,
+                rstd,
+                num_channels,
+                cpg,
+                n_spatial,
+                num_groups,
+                eps,
+                HAS_WEIGHT=weight is not None,
+                HAS_BIAS=bias is not None,
+                BLOCK_C=plan.block_c,
+                BLOCK_S=plan.block_s,
+                N_C_CHUNKS=plan.n_c_chunks,
+                N_S_CHUNKS=plan.n_s_chunks,
+                **hardware.launch_kwargs(kernel, x.device, plan.num_warps),
+            )
+        ctx.save_for_backward(x3, weight, bias, mean, rstd)
+        ctx.plan, ctx.num_groups = plan, num_groups
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x3, weight, bias, mean, rstd = ctx.saved_tensors
+        plan, num_groups = ctx.plan, ctx.num_groups
+        batch, n_channels, n_spatial = x3.shape
+        has_weight, has_bias = weight is not None, bias is not None
+        dx = torch.empty_like(x3)
+        if x3.numel() == 0:
+            zeros = lambda p: None if p is None else torch.zeros_like(p)
+            return dx.view(dy.shape), zeros(weight), zeros(bias), None, None, None
+        dy3 = dy.contiguous().view(x3.shape)
+        partial = lambda on: torch.empty((batch, n_channels), dtype=torch.float32, device=x3.device) if on else mean
+        dw_partial, db_partial = partial(has_weight), partial(has_bias)
+        kernel = _group_norm_backward_kernel
+        kernel[(batch * num_groups,)](
+            dy3,
+            x3,
+            weight if has_weight else x3,
+            mean,
+            rstd,
+            dx,
+            dw_partial,
+            db_partial,
+            n_channels,
+            n_channels // num_groups,
+            n_spatial,
+            num_groups,
+            HAS_WEIGHT=has_weight,
+            HAS_BIAS=has_bias,
+            BLOCK_C=plan.block_c,
+            BLOCK_S=plan.block_s,
+            N_C_CHUNKS=plan.n_c_chunks,
+            N_S_CHUNKS=plan.n_s_chunks,
+            **hardware.launch_kwargs(kernel, x3.device, plan.num_warps),
+        )
+        dw = dw_partial.sum(0).to(weight.dtype) if has_weight else None
+        db = db_partial.sum(0).to(bias.dtype) if has_bias else None
+        return dx.view(dy.shape), dw, db, None, None, None
+
+
+def group_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    num_channels: int,
+    num_groups: int,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """The interface's ``group_norm`` (see ``liger_core.ops.group_norm``) on Intel GPUs."""
+    check_args(x, weight, bias, num_channels, num_groups, eps)
+    return LigerGroupNormFunction.apply(x, weight, bias, num_channels, num_groups, float(eps))
