@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from liger_core.backend import Backend, triton_runtime
 
-from liger_ops_xpu import group_norm, layer_norm, rms_norm
+from liger_ops_xpu import group_norm, layer_norm, poly_norm, rms_norm
 from liger_ops_xpu.__about__ import __version__
 
 INTERFACE_VERSION = "1.0"
@@ -24,6 +24,7 @@ BACKEND = Backend(
         "fused_add_rms_norm": rms_norm.fused_add_rms_norm,
         "layer_norm": layer_norm.layer_norm,
         "group_norm": group_norm.group_norm,
+        "poly_norm": poly_norm.poly_norm,
     },
     runtime=lambda: triton_runtime(*_TRITON_DISTRIBUTIONS),
 )

@@ -1,0 +1,267 @@
+"""PolyNorm for Intel GPUs: Triton kernels, launch plan and autograd Function.
+
+``y = w0 * n(x^3) + w1 * n(x^2) + w2 * n(x) + b`` with ``n(u) = u * rsqrt(mean(u^2) + eps)``.
+The forward tiles rows like RMSNorm (see rms_norm.py) and stores the three fp32 reciprocal
+RMS values of each row. The backward runs on a persistent grid sized by the EU count; with
+``S_k = mean(dy * n(x^k))`` over a row,
+
+    grad_x = sum_k w_k * r_k * (dy - n(x^k) * S_k) * k * x^(k-1)
+    grad_w = sum over rows of n_cols * S_k,   grad_b = sum of dy
+
+so each program keeps four fp32 scalars (its partial sums), reduced once at the end.
+Three powers of x stay live per element: rows are fused only up to MAX_FUSED_BLOCK_HEAVY.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from liger_core.ops.poly_norm import check_args
+
+from liger_ops_xpu import hardware
+from liger_ops_xpu._tiling import TilePlan, as_rows, backward_grid, plan_tiles, static_trips
+
+# Partial sums per backward program: grad_w0 (cubic), grad_w1 (square), grad_w2 (linear), grad_b.
+_N_PARTIALS = 4
+
+
+@triton.jit
+def _poly_norm_forward_kernel(
+    X,
+    W,
+    B,
+    Y,
+    RSTD,
+    x_row_stride,
+    y_row_stride,
+    n_rows,
+    n_cols,
+    eps,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    N_CHUNKS: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < n_rows
+    rows64 = rows.to(tl.int64)
+    x_rows = X + rows64[:, None] * x_row_stride
+    y_rows = Y + rows64[:, None] * y_row_stride
+    cols = tl.arange(0, BLOCK_N)
+    w0 = tl.load(W).to(tl.float32)
+    w1 = tl.load(W + 1).to(tl.float32)
+    w2 = tl.load(W + 2).to(tl.float32)
+    b = tl.load(B).to(tl.float32)
+
+    if N_CHUNKS == 1:
+        mask = row_mask[:, None] & (cols < n_cols)[None, :]
+        x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        x2 = x * x
+        x3 = x2 * x
+        r1 = tl.math.rsqrt(tl.sum(x2, axis=1) / n_cols + eps)
+        r2 = tl.math.rsqrt(tl.sum(x2 * x2, axis=1) / n_cols + eps)
+        r3 = tl.math.rsqrt(tl.sum(x3 * x3, axis=1) / n_cols + eps)
+        y = (w0 * r3)[:, None] * x3 + (w1 * r2)[:, None] * x2 + (w2 * r1)[:, None] * x + b
+        tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    else:
+        ss1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        ss2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        ss3 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for chunk in range(N_CHUNKS):
+            c = chunk * BLOCK_N + cols
+            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            x2 = x * x
+            ss1 += tl.sum(x2, axis=1)
+            ss2 += tl.sum(x2 * x2, axis=1)
+            ss3 += tl.sum(x2 * x2 * x2, axis=1)
+        r1 = tl.math.rsqrt(ss1 / n_cols + eps)
+        r2 = tl.math.rsqrt(ss2 / n_cols + eps)
+        r3 = tl.math.rsqrt(ss3 / n_cols + eps)
+        for chunk in range(N_CHUNKS):
+            c = chunk * BLOCK_N + cols
+            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            x2 = x * x
+            y = (w0 * r3)[:, None] * (x2 * x) + (w1 * r2)[:, None] * x2 + (w2 * r1)[:, None] * x + b
+            tl.store(y_rows + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(RSTD + rows64 * 3, r1, mask=row_mask)
+    tl.store(RSTD + rows64 * 3 + 1, r2, mask=row_mask)
+    tl.store(RSTD + rows64 * 3 + 2, r3, mask=row_mask)
+
+
+@triton.jit
+def _poly_norm_grad_x(x, dy, r1, r2, r3, s1, s2, s3, w0, w1, w2):
+    """grad_x of a tile from each row's rstd r_k and mean(dy * n(x^k)) s_k (all fp32)."""
+    x2 = x * x
+    g3 = (w0 * r3)[:, None] * (dy - (x2 * x) * (r3 * s3)[:, None]) * 3.0 * x2
+    g2 = (w1 * r2)[:, None] * (dy - x2 * (r2 * s2)[:, None]) * 2.0 * x
+    g1 = (w2 * r1)[:, None] * (dy - x * (r1 * s1)[:, None])
+    return g1 + g2 + g3
+
+
+@triton.jit
+def _poly_norm_backward_kernel(
+    DY,
+    X,
+    W,
+    RSTD,
+    DX,
+    PARTIAL,
+    dy_row_stride,
+    x_row_stride,
+    dx_row_stride,
+    n_rows,
+    n_cols,
+    tiles_per_program,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    N_CHUNKS: tl.constexpr,
+    STATIC_TILES: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    first_row = pid * tiles_per_program * BLOCK_M
+    cols = tl.arange(0, BLOCK_N)
+    w0 = tl.load(W).to(tl.float32)
+    w1 = tl.load(W + 1).to(tl.float32)
+    w2 = tl.load(W + 2).to(tl.float32)
+    # Per-row sums of dy * n(x^k) and of dy, accumulated over this program's tiles.
+    acc1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc3 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc_b = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
+        rows = first_row + t * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_mask = rows < n_rows
+        rows64 = rows.to(tl.int64)
+        x_rows = X + rows64[:, None] * x_row_stride
+        dy_rows = DY + rows64[:, None] * dy_row_stride
+        dx_rows = DX + rows64[:, None] * dx_row_stride
+        r1 = tl.load(RSTD + rows64 * 3, mask=row_mask, other=0.0)
+        r2 = tl.load(RSTD + rows64 * 3 + 1, mask=row_mask, other=0.0)
+        r3 = tl.load(RSTD + rows64 * 3 + 2, mask=row_mask, other=0.0)
+        if N_CHUNKS == 1:
+            mask = row_mask[:, None] & (cols < n_cols)[None, :]
+            x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x2 = x * x
+            d1 = tl.sum(dy * x, axis=1) * r1
+            d2 = tl.sum(dy * x2, axis=1) * r2
+            d3 = tl.sum(dy * x2 * x, axis=1) * r3
+            db = tl.sum(dy, axis=1)
+            dx = _poly_norm_grad_x(x, dy, r1, r2, r3, d1 / n_cols, d2 / n_cols, d3 / n_cols, w0, w1, w2)
+            tl.store(dx_rows + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        else:
+            t1 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            t2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            t3 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            tb = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for chunk in range(N_CHUNKS):
+                c = chunk * BLOCK_N + cols
+                mask = row_mask[:, None] & (c < n_cols)[None, :]
+                x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                dyx = dy * x
+                t1 += dyx
+                t2 += dyx * x
+                t3 += dyx * x * x
+                tb += dy
+            d1 = tl.sum(t1, axis=1) * r1
+            d2 = tl.sum(t2, axis=1) * r2
+            d3 = tl.sum(t3, axis=1) * r3
+            db = tl.sum(tb, axis=1)
+            for chunk in range(N_CHUNKS):
+                c = chunk * BLOCK_N + cols
+                mask = row_mask[:, None] & (c < n_cols)[None, :]
+                x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                dx = _poly_norm_grad_x(x, dy, r1, r2, r3, d1 / n_cols, d2 / n_cols, d3 / n_cols, w0, w1, w2)
+                tl.store(dx_rows + c[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        acc1 += d1
+        acc2 += d2
+        acc3 += d3
+        acc_b += db
+    out = PARTIAL + pid * 4
+    tl.store(out, tl.sum(acc3, axis=0))
+    tl.store(out + 1, tl.sum(acc2, axis=0))
+    tl.store(out + 2, tl.sum(acc1, axis=0))
+    tl.store(out + 3, tl.sum(acc_b, axis=0))
+
+
+def _plan(n_cols: int, device: torch.device) -> TilePlan:
+    return plan_tiles(n_cols, device, max_fused_block=hardware.MAX_FUSED_BLOCK_HEAVY)
+
+
+class LigerPolyNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        n_cols = x.shape[-1]
+        x2d = as_rows(x, n_cols)
+        n_rows = x2d.shape[0]
+        plan = _plan(n_cols, x.device)
+        y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+        rstd = torch.empty((n_rows, 3), dtype=torch.float32, device=x.device)
+        if x2d.numel():
+            kernel = _poly_norm_forward_kernel
+            kernel[(triton.cdiv(n_rows, plan.block_m),)](
+                x2d,
+                weight,
+                bias,
+                y,
+                rstd,
+                x2d.stride(0),
+                y.stride(0),
+                n_rows,
+                n_cols,
+                eps,
+                BLOCK_M=plan.block_m,
+                BLOCK_N=plan.block_n,
+                N_CHUNKS=plan.n_chunks,
+                **hardware.launch_kwargs(kernel, x.device, plan.num_warps),
+            )
+        ctx.save_for_backward(x2d, weight, bias, rstd)
+        ctx.plan = plan
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2d, weight, bias, rstd = ctx.saved_tensors
+        plan = ctx.plan
+        n_rows, n_cols = x2d.shape
+        dx = torch.empty_like(x2d)
+        if x2d.numel() == 0:
+            return dx.view(dy.shape), torch.zeros_like(weight), torch.zeros_like(bias), None
+        dy2d = as_rows(dy, n_cols)
+        programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device)
+        partial = torch.empty((programs, _N_PARTIALS), dtype=torch.float32, device=x2d.device)
+        kernel = _poly_norm_backward_kernel
+        kernel[(programs,)](
+            dy2d,
+            x2d,
+            weight,
+            rstd,
+            dx,
+            partial,
+            dy2d.stride(0),
+            x2d.stride(0),
+            dx.stride(0),
+            n_rows,
+            n_cols,
+            tiles_per_program,
+            BLOCK_M=plan.block_m,
+            BLOCK_N=plan.block_n,
+            N_CHUNKS=plan.n_chunks,
+            STATIC_TILES=static_trips(kernel, tiles_per_program),
+            **hardware.launch_kwargs(kernel, x2d.device, plan.num_warps),
+        )
+        sums = partial.sum(0)
+        dw = sums[:3].to(weight.dtype)
+        db = sums[3].to(bias.dtype).reshape(bias.shape)
+        return dx.view(dy.shape), dw, db, None
+
+
+def poly_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """The interface's ``poly_norm`` (see ``liger_core.ops.poly_norm``) on Intel GPUs."""
+    check_args(x, weight, bias, eps)
+    return LigerPolyNormFunction.apply(x, weight, bias, float(eps))
