@@ -16,6 +16,9 @@ BACKEND = Backend(
     version=__version__,
     device_types=("npu",),
     interface_version=INTERFACE_VERSION,
-    ops={"rms_norm": rms_norm.rms_norm},
+    ops={
+        "rms_norm": rms_norm.rms_norm,
+        "fused_add_rms_norm": rms_norm.fused_add_rms_norm,
+    },
     runtime=lambda: triton_runtime("triton-ascend"),
 )

@@ -23,26 +23,29 @@ vector arithmetic runs as scalar code on the vector cores.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
+from liger_core.ops.fused_add_rms_norm import check_args as fused_check_args
 from liger_core.ops.rms_norm import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
+from liger_ops_ascend._tiling import (
+    FP32,
+    MAX_BLOCK_M,
+    MAX_BLOCK_N,
+    RowPlan,
+    elem_bytes,
+    partial_sums,
+    row_plan,
+    rows_view,
+)
+from liger_ops_ascend.launch import Tile, launch
 
 # casting_mode -> whether x_hat is rounded to x.dtype before the weight multiply
 # ("llama" and "none" round; "gemma" stays in fp32 throughout).
 _ROUND_X_HAT = {"llama": True, "none": True, "gemma": False}
-
-# Most rows in one tile: more only lengthens the per-row vectors without saving a DMA.
-MAX_BLOCK_M = 256
-# Widest tile along a row, also the chunk width cap (tests lower it to force chunking).
-MAX_BLOCK_N = 65536
-
-FP32 = 4
 
 
 # -- kernels ---------------------------------------------------------------------------------
@@ -51,11 +54,15 @@ FP32 = 4
 @triton.jit
 def _rms_norm_forward_kernel(
     X,
+    R,
     W,
     Y,
+    S,
     RSTD,
     x_row_stride,
+    r_row_stride,
     y_row_stride,
+    s_row_stride,
     n_rows,
     n_cols,
     n_iters,
@@ -67,13 +74,18 @@ def _rms_norm_forward_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
 ):
+    """y = rms_norm(x), or with HAS_RESIDUAL (fused_add_rms_norm) s = x + r rounded to x's
+    dtype, stored, and y = rms_norm(s)."""
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     m_idx = tl.arange(0, BLOCK_M)
     n_idx = tl.arange(0, BLOCK_N)
     x_tile = m_idx[:, None] * x_row_stride
     y_tile = m_idx[:, None] * y_row_stride
+    r_tile = m_idx[:, None] * r_row_stride
+    s_tile = m_idx[:, None] * s_row_stride
 
     if SINGLE_PASS:
         col_mask = n_idx < n_cols
@@ -87,6 +99,11 @@ def _rms_norm_forward_kernel(
             mask = row_mask[:, None] & col_mask[None, :]
             x_base = X + row0.to(tl.int64) * x_row_stride
             x = tl.load(x_base + x_tile + n_idx[None, :], mask=mask, other=0.0)
+            if HAS_RESIDUAL:
+                r_base = R + row0.to(tl.int64) * r_row_stride
+                r = tl.load(r_base + r_tile + n_idx[None, :], mask=mask, other=0.0)
+                x = (x.to(tl.float32) + r.to(tl.float32)).to(S.dtype.element_ty)
+                tl.store(S + row0.to(tl.int64) * s_row_stride + s_tile + n_idx[None, :], x, mask=mask)
             xf = x.to(tl.float32)
             rstd = tl.math.rsqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
             x_hat = xf * rstd[:, None]
@@ -104,12 +121,17 @@ def _rms_norm_forward_kernel(
             row_mask = rows < n_rows
             x_base = X + row0.to(tl.int64) * x_row_stride
             y_base = Y + row0.to(tl.int64) * y_row_stride
+            r_base = R + row0.to(tl.int64) * r_row_stride
             # Pass 1: sum of squares over the row's chunks.
             sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
             for c in range(n_chunks):
                 cols = c * BLOCK_N + n_idx
                 mask = row_mask[:, None] & (cols < n_cols)[None, :]
-                xf = tl.load(x_base + x_tile + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                x = tl.load(x_base + x_tile + cols[None, :], mask=mask, other=0.0)
+                if HAS_RESIDUAL:
+                    r = tl.load(r_base + r_tile + cols[None, :], mask=mask, other=0.0)
+                    x = (x.to(tl.float32) + r.to(tl.float32)).to(S.dtype.element_ty)
+                xf = x.to(tl.float32)
                 sum_sq += tl.sum(xf * xf, axis=1)
             rstd = tl.math.rsqrt(sum_sq / n_cols + eps)
             # Pass 2: normalise and scale chunk by chunk.
@@ -118,6 +140,13 @@ def _rms_norm_forward_kernel(
                 col_mask = cols < n_cols
                 mask = row_mask[:, None] & col_mask[None, :]
                 x = tl.load(x_base + x_tile + cols[None, :], mask=mask, other=0.0)
+                if HAS_RESIDUAL:
+                    # Recomputed from x and r rather than read back from S: no program
+                    # reads what it wrote in the same launch.
+                    r = tl.load(r_base + r_tile + cols[None, :], mask=mask, other=0.0)
+                    x = (x.to(tl.float32) + r.to(tl.float32)).to(S.dtype.element_ty)
+                    s_ptr = S + row0.to(tl.int64) * s_row_stride + s_tile + cols[None, :]
+                    tl.store(s_ptr, x, mask=mask)
                 x_hat = x.to(tl.float32) * rstd[:, None]
                 if ROUND_X_HAT:
                     x_hat = x_hat.to(x.dtype).to(tl.float32)
@@ -136,9 +165,13 @@ def _rms_norm_backward_kernel(
     RSTD,
     DX,
     DW_PARTIAL,
+    DS,
+    DR,
     dy_row_stride,
     x_row_stride,
     dx_row_stride,
+    ds_row_stride,
+    dr_row_stride,
     n_rows,
     n_cols,
     n_iters,
@@ -147,6 +180,8 @@ def _rms_norm_backward_kernel(
     ROUND_X_HAT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    HAS_DS: tl.constexpr,
+    HAS_DR: tl.constexpr,
 ):
     """Whole rows in one tile: grad_x per row block, grad_weight summed in the UB."""
     pid = tl.program_id(0)
@@ -173,6 +208,13 @@ def _rms_norm_backward_kernel(
             g = dy * w_eff[None, :]
         coef = tl.sum(g * x_hat, axis=1) / n_cols
         dx = (g - x_hat * coef[:, None]) * rstd[:, None]
+        if HAS_DS:
+            # fused_add_rms_norm: new_residual's own incoming gradient joins the total.
+            ds_ptr = DS + base * ds_row_stride + m_idx[:, None] * ds_row_stride + n_idx[None, :]
+            dx += tl.load(ds_ptr, mask=mask, other=0.0).to(tl.float32)
+        if HAS_DR:
+            dr_ptr = DR + base * dr_row_stride + m_idx[:, None] * dr_row_stride + n_idx[None, :]
+            tl.store(dr_ptr, dx.to(DR.dtype.element_ty), mask=mask)
         dx_ptr = DX + base * dx_row_stride + m_idx[:, None] * dx_row_stride + n_idx[None, :]
         tl.store(dx_ptr, dx.to(DX.dtype.element_ty), mask=mask)
         if HAS_WEIGHT:
@@ -237,9 +279,13 @@ def _rms_norm_backward_chunked_kernel(
     COEF,
     DX,
     DW_PARTIAL,
+    DS,
+    DR,
     dy_row_stride,
     x_row_stride,
     dx_row_stride,
+    ds_row_stride,
+    dr_row_stride,
     n_rows,
     n_cols,
     n_iters,
@@ -249,6 +295,8 @@ def _rms_norm_backward_chunked_kernel(
     ROUND_X_HAT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    HAS_DS: tl.constexpr,
+    HAS_DR: tl.constexpr,
 ):
     """Chunked rows, stage 2: column chunk outer, the program's rows inner, so one chunk of
     grad_weight is accumulated in the UB and written once per chunk."""
@@ -279,6 +327,12 @@ def _rms_norm_backward_chunked_kernel(
             if HAS_WEIGHT:
                 g = dy * w_eff[None, :]
             dx = (g - x_hat * coef[:, None]) * rstd[:, None]
+            if HAS_DS:
+                ds_ptr = DS + base * ds_row_stride + m_idx[:, None] * ds_row_stride + cols[None, :]
+                dx += tl.load(ds_ptr, mask=mask, other=0.0).to(tl.float32)
+            if HAS_DR:
+                dr_ptr = DR + base * dr_row_stride + m_idx[:, None] * dr_row_stride + cols[None, :]
+                tl.store(dr_ptr, dx.to(DR.dtype.element_ty), mask=mask)
             dx_ptr = DX + base * dx_row_stride + m_idx[:, None] * dx_row_stride + cols[None, :]
             tl.store(dx_ptr, dx.to(DX.dtype.element_ty), mask=mask)
             if HAS_WEIGHT:
@@ -297,10 +351,15 @@ def _rms_norm_backward_chunked_kernel(
 # buffer, conversions to fp32 of fp32 data are free, and the tail axis is padded to 32 bytes.
 
 
-def forward_tiles(m: int, n: int, xb: int, wb: int, round_x_hat: bool) -> tuple[Tile, ...]:
+def forward_tiles(m: int, n: int, xb: int, wb: int, round_x_hat: bool, rb: int = 0) -> tuple[Tile, ...]:
+    """``rb``: the residual's element bytes with fused_add_rms_norm, else 0."""
     tiles = [Tile("x", m, n, xb)]
     if xb != FP32:
         tiles.append(Tile("x_f32", m, n, FP32))
+    if rb:
+        tiles += [Tile("residual", m, n, rb), Tile("sum_f32", m, n, FP32), Tile("new_residual", m, n, xb)]
+        if rb != FP32:
+            tiles.append(Tile("residual_f32", m, n, FP32))
     tiles += [Tile("x_sq_f32", m, n, FP32), Tile("x_hat_f32", m, n, FP32)]
     if round_x_hat and xb != FP32:
         tiles.append(Tile("x_hat_rounded", m, n, xb))
@@ -311,15 +370,20 @@ def forward_tiles(m: int, n: int, xb: int, wb: int, round_x_hat: bool) -> tuple[
     return tuple(tiles)
 
 
-def backward_tiles(m: int, n: int, xb: int, wb: int, round_x_hat: bool) -> tuple[Tile, ...]:
-    """The single-pass backward and the chunked stage 2 (same live set, plus coef rows)."""
+def backward_tiles(m: int, n: int, xb: int, wb: int, round_x_hat: bool, rb: int = 0) -> tuple[Tile, ...]:
+    """The single-pass backward and the chunked stage 2 (same live set, plus coef rows).
+    With a residual (``rb``): the new residual's gradient and the residual's own."""
     tiles = [Tile("x", m, n, xb), Tile("dy", m, n, xb)]
     if xb != FP32:
         tiles += [Tile("x_f32", m, n, FP32), Tile("dy_f32", m, n, FP32)]
     tiles.append(Tile("x_hat_f32", m, n, FP32))
     if wb:
         tiles.append(Tile("g_f32", m, n, FP32))
-    tiles += [Tile("g_x_hat_f32", m, n, FP32), Tile("dx", m, n, xb)]
+    tiles += [Tile("g_x_hat_f32", m, n, FP32), Tile("dx_f32", m, n, FP32), Tile("dx", m, n, xb)]
+    if rb:
+        tiles += [Tile("d_new_residual", m, n, xb), Tile("d_residual", m, n, rb)]
+        if xb != FP32:
+            tiles.append(Tile("d_new_residual_f32", m, n, FP32))
     if wb:
         if round_x_hat and xb != FP32:
             tiles.append(Tile("x_hat_rounded", m, n, xb))
@@ -334,7 +398,7 @@ def backward_tiles(m: int, n: int, xb: int, wb: int, round_x_hat: bool) -> tuple
     return tuple(tiles)
 
 
-def backward_coef_tiles(m: int, n: int, xb: int, wb: int, round_x_hat: bool) -> tuple[Tile, ...]:
+def backward_coef_tiles(m: int, n: int, xb: int, wb: int, round_x_hat: bool, rb: int = 0) -> tuple[Tile, ...]:
     tiles = [Tile("x", m, n, xb), Tile("dy", m, n, xb)]
     if xb != FP32:
         tiles += [Tile("x_f32", m, n, FP32), Tile("dy_f32", m, n, FP32)]
@@ -347,38 +411,16 @@ def backward_coef_tiles(m: int, n: int, xb: int, wb: int, round_x_hat: bool) -> 
 _KERNELS = {
     # direction -> (kernel name, tiles) when the row fits one tile, and when it is chunked
     "forward": (
-        (("rms_norm_forward", forward_tiles),),
-        (("rms_norm_forward_chunked", forward_tiles),),
+        (("forward", forward_tiles),),
+        (("forward_chunked", forward_tiles),),
     ),
     "backward": (
-        (("rms_norm_backward", backward_tiles),),
-        (("rms_norm_backward_coef", backward_coef_tiles), ("rms_norm_backward_chunked", backward_tiles)),
+        (("backward", backward_tiles),),
+        (("backward_coef", backward_coef_tiles), ("backward_chunked", backward_tiles)),
     ),
 }
 
-
-@dataclass(frozen=True)
-class RMSNormPlan:
-    """Tile shape and launch of one direction (forward or backward) of one problem size."""
-
-    block_m: int
-    block_n: int
-    n_chunks: int
-    programs: int
-    n_iters: int
-    kernels: tuple[KernelPlan, ...]
-
-    @property
-    def chunked(self) -> bool:
-        return self.n_chunks > 1
-
-
-def _elem_bytes(dtype: torch.dtype | None) -> int:
-    return 0 if dtype is None else dtype.itemsize
-
-
-def _prev_pow2(n: int) -> int:
-    return 1 << (max(1, n).bit_length() - 1)
+RMSNormPlan = RowPlan
 
 
 @functools.lru_cache(maxsize=1024)
@@ -392,43 +434,19 @@ def _plan(
     hw: hardware.Hardware,
     max_block_m: int,
     max_block_n: int,
-) -> RMSNormPlan:
-    single, chunked = _KERNELS[direction]
-    budget = hw.ub_budget
-
-    def worst(kernels, m: int, n: int) -> int:
-        return max(sum(t.nbytes for t in tiles(m, n, xb, wb, round_x_hat)) for _, tiles in kernels)
-
-    # Columns: the whole row in one tile when one row fits, else the widest chunk that does.
-    # At least one 32-byte block for the narrowest dtype involved (tail alignment).
-    min_n = max(hardware.min_block(b) for b in (xb, wb) if b)
-    block_n = max(min_n, min(triton.next_power_of_2(max(n_cols, 1)), max_block_n))
-    kernels = single if block_n >= n_cols else chunked
-    while block_n > min_n and worst(kernels, 1, block_n) > budget:
-        block_n //= 2
-        kernels = chunked
-    if worst(kernels, 1, block_n) > budget:
-        raise AscendLaunchError(
-            f"liger-ops-ascend rms_norm {direction}: even a 1x{block_n} tile needs "
-            f"{worst(kernels, 1, block_n)} bytes of UB; {hw.describe_budget()}"
+    rb: int = 0,
+) -> RowPlan:
+    op = "fused_add_rms_norm" if rb else "rms_norm"
+    single, chunked = (
+        tuple(
+            (f"{op}_{name}", functools.partial(tiles, xb=xb, wb=wb, round_x_hat=round_x_hat, rb=rb))
+            for name, tiles in k
         )
-    # Rows: as many per tile as fit the budget, but leave every vector core a row block.
-    block_m = 1
-    m_cap = min(max_block_m, _prev_pow2(triton.cdiv(n_rows, hw.vector_cores)))
-    while block_m * 2 <= m_cap and worst(kernels, block_m * 2, block_n) <= budget:
-        block_m *= 2
-
-    n_blocks = triton.cdiv(max(n_rows, 1), block_m)
-    programs = min(hw.vector_cores, n_blocks)
-    grid = (programs,)
-    return RMSNormPlan(
-        block_m=block_m,
-        block_n=block_n,
-        n_chunks=triton.cdiv(max(n_cols, 1), block_n),
-        programs=programs,
-        n_iters=triton.cdiv(n_blocks, programs),
-        kernels=tuple(KernelPlan(name, grid, tiles(block_m, block_n, xb, wb, round_x_hat)) for name, tiles in kernels),
+        for k in _KERNELS[direction]
     )
+    # At least one 32-byte block for the narrowest dtype involved (tail alignment).
+    min_n = max(hardware.min_block(b) for b in (xb, wb, rb) if b)
+    return row_plan(f"{op} {direction}", n_rows, n_cols, single, chunked, hw, min_n, max_block_m, max_block_n)
 
 
 def plan(
@@ -439,33 +457,25 @@ def plan(
     w_dtype: torch.dtype | None,
     casting_mode: str,
     hw: hardware.Hardware,
-) -> RMSNormPlan:
-    """The tile plan of ``direction`` ("forward" or "backward") for ``(n_rows, n_cols)`` rows."""
+    residual_dtype: torch.dtype | None = None,
+) -> RowPlan:
+    """The tile plan of ``direction`` ("forward" or "backward") for ``(n_rows, n_cols)`` rows;
+    ``residual_dtype`` for fused_add_rms_norm."""
     return _plan(
         direction,
         n_rows,
         n_cols,
-        _elem_bytes(x_dtype),
-        _elem_bytes(w_dtype),
+        elem_bytes(x_dtype),
+        elem_bytes(w_dtype),
         _ROUND_X_HAT[casting_mode],
         hw,
         MAX_BLOCK_M,
         MAX_BLOCK_N,
+        elem_bytes(residual_dtype),
     )
 
 
 # -- host side -------------------------------------------------------------------------------
-
-# Row strides beyond this would overflow the int32 offsets inside a tile of MAX_BLOCK_M rows.
-_MAX_ROW_STRIDE = (2**31 - 1) // (MAX_BLOCK_M + 1)
-
-
-def _rows(t: torch.Tensor, n_cols: int) -> torch.Tensor:
-    """``t`` as a ``(rows, n_cols)`` view with unit column stride (a copy only if needed)."""
-    t2 = t.reshape(-1, n_cols)
-    if t2.stride(-1) != 1 or t2.stride(0) > _MAX_ROW_STRIDE:
-        t2 = t2.contiguous()
-    return t2
 
 
 def rms_norm_forward(
@@ -475,23 +485,32 @@ def rms_norm_forward(
     offset: float,
     casting_mode: str,
     hw: hardware.Hardware,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    r2d: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``(y, rstd, new_residual)``; ``new_residual`` (= x + r) only when ``r2d`` is given."""
     n_rows, n_cols = x2d.shape
     y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
+    s = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device) if r2d is not None else None
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
     if n_rows == 0 or n_cols == 0:
-        return y, rstd
-    p = plan("forward", n_rows, n_cols, x2d.dtype, None if weight is None else weight.dtype, casting_mode, hw)
+        return y, rstd, s
+    w_dtype = None if weight is None else weight.dtype
+    r_dtype = None if r2d is None else r2d.dtype
+    p = plan("forward", n_rows, n_cols, x2d.dtype, w_dtype, casting_mode, hw, r_dtype)
     launch(
         _rms_norm_forward_kernel,
         p.kernels[0],
         hw,
         x2d,
+        x2d if r2d is None else r2d,
         x2d if weight is None else weight,
         y,
+        y if s is None else s,
         rstd,
         x2d.stride(0),
+        x2d.stride(0) if r2d is None else r2d.stride(0),
         y.stride(0),
+        y.stride(0) if s is None else s.stride(0),
         n_rows,
         n_cols,
         p.n_iters,
@@ -503,8 +522,9 @@ def rms_norm_forward(
         BLOCK_M=p.block_m,
         BLOCK_N=p.block_n,
         SINGLE_PASS=not p.chunked,
+        HAS_RESIDUAL=r2d is not None,
     )
-    return y, rstd
+    return y, rstd, s
 
 
 def rms_norm_backward(
@@ -516,7 +536,12 @@ def rms_norm_backward(
     casting_mode: str,
     in_place: bool,
     hw: hardware.Hardware,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ds2d: torch.Tensor | None = None,
+    residual_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """``(grad_x, grad_weight, grad_residual)``. With ``residual_dtype`` (fused_add_rms_norm)
+    ``x2d`` is the new residual, ``ds2d`` its incoming gradient (None: unused), and
+    grad_residual (= grad_x, in the residual's dtype) gets its own buffer."""
     n_rows, n_cols = x2d.shape
     has_weight = weight is not None
     # in_place: grad_x goes into the incoming gradient's memory, which must then be a dense
@@ -524,13 +549,21 @@ def rms_norm_backward(
     if in_place and not dy2d.is_contiguous():
         dy2d = dy2d.contiguous()
     dx = dy2d if in_place else torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
+    dr = None
+    if residual_dtype is not None:
+        dr = torch.empty((n_rows, n_cols), dtype=residual_dtype, device=x2d.device)
     if n_rows == 0 or n_cols == 0:
-        return dx, (torch.zeros_like(weight) if has_weight else None)
+        return dx, (torch.zeros_like(weight) if has_weight else None), dr
     round_x_hat = _ROUND_X_HAT[casting_mode]
-    p = plan("backward", n_rows, n_cols, x2d.dtype, weight.dtype if has_weight else None, casting_mode, hw)
+    p = plan(
+        "backward", n_rows, n_cols, x2d.dtype, weight.dtype if has_weight else None, casting_mode, hw, residual_dtype
+    )
     dw_partial = torch.empty((p.programs, n_cols), dtype=torch.float32, device=x2d.device) if has_weight else rstd
     w = weight if has_weight else x2d
     common = {"HAS_WEIGHT": has_weight, "BLOCK_M": p.block_m, "BLOCK_N": p.block_n}
+    residual = {"HAS_DS": ds2d is not None, "HAS_DR": dr is not None}
+    ds_arg = dx if ds2d is None else ds2d
+    dr_arg = dx if dr is None else dr
     if not p.chunked:
         launch(
             _rms_norm_backward_kernel,
@@ -542,15 +575,20 @@ def rms_norm_backward(
             rstd,
             dx,
             dw_partial,
+            ds_arg,
+            dr_arg,
             dy2d.stride(0),
             x2d.stride(0),
             dx.stride(0),
+            ds_arg.stride(0),
+            dr_arg.stride(0),
             n_rows,
             n_cols,
             p.n_iters,
             offset,
             ROUND_X_HAT=round_x_hat,
             **common,
+            **residual,
         )
     else:
         coef = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
@@ -583,9 +621,13 @@ def rms_norm_backward(
             coef,
             dx,
             dw_partial,
+            ds_arg,
+            dr_arg,
             dy2d.stride(0),
             x2d.stride(0),
             dx.stride(0),
+            ds_arg.stride(0),
+            dr_arg.stride(0),
             n_rows,
             n_cols,
             p.n_iters,
@@ -593,10 +635,11 @@ def rms_norm_backward(
             offset,
             ROUND_X_HAT=round_x_hat,
             **common,
+            **residual,
         )
     # Second stage of the grad_weight reduction: sum the per-program partial rows.
-    dw = dw_partial.sum(0).to(weight.dtype) if has_weight else None
-    return dx, dw
+    dw = partial_sums(dw_partial, weight.dtype) if has_weight else None
+    return dx, dw, dr
 
 
 class LigerRMSNormFunction(torch.autograd.Function):
@@ -604,8 +647,8 @@ class LigerRMSNormFunction(torch.autograd.Function):
     def forward(ctx, x, weight, eps, offset, casting_mode, in_place):
         shape = x.shape
         hw = hardware.current(x.device)
-        x2d = _rows(x, shape[-1])
-        y, rstd = rms_norm_forward(x2d, weight, eps, offset, casting_mode, hw)
+        x2d = rows_view(x, shape[-1])
+        y, rstd, _ = rms_norm_forward(x2d, weight, eps, offset, casting_mode, hw)
         ctx.save_for_backward(x2d, weight, rstd)
         ctx.offset, ctx.casting_mode, ctx.in_place, ctx.hw = offset, casting_mode, in_place, hw
         return y.view(shape)
@@ -613,8 +656,8 @@ class LigerRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, rstd = ctx.saved_tensors
-        dy2d = _rows(dy, x2d.shape[1])
-        dx, dw = rms_norm_backward(dy2d, x2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.hw)
+        dy2d = rows_view(dy, x2d.shape[1])
+        dx, dw, _ = rms_norm_backward(dy2d, x2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.hw)
         return dx.view(dy.shape), dw, None, None, None, None
 
 
@@ -628,3 +671,50 @@ def rms_norm(
 ) -> torch.Tensor:
     check_args(x, weight, eps, offset, casting_mode)
     return LigerRMSNormFunction.apply(x, weight, float(eps), float(offset), casting_mode, in_place)
+
+
+class LigerFusedAddRMSNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, residual, weight, eps, offset, casting_mode, in_place):
+        shape = x.shape
+        hw = hardware.current(x.device)
+        x2d = rows_view(x, shape[-1])
+        r2d = rows_view(residual, shape[-1])
+        y, rstd, s = rms_norm_forward(x2d, weight, eps, offset, casting_mode, hw, r2d)
+        # The new residual is what was normalised: the backward needs it, not x or r.
+        ctx.save_for_backward(s, weight, rstd)
+        ctx.offset, ctx.casting_mode, ctx.in_place, ctx.hw = offset, casting_mode, in_place, hw
+        ctx.residual_dtype = residual.dtype
+        # An unused new_residual gets no gradient (None) instead of a buffer of zeros.
+        ctx.set_materialize_grads(False)
+        return y.view(shape), s.view(shape)
+
+    @staticmethod
+    def backward(ctx, dy, ds):
+        s2d, weight, rstd = ctx.saved_tensors
+        n_cols = s2d.shape[1]
+        shape = dy.shape if dy is not None else ds.shape
+        if dy is None:
+            # Only new_residual was used: its gradient passes straight to x and residual.
+            dx = ds.to(s2d.dtype).clone()
+            dw = torch.zeros_like(weight) if weight is not None else None
+            return dx, ds.to(ctx.residual_dtype).clone(), dw, None, None, None, None
+        dy2d = rows_view(dy, n_cols)
+        ds2d = None if ds is None else rows_view(ds, n_cols)
+        dx, dw, dr = rms_norm_backward(
+            dy2d, s2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.hw, ds2d, ctx.residual_dtype
+        )
+        return dx.view(shape), dr.view(shape), dw, None, None, None, None
+
+
+def fused_add_rms_norm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    offset: float = 0.0,
+    casting_mode: str = "llama",
+    in_place: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    fused_check_args(x, residual, weight, eps, offset, casting_mode)
+    return LigerFusedAddRMSNormFunction.apply(x, residual, weight, float(eps), float(offset), casting_mode, in_place)
