@@ -84,7 +84,7 @@ def make_dist(tmp_path, monkeypatch):
 
 
 def _scale_contract(x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
-    """A simulated op added by interface 1.1: ``x * scale``."""
+    """A simulated op added by the interface minor after core's current one: ``x * scale``."""
     raise NotImplementedError
 
 
@@ -93,13 +93,15 @@ def _scale_reference(x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
 
 
 @pytest.fixture
-def interface_1_1(monkeypatch, clean_registry):
-    """Core at interface 1.1, which adds op ``scale`` (backends at 1.0 predate it)."""
+def interface_next(monkeypatch, clean_registry):
+    """Core at the next interface minor, which adds op ``scale`` (backends at 1.0 predate it,
+    and every real op after 1.0 too). ``interface_next.since`` is that version."""
     from liger_core import backend, cli, interface
 
+    nxt = (interface.INTERFACE_VERSION[0], interface.INTERFACE_VERSION[1] + 1)
     for module in (interface, backend, registry, cli):
-        monkeypatch.setattr(module, "INTERFACE_VERSION", (1, 1))
-    spec = interface.OpSpec("scale", (1, 1), _scale_contract, _scale_reference)
+        monkeypatch.setattr(module, "INTERFACE_VERSION", nxt)
+    spec = interface.OpSpec("scale", nxt, _scale_contract, _scale_reference)
     monkeypatch.setitem(interface.CATALOGUE, "scale", spec)
     registry.reset()
     yield spec

@@ -11,12 +11,15 @@ import torch
 
 from liger_core import LigerBackendError, LigerFallbackWarning, __version__, liger_rms_norm
 from liger_core.backend import validate
+from liger_core.interface import CATALOGUE, INTERFACE_VERSION, format_version
 from liger_core.ops.rms_norm import reference as reference_rms_norm
 
 pytestmark = pytest.mark.usefixtures("clean_registry")
 
 WHO = "liger-ops-fakevendor 9.8.7"
 CORE = f"liger-core {__version__}"
+# The interface core provides (the newest op's `since`): errors quote it.
+IFACE = format_version(INTERFACE_VERSION)
 
 
 def short_rms_norm(x, weight=None, eps=1e-6):
@@ -38,12 +41,12 @@ def unannotated_rms_norm(x, weight=None, eps=1e-6, offset=0.0, casting_mode="lla
 BROKEN = {
     "missing_op": (
         {"ops": {}},
-        [WHO, "op interface 1.0", f"({CORE} provides 1.0)", "lacks op 'rms_norm'", "since 1.0"],
+        [WHO, "op interface 1.0", f"({CORE} provides {IFACE})", "lacks op 'rms_norm'", "since 1.0"],
         "pip install -U --force-reinstall liger-ops-fakevendor",
     ),
     "too_few_args": (
         {"ops": {"rms_norm": short_rms_norm}},
-        [WHO, "(interface 1.0)", f"{CORE} (interface 1.0)", "wrong signature for op 'rms_norm'"],
+        [WHO, "(interface 1.0)", f"{CORE} (interface {IFACE})", "wrong signature for op 'rms_norm'"],
         "pip install -U liger-ops-fakevendor liger-core",
     ),
     "renamed_arg": (
@@ -58,22 +61,22 @@ BROKEN = {
     ),
     "newer_major": (
         {"interface_version": "2.0"},
-        [WHO, "implements op interface 2.0", f"{CORE} provides interface 1.0", "liger-core is older"],
+        [WHO, "implements op interface 2.0", f"{CORE} provides interface {IFACE}", "liger-core is older"],
         "pip install -U liger-core",
     ),
     "older_major": (
         {"interface_version": "0.9"},
-        [WHO, "implements op interface 0.9", f"{CORE} provides interface 1.0", "liger-ops-fakevendor is older"],
+        [WHO, "implements op interface 0.9", f"{CORE} provides interface {IFACE}", "liger-ops-fakevendor is older"],
         "pip install -U liger-ops-fakevendor",
     ),
     "bad_version_string": (
         {"interface_version": "one.zero"},
-        [WHO, "malformed op interface version", "'one.zero'", "MAJOR.MINOR", f"{CORE} provides interface 1.0"],
+        [WHO, "malformed op interface version", "'one.zero'", "MAJOR.MINOR", f"{CORE} provides interface {IFACE}"],
         "pip install -U liger-ops-fakevendor",
     ),
     "three_part_version": (
         {"interface_version": "1.0.2"},
-        [WHO, "'1.0.2'", f"{CORE} provides interface 1.0"],
+        [WHO, "'1.0.2'", f"{CORE} provides interface {IFACE}"],
         "pip install -U liger-ops-fakevendor",
     ),
 }
@@ -93,7 +96,8 @@ def test_validate_names_distribution_versions_and_fix(fake_backend, case):
 @pytest.mark.parametrize("version", ["1.0", "1.7"])
 def test_valid_backend_passes(fake_backend, version):
     # Annotations are not compared; a newer minor may carry ops this core does not know.
-    ops = {"rms_norm": unannotated_rms_norm, "future_op": lambda x: x}
+    ops = {name: spec.reference for name, spec in CATALOGUE.items()}
+    ops.update(rms_norm=unannotated_rms_norm, future_op=lambda x: x)
     validate(fake_backend(interface_version=version, ops=ops))
 
 

@@ -16,7 +16,7 @@ from liger_core import __version__
 from liger_core.cli import main
 from liger_core.conformance.smoke import SMOKE, Smoke
 from liger_core.device import DEVICE_TYPES, device_available, infer_device
-from liger_core.interface import CATALOGUE
+from liger_core.interface import CATALOGUE, INTERFACE_VERSION, format_version
 from liger_core.ops.rms_norm import reference as reference_rms_norm
 
 pytestmark = pytest.mark.usefixtures("clean_registry")
@@ -42,11 +42,17 @@ def info_json(capsys):
 def test_info_text(capsys):
     rc, out, _ = run_main(capsys, "info")
     assert rc == 0
-    assert f"liger-core {__version__} (op interface 1.0)" in out
+    assert f"liger-core {__version__} (op interface {format_version(INTERFACE_VERSION)})" in out
     assert f"torch {torch.__version__}" in out
     assert f"default device: {infer_device()}" in out
     assert re.search(
-        r"^  reference\s+liger-core\s+" + re.escape(__version__) + r"\s+1\.0\s+\(fallback\)\s+PyTorch", out, re.M
+        r"^  reference\s+liger-core\s+"
+        + re.escape(__version__)
+        + r"\s+"
+        + re.escape(format_version(INTERFACE_VERSION))
+        + r"\s+\(fallback\)\s+PyTorch",
+        out,
+        re.M,
     )
     header = re.search(r"^  op\s+since\s+cuda\s+npu\s+xpu\s+cpu$", out, re.M)
     assert header, out
@@ -58,7 +64,7 @@ def test_info_text(capsys):
 def test_info_json(capsys):
     data = info_json(capsys)
     assert data["liger_core"] == __version__
-    assert data["interface_version"] == "1.0"
+    assert data["interface_version"] == format_version(INTERFACE_VERSION)
     assert data["torch"] == torch.__version__
     assert data["default_device"] == infer_device()
     assert data["devices"]["cpu"] is True and set(data["devices"]) == set(DEVICE_TYPES)
@@ -67,7 +73,7 @@ def test_info_json(capsys):
         "name": "reference",
         "distribution": "liger-core",
         "version": __version__,
-        "interface_version": "1.0",
+        "interface_version": format_version(INTERFACE_VERSION),
         "device_types": [],
         "runtime": "PyTorch (no Triton)",
         "ops": sorted(CATALOGUE),
@@ -142,12 +148,15 @@ def test_info_lists_broken_backend_as_problem(fake_backend, clean_registry, caps
     assert "liger-ops-fakevendor 9.8.7 implements op interface 2.0" in problem["error"]
 
 
-def test_info_shows_per_op_fallback_for_older_backend(fake_backend, clean_registry, interface_1_1, capsys):
+def test_info_shows_per_op_fallback_for_older_backend(fake_backend, clean_registry, interface_next, capsys):
     clean_registry.register_backend(fake_backend(interface_version="1.0"))
     rc, out, _ = run_main(capsys, "info")
-    assert "(op interface 1.1)" in out
+    nxt = format_version(interface_next.since)
+    assert f"(op interface {nxt})" in out
     assert re.search(r"^  rms_norm\s+1\.0\s+reference\*\s+reference\*\s+fakevendor\s+reference\*$", out, re.M), out
-    assert re.search(r"^  scale\s+1\.1\s+reference\*\s+reference\*\s+reference\*\s+reference\*$", out, re.M), out
+    assert re.search(
+        r"^  scale\s+" + re.escape(nxt) + r"\s+reference\*\s+reference\*\s+reference\*\s+reference\*$", out, re.M
+    ), out
 
 
 @pytest.mark.parametrize("argv", [["info"], ["info", "--json"]])
@@ -236,7 +245,8 @@ def test_check_reports_kernel_exceptions(fake_backend, clean_registry, capsys):
     rc, out, _ = run_main(capsys, "check", "--backend", "boom")
     assert rc == 1
     assert "RuntimeError: kernel exploded" in out
-    assert f"0 passed, {expected_cases()} failed" in out
+    # The backend (interface 1.0) has rms_norm alone: every newer op is skipped.
+    assert f"0 passed, {3 * len(SMOKE['rms_norm'].shapes)} failed" in out
 
 
 INTERPRETED_BACKEND = """
@@ -303,17 +313,18 @@ def test_check_broken_backend_on_its_device(fake_backend, clean_registry, capsys
     assert "LIGER_DISABLE_BACKENDS=mycpu" in out
 
 
-def test_check_older_backend_skips_newer_op(fake_backend, clean_registry, interface_1_1, capsys):
+def test_check_older_backend_skips_newer_op(fake_backend, clean_registry, interface_next, capsys):
     clean_registry.register_backend(fake_backend(device_types=("cpu",)))
     rc, out, _ = run_main(capsys, "check", "--backend", "fakevendor")
     assert rc == 0, out
     assert re.search(
         r"^  scale\s+-\s+-\s+-\s+SKIP\s+\S+\s+fakevendor implements interface 1\.0, which predates", out, re.M
     )
-    assert re.search(r"\d+ passed, 0 failed, 1 skipped", out)
+    # Every op newer than the backend's 1.0 is skipped likewise.
+    assert re.search(r"\d+ passed, 0 failed, \d+ skipped", out)
 
 
-def test_check_new_op_needs_one_smoke_entry(fake_backend, clean_registry, interface_1_1, monkeypatch, capsys):
+def test_check_new_op_needs_one_smoke_entry(fake_backend, clean_registry, interface_next, monkeypatch, capsys):
     # Dispatch sends the new op to the reference (the backend predates it): without a smoke
     # entry that is a failure; one entry in SMOKE makes it run.
     clean_registry.register_backend(fake_backend(device_types=("cpu",)))

@@ -131,7 +131,7 @@ def test_liger_backend_naming_broken_backend(fake_backend, clean_registry, monke
 # -- a backend older than the core's interface -------------------------------------------
 
 
-def test_older_minor_backend_falls_back_for_newer_op_only(fake_backend, clean_registry, interface_1_1):
+def test_older_minor_backend_falls_back_for_newer_op_only(fake_backend, clean_registry, interface_next):
     calls = []
     fake = recording_backend(fake_backend, calls, interface_version="1.0")
     clean_registry.register_backend(fake)
@@ -147,11 +147,11 @@ def test_older_minor_backend_falls_back_for_newer_op_only(fake_backend, clean_re
         "liger-ops-fakevendor 9.8.7 implements interface 1.0, which predates op 'scale'; op 'scale' runs on "
         "the slower PyTorch reference implementation (pip install -U liger-ops-fakevendor)"
     ) == str(warning.message)
-    assert fn is interface_1_1.reference
+    assert fn is interface_next.reference
     torch.testing.assert_close(fn(torch.ones(2)), torch.full((2,), 2.0))
 
 
-def test_older_minor_backend_in_strict_mode(fake_backend, clean_registry, interface_1_1, monkeypatch):
+def test_older_minor_backend_in_strict_mode(fake_backend, clean_registry, interface_next, monkeypatch):
     clean_registry.register_backend(fake_backend(interface_version="1.0"))
     monkeypatch.setenv("LIGER_STRICT", "1")
     clean_registry.reset()
@@ -160,11 +160,15 @@ def test_older_minor_backend_in_strict_mode(fake_backend, clean_registry, interf
         clean_registry.resolve("scale", "xpu")
 
 
-def test_backend_declaring_newer_minor_must_have_its_ops(fake_backend, clean_registry, interface_1_1):
-    clean_registry.register_backend(fake_backend(interface_version="1.1"))
+def test_backend_declaring_newer_minor_must_have_its_ops(fake_backend, clean_registry, interface_next):
+    from liger_core.interface import CATALOGUE, format_version
+
+    nxt = format_version(interface_next.since)
+    ops = {name: spec.reference for name, spec in CATALOGUE.items() if name != "scale"}
+    clean_registry.register_backend(fake_backend(interface_version=nxt, ops=ops))
     (problem,) = clean_registry.problems().values()
-    assert "declares op interface 1.1" in problem.error
-    assert "lacks op 'scale', part of the interface since 1.1" in problem.error
+    assert f"declares op interface {nxt}" in problem.error
+    assert f"lacks op 'scale', part of the interface since {nxt}" in problem.error
 
 
 # -- functional API and nn module --------------------------------------------------------------

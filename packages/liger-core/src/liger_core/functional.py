@@ -17,3 +17,49 @@ def liger_rms_norm(
 ) -> torch.Tensor:
     """RMSNorm; see `liger_core.ops.rms_norm.rms_norm` for the contract."""
     return resolve("rms_norm", x.device.type)(x, weight, eps, offset, casting_mode, in_place)
+
+
+def liger_fused_add_rms_norm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    offset: float = 0.0,
+    casting_mode: str = "llama",
+    in_place: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residual add + RMSNorm, returning ``(y, x + residual)``; see
+    `liger_core.ops.fused_add_rms_norm.fused_add_rms_norm` for the contract."""
+    return resolve("fused_add_rms_norm", x.device.type)(x, residual, weight, eps, offset, casting_mode, in_place)
+
+
+def liger_layer_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """LayerNorm over the last dimension; see `liger_core.ops.layer_norm.layer_norm` for the contract."""
+    return resolve("layer_norm", x.device.type)(x, weight, bias, eps)
+
+
+def liger_group_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    num_channels: int,
+    num_groups: int,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """GroupNorm over (batch, channels, ...); see `liger_core.ops.group_norm.group_norm` for the contract."""
+    return resolve("group_norm", x.device.type)(x, weight, bias, num_channels, num_groups, eps)
+
+
+def liger_poly_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """PolyNorm; see `liger_core.ops.poly_norm.poly_norm` for the contract."""
+    return resolve("poly_norm", x.device.type)(x, weight, bias, eps)
+
+
+def liger_dyt(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None) -> torch.Tensor:
+    """Dynamic Tanh ``gamma * tanh(alpha * x) + beta``; see `liger_core.ops.dyt.dyt` for the contract."""
+    return resolve("dyt", x.device.type)(x, alpha, gamma, beta)

@@ -12,9 +12,14 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from liger_core.ops import dyt as _dyt
+from liger_core.ops import fused_add_rms_norm as _fused_add_rms_norm
+from liger_core.ops import group_norm as _group_norm
+from liger_core.ops import layer_norm as _layer_norm
+from liger_core.ops import poly_norm as _poly_norm
 from liger_core.ops import rms_norm as _rms_norm
 
-INTERFACE_VERSION: tuple[int, int] = (1, 0)
+INTERFACE_VERSION: tuple[int, int] = (1, 0)  # raised below to the newest op's `since`
 
 
 def format_version(version: tuple[int, int]) -> str:
@@ -51,8 +56,20 @@ class OpSpec:
 
 
 CATALOGUE: dict[str, OpSpec] = {
-    spec.name: spec for spec in (OpSpec("rms_norm", (1, 0), _rms_norm.rms_norm, _rms_norm.reference),)
+    spec.name: spec
+    for spec in (
+        OpSpec("rms_norm", (1, 0), _rms_norm.rms_norm, _rms_norm.reference),
+        # 1.1: the norm family.
+        OpSpec("fused_add_rms_norm", (1, 1), _fused_add_rms_norm.fused_add_rms_norm, _fused_add_rms_norm.reference),
+        OpSpec("layer_norm", (1, 1), _layer_norm.layer_norm, _layer_norm.reference),
+        OpSpec("group_norm", (1, 1), _group_norm.group_norm, _group_norm.reference),
+        OpSpec("poly_norm", (1, 1), _poly_norm.poly_norm, _poly_norm.reference),
+        OpSpec("dyt", (1, 1), _dyt.dyt, _dyt.reference),
+    )
 }
+
+# The interface version is the newest op's: adding an op cannot forget the bump.
+INTERFACE_VERSION = max(INTERFACE_VERSION, *(spec.since for spec in CATALOGUE.values()))
 
 
 def ops_for_version(version: tuple[int, int]) -> list[OpSpec]:

@@ -1,3 +1,8 @@
 """Every conformance case; a vendor's tests/test_conformance.py star-imports this."""
 
+from liger_core.conformance.dyt import *  # noqa: F403
+from liger_core.conformance.fused_add_rms_norm import *  # noqa: F403
+from liger_core.conformance.group_norm import *  # noqa: F403
+from liger_core.conformance.layer_norm import *  # noqa: F403
+from liger_core.conformance.poly_norm import *  # noqa: F403
 from liger_core.conformance.rms_norm import *  # noqa: F403

@@ -36,8 +36,49 @@ def _rms_norm(backend: Backend, device: str, dtype: torch.dtype, shape: tuple[in
     check_rms_norm(backend, x, w, dy)
 
 
+def _fused_add_rms_norm(backend: Backend, device: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    from liger_core.conformance.fused_add_rms_norm_check import check_fused_add_rms_norm, make_inputs
+
+    x, r, w, dy, ds = make_inputs(shape, dtype, device)
+    check_fused_add_rms_norm(backend, x, r, w, dy, ds)
+
+
+def _layer_norm(backend: Backend, device: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    from liger_core.conformance.layer_norm_check import check_layer_norm, make_inputs
+
+    x, w, b, dy = make_inputs(shape, dtype, device)
+    check_layer_norm(backend, x, w, b, dy)
+
+
+def _group_norm(backend: Backend, device: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    from liger_core.conformance.group_norm_check import check_group_norm, make_inputs
+
+    # Shapes are (batch, channels, *spatial) with channels divisible by 2: two groups.
+    x, w, b, dy = make_inputs(shape, dtype, device)
+    check_group_norm(backend, x, w, b, dy, num_groups=2)
+
+
+def _poly_norm(backend: Backend, device: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    from liger_core.conformance.poly_norm_check import check_poly_norm, make_inputs
+
+    x, w, b, dy = make_inputs(shape, dtype, device)
+    check_poly_norm(backend, x, w, b, dy)
+
+
+def _dyt(backend: Backend, device: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    from liger_core.conformance.dyt_check import check_dyt, make_inputs
+
+    x, alpha, gamma, beta, dy = make_inputs(shape, dtype, device)
+    check_dyt(backend, x, alpha, gamma, beta, dy)
+
+
 # Small odd rows, and 3-D input with rows wider than one 512/1024 tile; small enough for
 # the Triton interpreter on CPU.
 SMOKE: dict[str, Smoke] = {
     "rms_norm": Smoke(shapes=((3, 5), (2, 7, 1000)), run=_rms_norm),
+    "fused_add_rms_norm": Smoke(shapes=((3, 5), (2, 7, 1000)), run=_fused_add_rms_norm),
+    "layer_norm": Smoke(shapes=((3, 5), (2, 7, 1000)), run=_layer_norm),
+    "group_norm": Smoke(shapes=((3, 4, 5), (2, 8, 700)), run=_group_norm),
+    "poly_norm": Smoke(shapes=((3, 5), (2, 7, 1000)), run=_poly_norm),
+    "dyt": Smoke(shapes=((3, 5), (2, 7, 1000)), run=_dyt),
 }

@@ -1,5 +1,10 @@
 """Drop-in `torch.nn.Module`s over the functional API."""
 
+from liger_core.nn.dyt import LigerDyT
+from liger_core.nn.fused_add_rms_norm import LigerFusedAddRMSNorm
+from liger_core.nn.group_norm import LigerGroupNorm
+from liger_core.nn.layer_norm import LigerLayerNorm
+from liger_core.nn.poly_norm import LigerPolyNorm
 from liger_core.nn.rms_norm import LigerRMSNorm
 
-__all__ = ["LigerRMSNorm"]
+__all__ = ["LigerDyT", "LigerFusedAddRMSNorm", "LigerGroupNorm", "LigerLayerNorm", "LigerPolyNorm", "LigerRMSNorm"]
