@@ -1,0 +1,520 @@
+"""LayerNorm for Ascend NPUs: triton-ascend kernels, UB-aware tile plans and autograd Function.
+
+Same launch and tiling scheme as rms_norm (see `_tiling.row_plan`): one program per vector
+core walking row blocks; whole rows per tile (several short rows at once) when a row fits
+the UB, else ``BLOCK_N``-wide chunks. Whole rows: mean, then the variance of the centred
+row (two-pass, exact). Chunked rows: one pass of sums shifted by the row's first element
+(no cancellation when the mean is far from zero), then a normalising pass.
+
+Backward: grad_weight and grad_bias are per-program fp32 partials written once to
+``(programs, hidden)`` buffers and summed afterwards (no atomics). Chunked rows first get
+their two row coefficients ``mean(g)`` and ``mean(g * x_hat)`` (``g = dy * weight``), then a
+kernel walks column chunks so one chunk of each partial stays in the UB.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+from liger_core.ops.layer_norm import check_args
+
+from liger_ops_ascend import hardware
+from liger_ops_ascend._tiling import (
+    FP32,
+    MAX_BLOCK_M,
+    RowPlan,
+    elem_bytes,
+    loaded,
+    partial_sums,
+    row_plan,
+    rows_view,
+)
+from liger_ops_ascend.launch import Tile, launch
+
+# Widest tile along a row (tests lower it to force chunking with room for several rows).
+MAX_BLOCK_N = 65536
+
+
+@triton.jit
+def _layer_norm_forward_kernel(
+    X,
+    W,
+    B,
+    Y,
+    MEAN,
+    RSTD,
+    x_row_stride,
+    y_row_stride,
+    n_rows,
+    n_cols,
+    n_iters,
+    n_chunks,
+    eps,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SINGLE_PASS: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    m_idx = tl.arange(0, BLOCK_M)
+    n_idx = tl.arange(0, BLOCK_N)
+    x_tile = m_idx[:, None] * x_row_stride
+    y_tile = m_idx[:, None] * y_row_stride
+    if SINGLE_PASS:
+        col_mask = n_idx < n_cols
+        if HAS_WEIGHT:
+            w = tl.load(W + n_idx, mask=col_mask, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            b = tl.load(B + n_idx, mask=col_mask, other=0.0).to(tl.float32)
+        for i in range(n_iters):
+            row0 = (pid + i * num_programs) * BLOCK_M
+            rows = row0 + m_idx
+            row_mask = rows < n_rows
+            mask = row_mask[:, None] & col_mask[None, :]
+            x = tl.load(X + row0.to(tl.int64) * x_row_stride + x_tile + n_idx[None, :], mask=mask, other=0.0)
+            xf = x.to(tl.float32)
+            mean = tl.sum(xf, axis=1) / n_cols
+            xc = tl.where(mask, xf - mean[:, None], 0.0)
+            rstd = tl.math.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
+            y = xc * rstd[:, None]
+            if HAS_WEIGHT:
+                y = y * w[None, :]
+            if HAS_BIAS:
+                y = y + b[None, :]
+            tl.store(
+                Y + row0.to(tl.int64) * y_row_stride + y_tile + n_idx[None, :], y.to(Y.dtype.element_ty), mask=mask
+            )
+            tl.store(MEAN + rows, mean, mask=row_mask)
+            tl.store(RSTD + rows, rstd, mask=row_mask)
+    else:
+        for i in range(n_iters):
+            row0 = (pid + i * num_programs) * BLOCK_M
+            rows = row0 + m_idx
+            row_mask = rows < n_rows
+            x_base = X + row0.to(tl.int64) * x_row_stride + x_tile
+            y_base = Y + row0.to(tl.int64) * y_row_stride + y_tile
+            # Pass 1: sums of (x - shift) and its square, shift = the row's first element.
+            shift = tl.load(x_base, mask=row_mask[:, None], other=0.0).to(tl.float32)
+            s1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            s2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            for c in range(n_chunks):
+                cols = c * BLOCK_N + n_idx
+                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                d = tl.where(mask, xf - shift, 0.0)
+                s1 += tl.sum(d, axis=1)
+                s2 += tl.sum(d * d, axis=1)
+            m1 = s1 / n_cols
+            mean = tl.reshape(shift, (BLOCK_M,)) + m1
+            rstd = tl.math.rsqrt(tl.maximum(s2 / n_cols - m1 * m1, 0.0) + eps)
+            # Pass 2: normalise, scale and shift chunk by chunk.
+            for c in range(n_chunks):
+                cols = c * BLOCK_N + n_idx
+                col_mask = cols < n_cols
+                mask = row_mask[:, None] & col_mask[None, :]
+                xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                y = (xf - mean[:, None]) * rstd[:, None]
+                if HAS_WEIGHT:
+                    y = y * tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+                if HAS_BIAS:
+                    y = y + tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+                tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+            tl.store(MEAN + rows, mean, mask=row_mask)
+            tl.store(RSTD + rows, rstd, mask=row_mask)
+
+
+@triton.jit
+def _layer_norm_backward_kernel(
+    DY,
+    X,
+    W,
+    MEAN,
+    RSTD,
+    DX,
+    DW_PARTIAL,
+    DB_PARTIAL,
+    dy_row_stride,
+    x_row_stride,
+    dx_row_stride,
+    n_rows,
+    n_cols,
+    n_iters,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """Whole rows in one tile: grad_x per row block, grad_weight/grad_bias summed in the UB."""
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    m_idx = tl.arange(0, BLOCK_M)
+    n_idx = tl.arange(0, BLOCK_N)
+    col_mask = n_idx < n_cols
+    if HAS_WEIGHT:
+        w = tl.load(W + n_idx, mask=col_mask, other=0.0).to(tl.float32)
+        dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    if HAS_BIAS:
+        db_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for i in range(n_iters):
+        row0 = (pid + i * num_programs) * BLOCK_M
+        rows = row0 + m_idx
+        row_mask = rows < n_rows
+        mask = row_mask[:, None] & col_mask[None, :]
+        base = row0.to(tl.int64)
+        x = tl.load(X + base * x_row_stride + m_idx[:, None] * x_row_stride + n_idx[None, :], mask=mask, other=0.0)
+        dy_ptr = DY + base * dy_row_stride + m_idx[:, None] * dy_row_stride + n_idx[None, :]
+        dy = tl.load(dy_ptr, mask=mask, other=0.0).to(tl.float32)
+        mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
+        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+        x_hat = (x.to(tl.float32) - mean[:, None]) * rstd[:, None]
+        g = dy
+        if HAS_WEIGHT:
+            g = dy * w[None, :]
+        c1 = tl.sum(g, axis=1) / n_cols
+        c2 = tl.sum(g * x_hat, axis=1) / n_cols
+        dx = (g - c1[:, None] - x_hat * c2[:, None]) * rstd[:, None]
+        dx_ptr = DX + base * dx_row_stride + m_idx[:, None] * dx_row_stride + n_idx[None, :]
+        tl.store(dx_ptr, dx.to(DX.dtype.element_ty), mask=mask)
+        if HAS_WEIGHT:
+            dw_acc += tl.sum(dy * x_hat, axis=0)
+        if HAS_BIAS:
+            db_acc += tl.sum(dy, axis=0)
+    if HAS_WEIGHT:
+        tl.store(DW_PARTIAL + pid.to(tl.int64) * n_cols + n_idx, dw_acc, mask=col_mask)
+    if HAS_BIAS:
+        tl.store(DB_PARTIAL + pid.to(tl.int64) * n_cols + n_idx, db_acc, mask=col_mask)
+
+
+@triton.jit
+def _layer_norm_backward_coef_kernel(
+    DY,
+    X,
+    W,
+    MEAN,
+    RSTD,
+    C1,
+    C2,
+    dy_row_stride,
+    x_row_stride,
+    n_rows,
+    n_cols,
+    n_iters,
+    n_chunks,
+    HAS_WEIGHT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """Chunked rows, stage 1: C1[row] = mean(g), C2[row] = mean(g * x_hat)."""
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    m_idx = tl.arange(0, BLOCK_M)
+    n_idx = tl.arange(0, BLOCK_N)
+    for i in range(n_iters):
+        row0 = (pid + i * num_programs) * BLOCK_M
+        rows = row0 + m_idx
+        row_mask = rows < n_rows
+        base = row0.to(tl.int64)
+        x_base = X + base * x_row_stride + m_idx[:, None] * x_row_stride
+        dy_base = DY + base * dy_row_stride + m_idx[:, None] * dy_row_stride
+        mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
+        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+        acc1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        acc2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for c in range(n_chunks):
+            cols = c * BLOCK_N + n_idx
+            col_mask = cols < n_cols
+            mask = row_mask[:, None] & col_mask[None, :]
+            xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            g = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            if HAS_WEIGHT:
+                g = g * tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+            acc1 += tl.sum(g, axis=1)
+            acc2 += tl.sum(g * (xf - mean[:, None]), axis=1)
+        tl.store(C1 + rows, acc1 / n_cols, mask=row_mask)
+        tl.store(C2 + rows, acc2 * rstd / n_cols, mask=row_mask)
+
+
+@triton.jit
+def _layer_norm_backward_chunked_kernel(
+    DY,
+    X,
+    W,
+    MEAN,
+    RSTD,
+    C1,
+    C2,
+    DX,
+    DW_PARTIAL,
+    DB_PARTIAL,
+    dy_row_stride,
+    x_row_stride,
+    dx_row_stride,
+    n_rows,
+    n_cols,
+    n_iters,
+    n_chunks,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """Chunked rows, stage 2: column chunk outer, the program's rows inner."""
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    m_idx = tl.arange(0, BLOCK_M)
+    n_idx = tl.arange(0, BLOCK_N)
+    for c in range(n_chunks):
+        cols = c * BLOCK_N + n_idx
+        col_mask = cols < n_cols
+        if HAS_WEIGHT:
+            w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+            dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        if HAS_BIAS:
+            db_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        for i in range(n_iters):
+            row0 = (pid + i * num_programs) * BLOCK_M
+            rows = row0 + m_idx
+            row_mask = rows < n_rows
+            mask = row_mask[:, None] & col_mask[None, :]
+            base = row0.to(tl.int64)
+            x_ptr = X + base * x_row_stride + m_idx[:, None] * x_row_stride + cols[None, :]
+            xf = tl.load(x_ptr, mask=mask, other=0.0).to(tl.float32)
+            dy_ptr = DY + base * dy_row_stride + m_idx[:, None] * dy_row_stride + cols[None, :]
+            dy = tl.load(dy_ptr, mask=mask, other=0.0).to(tl.float32)
+            mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
+            rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+            c1 = tl.load(C1 + rows, mask=row_mask, other=0.0)
+            c2 = tl.load(C2 + rows, mask=row_mask, other=0.0)
+            x_hat = (xf - mean[:, None]) * rstd[:, None]
+            g = dy
+            if HAS_WEIGHT:
+                g = dy * w[None, :]
+            dx = (g - c1[:, None] - x_hat * c2[:, None]) * rstd[:, None]
+            dx_ptr = DX + base * dx_row_stride + m_idx[:, None] * dx_row_stride + cols[None, :]
+            tl.store(dx_ptr, dx.to(DX.dtype.element_ty), mask=mask)
+            if HAS_WEIGHT:
+                dw_acc += tl.sum(dy * x_hat, axis=0)
+            if HAS_BIAS:
+                db_acc += tl.sum(dy, axis=0)
+        if HAS_WEIGHT:
+            tl.store(DW_PARTIAL + pid.to(tl.int64) * n_cols + cols, dw_acc, mask=col_mask)
+        if HAS_BIAS:
+            tl.store(DB_PARTIAL + pid.to(tl.int64) * n_cols + cols, db_acc, mask=col_mask)
+
+
+# -- tile plans (every named fp32 temporary gets its own buffer; see rms_norm) ---------------
+
+
+def _params(n: int, wb: int, bb: int) -> list[Tile]:
+    return loaded("weight", 1, n, wb) + loaded("bias", 1, n, bb)
+
+
+def forward_tiles(m: int, n: int, xb: int, wb: int, bb: int) -> tuple[Tile, ...]:
+    tiles = loaded("x", m, n, xb) + [Tile("x_centred_f32", m, n, FP32), Tile("sq_f32", m, n, FP32)]
+    tiles += [Tile("y_f32", m, n, FP32), Tile("y", m, n, xb)] + _params(n, wb, bb)
+    tiles += [Tile(name, 1, m, FP32) for name in ("shift", "sum1", "sum2", "mean", "rstd")]
+    return tuple(tiles)
+
+
+def backward_tiles(m: int, n: int, xb: int, wb: int, bb: int) -> tuple[Tile, ...]:
+    tiles = loaded("x", m, n, xb) + loaded("dy", m, n, xb)
+    tiles += [Tile(name, m, n, FP32) for name in ("x_hat", "g", "g_x_hat", "dx_f32")] + [Tile("dx", m, n, xb)]
+    tiles += _params(n, wb, bb)
+    if wb:
+        tiles += [Tile("dy_x_hat_f32", m, n, FP32), Tile("dw_acc_f32", 1, n, FP32), Tile("dw_colsum_f32", 1, n, FP32)]
+    if bb:
+        tiles += [Tile("db_acc_f32", 1, n, FP32), Tile("db_colsum_f32", 1, n, FP32)]
+    tiles += [Tile(name, 1, m, FP32) for name in ("mean", "rstd", "c1", "c2")]
+    return tuple(tiles)
+
+
+def backward_coef_tiles(m: int, n: int, xb: int, wb: int, bb: int) -> tuple[Tile, ...]:
+    tiles = loaded("x", m, n, xb) + loaded("dy", m, n, xb) + loaded("weight", 1, n, wb)
+    tiles += [Tile("g_f32", m, n, FP32), Tile("x_centred_f32", m, n, FP32), Tile("g_x_f32", m, n, FP32)]
+    tiles += [Tile(name, 1, m, FP32) for name in ("mean", "rstd", "acc1", "acc2")]
+    return tuple(tiles)
+
+
+_KERNELS = {
+    "forward": ((("forward", forward_tiles),), (("forward_chunked", forward_tiles),)),
+    "backward": (
+        (("backward", backward_tiles),),
+        (("backward_coef", backward_coef_tiles), ("backward_chunked", backward_tiles)),
+    ),
+}
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(
+    direction: str, n_rows: int, n_cols: int, xb: int, wb: int, bb: int, hw: hardware.Hardware, max_block_n: int
+) -> RowPlan:
+    single, chunked = (
+        tuple((f"layer_norm_{name}", functools.partial(tiles, xb=xb, wb=wb, bb=bb)) for name, tiles in k)
+        for k in _KERNELS[direction]
+    )
+    min_n = max(hardware.min_block(b) for b in (xb, wb, bb) if b)
+    return row_plan(f"layer_norm {direction}", n_rows, n_cols, single, chunked, hw, min_n, MAX_BLOCK_M, max_block_n)
+
+
+def plan(
+    direction: str,
+    n_rows: int,
+    n_cols: int,
+    x_dtype: torch.dtype,
+    w_dtype: torch.dtype | None,
+    b_dtype: torch.dtype | None,
+    hw: hardware.Hardware,
+) -> RowPlan:
+    """The tile plan of ``direction`` ("forward" or "backward") for ``(n_rows, n_cols)`` rows."""
+    return _plan(
+        direction, n_rows, n_cols, elem_bytes(x_dtype), elem_bytes(w_dtype), elem_bytes(b_dtype), hw, MAX_BLOCK_N
+    )
+
+
+def _dtype(t: torch.Tensor | None) -> torch.dtype | None:
+    return None if t is None else t.dtype
+
+
+class LigerLayerNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        shape = x.shape
+        hw = hardware.current(x.device)
+        x2d = rows_view(x, shape[-1])
+        n_rows, n_cols = x2d.shape
+        y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+        mean = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+        rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+        if n_rows and n_cols:
+            p = plan("forward", n_rows, n_cols, x.dtype, _dtype(weight), _dtype(bias), hw)
+            launch(
+                _layer_norm_forward_kernel,
+                p.kernels[0],
+                hw,
+                x2d,
+                x2d if weight is None else weight,
+                x2d if bias is None else bias,
+                y,
+                mean,
+                rstd,
+                x2d.stride(0),
+                y.stride(0),
+                n_rows,
+                n_cols,
+                p.n_iters,
+                p.n_chunks,
+                eps,
+                HAS_WEIGHT=weight is not None,
+                HAS_BIAS=bias is not None,
+                BLOCK_M=p.block_m,
+                BLOCK_N=p.block_n,
+                SINGLE_PASS=not p.chunked,
+            )
+        ctx.save_for_backward(x2d, weight, bias, mean, rstd)
+        ctx.hw = hw
+        return y.view(shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2d, weight, bias, mean, rstd = ctx.saved_tensors
+        hw = ctx.hw
+        n_rows, n_cols = x2d.shape
+        dy2d = rows_view(dy, n_cols)
+        dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
+        has_w, has_b = weight is not None, bias is not None
+        if n_rows == 0 or n_cols == 0:
+            dw = torch.zeros_like(weight) if has_w else None
+            db = torch.zeros_like(bias) if has_b else None
+            return dx.view(dy.shape), dw, db, None
+        p = plan("backward", n_rows, n_cols, x2d.dtype, _dtype(weight), _dtype(bias), hw)
+        part = (p.programs, n_cols)
+        dw_part = torch.empty(part, dtype=torch.float32, device=x2d.device) if has_w else rstd
+        db_part = torch.empty(part, dtype=torch.float32, device=x2d.device) if has_b else rstd
+        w = weight if has_w else x2d
+        common = {"HAS_WEIGHT": has_w, "BLOCK_M": p.block_m, "BLOCK_N": p.block_n}
+        if not p.chunked:
+            launch(
+                _layer_norm_backward_kernel,
+                p.kernels[0],
+                hw,
+                dy2d,
+                x2d,
+                w,
+                mean,
+                rstd,
+                dx,
+                dw_part,
+                db_part,
+                dy2d.stride(0),
+                x2d.stride(0),
+                dx.stride(0),
+                n_rows,
+                n_cols,
+                p.n_iters,
+                HAS_BIAS=has_b,
+                **common,
+            )
+        else:
+            c1 = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+            c2 = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+            launch(
+                _layer_norm_backward_coef_kernel,
+                p.kernels[0],
+                hw,
+                dy2d,
+                x2d,
+                w,
+                mean,
+                rstd,
+                c1,
+                c2,
+                dy2d.stride(0),
+                x2d.stride(0),
+                n_rows,
+                n_cols,
+                p.n_iters,
+                p.n_chunks,
+                **common,
+            )
+            launch(
+                _layer_norm_backward_chunked_kernel,
+                p.kernels[1],
+                hw,
+                dy2d,
+                x2d,
+                w,
+                mean,
+                rstd,
+                c1,
+                c2,
+                dx,
+                dw_part,
+                db_part,
+                dy2d.stride(0),
+                x2d.stride(0),
+                dx.stride(0),
+                n_rows,
+                n_cols,
+                p.n_iters,
+                p.n_chunks,
+                HAS_BIAS=has_b,
+                **common,
+            )
+        dw = partial_sums(dw_part, weight.dtype) if has_w else None
+        db = partial_sums(db_part, bias.dtype) if has_b else None
+        return dx.view(dy.shape), dw, db, None
+
+
+def layer_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    check_args(x, weight, bias, eps)
+    return LigerLayerNormFunction.apply(x, weight, bias, float(eps))
