@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
+import torch
+
 from liger_core.backend import ENTRY_POINT_GROUP, Backend, LigerBackendError, validate
 from liger_core.interface import CATALOGUE, INTERFACE_VERSION, format_version
 
@@ -162,19 +164,26 @@ class Registry:
             f"Install it (e.g. pip install liger-ops-{name}) or unset LIGER_BACKEND"
         )
 
-    def resolve(self, op: str, device_type: str) -> Callable:
-        """The callable serving ``op`` for tensors on ``device_type`` (cached)."""
+    def resolve(self, op: str, device: str | torch.device) -> Callable:
+        """The callable serving ``op`` for tensors on ``device`` (a type like ``"cuda"`` or a
+        ``torch.device``), cached under exactly what was passed.
+
+        The functional API passes ``tensor.device``: reading ``tensor.device.type`` costs more
+        than the rest of dispatch together (~1.5 us on torch 2.13), a hit on the cache keyed
+        by the device object does not read it.
+        """
         try:
-            return self.cache[(op, device_type)]
+            return self.cache[(op, device)]
         except KeyError:
             pass
         if op not in CATALOGUE:
             raise KeyError(f"unknown op {op!r}; the catalogue has {sorted(CATALOGUE)}")
+        device_type = device if isinstance(device, str) else torch.device(device).type
         backend = self.backend_for_device(device_type)
         fn = backend.ops.get(op) if backend is not None else None
         if fn is None:
             fn = self._fallback(op, device_type, backend)
-        self.cache[(op, device_type)] = fn
+        self.cache[(op, device)] = fn
         return fn
 
     def _fallback(self, op: str, device_type: str, backend: Backend | None) -> Callable:
