@@ -6,13 +6,32 @@ from liger_core.device import infer_device
 from liger_core.functional import (
     liger_dyt,
     liger_fused_add_rms_norm,
+    liger_geglu,
     liger_group_norm,
     liger_layer_norm,
+    liger_multimodal_rotary_pos_emb,
     liger_poly_norm,
+    liger_qwen2vl_mrope,
     liger_rms_norm,
+    liger_rope,
+    liger_rotary_pos_emb,
+    liger_softmax,
+    liger_sparsemax,
+    liger_swiglu,
 )
 from liger_core.interface import CATALOGUE, INTERFACE_VERSION
-from liger_core.nn import LigerDyT, LigerFusedAddRMSNorm, LigerGroupNorm, LigerLayerNorm, LigerPolyNorm, LigerRMSNorm
+from liger_core.nn import (
+    LigerDyT,
+    LigerFusedAddRMSNorm,
+    LigerGEGLUMLP,
+    LigerGroupNorm,
+    LigerLayerNorm,
+    LigerPolyNorm,
+    LigerRMSNorm,
+    LigerSoftmax,
+    LigerSparsemax,
+    LigerSwiGLUMLP,
+)
 from liger_core.registry import LigerFallbackWarning, register_backend
 
 __all__ = [
@@ -23,17 +42,29 @@ __all__ = [
     "LigerDyT",
     "LigerFallbackWarning",
     "LigerFusedAddRMSNorm",
+    "LigerGEGLUMLP",
     "LigerGroupNorm",
     "LigerLayerNorm",
     "LigerPolyNorm",
     "LigerRMSNorm",
+    "LigerSoftmax",
+    "LigerSparsemax",
+    "LigerSwiGLUMLP",
     "__version__",
     "infer_device",
     "liger_dyt",
     "liger_fused_add_rms_norm",
+    "liger_geglu",
     "liger_group_norm",
     "liger_layer_norm",
+    "liger_multimodal_rotary_pos_emb",
     "liger_poly_norm",
+    "liger_qwen2vl_mrope",
     "liger_rms_norm",
+    "liger_rope",
+    "liger_rotary_pos_emb",
+    "liger_softmax",
+    "liger_sparsemax",
+    "liger_swiglu",
     "register_backend",
 ]

@@ -2,7 +2,13 @@
 
 from liger_core.conformance.dyt import *  # noqa: F403
 from liger_core.conformance.fused_add_rms_norm import *  # noqa: F403
+from liger_core.conformance.geglu import *  # noqa: F403
 from liger_core.conformance.group_norm import *  # noqa: F403
 from liger_core.conformance.layer_norm import *  # noqa: F403
 from liger_core.conformance.poly_norm import *  # noqa: F403
+from liger_core.conformance.qwen2vl_mrope import *  # noqa: F403
 from liger_core.conformance.rms_norm import *  # noqa: F403
+from liger_core.conformance.rope import *  # noqa: F403
+from liger_core.conformance.softmax import *  # noqa: F403
+from liger_core.conformance.sparsemax import *  # noqa: F403
+from liger_core.conformance.swiglu import *  # noqa: F403

@@ -4,7 +4,20 @@ from liger_core.nn.dyt import LigerDyT
 from liger_core.nn.fused_add_rms_norm import LigerFusedAddRMSNorm
 from liger_core.nn.group_norm import LigerGroupNorm
 from liger_core.nn.layer_norm import LigerLayerNorm
+from liger_core.nn.mlp import LigerGEGLUMLP, LigerSwiGLUMLP
 from liger_core.nn.poly_norm import LigerPolyNorm
 from liger_core.nn.rms_norm import LigerRMSNorm
+from liger_core.nn.softmax import LigerSoftmax, LigerSparsemax
 
-__all__ = ["LigerDyT", "LigerFusedAddRMSNorm", "LigerGroupNorm", "LigerLayerNorm", "LigerPolyNorm", "LigerRMSNorm"]
+__all__ = [
+    "LigerDyT",
+    "LigerFusedAddRMSNorm",
+    "LigerGEGLUMLP",
+    "LigerGroupNorm",
+    "LigerLayerNorm",
+    "LigerPolyNorm",
+    "LigerRMSNorm",
+    "LigerSoftmax",
+    "LigerSparsemax",
+    "LigerSwiGLUMLP",
+]

@@ -1,0 +1,49 @@
+"""The `swiglu` op: its contract, argument checks and PyTorch reference.
+
+The gated activation of the LLaMA-family MLPs: ``down_proj(swiglu(gate_proj(x), up_proj(x)))``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from liger_core.ops._glu import check_glu_args
+
+
+def swiglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+    """SwiGLU: ``silu(a) * b`` elementwise, ``silu(a) = a * sigmoid(a)``.
+
+    As in the models' eager code (``act_fn(gate) * up``), ``silu(a)`` is computed in float32
+    and rounded to the input dtype before the multiply.
+
+    Args:
+        a: the gate, any shape, float32, bfloat16 or float16. Any layout (a copy is made
+            if it is not contiguous).
+        b: the up projection, ``a``'s shape, dtype and device.
+        in_place: allow the backward pass to write ``grad_a`` and ``grad_b`` into the
+            memory of ``a`` and ``b`` (saves two activation-sized buffers). Only the owner
+            of both buffers may set it (``LigerSwiGLUMLP`` does, for the projections it
+            created): after backward ``a`` and ``b`` hold gradients, and a second backward
+            through the same graph is wrong. Without it, ``a`` and ``b`` are never modified.
+
+    Returns:
+        ``silu(a) * b`` with ``a``'s shape and dtype. Backward gives ``grad_a`` and ``grad_b``.
+    """
+    raise NotImplementedError("contract only: call liger_core.functional.liger_swiglu")
+
+
+def check_args(a: torch.Tensor, b: torch.Tensor, in_place: bool) -> None:
+    """Raise a clear error for arguments outside the contract. Backends call this first."""
+    check_glu_args("swiglu", a, b, in_place)
+
+
+def math(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The formula, differentiable by autograd, for any floating dtype (float64 for the oracle)."""
+    dtype = a.dtype
+    compute = a if dtype == torch.float64 else a.float()
+    return torch.nn.functional.silu(compute).to(dtype) * b
+
+
+def reference(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+    check_args(a, b, in_place)
+    return math(a, b)
