@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from liger_core.backend import Backend, triton_runtime
 
-from liger_ops_ascend import group_norm, layer_norm, rms_norm
+from liger_ops_ascend import dyt, group_norm, layer_norm, poly_norm, rms_norm
 from liger_ops_ascend.__about__ import __version__
 
 INTERFACE_VERSION = "1.0"
@@ -21,6 +21,8 @@ BACKEND = Backend(
         "fused_add_rms_norm": rms_norm.fused_add_rms_norm,
         "layer_norm": layer_norm.layer_norm,
         "group_norm": group_norm.group_norm,
+        "poly_norm": poly_norm.poly_norm,
+        "dyt": dyt.dyt,
     },
     runtime=lambda: triton_runtime("triton-ascend"),
 )

@@ -1,0 +1,278 @@
+"""PolyNorm for Ascend NPUs: triton-ascend kernels, UB-aware tile plans and autograd Function.
+
+``y = w0 * n(x^3) + w1 * n(x^2) + w2 * n(x) + b`` with ``n(u) = u * rsqrt(mean(u^2) + eps)``:
+three reciprocal RMS per row (of x, x^2, x^3), saved for the backward.
+
+Tiling as in rms_norm (`_tiling.row_plan`): whole rows per tile (several short rows at
+once) when a row fits the UB, else two passes over ``BLOCK_N``-wide chunks.
+
+Backward: with ``a_k = mean(dy * n_k)`` per row, ``grad_u_k = w_k * r_k * (dy - n_k * a_k)``
+and ``grad_x = sum_k grad_u_k * k * x^(k-1)``. The weight gradients are ``sum_rows hidden * a_k``
+and the bias gradient ``sum dy``: four fp32 scalars per program, accumulated over its rows
+and summed afterwards (no atomics).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+from liger_core.ops.poly_norm import check_args
+
+from liger_ops_ascend import hardware
+from liger_ops_ascend._tiling import FP32, MAX_BLOCK_M, RowPlan, elem_bytes, loaded, row_plan, rows_view
+from liger_ops_ascend.launch import Tile, launch
+
+# Widest tile along a row (tests lower it to force chunking with room for several rows).
+MAX_BLOCK_N = 65536
+
+
+@triton.jit
+def _poly_norm_forward_kernel(
+    X,
+    W,
+    B,
+    Y,
+    RSTD,
+    x_row_stride,
+    y_row_stride,
+    n_rows,
+    n_cols,
+    n_iters,
+    n_chunks,
+    eps,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """RSTD[row] = (r1, r2, r3), the reciprocal RMS of x, x^2 and x^3."""
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    m_idx = tl.arange(0, BLOCK_M)
+    n_idx = tl.arange(0, BLOCK_N)
+    w0 = tl.load(W).to(tl.float32)
+    w1 = tl.load(W + 1).to(tl.float32)
+    w2 = tl.load(W + 2).to(tl.float32)
+    bias = tl.load(B).to(tl.float32)
+    for i in range(n_iters):
+        row0 = (pid + i * num_programs) * BLOCK_M
+        rows = row0 + m_idx
+        row_mask = rows < n_rows
+        x_base = X + row0.to(tl.int64) * x_row_stride + m_idx[:, None] * x_row_stride
+        y_base = Y + row0.to(tl.int64) * y_row_stride + m_idx[:, None] * y_row_stride
+        s2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        s4 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        s6 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        # With one chunk (the whole row) the loads of the two loops are of the same tile.
+        for c in range(n_chunks):
+            cols = c * BLOCK_N + n_idx
+            mask = row_mask[:, None] & (cols < n_cols)[None, :]
+            xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x2 = xf * xf
+            s2 += tl.sum(x2, axis=1)
+            s4 += tl.sum(x2 * x2, axis=1)
+            s6 += tl.sum(x2 * x2 * x2, axis=1)
+        r1 = tl.math.rsqrt(s2 / n_cols + eps)
+        r2 = tl.math.rsqrt(s4 / n_cols + eps)
+        r3 = tl.math.rsqrt(s6 / n_cols + eps)
+        for c in range(n_chunks):
+            cols = c * BLOCK_N + n_idx
+            mask = row_mask[:, None] & (cols < n_cols)[None, :]
+            xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x2 = xf * xf
+            y = (w0 * r3)[:, None] * (x2 * xf) + (w1 * r2)[:, None] * x2 + (w2 * r1)[:, None] * xf + bias
+            tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        tl.store(RSTD + rows * 3, r1, mask=row_mask)
+        tl.store(RSTD + rows * 3 + 1, r2, mask=row_mask)
+        tl.store(RSTD + rows * 3 + 2, r3, mask=row_mask)
+
+
+@triton.jit
+def _poly_norm_backward_kernel(
+    DY,
+    X,
+    W,
+    RSTD,
+    DX,
+    PARTIAL,
+    dy_row_stride,
+    x_row_stride,
+    dx_row_stride,
+    n_rows,
+    n_cols,
+    n_iters,
+    n_chunks,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """PARTIAL[pid] = (grad_w0, grad_w1, grad_w2, grad_b) over the program's rows."""
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    m_idx = tl.arange(0, BLOCK_M)
+    n_idx = tl.arange(0, BLOCK_N)
+    w0 = tl.load(W).to(tl.float32)
+    w1 = tl.load(W + 1).to(tl.float32)
+    w2 = tl.load(W + 2).to(tl.float32)
+    acc1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc3 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc_b = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for i in range(n_iters):
+        row0 = (pid + i * num_programs) * BLOCK_M
+        rows = row0 + m_idx
+        row_mask = rows < n_rows
+        base = row0.to(tl.int64)
+        x_base = X + base * x_row_stride + m_idx[:, None] * x_row_stride
+        dy_base = DY + base * dy_row_stride + m_idx[:, None] * dy_row_stride
+        dx_base = DX + base * dx_row_stride + m_idx[:, None] * dx_row_stride
+        r1 = tl.load(RSTD + rows * 3, mask=row_mask, other=0.0)
+        r2 = tl.load(RSTD + rows * 3 + 1, mask=row_mask, other=0.0)
+        r3 = tl.load(RSTD + rows * 3 + 2, mask=row_mask, other=0.0)
+        # Pass 1: sum(dy * u_k) per row (n_k = u_k * r_k) and sum(dy).
+        d1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        d2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        d3 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        d0 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for c in range(n_chunks):
+            cols = c * BLOCK_N + n_idx
+            mask = row_mask[:, None] & (cols < n_cols)[None, :]
+            xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dyx = dy * xf
+            d0 += tl.sum(dy, axis=1)
+            d1 += tl.sum(dyx, axis=1)
+            d2 += tl.sum(dyx * xf, axis=1)
+            d3 += tl.sum(dyx * xf * xf, axis=1)
+        a1 = d1 * r1 / n_cols
+        a2 = d2 * r2 / n_cols
+        a3 = d3 * r3 / n_cols
+        # Pass 2: grad_x.
+        for c in range(n_chunks):
+            cols = c * BLOCK_N + n_idx
+            mask = row_mask[:, None] & (cols < n_cols)[None, :]
+            xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x2 = xf * xf
+            g1 = (w2 * r1)[:, None] * (dy - (xf * r1[:, None]) * a1[:, None])
+            g2 = (w1 * r2)[:, None] * (dy - (x2 * r2[:, None]) * a2[:, None])
+            g3 = (w0 * r3)[:, None] * (dy - (x2 * xf * r3[:, None]) * a3[:, None])
+            dx = g1 + 2.0 * xf * g2 + 3.0 * x2 * g3
+            tl.store(dx_base + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        acc1 += a1 * n_cols
+        acc2 += a2 * n_cols
+        acc3 += a3 * n_cols
+        acc_b += d0
+    tl.store(PARTIAL + pid * 4, tl.sum(acc3, axis=0))
+    tl.store(PARTIAL + pid * 4 + 1, tl.sum(acc2, axis=0))
+    tl.store(PARTIAL + pid * 4 + 2, tl.sum(acc1, axis=0))
+    tl.store(PARTIAL + pid * 4 + 3, tl.sum(acc_b, axis=0))
+
+
+# -- tile plans ------------------------------------------------------------------------------
+
+
+def forward_tiles(m: int, n: int, xb: int) -> tuple[Tile, ...]:
+    tiles = loaded("x", m, n, xb) + [Tile(t, m, n, FP32) for t in ("x2", "x3", "x4", "x6", "y_f32")]
+    tiles += [Tile("y", m, n, xb)] + [Tile(t, 1, m, FP32) for t in ("s2", "s4", "s6", "r1", "r2", "r3")]
+    return tuple(tiles)
+
+
+def backward_tiles(m: int, n: int, xb: int) -> tuple[Tile, ...]:
+    tiles = loaded("x", m, n, xb) + loaded("dy", m, n, xb)
+    tiles += [Tile(t, m, n, FP32) for t in ("x2", "dyx", "g1", "g2", "g3", "n_k", "dx_f32")] + [Tile("dx", m, n, xb)]
+    tiles += [Tile(f"row_{t}", 1, m, FP32) for t in ("r1", "r2", "r3", "d0", "d1", "d2", "d3", "a1", "a2", "a3")]
+    tiles += [Tile(f"acc_{t}", 1, m, FP32) for t in ("1", "2", "3", "b")]
+    return tuple(tiles)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(direction: str, n_rows: int, n_cols: int, xb: int, hw: hardware.Hardware, max_block_n: int) -> RowPlan:
+    tiles = functools.partial(forward_tiles if direction == "forward" else backward_tiles, xb=xb)
+    kernels = ((f"poly_norm_{direction}", tiles),)
+    chunked = ((f"poly_norm_{direction}_chunked", tiles),)
+    return row_plan(
+        f"poly_norm {direction}", n_rows, n_cols, kernels, chunked, hw, hardware.min_block(xb), MAX_BLOCK_M, max_block_n
+    )
+
+
+def plan(direction: str, n_rows: int, n_cols: int, x_dtype: torch.dtype, hw: hardware.Hardware) -> RowPlan:
+    """The tile plan of ``direction`` ("forward" or "backward") for ``(n_rows, n_cols)`` rows."""
+    return _plan(direction, n_rows, n_cols, elem_bytes(x_dtype), hw, MAX_BLOCK_N)
+
+
+class LigerPolyNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        shape = x.shape
+        hw = hardware.current(x.device)
+        x2d = rows_view(x, shape[-1])
+        n_rows, n_cols = x2d.shape
+        y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+        rstd = torch.empty((n_rows, 3), dtype=torch.float32, device=x.device)
+        if n_rows and n_cols:
+            p = plan("forward", n_rows, n_cols, x.dtype, hw)
+            launch(
+                _poly_norm_forward_kernel,
+                p.kernels[0],
+                hw,
+                x2d,
+                weight,
+                bias,
+                y,
+                rstd,
+                x2d.stride(0),
+                y.stride(0),
+                n_rows,
+                n_cols,
+                p.n_iters,
+                p.n_chunks,
+                eps,
+                BLOCK_M=p.block_m,
+                BLOCK_N=p.block_n,
+            )
+        ctx.save_for_backward(x2d, weight, bias, rstd)
+        ctx.hw = hw
+        return y.view(shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2d, weight, bias, rstd = ctx.saved_tensors
+        hw = ctx.hw
+        n_rows, n_cols = x2d.shape
+        dy2d = rows_view(dy, n_cols)
+        dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
+        if n_rows == 0 or n_cols == 0:
+            return dx.view(dy.shape), torch.zeros_like(weight), torch.zeros_like(bias), None
+        p = plan("backward", n_rows, n_cols, x2d.dtype, hw)
+        partial = torch.empty((p.programs, 4), dtype=torch.float32, device=x2d.device)
+        launch(
+            _poly_norm_backward_kernel,
+            p.kernels[0],
+            hw,
+            dy2d,
+            x2d,
+            weight,
+            rstd,
+            dx,
+            partial,
+            dy2d.stride(0),
+            x2d.stride(0),
+            dx.stride(0),
+            n_rows,
+            n_cols,
+            p.n_iters,
+            p.n_chunks,
+            BLOCK_M=p.block_m,
+            BLOCK_N=p.block_n,
+        )
+        # Second stage: the per-program partials summed.
+        sums = partial.sum(0)
+        dw = sums[:3].to(weight.dtype)
+        db = sums[3:].to(bias.dtype).reshape(bias.shape)
+        return dx.view(dy.shape), dw, db, None
+
+
+def poly_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    check_args(x, weight, bias, eps)
+    return LigerPolyNormFunction.apply(x, weight, bias, float(eps))
