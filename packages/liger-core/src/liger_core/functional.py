@@ -65,70 +65,99 @@ def liger_dyt(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: t
     return resolve("dyt", x.device.type)(x, alpha, gamma, beta)
 
 
-def liger_swiglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
-    """``silu(a) * b``; see `liger_core.ops.swiglu.swiglu` for the contract (``in_place`` included)."""
-    return resolve("swiglu", a.device)(a, b, in_place)
+def liger_cross_entropy(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    lse_square_scale: float = 0.0,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+    softcap: float | None = None,
+    return_z_loss: bool = False,
+):
+    """Cross-entropy with z-loss and softcapping; see `liger_core.ops.cross_entropy.cross_entropy`."""
+    return resolve("cross_entropy", logits.device)(
+        logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss
+    )
 
 
-def liger_geglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
-    """``gelu_tanh(a) * b``; see `liger_core.ops.geglu.geglu` for the contract."""
-    return resolve("geglu", a.device)(a, b, in_place)
+def liger_fused_linear_cross_entropy(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    ce_weight: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    lse_square_scale: float = 0.0,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+    softcap: float | None = None,
+    return_z_loss: bool = False,
+    accum_dtype: torch.dtype | None = None,
+):
+    """lm_head + cross-entropy without the full logits; see
+    `liger_core.ops.fused_linear_cross_entropy.fused_linear_cross_entropy`."""
+    return resolve("fused_linear_cross_entropy", input.device)(
+        input,
+        weight,
+        target,
+        bias,
+        ce_weight,
+        ignore_index,
+        lse_square_scale,
+        label_smoothing,
+        reduction,
+        softcap,
+        return_z_loss,
+        accum_dtype,
+    )
 
 
-def liger_rope(
+def liger_kl_div(
+    y_pred: torch.Tensor,
+    y_true: torch.Tensor,
+    reduction: str = "batchmean",
+    log_target: bool = False,
+    eps: float = 1e-10,
+) -> torch.Tensor:
+    """KL divergence; see `liger_core.ops.kl_div.kl_div` for the contract."""
+    return resolve("kl_div", y_pred.device)(y_pred, y_true, reduction, log_target, eps)
+
+
+def liger_jsd(
+    student_logp: torch.Tensor,
+    teacher_logp: torch.Tensor,
+    shift_labels: torch.Tensor | None = None,
+    beta: float = 0.5,
+    ignore_index: int = -100,
+) -> torch.Tensor:
+    """Generalised Jensen-Shannon divergence; see `liger_core.ops.jsd.jsd` for the contract."""
+    return resolve("jsd", student_logp.device)(student_logp, teacher_logp, shift_labels, beta, ignore_index)
+
+
+def liger_fused_linear_jsd(
+    student_input: torch.Tensor,
+    student_weight: torch.Tensor,
+    teacher_input: torch.Tensor,
+    teacher_weight: torch.Tensor,
+    shift_labels: torch.Tensor | None = None,
+    jsd_beta: float = 0.5,
+    ignore_index: int = -100,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """lm_heads + JSD without the full logits; see `liger_core.ops.fused_linear_jsd.fused_linear_jsd`."""
+    return resolve("fused_linear_jsd", student_input.device)(
+        student_input, student_weight, teacher_input, teacher_weight, shift_labels, jsd_beta, ignore_index, temperature
+    )
+
+
+def liger_tvd(
+    p: torch.Tensor,
     q: torch.Tensor,
-    k: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    position_ids: torch.Tensor | None = None,
-    unsqueeze_dim: int = 1,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotate-half RoPE on q and k; see `liger_core.ops.rope.rope` for the contract."""
-    return resolve("rope", q.device)(q, k, cos, sin, position_ids, unsqueeze_dim)
-
-
-def liger_rotary_pos_emb(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    position_ids: torch.Tensor | None = None,
-    unsqueeze_dim: int = 1,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Drop-in for transformers' ``apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1)``
-    (LLaMA, Mistral, Qwen2...): the `rope` op."""
-    return resolve("rope", q.device)(q, k, cos, sin, position_ids, unsqueeze_dim)
-
-
-def liger_qwen2vl_mrope(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    mrope_section: list[int],
-    unsqueeze_dim: int = 1,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Qwen2-VL's multimodal RoPE; see `liger_core.ops.qwen2vl_mrope.qwen2vl_mrope` for the contract."""
-    return resolve("qwen2vl_mrope", q.device)(q, k, cos, sin, mrope_section, unsqueeze_dim)
-
-
-def liger_multimodal_rotary_pos_emb(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    mrope_section: list[int],
-    unsqueeze_dim: int = 1,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Drop-in for transformers' Qwen2-VL ``apply_multimodal_rotary_pos_emb``: the `qwen2vl_mrope` op."""
-    return resolve("qwen2vl_mrope", q.device)(q, k, cos, sin, mrope_section, unsqueeze_dim)
-
-
-def liger_softmax(x: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last dimension; see `liger_core.ops.softmax.softmax` for the contract."""
-    return resolve("softmax", x.device)(x)
-
-
-def liger_sparsemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Sparsemax along ``dim``; see `liger_core.ops.sparsemax.sparsemax` for the contract."""
-    return resolve("sparsemax", x.device)(x, dim)
+    shift_labels: torch.Tensor | None = None,
+    reduction: str = "batchmean",
+    ignore_index: int = -100,
+) -> torch.Tensor:
+    """Total variation distance; see `liger_core.ops.tvd.tvd` for the contract."""
+    return resolve("tvd", p.device)(p, q, shift_labels, reduction, ignore_index)

@@ -4,20 +4,28 @@ from liger_core.nn.dyt import LigerDyT
 from liger_core.nn.fused_add_rms_norm import LigerFusedAddRMSNorm
 from liger_core.nn.group_norm import LigerGroupNorm
 from liger_core.nn.layer_norm import LigerLayerNorm
-from liger_core.nn.mlp import LigerGEGLUMLP, LigerSwiGLUMLP
+from liger_core.nn.losses import (
+    LigerCrossEntropyLoss,
+    LigerFusedLinearCrossEntropyLoss,
+    LigerFusedLinearJSD,
+    LigerJSD,
+    LigerKLDIVLoss,
+    LigerTVDLoss,
+)
 from liger_core.nn.poly_norm import LigerPolyNorm
 from liger_core.nn.rms_norm import LigerRMSNorm
-from liger_core.nn.softmax import LigerSoftmax, LigerSparsemax
 
 __all__ = [
+    "LigerCrossEntropyLoss",
+    "LigerFusedLinearCrossEntropyLoss",
+    "LigerFusedLinearJSD",
+    "LigerJSD",
+    "LigerKLDIVLoss",
+    "LigerTVDLoss",
     "LigerDyT",
     "LigerFusedAddRMSNorm",
-    "LigerGEGLUMLP",
     "LigerGroupNorm",
     "LigerLayerNorm",
     "LigerPolyNorm",
     "LigerRMSNorm",
-    "LigerSoftmax",
-    "LigerSparsemax",
-    "LigerSwiGLUMLP",
 ]

@@ -1,0 +1,203 @@
+"""Loss modules with liger-kernel's names and constructor arguments."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from liger_core.functional import (
+    liger_cross_entropy,
+    liger_fused_linear_cross_entropy,
+    liger_fused_linear_jsd,
+    liger_jsd,
+    liger_kl_div,
+    liger_tvd,
+)
+from liger_core.ops import _losses as L
+from liger_core.ops.fused_linear_cross_entropy import ACCUM_DTYPES
+
+
+def _check_ce_module(name, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss):
+    try:
+        L.check_ce_options(name, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss)
+    except (TypeError, ValueError) as e:
+        raise type(e)(str(e)) from None
+
+
+class LigerCrossEntropyLoss(nn.Module):
+    """Cross-entropy over ``(tokens, vocab)`` logits, a drop-in for ``torch.nn.CrossEntropyLoss``
+    plus z-loss (``lse_square_scale``) and Gemma-2 softcapping. ``forward(logits, target)`` gives
+    the loss, or ``(loss, z_loss)`` with ``return_z_loss``. The logits are never modified."""
+
+    def __init__(
+        self,
+        weight: torch.Tensor | None = None,
+        ignore_index: int = -100,
+        lse_square_scale: float = 0.0,
+        label_smoothing: float = 0.0,
+        reduction: str = "mean",
+        softcap: float | None = None,
+        return_z_loss: bool = False,
+    ) -> None:
+        super().__init__()
+        _check_ce_module(
+            "LigerCrossEntropyLoss", ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss
+        )
+        self.weight = weight
+        self.ignore_index = ignore_index
+        self.lse_square_scale = lse_square_scale
+        self.label_smoothing = label_smoothing
+        self.reduction = reduction
+        self.softcap = softcap
+        self.return_z_loss = return_z_loss
+
+    def forward(self, _input: torch.Tensor, target: torch.Tensor):
+        return liger_cross_entropy(
+            _input,
+            target,
+            self.weight,
+            self.ignore_index,
+            self.lse_square_scale,
+            self.label_smoothing,
+            self.reduction,
+            self.softcap,
+            self.return_z_loss,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, label_smoothing={self.label_smoothing}, "
+            f"lse_square_scale={self.lse_square_scale}, softcap={self.softcap}"
+        )
+
+
+class LigerFusedLinearCrossEntropyLoss(nn.Module):
+    """lm_head projection + cross-entropy without materialising the logits.
+    ``forward(lin_weight, _input, target, bias=None)`` (liger-kernel's argument order)."""
+
+    def __init__(
+        self,
+        ce_weight: torch.Tensor | None = None,
+        ignore_index: int = -100,
+        lse_square_scale: float = 0.0,
+        label_smoothing: float = 0.0,
+        reduction: str = "mean",
+        softcap: float | None = None,
+        return_z_loss: bool = False,
+        accum_dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        _check_ce_module(
+            "LigerFusedLinearCrossEntropyLoss",
+            ignore_index,
+            lse_square_scale,
+            label_smoothing,
+            reduction,
+            softcap,
+            return_z_loss,
+        )
+        if accum_dtype not in ACCUM_DTYPES:
+            raise ValueError(
+                f"LigerFusedLinearCrossEntropyLoss: accum_dtype must be None, torch.float32, torch.bfloat16 or "
+                f"torch.float16; got {accum_dtype!r}"
+            )
+        self.ce_weight = ce_weight
+        self.ignore_index = ignore_index
+        self.lse_square_scale = lse_square_scale
+        self.label_smoothing = label_smoothing
+        self.reduction = reduction
+        self.softcap = softcap
+        self.return_z_loss = return_z_loss
+        self.accum_dtype = accum_dtype
+
+    def forward(self, lin_weight: torch.Tensor, _input: torch.Tensor, target: torch.Tensor, bias=None):
+        return liger_fused_linear_cross_entropy(
+            _input,
+            lin_weight,
+            target,
+            bias,
+            self.ce_weight,
+            self.ignore_index,
+            self.lse_square_scale,
+            self.label_smoothing,
+            self.reduction,
+            self.softcap,
+            self.return_z_loss,
+            self.accum_dtype,
+        )
+
+
+class LigerKLDIVLoss(nn.KLDivLoss):
+    """``torch.nn.KLDivLoss`` (``reduction``, ``log_target``) with an ``eps`` floor inside the log."""
+
+    def __init__(self, eps: float = 1e-10, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        L.check_reduction("LigerKLDIVLoss", self.reduction, L.DIV_REDUCTIONS)
+        self.eps = eps
+
+    def forward(self, y_pred: torch.Tensor, y_true: torch.Tensor) -> torch.Tensor:
+        return liger_kl_div(y_pred, y_true, self.reduction, self.log_target, self.eps)
+
+
+class LigerJSD(nn.Module):
+    """Generalised JSD; ``forward(log_q, log_p, shift_labels=None)`` with the student's
+    log-probabilities first."""
+
+    def __init__(self, beta: float = 0.5, ignore_index: int = -100) -> None:
+        super().__init__()
+        from liger_core.ops.jsd import check_beta
+
+        check_beta("LigerJSD", "beta", beta)
+        self.beta = beta
+        self.ignore_index = ignore_index
+
+    def forward(self, log_q: torch.Tensor, log_p: torch.Tensor, shift_labels: torch.Tensor | None = None):
+        return liger_jsd(log_q, log_p, shift_labels, self.beta, self.ignore_index)
+
+
+class LigerFusedLinearJSD(nn.Module):
+    """Student and teacher lm_heads + JSD without materialising the logits.
+    ``forward(student_input, student_weight, teacher_input, teacher_weight, shift_labels=None)``."""
+
+    def __init__(self, jsd_beta: float = 0.5, ignore_index: int = -100, temperature: float = 1.0) -> None:
+        super().__init__()
+        from liger_core.ops.jsd import check_beta
+
+        check_beta("LigerFusedLinearJSD", "jsd_beta", jsd_beta)
+        if temperature == 0:
+            raise ValueError("LigerFusedLinearJSD: temperature must be a nonzero number; got 0")
+        self.jsd_beta = jsd_beta
+        self.ignore_index = ignore_index
+        self.temperature = temperature
+
+    def forward(
+        self,
+        student_input: torch.Tensor,
+        student_weight: torch.Tensor,
+        teacher_input: torch.Tensor,
+        teacher_weight: torch.Tensor,
+        shift_labels: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return liger_fused_linear_jsd(
+            student_input,
+            student_weight,
+            teacher_input,
+            teacher_weight,
+            shift_labels,
+            self.jsd_beta,
+            self.ignore_index,
+            self.temperature,
+        )
+
+
+class LigerTVDLoss(nn.Module):
+    """Total variation distance; ``forward(p, q, shift_labels=None)``."""
+
+    def __init__(self, reduction: str = "batchmean", ignore_index: int = -100) -> None:
+        super().__init__()
+        L.check_reduction("LigerTVDLoss", reduction, L.DIV_REDUCTIONS)
+        self.reduction = reduction
+        self.ignore_index = ignore_index
+
+    def forward(self, p: torch.Tensor, q: torch.Tensor, shift_labels: torch.Tensor | None = None) -> torch.Tensor:
+        return liger_tvd(p, q, shift_labels, self.reduction, self.ignore_index)

@@ -1,0 +1,140 @@
+"""Argument checks and label statistics shared by the loss ops (cross_entropy, fused_linear_cross_entropy,
+kl_div, jsd, fused_linear_jsd, tvd), so every backend raises the same errors and divides by the same counts."""
+
+from __future__ import annotations
+
+import torch
+
+from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device
+
+INDEX_DTYPES = frozenset((torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8))
+CE_REDUCTIONS = ("mean", "sum", "none")
+DIV_REDUCTIONS = ("batchmean", "sum", "mean", "none")
+
+
+def check_matrix(op: str, name: str, t: torch.Tensor, what: str = "(tokens, vocab)") -> None:
+    check_floating(name, t)
+    if t.dim() != 2:
+        raise ValueError(f"{op}: {name} must be 2-D {what}; got shape {tuple(t.shape)}")
+
+
+def check_vocab(op: str, name: str, n_classes: int) -> None:
+    if n_classes < 1:
+        raise ValueError(f"{op}: {name} must have at least one class (vocab >= 1); got vocab {n_classes}")
+
+
+def check_labels(op: str, name: str, labels: torch.Tensor, n_rows: int, device: torch.device) -> None:
+    if not isinstance(labels, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor of class indices; got {type(labels).__name__}")
+    if labels.dtype not in INDEX_DTYPES:
+        raise TypeError(
+            f"{op}: {name} must have an integer dtype (int64); got {str(labels.dtype).removeprefix('torch.')}"
+        )
+    if labels.shape != (n_rows,):
+        raise ValueError(f"{op}: {name} must have shape (tokens,) = ({n_rows},); got {tuple(labels.shape)}")
+    if labels.device != device:
+        raise ValueError(
+            f"{op}: all tensors must be on one device; the input is on {device} but {name} is on {labels.device}"
+        )
+
+
+def check_class_weight(op: str, name: str, weight: torch.Tensor | None, n_classes: int, device: torch.device) -> None:
+    if weight is None:
+        return
+    check_floating(name, weight)
+    if weight.shape != (n_classes,):
+        raise ValueError(f"{op}: {name} must have shape (vocab,) = ({n_classes},); got {tuple(weight.shape)}")
+    if weight.device != device:
+        raise ValueError(
+            f"{op}: all tensors must be on one device; the input is on {device} but {name} is on {weight.device}"
+        )
+
+
+def check_reduction(op: str, reduction: str, allowed: tuple[str, ...]) -> None:
+    if reduction not in allowed:
+        raise ValueError(f"{op}: reduction must be one of {allowed}; got {reduction!r}")
+
+
+def check_ce_options(
+    op: str, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss
+) -> None:
+    """Checks shared by cross_entropy and fused_linear_cross_entropy (slow path)."""
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise TypeError(f"{op}: ignore_index must be an int; got {ignore_index!r}")
+    if not isinstance(lse_square_scale, (int, float)) or not lse_square_scale >= 0:
+        raise ValueError(f"{op}: lse_square_scale must be a number >= 0; got {lse_square_scale!r}")
+    if not isinstance(label_smoothing, (int, float)) or not 0 <= label_smoothing <= 1:
+        raise ValueError(f"{op}: label_smoothing must be a number in [0, 1]; got {label_smoothing!r}")
+    check_reduction(op, reduction, CE_REDUCTIONS)
+    if softcap is not None and (not isinstance(softcap, (int, float)) or not softcap > 0):
+        raise ValueError(f"{op}: softcap must be None or a number > 0; got {softcap!r}")
+    if not isinstance(return_z_loss, bool):
+        raise TypeError(f"{op}: return_z_loss must be True or False; got {return_z_loss!r}")
+
+
+def ce_options_ok(ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss) -> bool:
+    """The fast-path predicate for the options checked by `check_ce_options`."""
+    return (
+        type(ignore_index) is int
+        and lse_square_scale >= 0
+        and 0 <= label_smoothing <= 1
+        and reduction in CE_REDUCTIONS
+        and (softcap is None or softcap > 0)
+        and type(return_z_loss) is bool
+    )
+
+
+def label_stats(
+    op: str,
+    target: torch.Tensor,
+    ignore_index: int,
+    n_classes: int,
+    weight: torch.Tensor | None = None,
+) -> tuple[int, float]:
+    """``(rows whose target is not ignore_index, sum of weight[target] over those rows)``.
+
+    Raises ValueError when a target outside ``[0, n_classes)`` is not ``ignore_index``. One
+    host synchronisation: the three figures come back in one transfer. Without ``weight``
+    the weight sum equals the count.
+    """
+    valid = target != ignore_index
+    bad = valid & ((target < 0) | (target >= n_classes))
+    safe = torch.where(valid & ~bad, target, torch.zeros((), dtype=target.dtype, device=target.device)).long()
+    count = valid.sum(dtype=torch.float64)
+    wsum = count if weight is None else (weight.double().gather(0, safe) * valid).sum()
+    stats = torch.stack([count, bad.sum(dtype=torch.float64), wsum]).tolist()
+    n_valid, n_bad, weight_sum = int(stats[0]), int(stats[1]), float(stats[2])
+    if n_bad:
+        first = int(target[bad][0])
+        raise ValueError(
+            f"{op}: every target must be in [0, {n_classes}) or equal ignore_index={ignore_index}; "
+            f"{n_bad} are not (first: {first})"
+        )
+    return n_valid, weight_sum
+
+
+def label_count(op: str, labels: torch.Tensor | None, ignore_index: int, n_rows: int) -> int:
+    """Rows that count in jsd/tvd/fused_linear_jsd: not ignore_index, or all rows without labels."""
+    if labels is None:
+        return n_rows
+    return int((labels != ignore_index).sum())
+
+
+def is_float(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.dtype in FLOAT_DTYPES
+
+
+__all__ = [
+    "CE_REDUCTIONS",
+    "DIV_REDUCTIONS",
+    "ce_options_ok",
+    "check_ce_options",
+    "check_class_weight",
+    "check_labels",
+    "check_matrix",
+    "check_reduction",
+    "check_same_device",
+    "is_float",
+    "label_count",
+    "label_stats",
+]
