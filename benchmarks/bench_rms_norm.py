@@ -106,8 +106,14 @@ def bench_provider(fn, x, w, dy, mode):
             # Capturing autograd's backward with retain_graph fails; the graph backward time
             # is derived below as full minus forward.
             raise NotImplementedError("derived from full - forward")
-        x.grad = w.grad = None
-        graph = do_bench_cudagraph(call, quantiles=QUANTILES, rep=200)
+
+        def fresh_grads_call():
+            # As do_bench's grad_to_none: without it every replay after the first would add
+            # an activation-sized gradient accumulation kernel to each provider's time.
+            x.grad = w.grad = None
+            call()
+
+        graph = do_bench_cudagraph(fresh_grads_call, quantiles=QUANTILES, rep=200)
     except NotImplementedError:
         graph = (None, None, None)
     except Exception as e:  # noqa: BLE001 - recorded, not fatal
