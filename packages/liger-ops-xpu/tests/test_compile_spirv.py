@@ -109,8 +109,64 @@ def _rms_norm_cases() -> list[dict]:
     return cases
 
 
+def _sig(pointers: str, ints: str = "", floats: str = "", dtype: str = "bf16") -> dict:
+    """A signature from space-separated names: pointers (``name:type`` to override ``dtype``),
+    i32 scalars, fp32 scalars."""
+    sig = {}
+    for p in pointers.split():
+        name, _, ty = p.partition(":")
+        sig[name] = "*" + (ty or dtype)
+    sig.update({k: "i32" for k in ints.split()})
+    sig.update({k: "fp32" for k in floats.split()})
+    return sig
+
+
+def _norm_cases() -> list[dict]:
+    """One compiled variant per 1.1 norm kernel: a wide chunked row or a multi-row tile."""
+    from liger_ops_xpu._tiling import plan_tiles
+    from liger_ops_xpu.dyt import plan_dyt
+    from liger_ops_xpu.group_norm import plan_group
+
+    cases = []
+    ln = plan_tiles(20000)
+    ln_c = {"HAS_WEIGHT": True, "HAS_BIAS": True, "BLOCK_M": ln.block_m, "BLOCK_N": ln.block_n, "N_CHUNKS": ln.n_chunks}
+    fwd = _sig("X W:fp32 B:fp32 Y MEAN:fp32 RSTD:fp32", "x_row_stride y_row_stride n_rows n_cols", "eps")
+    cases.append(_case("layer_norm", "_layer_norm_forward_kernel", fwd, ln_c, ln.num_warps))
+    bwd = _sig("DY X W:fp32 MEAN:fp32 RSTD:fp32 DX DW_PARTIAL:fp32 DB_PARTIAL:fp32")
+    bwd.update(_sig("", "dy_row_stride x_row_stride dx_row_stride n_rows n_cols tiles_per_program"))
+    cases.append(_case("layer_norm", "_layer_norm_backward_kernel", bwd, {**ln_c, "STATIC_TILES": 0}, ln.num_warps))
+
+    pn = plan_tiles(4096)
+    pn_c = {"BLOCK_M": pn.block_m, "BLOCK_N": pn.block_n, "N_CHUNKS": pn.n_chunks}
+    fwd = _sig("X W:fp32 B:fp32 Y RSTD:fp32", "x_row_stride y_row_stride n_rows n_cols", "eps")
+    cases.append(_case("poly_norm", "_poly_norm_forward_kernel", fwd, pn_c, pn.num_warps))
+    bwd = _sig("DY X W:fp32 RSTD:fp32 DX PARTIAL:fp32", "dy_row_stride x_row_stride dx_row_stride n_rows n_cols")
+    bwd.update(_sig("", "tiles_per_program"))
+    cases.append(_case("poly_norm", "_poly_norm_backward_kernel", bwd, {**pn_c, "STATIC_TILES": 0}, pn.num_warps))
+
+    gn = plan_group(10, 4096)
+    gn_c = {"HAS_WEIGHT": True, "HAS_BIAS": True, "BLOCK_C": gn.block_c, "BLOCK_S": gn.block_s}
+    gn_c.update(N_C_CHUNKS=gn.n_c_chunks, N_S_CHUNKS=gn.n_s_chunks)
+    ints = "n_channels channels_per_group n_spatial n_groups"
+    fwd = _sig("X W:fp32 B:fp32 Y MEAN:fp32 RSTD:fp32", ints, "eps")
+    cases.append(_case("group_norm", "_group_norm_forward_kernel", fwd, gn_c, gn.num_warps))
+    bwd = _sig("DY X W:fp32 MEAN:fp32 RSTD:fp32 DX DW_PARTIAL:fp32 DB_PARTIAL:fp32", ints)
+    cases.append(_case("group_norm", "_group_norm_backward_kernel", bwd, gn_c, gn.num_warps))
+
+    dp = plan_dyt(4096)
+    dp_c = {"HAS_BETA": True, "BLOCK_M": dp.block_m, "BLOCK_N": dp.block_n}
+    fwd = _sig("X ALPHA:fp32 GAMMA:fp32 BETA:fp32 Y", "x_row_stride y_row_stride n_rows n_cols")
+    cases.append(_case("dyt", "_dyt_forward_kernel", fwd, dp_c, dp.num_warps, register_heavy=False))
+    bwd = _sig("DY X ALPHA:fp32 GAMMA:fp32 DX DGAMMA_PARTIAL:fp32 DBETA_PARTIAL:fp32 DALPHA_PARTIAL:fp32")
+    bwd.update(_sig("", "dy_row_stride x_row_stride dx_row_stride n_rows n_cols tiles_per_program"))
+    cases.append(
+        _case("dyt", "_dyt_backward_kernel", bwd, {**dp_c, "STATIC_TILES": 0}, dp.num_warps, register_heavy=False)
+    )
+    return cases
+
+
 def _cases() -> list[dict]:
-    return _rms_norm_cases()
+    return _rms_norm_cases() + _norm_cases()
 
 
 def test_kernels_compile_to_spirv_for_an_intel_target(tmp_path):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from liger_core.backend import Backend, triton_runtime
 
-from liger_ops_xpu import group_norm, layer_norm, poly_norm, rms_norm
+from liger_ops_xpu import dyt, group_norm, layer_norm, poly_norm, rms_norm
 from liger_ops_xpu.__about__ import __version__
 
-INTERFACE_VERSION = "1.0"
+INTERFACE_VERSION = "1.1"
 
 # Distributions that install the `triton` module for Intel GPUs, most common first.
 _TRITON_DISTRIBUTIONS = ("pytorch-triton-xpu", "triton-xpu", "triton")
@@ -25,6 +25,7 @@ BACKEND = Backend(
         "layer_norm": layer_norm.layer_norm,
         "group_norm": group_norm.group_norm,
         "poly_norm": poly_norm.poly_norm,
+        "dyt": dyt.dyt,
     },
     runtime=lambda: triton_runtime(*_TRITON_DISTRIBUTIONS),
 )
