@@ -1,0 +1,215 @@
+"""DyT (Dynamic Tanh) for Intel GPUs: Triton kernels, launch plan and autograd Function.
+
+``y = gamma * tanh(alpha * x) + beta`` is elementwise with per-column parameters, so both
+kernels use a 2-D grid: row tiles x column blocks of ``ELEMENTWISE_COL_BLOCK`` (no row is
+ever held whole). The backward's row axis is persistent: each program walks a run of row
+tiles for one column block and keeps fp32 partial sums of grad_gamma and grad_beta (one row
+per program) and of grad_alpha (one value per program), reduced once at the end without
+atomics. The grid is sized so that all programs of all column blocks are resident at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from liger_core.ops.dyt import check_args
+
+from liger_ops_xpu import hardware
+from liger_ops_xpu._tiling import as_rows, static_trips
+
+
+@triton.jit
+def tanh(z):
+    """tanh from exp(-2|z|) (never overflows, saturates to +-1); core ``tl`` only, so it runs in
+    every Triton's interpreter without a vendor libdevice."""
+    e = tl.exp(-2.0 * tl.abs(z))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(z < 0, -t, t)
+
+
+@triton.jit
+def _dyt_forward_kernel(
+    X,
+    ALPHA,
+    GAMMA,
+    BETA,
+    Y,
+    x_row_stride,
+    y_row_stride,
+    n_rows,
+    n_cols,
+    HAS_BETA: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < n_cols
+    mask = (rows < n_rows)[:, None] & col_mask[None, :]
+    rows64 = rows.to(tl.int64)
+    alpha = tl.load(ALPHA).to(tl.float32)
+    x = tl.load(X + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
+    y = gamma[None, :] * tanh(alpha * x)
+    if HAS_BETA:
+        y += tl.load(BETA + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+    tl.store(Y + rows64[:, None] * y_row_stride + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _dyt_backward_kernel(
+    DY,
+    X,
+    ALPHA,
+    GAMMA,
+    DX,
+    DGAMMA_PARTIAL,
+    DBETA_PARTIAL,
+    DALPHA_PARTIAL,
+    dy_row_stride,
+    x_row_stride,
+    dx_row_stride,
+    n_rows,
+    n_cols,
+    tiles_per_program,
+    HAS_BETA: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    STATIC_TILES: tl.constexpr,
+):
+    # t = tanh(alpha x): grad_x = dy * gamma * alpha * (1 - t^2); grad_alpha = sum dy * gamma * x * (1 - t^2);
+    # grad_gamma = sum over rows of dy * t; grad_beta = sum over rows of dy.
+    pid = tl.program_id(0)
+    col_block = tl.program_id(1)
+    cols = col_block * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < n_cols
+    alpha = tl.load(ALPHA).to(tl.float32)
+    gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
+    first_row = pid * tiles_per_program * BLOCK_M
+    dgamma = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    dbeta = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    dalpha = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
+        rows = first_row + t * BLOCK_M + tl.arange(0, BLOCK_M)
+        rows64 = rows.to(tl.int64)
+        mask = (rows < n_rows)[:, None] & col_mask[None, :]
+        x = tl.load(X + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows64[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        th = tanh(alpha * x)
+        g = dy * gamma[None, :] * (1.0 - th * th)
+        tl.store(DX + rows64[:, None] * dx_row_stride + cols[None, :], (g * alpha).to(DX.dtype.element_ty), mask=mask)
+        dalpha += g * x
+        dgamma += tl.sum(dy * th, axis=0)
+        if HAS_BETA:
+            dbeta += tl.sum(dy, axis=0)
+    out = pid.to(tl.int64) * n_cols + cols
+    tl.store(DGAMMA_PARTIAL + out, dgamma, mask=col_mask)
+    if HAS_BETA:
+        tl.store(DBETA_PARTIAL + out, dbeta, mask=col_mask)
+    tl.store(DALPHA_PARTIAL + pid * tl.num_programs(1) + col_block, tl.sum(tl.sum(dalpha, axis=1), axis=0))
+
+
+@dataclass(frozen=True)
+class DytPlan:
+    block_m: int
+    block_n: int
+    num_warps: int
+
+
+def plan_dyt(n_cols: int) -> DytPlan:
+    block_n = min(triton.next_power_of_2(max(n_cols, 1)), hardware.ELEMENTWISE_COL_BLOCK)
+    block_m = max(1, hardware.ELEMENTWISE_BLOCK // block_n)
+    warps = max(1, min(hardware.ELEMENTWISE_NUM_WARPS, block_m * block_n // (hardware.DEFAULT_SUB_GROUP_SIZE * 4)))
+    return DytPlan(block_m, block_n, 1 << (warps.bit_length() - 1))
+
+
+def dyt_backward_grid(n_rows: int, n_col_blocks: int, plan: DytPlan, device: torch.device) -> tuple[int, int]:
+    """``(row_programs, tiles_per_program)``: all column blocks' programs resident at once."""
+    n_tiles = triton.cdiv(max(n_rows, 1), plan.block_m)
+    index = device.index if device.type == "xpu" else None
+    resident = hardware.persistent_programs(plan.num_warps, index)
+    programs = max(1, min(resident // n_col_blocks, n_tiles))
+    tiles_per_program = triton.cdiv(n_tiles, programs)
+    return triton.cdiv(n_tiles, tiles_per_program), tiles_per_program
+
+
+class LigerDyTFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, alpha, gamma, beta):
+        n_cols = x.shape[-1]
+        x2d = as_rows(x, n_cols)
+        n_rows = x2d.shape[0]
+        plan = plan_dyt(n_cols)
+        y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+        if x2d.numel():
+            kernel = _dyt_forward_kernel
+            kernel[(triton.cdiv(n_rows, plan.block_m), triton.cdiv(n_cols, plan.block_n))](
+                x2d,
+                alpha,
+                gamma,
+                beta if beta is not None else gamma,  # never read without HAS_BETA
+                y,
+                x2d.stride(0),
+                y.stride(0),
+                n_rows,
+                n_cols,
+                HAS_BETA=beta is not None,
+                BLOCK_M=plan.block_m,
+                BLOCK_N=plan.block_n,
+                **hardware.launch_kwargs(kernel, x.device, plan.num_warps, register_heavy=False),
+            )
+        ctx.save_for_backward(x2d, alpha, gamma)
+        ctx.plan, ctx.has_beta = plan, beta is not None
+        ctx.beta_dtype = beta.dtype if beta is not None else None
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2d, alpha, gamma = ctx.saved_tensors
+        plan, has_beta = ctx.plan, ctx.has_beta
+        n_rows, n_cols = x2d.shape
+        dx = torch.empty_like(x2d)
+        if x2d.numel() == 0:
+            dbeta = torch.zeros(n_cols, dtype=ctx.beta_dtype, device=x2d.device) if has_beta else None
+            return dx.view(dy.shape), torch.zeros_like(alpha), torch.zeros_like(gamma), dbeta
+        dy2d = as_rows(dy, n_cols)
+        n_col_blocks = triton.cdiv(n_cols, plan.block_n)
+        programs, tiles_per_program = dyt_backward_grid(n_rows, n_col_blocks, plan, x2d.device)
+        dgamma_partial = torch.empty((programs, n_cols), dtype=torch.float32, device=x2d.device)
+        dbeta_partial = torch.empty_like(dgamma_partial) if has_beta else dgamma_partial
+        dalpha_partial = torch.empty((programs, n_col_blocks), dtype=torch.float32, device=x2d.device)
+        kernel = _dyt_backward_kernel
+        kernel[(programs, n_col_blocks)](
+            dy2d,
+            x2d,
+            alpha,
+            gamma,
+            dx,
+            dgamma_partial,
+            dbeta_partial,
+            dalpha_partial,
+            dy2d.stride(0),
+            x2d.stride(0),
+            dx.stride(0),
+            n_rows,
+            n_cols,
+            tiles_per_program,
+            HAS_BETA=has_beta,
+            BLOCK_M=plan.block_m,
+            BLOCK_N=plan.block_n,
+            STATIC_TILES=static_trips(kernel, tiles_per_program),
+            **hardware.launch_kwargs(kernel, x2d.device, plan.num_warps, register_heavy=False),
+        )
+        dalpha = dalpha_partial.sum().to(alpha.dtype).reshape(alpha.shape)
+        dgamma = dgamma_partial.sum(0).to(gamma.dtype)
+        dbeta = dbeta_partial.sum(0).to(ctx.beta_dtype) if has_beta else None
+        return dx.view(dy.shape), dalpha, dgamma, dbeta
+
+
+def dyt(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None) -> torch.Tensor:
+    """The interface's ``dyt`` (see ``liger_core.ops.dyt``) on Intel GPUs."""
+    check_args(x, alpha, gamma, beta)
+    return LigerDyTFunction.apply(x, alpha, gamma, beta)
