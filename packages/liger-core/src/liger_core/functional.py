@@ -65,6 +65,75 @@ def liger_dyt(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: t
     return resolve("dyt", x.device.type)(x, alpha, gamma, beta)
 
 
+def liger_swiglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+    """``silu(a) * b``; see `liger_core.ops.swiglu.swiglu` for the contract (``in_place`` included)."""
+    return resolve("swiglu", a.device)(a, b, in_place)
+
+
+def liger_geglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+    """``gelu_tanh(a) * b``; see `liger_core.ops.geglu.geglu` for the contract."""
+    return resolve("geglu", a.device)(a, b, in_place)
+
+
+def liger_rope(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    position_ids: torch.Tensor | None = None,
+    unsqueeze_dim: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate-half RoPE on q and k; see `liger_core.ops.rope.rope` for the contract."""
+    return resolve("rope", q.device)(q, k, cos, sin, position_ids, unsqueeze_dim)
+
+
+def liger_rotary_pos_emb(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    position_ids: torch.Tensor | None = None,
+    unsqueeze_dim: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop-in for transformers' ``apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1)``
+    (LLaMA, Mistral, Qwen2...): the `rope` op."""
+    return resolve("rope", q.device)(q, k, cos, sin, position_ids, unsqueeze_dim)
+
+
+def liger_qwen2vl_mrope(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    mrope_section: list[int],
+    unsqueeze_dim: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Qwen2-VL's multimodal RoPE; see `liger_core.ops.qwen2vl_mrope.qwen2vl_mrope` for the contract."""
+    return resolve("qwen2vl_mrope", q.device)(q, k, cos, sin, mrope_section, unsqueeze_dim)
+
+
+def liger_multimodal_rotary_pos_emb(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    mrope_section: list[int],
+    unsqueeze_dim: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop-in for transformers' Qwen2-VL ``apply_multimodal_rotary_pos_emb``: the `qwen2vl_mrope` op."""
+    return resolve("qwen2vl_mrope", q.device)(q, k, cos, sin, mrope_section, unsqueeze_dim)
+
+
+def liger_softmax(x: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dimension; see `liger_core.ops.softmax.softmax` for the contract."""
+    return resolve("softmax", x.device)(x)
+
+
+def liger_sparsemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Sparsemax along ``dim``; see `liger_core.ops.sparsemax.sparsemax` for the contract."""
+    return resolve("sparsemax", x.device)(x, dim)
+
+
 def liger_cross_entropy(
     logits: torch.Tensor,
     target: torch.Tensor,

@@ -17,12 +17,18 @@ from liger_core.ops import dyt as _dyt
 from liger_core.ops import fused_add_rms_norm as _fused_add_rms_norm
 from liger_core.ops import fused_linear_cross_entropy as _fused_linear_cross_entropy
 from liger_core.ops import fused_linear_jsd as _fused_linear_jsd
+from liger_core.ops import geglu as _geglu
 from liger_core.ops import group_norm as _group_norm
 from liger_core.ops import jsd as _jsd
 from liger_core.ops import kl_div as _kl_div
 from liger_core.ops import layer_norm as _layer_norm
 from liger_core.ops import poly_norm as _poly_norm
+from liger_core.ops import qwen2vl_mrope as _qwen2vl_mrope
 from liger_core.ops import rms_norm as _rms_norm
+from liger_core.ops import rope as _rope
+from liger_core.ops import softmax as _softmax
+from liger_core.ops import sparsemax as _sparsemax
+from liger_core.ops import swiglu as _swiglu
 from liger_core.ops import tvd as _tvd
 
 INTERFACE_VERSION: tuple[int, int] = (1, 0)  # raised below to the newest op's `since`
@@ -71,6 +77,13 @@ CATALOGUE: dict[str, OpSpec] = {
         OpSpec("group_norm", (1, 1), _group_norm.group_norm, _group_norm.reference),
         OpSpec("poly_norm", (1, 1), _poly_norm.poly_norm, _poly_norm.reference),
         OpSpec("dyt", (1, 1), _dyt.dyt, _dyt.reference),
+        # 1.2: activations, rotary embeddings, softmax.
+        OpSpec("swiglu", (1, 2), _swiglu.swiglu, _swiglu.reference),
+        OpSpec("geglu", (1, 2), _geglu.geglu, _geglu.reference),
+        OpSpec("rope", (1, 2), _rope.rope, _rope.reference),
+        OpSpec("qwen2vl_mrope", (1, 2), _qwen2vl_mrope.qwen2vl_mrope, _qwen2vl_mrope.reference),
+        OpSpec("softmax", (1, 2), _softmax.softmax, _softmax.reference),
+        OpSpec("sparsemax", (1, 2), _sparsemax.sparsemax, _sparsemax.reference),
         # 1.3: losses.
         OpSpec("cross_entropy", (1, 3), _cross_entropy.cross_entropy, _cross_entropy.reference),
         OpSpec(

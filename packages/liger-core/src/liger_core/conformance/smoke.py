@@ -72,6 +72,45 @@ def _dyt(backend: Backend, device: str, dtype: torch.dtype, shape: tuple[int, ..
     check_dyt(backend, x, alpha, gamma, beta, dy)
 
 
+def _swiglu(backend: Backend, device: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    from liger_core.conformance.swiglu_check import check_swiglu, make_inputs
+
+    check_swiglu(backend, *make_inputs(shape, dtype, device))
+
+
+def _geglu(backend: Backend, device: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    from liger_core.conformance.geglu_check import check_geglu, make_inputs
+
+    check_geglu(backend, *make_inputs(shape, dtype, device))
+
+
+def _rope(backend: Backend, device: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    # shape = (batch, q_heads, k_heads, seq, head_dim); q/k stored as LLaMA's transposed views.
+    from liger_core.conformance.rope_check import check_rope, make_inputs
+
+    check_rope(backend, *make_inputs(*shape, dtype, device, transposed_storage=True))
+
+
+def _qwen2vl_mrope(backend: Backend, device: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    # shape = (batch, q_heads, k_heads, seq, head_dim)
+    from liger_core.conformance.qwen2vl_mrope_check import check_qwen2vl_mrope, default_section, make_inputs
+
+    q, k, cos, sin, dq, dk = make_inputs(*shape, dtype, device, transposed_storage=True)
+    check_qwen2vl_mrope(backend, q, k, cos, sin, dq, dk, default_section(shape[-1]))
+
+
+def _softmax(backend: Backend, device: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    from liger_core.conformance.softmax_check import check_softmax, make_inputs
+
+    check_softmax(backend, *make_inputs(shape, dtype, device))
+
+
+def _sparsemax(backend: Backend, device: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    from liger_core.conformance.sparsemax_check import check_sparsemax, make_inputs
+
+    check_sparsemax(backend, *make_inputs(shape, dtype, device))
+
+
 def _cross_entropy(backend: Backend, device: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
     from liger_core.conformance.cross_entropy_check import check_cross_entropy, make_inputs
 
@@ -118,6 +157,12 @@ SMOKE: dict[str, Smoke] = {
     "group_norm": Smoke(shapes=((3, 4, 5), (2, 8, 700)), run=_group_norm),
     "poly_norm": Smoke(shapes=((3, 5), (2, 7, 1000)), run=_poly_norm),
     "dyt": Smoke(shapes=((3, 5), (2, 7, 1000)), run=_dyt),
+    "swiglu": Smoke(shapes=((3, 5), (2, 7, 1000)), run=_swiglu),
+    "geglu": Smoke(shapes=((3, 5), (2, 7, 1000)), run=_geglu),
+    "rope": Smoke(shapes=((1, 2, 1, 3, 8), (2, 8, 2, 5, 64)), run=_rope),
+    "qwen2vl_mrope": Smoke(shapes=((1, 2, 1, 3, 8), (2, 8, 2, 5, 64)), run=_qwen2vl_mrope),
+    "softmax": Smoke(shapes=((3, 5), (2, 7, 1000)), run=_softmax),
+    "sparsemax": Smoke(shapes=((3, 5), (2, 7, 1000)), run=_sparsemax),
     # losses: (tokens, vocab), or (tokens, hidden, vocab) / (tokens, hidden, teacher_hidden, vocab).
     "cross_entropy": Smoke(shapes=((3, 5), (6, 3000)), run=_cross_entropy),
     "fused_linear_cross_entropy": Smoke(shapes=((3, 8, 5), (20, 16, 700)), run=_fused_linear_cross_entropy),

@@ -12,8 +12,10 @@ from liger_core.nn.losses import (
     LigerKLDIVLoss,
     LigerTVDLoss,
 )
+from liger_core.nn.mlp import LigerGEGLUMLP, LigerSwiGLUMLP
 from liger_core.nn.poly_norm import LigerPolyNorm
 from liger_core.nn.rms_norm import LigerRMSNorm
+from liger_core.nn.softmax import LigerSoftmax, LigerSparsemax
 
 __all__ = [
     "LigerCrossEntropyLoss",
@@ -24,8 +26,12 @@ __all__ = [
     "LigerTVDLoss",
     "LigerDyT",
     "LigerFusedAddRMSNorm",
+    "LigerGEGLUMLP",
     "LigerGroupNorm",
     "LigerLayerNorm",
     "LigerPolyNorm",
     "LigerRMSNorm",
+    "LigerSoftmax",
+    "LigerSparsemax",
+    "LigerSwiGLUMLP",
 ]
