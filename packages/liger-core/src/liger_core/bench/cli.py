@@ -1,0 +1,148 @@
+"""``liger bench``: arguments and the command."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+BENCH_HELP = """\
+Time this project's ops against their peers on this machine, in one process on one device:
+torch eager (the op's PyTorch formula), torch.compile of it, liger-kernel (when installed),
+cut-cross-entropy (fused linear cross-entropy) and torch_npu's fused ops (on an NPU).
+A peer that is not installed is reported in its rows, not dropped.
+
+Each row: p20/p50/p80 ms, the timer, GB/s from the op's ideal bytes moved (TFLOP/s for the
+fused linear losses), peak memory above the inputs, and each provider's time and memory
+relative to this project's (ratio_to_liger above 1: this project is faster).
+
+Timers: on CUDA the default is CUDA-graph replay (triton.testing.do_bench_cudagraph), since
+host launch overhead (~30 us a call) hides small kernels; backward is then full minus
+forward. do_bench elsewhere with Triton; a plain host clock without Triton (CPU smoke runs).
+
+Output (--out DIR): <op>.json, <op>.csv, <op>.png (matplotlib optional) and summary.md for
+every op in DIR; runs of different ops into one DIR add up.
+
+Examples:
+  liger bench --config llama-3-8b --out benchmarks/results/H100
+  liger bench --ops rms_norm,swiglu --sweep tokens=1024,2048,4096,8192
+  liger bench --config tiny --device cpu --providers liger,torch   # CPU smoke
+"""
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    from liger_core.bench.configs import AXES, MODEL_CONFIGS
+    from liger_core.bench.runner import PROVIDERS
+    from liger_core.bench.specs import MODES
+    from liger_core.bench.timing import TIMERS
+    from liger_core.device import DEVICE_TYPES
+
+    p = sub.add_parser(
+        "bench",
+        help="benchmark ops against torch, torch.compile, liger-kernel and other peers",
+        description=BENCH_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--ops", metavar="A,B", help="comma-separated ops (default: every catalogue op with a bench spec)")
+    p.add_argument(
+        "--providers", metavar="A,B", help=f"comma-separated, from {', '.join(PROVIDERS)} (default: all that apply)"
+    )
+    p.add_argument("--modes", metavar="A,B", default=",".join(MODES), help=f"from {', '.join(MODES)} (default: all)")
+    p.add_argument(
+        "--config", default="llama-3-8b", help=f"model shapes: {', '.join(MODEL_CONFIGS)} (default llama-3-8b)"
+    )
+    for axis in AXES:
+        p.add_argument(f"--{axis.replace('_', '-')}", dest=axis, type=int, metavar="N", help=f"set {axis}")
+    p.add_argument(
+        "--sweep", metavar="AXIS=V1,V2", help=f"vary one axis ({', '.join(AXES)}), e.g. tokens=1024,2048,4096"
+    )
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    p.add_argument("--device", choices=DEVICE_TYPES, help="device type (default: this machine's accelerator, else cpu)")
+    p.add_argument(
+        "--backend",
+        metavar="NAME",
+        help="time this backend's kernels as 'liger' (default: whatever dispatch picks); sets TRITON_INTERPRET=1 "
+        "when its device is absent",
+    )
+    p.add_argument("--timer", default="auto", choices=TIMERS, help="auto: cudagraph on CUDA, do_bench, else wall")
+    p.add_argument("--rep-ms", type=int, default=100, help="time budget per measurement in ms (default 100)")
+    p.add_argument("--out", metavar="DIR", default="bench-results", help="output folder (default ./bench-results)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNGs")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--replot", metavar="DIR", help="only redraw the PNGs and summary.md from DIR's JSON files")
+    p.add_argument("--list", action="store_true", help="list benchable ops, providers and model configs")
+    p.set_defaults(parser=p)
+    return p
+
+
+def _split(text: str | None) -> list[str] | None:
+    return [t.strip() for t in text.split(",") if t.strip()] if text else None
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from liger_core.bench import report
+    from liger_core.bench.configs import AXES, MODEL_CONFIGS
+    from liger_core.bench.runner import PROVIDERS, run_bench
+    from liger_core.bench.specs import ALL_SPECS, missing_specs, specs
+
+    parser = args.parser
+    if args.list:
+        have = specs()
+        print("ops:", ", ".join(have) or "none")
+        waiting = [op for op in ALL_SPECS if op not in have]
+        if waiting:
+            print("specs waiting for their op to enter the catalogue:", ", ".join(waiting))
+        if missing_specs():
+            print("catalogue ops without a bench spec:", ", ".join(missing_specs()))
+        print("providers:", ", ".join(PROVIDERS))
+        print("configs:")
+        for c in MODEL_CONFIGS.values():
+            print(f"  {c.name}: " + " ".join(f"{k}={v}" for k, v in c.as_dict().items() if k != "name"))
+        return 0
+    if args.replot:
+        pngs = [] if args.no_plots else report.plot_folder(args.replot)
+        summary = report.write_summary(args.replot)
+        print(f"wrote {len(pngs)} plot(s) and {summary}")
+        return 0
+
+    sweep = None
+    if args.sweep:
+        axis, _, values = args.sweep.partition("=")
+        try:
+            sweep = (axis.strip(), [int(v) for v in values.split(",") if v.strip()])
+        except ValueError:
+            parser.error(f"--sweep must look like AXIS=V1,V2,...; got {args.sweep!r}")
+        if sweep[0] not in AXES or not sweep[1]:
+            parser.error(f"--sweep axis must be one of {', '.join(AXES)} with at least one value; got {args.sweep!r}")
+    if args.backend:
+        from liger_core.cli import _prepare_device
+
+        device, note = _prepare_device(args.backend, args.device)
+        if note:
+            print(note, file=sys.stderr)
+    else:
+        device = args.device
+    sizes = {axis: getattr(args, axis) for axis in AXES if getattr(args, axis) is not None}
+    try:
+        result = run_bench(
+            ops=_split(args.ops),
+            providers=_split(args.providers),
+            modes=_split(args.modes) or [],
+            config=args.config,
+            sizes=sizes,
+            sweep=sweep,
+            dtype=args.dtype,
+            device=device,
+            backend=args.backend,
+            timer=args.timer,
+            rep_ms=args.rep_ms,
+            progress=not args.no_progress,
+        )
+    except ValueError as e:
+        parser.error(str(e))
+    print(report.render_summary(result))
+    written = report.write_results(result, args.out, plots=not args.no_plots)
+    print(f"\nwrote {len(written)} file(s) to {os.fspath(Path(args.out))}/ (summary: {written[-1].name})")
+    failed = [r for r in result.rows if r["provider"] == "liger" and r["status"] == "error"]
+    return 1 if failed else 0

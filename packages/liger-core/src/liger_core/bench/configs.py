@@ -1,0 +1,76 @@
+"""Model shapes the benchmarks run at: named configs and the axes a sweep can vary.
+
+Sizes come from the models' published configs (hidden_size, intermediate_size,
+vocab_size, num_attention_heads, num_key_value_heads, head_dim). ``tokens`` is the
+number of rows an op sees per call (batch x sequence), ``batch`` splits it for the ops
+that keep a (batch, seq, ...) layout (RoPE, group norm).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    hidden: int
+    intermediate: int
+    vocab: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    tokens: int = 4096
+    batch: int = 1
+
+    @property
+    def seq(self) -> int:
+        return max(1, self.tokens // self.batch)
+
+    def with_axis(self, axis: str, value: int) -> ModelShape:
+        """This shape with one axis set to ``value`` (a sweep point)."""
+        if axis not in AXES:
+            raise ValueError(f"sweep axis must be one of {', '.join(AXES)}; got {axis!r}")
+        if value < 1:
+            raise ValueError(f"sweep values must be >= 1; got {axis}={value}")
+        return replace(self, **{axis: int(value)})
+
+    def as_dict(self) -> dict[str, int | str]:
+        return asdict(self)
+
+
+# The axes a sweep may vary: every integer field of ModelShape.
+AXES: tuple[str, ...] = tuple(f.name for f in fields(ModelShape) if f.name != "name")
+
+MODEL_CONFIGS: dict[str, ModelShape] = {
+    s.name: s
+    for s in (
+        ModelShape("llama-3-8b", hidden=4096, intermediate=14336, vocab=128256, heads=32, kv_heads=8, head_dim=128),
+        ModelShape("llama-3-70b", hidden=8192, intermediate=28672, vocab=128256, heads=64, kv_heads=8, head_dim=128),
+        ModelShape("llama-3.2-1b", hidden=2048, intermediate=8192, vocab=128256, heads=32, kv_heads=8, head_dim=64),
+        ModelShape("llama-3.2-3b", hidden=3072, intermediate=8192, vocab=128256, heads=24, kv_heads=8, head_dim=128),
+        ModelShape("mistral-7b", hidden=4096, intermediate=14336, vocab=32768, heads=32, kv_heads=8, head_dim=128),
+        ModelShape("qwen2.5-7b", hidden=3584, intermediate=18944, vocab=152064, heads=28, kv_heads=4, head_dim=128),
+        ModelShape("qwen2-vl-7b", hidden=3584, intermediate=18944, vocab=152064, heads=28, kv_heads=4, head_dim=128),
+        ModelShape("gemma-2-9b", hidden=3584, intermediate=14336, vocab=256000, heads=16, kv_heads=8, head_dim=256),
+        ModelShape("phi-3-mini", hidden=3072, intermediate=8192, vocab=32064, heads=32, kv_heads=32, head_dim=96),
+        # For a CPU smoke run: odd sizes, every op finishes in milliseconds on the reference.
+        ModelShape("tiny", hidden=48, intermediate=80, vocab=96, heads=4, kv_heads=2, head_dim=16, tokens=24, batch=2),
+    )
+}
+
+
+def get_config(name: str) -> ModelShape:
+    try:
+        return MODEL_CONFIGS[name]
+    except KeyError:
+        raise ValueError(f"unknown model config {name!r}; known: {', '.join(MODEL_CONFIGS)}") from None
+
+
+def custom_shape(base: ModelShape, **sizes: int | None) -> ModelShape:
+    """``base`` with explicit sizes (``tokens=8192, hidden=5120``...) set; None leaves a size as is."""
+    given = {k: v for k, v in sizes.items() if v is not None}
+    shape = base
+    for axis, value in given.items():
+        shape = shape.with_axis(axis, value)
+    return replace(shape, name=base.name + ("*" if given else ""))

@@ -1,0 +1,555 @@
+"""The benchmark loop: every (op, sweep point, provider, mode) measured in one process on one device.
+
+Each row holds the p20/p50/p80 time, the timer used, effective bandwidth (the spec's ideal
+bytes moved over the p50 time), TFLOP/s for the ops with a matmul, peak memory, and the
+ratios of the provider's p50 time and peak memory to this project's in the same row group
+(``ratio_to_liger`` above 1: this project is faster). A provider that is not installed or
+cannot run on the device gets rows that say so.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import os
+import platform
+import sys
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as dist_version
+from typing import Any
+
+import torch
+
+from liger_core import registry
+from liger_core.__about__ import __version__
+from liger_core.bench import timing
+from liger_core.bench.configs import AXES, ModelShape, custom_shape, get_config
+from liger_core.bench.specs import CUT_CROSS_ENTROPY, LIGER_KERNEL, MODES, TORCH_NPU, BenchSpec, specs
+from liger_core.device import infer_device
+
+LIGER = "liger"
+TORCH = "torch"
+COMPILE = "torch.compile"
+PROVIDERS = (LIGER, TORCH, COMPILE, LIGER_KERNEL, CUT_CROSS_ENTROPY, TORCH_NPU)
+# Where a peer comes from and what it needs.
+PEER_DIST = {LIGER_KERNEL: "liger-kernel", CUT_CROSS_ENTROPY: "cut-cross-entropy", TORCH_NPU: "torch-npu"}
+PEER_MODULE = {LIGER_KERNEL: "liger_kernel", CUT_CROSS_ENTROPY: "cut_cross_entropy", TORCH_NPU: "torch_npu"}
+PEER_INSTALL = {
+    LIGER_KERNEL: "pip install liger-kernel==0.8.5",
+    CUT_CROSS_ENTROPY: "pip install cut-cross-entropy==25.1.1",
+    TORCH_NPU: "pip install torch-npu (with CANN)",
+}
+PEER_DEVICES = {LIGER_KERNEL: ("cuda", "xpu", "npu"), CUT_CROSS_ENTROPY: ("cuda",), TORCH_NPU: ("npu",)}
+
+OK, ERROR, NOT_INSTALLED, UNAVAILABLE = "ok", "error", "not installed", "unavailable"
+
+# Row fields, in CSV column order.
+FIELDS = (
+    "op",
+    "provider",
+    "mode",
+    "axis",
+    "x",
+    "status",
+    "ms_p20",
+    "ms_p50",
+    "ms_p80",
+    "timer",
+    "gbps",
+    "tflops",
+    "peak_mb",
+    "ratio_to_liger",
+    "mem_ratio_to_liger",
+    "max_rel_diff",
+    "bytes_moved",
+    "flops",
+    "config",
+    "shape",
+    "dtype",
+    "device",
+    "implementation",
+    "versions",
+    "note",
+)
+
+
+@dataclass
+class BenchResult:
+    meta: dict[str, Any]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def for_op(self, op: str) -> BenchResult:
+        return BenchResult(dict(self.meta, ops=[op]), [r for r in self.rows if r["op"] == op])
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return dist_version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def collect_versions(device_type: str, backend_name: str | None) -> dict[str, str]:
+    out = {"python": platform.python_version(), "torch": torch.__version__, "liger-core": __version__}
+    for dist in ("triton", "pytorch-triton", "triton-ascend", "triton-xpu", *PEER_DIST.values()):
+        v = _version(dist)
+        if v:
+            out[dist] = v
+    if "liger-kernel" not in out and importlib.util.find_spec("liger_kernel") is not None:
+        out["liger-kernel"] = "source"
+    if backend_name and backend_name != registry.REFERENCE:
+        try:
+            b = registry.get_backend(backend_name)
+            out[b.distribution] = b.version
+        except Exception:  # noqa: BLE001 - versions are labels
+            pass
+    if device_type == "cuda" and torch.version.cuda:
+        out["cuda"] = torch.version.cuda
+    return out
+
+
+# -- providers --------------------------------------------------------------------------------
+
+
+@dataclass
+class Provider:
+    name: str
+    status: str
+    fn: Callable[..., Any] | None = None
+    prepare: Callable[[dict], dict] | None = None
+    implementation: str = ""
+    reason: str = ""
+
+
+def _liger_provider(op: str, device_type: str, backend: str | None) -> Provider:
+    try:
+        if backend:
+            b = registry.get_backend(backend)
+            fn = b.ops.get(op)
+            if fn is None:
+                return Provider(LIGER, UNAVAILABLE, reason=f"backend {backend!r} ({b.interface_version}) lacks {op!r}")
+            return Provider(LIGER, OK, fn, implementation=f"{b.name} {b.distribution} {b.version}")
+        served = registry.REGISTRY.backend_for_device(device_type)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", registry.LigerFallbackWarning)
+            fn = registry.resolve(op, device_type)
+        if served is not None and op in served.ops:
+            return Provider(LIGER, OK, fn, implementation=f"{served.name} {served.distribution} {served.version}")
+        return Provider(LIGER, OK, fn, implementation=f"{registry.REFERENCE} (PyTorch fallback: no backend serves it)")
+    except Exception as e:  # noqa: BLE001 - a broken backend is reported in its rows
+        return Provider(LIGER, ERROR, reason=f"{type(e).__name__}: {e}")
+
+
+def _compiled(spec: BenchSpec) -> Provider:
+    # A fresh Dynamo cache per shape: recompiles past the cache limit would silently run eager,
+    # and "automatic dynamic" shapes would time a generic kernel.
+    torch._dynamo.reset()
+    # Backward mode replays one graph's backward (retain_graph=True), which compiled graphs with
+    # donated buffers refuse; donation only frees saved tensors early.
+    torch._functorch.config.donated_buffer = False
+    impl = f"torch.compile (inductor, donated_buffer off) {torch.__version__}"
+    return Provider(COMPILE, OK, torch.compile(spec.torch_fn), implementation=impl)
+
+
+def make_provider(name: str, spec: BenchSpec, device_type: str, backend: str | None) -> Provider | None:
+    """The provider ``name`` for ``spec``'s op, or None when that peer has no such op."""
+    if name == LIGER:
+        return _liger_provider(spec.op, device_type, backend)
+    if name == TORCH:
+        return Provider(TORCH, OK, spec.torch_fn, implementation=f"PyTorch eager {torch.__version__}")
+    if name == COMPILE:
+        return _compiled(spec)
+    if name not in PEER_DIST:
+        raise ValueError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS)}")
+    peer = spec.peers.get(name)
+    if peer is None:
+        return None
+    if importlib.util.find_spec(PEER_MODULE[name]) is None:
+        return Provider(name, NOT_INSTALLED, reason=f"{PEER_DIST[name]} is not installed ({PEER_INSTALL[name]})")
+    # Under TRITON_INTERPRET=1 Triton peers run on CPU tensors (slowly): how CI checks the adapters.
+    interpreted = device_type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1" and name != TORCH_NPU
+    if device_type not in PEER_DEVICES[name] and not interpreted:
+        return Provider(name, UNAVAILABLE, reason=f"{name} runs on {'/'.join(PEER_DEVICES[name])}, not {device_type}")
+    try:
+        fn = peer.load()
+    except Exception as e:  # noqa: BLE001 - an import that fails is reported, not fatal
+        return Provider(name, NOT_INSTALLED, reason=f"import failed: {type(e).__name__}: {e}")
+    version = _version(PEER_DIST[name]) or "?"
+    impl = f"{PEER_DIST[name]} {version}" + (f" ({peer.note})" if peer.note else "")
+    return Provider(name, OK, fn, peer.prepare, implementation=impl)
+
+
+def default_providers(spec: BenchSpec, device_type: str) -> list[str]:
+    """liger, torch, torch.compile, liger-kernel, and the op's other peers where they apply."""
+    names = [LIGER, TORCH, COMPILE, LIGER_KERNEL]
+    if CUT_CROSS_ENTROPY in spec.peers:
+        names.append(CUT_CROSS_ENTROPY)
+    if TORCH_NPU in spec.peers and device_type == "npu":
+        names.append(TORCH_NPU)
+    return names
+
+
+# -- one measurement ------------------------------------------------------------------------------
+
+
+def _grad_tensors(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out] if out.requires_grad else []
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _grad_tensors(o)]
+    loss = getattr(out, "loss", None)  # a peer's output object (loss, z_loss, ...)
+    return _grad_tensors(loss) if loss is not None else []
+
+
+def _first_tensor(out: Any) -> torch.Tensor | None:
+    ts = _grad_tensors(out) or ([out] if isinstance(out, torch.Tensor) else [])
+    if not ts and isinstance(out, (tuple, list)):
+        ts = [o for o in out if isinstance(o, torch.Tensor)]
+    return ts[0] if ts else None
+
+
+def _short(e: BaseException, width: int = 300) -> str:
+    text = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+@dataclass
+class Timing:
+    ms: tuple[float, float, float] | None = None
+    timer: str = ""
+    peak_mb: float | None = None
+    error: str = ""
+    note: str = ""
+
+
+def _time(call, leaves, timer: str, device_type: str, rep_ms: int) -> tuple[tuple[float, float, float], str, str]:
+    """(p20, p50, p80), the timer used, a note."""
+
+    def reset():
+        for t in leaves:
+            t.grad = None
+
+    if timer == "wall":
+        return timing.wall_time(call, device_type, reset, rep_ms=rep_ms), "wall", ""
+    if timer == "cudagraph":
+        try:
+            return timing.triton_time(call, "cudagraph", leaves, rep_ms=rep_ms), "cudagraph", ""
+        except Exception as e:  # noqa: BLE001 - e.g. a host sync inside the call: time it without a graph
+            try:
+                timing.synchronize(device_type)
+            except Exception:  # noqa: BLE001
+                pass
+            note = f"CUDA graph capture failed ({_short(e, 120)}); timed with do_bench"
+            return timing.triton_time(call, "do_bench", leaves, rep_ms=rep_ms), "do_bench", note
+    return timing.triton_time(call, "do_bench", leaves, rep_ms=rep_ms), "do_bench", ""
+
+
+def measure(
+    fn: Callable[..., Any],
+    kwargs: dict[str, Any],
+    modes: Sequence[str],
+    timer: str,
+    device_type: str,
+    rep_ms: int = 100,
+) -> dict[str, Timing]:
+    """Time ``fn(**kwargs)`` in each mode. Backward under the CUDA-graph timer is full minus
+    forward (autograd's retain_graph backward cannot be captured)."""
+    leaves = [v for v in kwargs.values() if isinstance(v, torch.Tensor) and v.requires_grad]
+    out = fn(**kwargs)  # also the first warm-up (compiles, autotunes)
+    outs = _grad_tensors(out)
+    grads = [torch.ones_like(t) if t.numel() == 1 else torch.randn_like(t) for t in outs]
+    del out, outs
+    if any(m != "forward" for m in modes) and not grads:
+        raise RuntimeError("the output does not require grad, so there is no backward to time")
+
+    def forward():
+        return fn(**kwargs)
+
+    def full():
+        torch.autograd.backward(_grad_tensors(fn(**kwargs)), grads)
+
+    results: dict[str, Timing] = {}
+    # Under the graph timer, backward is derived from forward and full: time those too.
+    extra = ("forward", "full") if timer == "cudagraph" and "backward" in modes else ()
+    order = [m for m in ("forward", "full", "backward") if m in modes or m in extra]
+    for mode in order:
+        saved: list[torch.Tensor] = []
+        try:
+            if mode == "backward":
+                for t in leaves:
+                    t.grad = None
+                saved = _grad_tensors(fn(**kwargs))
+
+                def backward():
+                    torch.autograd.backward(saved, grads, retain_graph=True)
+
+                call = backward
+                fwd, fl = results.get("forward"), results.get("full")
+                if timer == "cudagraph" and fwd and fl and fwd.ms and fl.ms and fwd.timer == fl.timer == "cudagraph":
+                    ms = tuple(max(f - w, 0.0) for f, w in zip(fl.ms, fwd.ms))
+                    used, note = "cudagraph", "full minus forward (a retain_graph backward cannot be captured)"
+                elif timer == "cudagraph":
+                    ms, used, _ = _time(backward, leaves, "do_bench", device_type, rep_ms)
+                    note = "timed with do_bench: no CUDA-graph timing of forward and full to derive it from"
+                else:
+                    ms, used, note = _time(backward, leaves, timer, device_type, rep_ms)
+            else:
+                call = forward if mode == "forward" else full
+                ms, used, note = _time(call, leaves, timer, device_type, rep_ms)
+            for t in leaves:
+                t.grad = None
+            peak = timing.peak_memory_mb(call, device_type)
+            results[mode] = Timing(ms, used, peak, note=note)
+        except Exception as e:  # noqa: BLE001 - one failing mode must not end the run
+            results[mode] = Timing(error=_short(e))
+            if "out of memory" in str(e).lower():
+                timing.free_memory(device_type)
+        finally:
+            saved = []
+            for t in leaves:
+                t.grad = None
+    return {m: results[m] for m in modes if m in results}
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+
+class Progress:
+    """tqdm when installed, else one line per step on stderr."""
+
+    def __init__(self, total: int, enabled: bool = True) -> None:
+        self.total, self.n, self.enabled, self.bar = total, 0, enabled, None
+        if enabled:
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, file=sys.stderr, unit="run", dynamic_ncols=True)
+            except ImportError:
+                pass
+
+    def step(self, label: str) -> None:
+        self.n += 1
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.set_description(label, refresh=False)
+            self.bar.update(1)
+        else:
+            print(f"[{self.n}/{self.total}] {label}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    dt = getattr(torch, str(dtype), None)
+    if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
+        raise ValueError(f"dtype must be a floating torch dtype (bfloat16, float16, float32); got {dtype!r}")
+    return dt
+
+
+def _select_ops(ops: Iterable[str] | None) -> list[BenchSpec]:
+    available = specs()
+    if ops is None:
+        return list(available.values())
+    ops = list(ops)
+    unknown = [o for o in ops if o not in available]
+    if unknown:
+        raise ValueError(f"no bench spec for op(s) {', '.join(unknown)}; benchable ops: {', '.join(available)}")
+    return [available[o] for o in ops]
+
+
+def run_bench(
+    ops: Iterable[str] | None = None,
+    providers: Sequence[str] | None = None,
+    modes: Sequence[str] = MODES,
+    config: str | ModelShape = "llama-3-8b",
+    sizes: dict[str, int] | None = None,
+    sweep: tuple[str, Sequence[int]] | None = None,
+    dtype: str | torch.dtype = "bfloat16",
+    device: str | None = None,
+    backend: str | None = None,
+    timer: str = "auto",
+    rep_ms: int = 100,
+    progress: bool = True,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> BenchResult:
+    """Benchmark ops against their peers on one device; see the module docstring.
+
+    Args:
+        ops: op names (default: every catalogue op with a bench spec).
+        providers: from ``PROVIDERS`` (default per op: liger, torch, torch.compile, liger-kernel,
+            plus cut-cross-entropy for fused linear cross-entropy and torch_npu on an NPU).
+        modes: any of forward, backward, full.
+        config: a name from ``MODEL_CONFIGS`` or a ``ModelShape``; ``sizes`` overrides fields.
+        sweep: ``(axis, values)``: one run per value of that ModelShape field; else one point
+            on the ``tokens`` axis.
+        device: device type (default: this machine's accelerator, else cpu).
+        backend: run this backend's kernels for the ``liger`` provider instead of dispatch.
+        timer: auto, cudagraph, do_bench or wall (see ``liger_core.bench.timing``).
+    """
+    bad_modes = [m for m in modes if m not in MODES]
+    if bad_modes or not modes:
+        raise ValueError(f"modes must be among {', '.join(MODES)}; got {', '.join(bad_modes) or 'none'}")
+    modes = [m for m in MODES if m in modes]
+    if providers is not None:
+        unknown = [p for p in providers if p not in PROVIDERS]
+        if unknown:
+            raise ValueError(f"unknown provider(s) {', '.join(unknown)}; known: {', '.join(PROVIDERS)}")
+    selected = _select_ops(ops)
+    base = get_config(config) if isinstance(config, str) else config
+    base = custom_shape(base, **(sizes or {}))
+    axis, values = sweep if sweep else ("tokens", [base.tokens])
+    if axis not in AXES:
+        raise ValueError(f"sweep axis must be one of {', '.join(AXES)}; got {axis!r}")
+    values = [int(v) for v in values]
+    dt = _parse_dtype(dtype)
+    device_type = device or infer_device()
+    dev = torch.device(device_type)
+    used_timer = timing.resolve_timer(timer, device_type)
+    plans = []
+    for spec in selected:
+        names = list(providers) if providers is not None else default_providers(spec, device_type)
+        # this project's row first: the others' ratios refer to it
+        names = ([LIGER] if LIGER in names else []) + [n for n in names if n != LIGER]
+        plans.append((spec, names))
+    liger_impl = _liger_provider(selected[0].op, device_type, backend).implementation if selected else ""
+    versions = collect_versions(device_type, (liger_impl.split() or [None])[0])
+    dev_name = timing.device_name(dev)
+    meta = {
+        "device": dev_name,
+        "device_type": device_type,
+        "dtype": str(dt).removeprefix("torch."),
+        "config": base.name,
+        "shape": base.as_dict(),
+        "axis": axis,
+        "values": values,
+        "modes": modes,
+        "timer": used_timer,
+        "quantiles": list(timing.QUANTILES),
+        "rep_ms": rep_ms,
+        "backend": backend or "dispatch",
+        "versions": versions,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "ops": [s.op for s in selected],
+        "skipped_ops": {},
+    }
+    version_text = ";".join(f"{k}={v}" for k, v in versions.items())
+    result = BenchResult(meta)
+    total = sum(
+        sum(1 for n in names if n not in PEER_DIST or n in spec.peers) * len(values) * len(modes)
+        for spec, names in plans
+        if axis in spec.axes or len(values) == 1
+    )
+    bar = Progress(total, progress)
+    try:
+        for spec, names in plans:
+            if axis not in spec.axes and len(values) > 1:
+                meta["skipped_ops"][spec.op] = f"its shapes do not depend on {axis!r} (they use {', '.join(spec.axes)})"
+                continue
+            for x in values:
+                shape = base.with_axis(axis, x)
+                rows = _bench_point(spec, names, shape, dt, dev, modes, used_timer, backend, rep_ms, bar)
+                for r in rows:
+                    r.update(axis=axis, x=x, config=base.name, device=dev_name, versions=version_text)
+                    r["shape"] = spec.describe(shape)
+                    r["dtype"] = meta["dtype"]
+                _add_ratios(rows)
+                for r in rows:
+                    row = {k: r.get(k) for k in FIELDS}
+                    result.rows.append(row)
+                    if on_row is not None:
+                        on_row(row)
+    finally:
+        bar.close()
+    return result
+
+
+def _rel_diff(got: torch.Tensor | None, want: torch.Tensor | None) -> float | None:
+    if got is None or want is None or got.shape != want.shape:
+        return None
+    g, w = got.detach().float(), want.detach().float()
+    scale = w.abs().max().item() if w.numel() else 0.0
+    return (g - w).abs().max().item() / max(scale, 1e-6) if w.numel() else 0.0
+
+
+def _bench_point(spec, names, shape, dt, dev, modes, timer, backend, rep_ms, bar) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    want = None
+    try:
+        torch.manual_seed(0)
+        with torch.no_grad():
+            want = _first_tensor(spec.torch_fn(**spec.build(shape, dt, dev)))
+    except Exception:  # noqa: BLE001 - the torch rows report it
+        want = None
+    for name in names:
+        label = f"{spec.op} {name} {shape.tokens}t"
+        provider = make_provider(name, spec, dev.type, backend)
+        if provider is None:
+            continue
+        base = {"op": spec.op, "provider": name, "implementation": provider.implementation}
+        if provider.status != OK:
+            for mode in modes:
+                bar.step(f"{label} {mode}")
+                rows.append(dict(base, mode=mode, status=provider.status, note=provider.reason))
+            continue
+        diff = None
+        try:
+            torch.manual_seed(0)
+            kwargs = spec.build(shape, dt, dev)
+            if provider.prepare is not None:
+                kwargs = provider.prepare(kwargs)
+            with torch.no_grad():
+                diff = _rel_diff(_first_tensor(provider.fn(**kwargs)), want)
+            timings = measure(provider.fn, kwargs, modes, timer, dev.type, rep_ms)
+        except Exception as e:  # noqa: BLE001 - the provider fails on this op: report it
+            timings = {m: Timing(error=_short(e)) for m in modes}
+            if "out of memory" in str(e).lower():
+                timing.free_memory(dev.type)
+        kwargs = None
+        timing.free_memory(dev.type)
+        for mode in modes:
+            bar.step(f"{label} {mode}")
+            t = timings.get(mode) or Timing(error="not measured")
+            row = dict(base, mode=mode, max_rel_diff=diff)
+            if t.error:
+                row.update(status=ERROR, note=t.error)
+            else:
+                p20, p50, p80 = t.ms
+                nbytes = spec.bytes_moved(shape, dt, mode)
+                flops = spec.flop_count(shape, mode)
+                row.update(
+                    status=OK,
+                    ms_p20=p20,
+                    ms_p50=p50,
+                    ms_p80=p80,
+                    timer=t.timer,
+                    peak_mb=t.peak_mb,
+                    bytes_moved=nbytes,
+                    flops=flops,
+                    gbps=nbytes / (p50 * 1e-3) / 1e9 if p50 > 0 else None,
+                    tflops=flops / (p50 * 1e-3) / 1e12 if flops and p50 > 0 else None,
+                    note=t.note,
+                )
+            rows.append(row)
+    return rows
+
+
+def _add_ratios(rows: list[dict[str, Any]]) -> None:
+    """ratio_to_liger = provider p50 / liger p50 (and the same for peak memory), per mode."""
+    for mode in {r["mode"] for r in rows}:
+        ref = next((r for r in rows if r["mode"] == mode and r["provider"] == LIGER and r["status"] == OK), None)
+        for r in rows:
+            if r["mode"] != mode or r["status"] != OK or ref is None:
+                continue
+            r["ratio_to_liger"] = r["ms_p50"] / ref["ms_p50"] if ref["ms_p50"] > 0 else None
+            if r.get("peak_mb") is not None and ref.get("peak_mb"):
+                r["mem_ratio_to_liger"] = r["peak_mb"] / ref["peak_mb"]
+            if r["timer"] != ref["timer"]:
+                r["note"] = ((r.get("note") or "") + f"; timers differ (liger: {ref['timer']})").lstrip("; ")
