@@ -2,6 +2,7 @@
 
 ``liger info``   what is installed and which backend serves each op on each device.
 ``liger check``  run every op on this machine against the float64 reference.
+``liger bench``  time every op against torch, torch.compile, liger-kernel and other peers.
 """
 
 from __future__ import annotations
@@ -363,6 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--ops", metavar="A,B", help="comma-separated ops to check (default: all)")
     check.set_defaults(parser=check)
+    from liger_core.bench.cli import add_parser as add_bench_parser
+
+    add_bench_parser(sub)
     return parser
 
 
@@ -373,5 +377,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_info(args)
     if args.command == "check":
         return cmd_check(args)
+    if args.command == "bench":
+        from liger_core.bench.cli import cmd_bench
+
+        return cmd_bench(args)
     parser.print_help()
     return 2
