@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from liger_core.backend import Backend, triton_runtime
-from liger_ops_cuda import rms_norm
+from liger_ops_cuda import geglu, qwen2vl_mrope, rms_norm, rope, softmax, sparsemax, swiglu
 from liger_ops_cuda.__about__ import __version__
 
 INTERFACE_VERSION = "1.0"
@@ -15,6 +15,14 @@ BACKEND = Backend(
     version=__version__,
     device_types=("cuda",),
     interface_version=INTERFACE_VERSION,
-    ops={"rms_norm": rms_norm.rms_norm},
+    ops={
+        "rms_norm": rms_norm.rms_norm,
+        "swiglu": swiglu.swiglu,
+        "geglu": geglu.geglu,
+        "rope": rope.rope,
+        "qwen2vl_mrope": qwen2vl_mrope.qwen2vl_mrope,
+        "softmax": softmax.softmax,
+        "sparsemax": sparsemax.sparsemax,
+    },
     runtime=lambda: triton_runtime("triton", "pytorch-triton"),
 )

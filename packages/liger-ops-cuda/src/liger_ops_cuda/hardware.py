@@ -27,6 +27,25 @@ BACKWARD_PROGRAMS_PER_SM = 1
 # loaded at once (measured on H200: one row per iteration cost ~8 us for 132 x 4096).
 REDUCE_BLOCK = 64
 REDUCE_ROWS = 32
+# Elementwise gated activations (swiglu, geglu): elements per program and warps. 4096 bf16
+# elements with 8 warps is 16 per thread, two 16-byte loads per tensor in flight per thread.
+# Starting points from first principles; check with benchmarks/bench_activations.py --tune.
+GLU_BLOCK = 4096
+GLU_NUM_WARPS = 8
+# Rotary embeddings: elements of q plus k (both halves of each head) a program holds; whole
+# positions (every head of q and k) per program, so cos/sin are read once per position.
+ROPE_TILE_ELEMENTS = 8192
+ROPE_ELEMENTS_PER_WARP = 1024
+# Softmax / sparsemax: rows up to this wide are held in registers whole; wider rows are
+# streamed in SOFTMAX_CHUNK_BLOCK pieces (online max and sum).
+SOFTMAX_MAX_FUSED_BLOCK = 16384
+SOFTMAX_CHUNK_BLOCK = 4096
+SOFTMAX_TILE_ELEMENTS = 4096
+SOFTMAX_ELEMENTS_PER_WARP = 512
+# Sparsemax: bisection steps on the threshold (the interval starts 1 wide; 2^-24 is float32's
+# resolution at 1), then exact refinement steps on the support found.
+SPARSEMAX_BISECTION_STEPS = 24
+SPARSEMAX_REFINE_STEPS = 2
 # Stand-in SM count where there is no GPU (the Triton interpreter on CPU): small, so that
 # tests still run several programs per grid.
 INTERPRETER_SM_COUNT = 4

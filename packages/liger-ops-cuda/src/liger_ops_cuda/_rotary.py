@@ -1,0 +1,216 @@
+"""Rotary embeddings (RoPE, Qwen2-VL's M-RoPE) for NVIDIA GPUs: one Triton kernel for both.
+
+Memory-bound: forward reads q and k and writes their rotations, backward does the same with
+the incoming gradients (the rotation's transpose). A program takes BLOCK_P whole positions:
+every head of q and of k at those positions, as ``(positions, heads, head_dim / 2)`` tiles of
+each half of the head, so cos/sin are read once per position and reused by every q and k
+head, and q and k share one launch. Any strides: both transformers layouts and LLaMA's
+transposed views are read in place (no copies); outputs keep the input's memory layout.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from liger_ops_cuda import hardware
+
+
+@triton.jit
+def _rotate_heads(
+    X,
+    XO,
+    in_base,
+    out_base,
+    sh,
+    sd,
+    osh,
+    osd,
+    n_heads,
+    half,
+    c1,
+    c2,
+    s1,
+    s2,
+    pos_mask,
+    cols,
+    col_mask,
+    HEADS: tl.constexpr,
+):
+    heads = tl.arange(0, HEADS)
+    mask = pos_mask[:, None, None] & (heads < n_heads)[None, :, None] & col_mask[None, None, :]
+    x_off = in_base[:, None, None] + heads[None, :, None] * sh + cols[None, None, :] * sd
+    x1 = tl.load(X + x_off, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(X + x_off + half * sd, mask=mask, other=0.0).to(tl.float32)
+    # [x1, x2] * [c1, c2] + [-x2, x1] * [s1, s2]
+    o1 = x1 * c1[:, None, :] - x2 * s1[:, None, :]
+    o2 = x2 * c2[:, None, :] + x1 * s2[:, None, :]
+    o_off = out_base[:, None, None] + heads[None, :, None] * osh + cols[None, None, :] * osd
+    tl.store(XO + o_off, o1.to(XO.dtype.element_ty), mask=mask)
+    tl.store(XO + o_off + half * osd, o2.to(XO.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rotary_kernel(
+    Q,
+    K,
+    QO,
+    KO,
+    COS,
+    SIN,
+    n_pos,
+    seq,
+    q_sb,
+    q_ss,
+    q_sh,
+    q_sd,
+    k_sb,
+    k_ss,
+    k_sh,
+    k_sd,
+    qo_sb,
+    qo_ss,
+    qo_sh,
+    qo_sd,
+    ko_sb,
+    ko_ss,
+    ko_sh,
+    ko_sd,
+    c_sb,
+    c_ss,
+    c_sd,
+    c_saxis,
+    n_qh,
+    n_kh,
+    half,
+    sec0,
+    sec01,
+    MROPE: tl.constexpr,
+    BACKWARD: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    QH: tl.constexpr,
+    KH: tl.constexpr,
+    HALF: tl.constexpr,
+):
+    pos = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    pos_mask = pos < n_pos
+    b = (pos // seq).to(tl.int64)
+    s = (pos % seq).to(tl.int64)
+    cols = tl.arange(0, HALF)
+    col_mask = cols < half
+    m2 = pos_mask[:, None] & col_mask[None, :]
+
+    # cos/sin of these positions, both halves (c_sb is 0 when one table serves every batch).
+    c_off = (b * c_sb + s * c_ss)[:, None] + (cols * c_sd)[None, :]
+    if MROPE:
+        # Column j of each half takes table 0, 1 or 2 (temporal, height, width) by section.
+        section = (cols >= sec0).to(tl.int64) + (cols >= sec01).to(tl.int64)
+        c_off += (section * c_saxis)[None, :]
+    c1 = tl.load(COS + c_off, mask=m2, other=0.0).to(tl.float32)
+    c2 = tl.load(COS + c_off + half * c_sd, mask=m2, other=0.0).to(tl.float32)
+    s1 = tl.load(SIN + c_off, mask=m2, other=0.0).to(tl.float32)
+    s2 = tl.load(SIN + c_off + half * c_sd, mask=m2, other=0.0).to(tl.float32)
+    if BACKWARD:
+        # The rotation's transpose: [g1, g2] -> [g1 c1 + g2 s2, g2 c2 - g1 s1].
+        s1, s2 = -s2, -s1
+
+    _rotate_heads(
+        Q, QO, b * q_sb + s * q_ss, b * qo_sb + s * qo_ss, q_sh, q_sd, qo_sh, qo_sd,
+        n_qh, half, c1, c2, s1, s2, pos_mask, cols, col_mask, QH,
+    )  # fmt: skip
+    _rotate_heads(
+        K, KO, b * k_sb + s * k_ss, b * ko_sb + s * ko_ss, k_sh, k_sd, ko_sh, ko_sd,
+        n_kh, half, c1, c2, s1, s2, pos_mask, cols, col_mask, KH,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RotaryPlan:
+    block_p: int
+    q_heads: int
+    k_heads: int
+    half: int
+    num_warps: int
+
+
+def _prev_power_of_2(n: int) -> int:
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(n_qh, n_kh, half, n_pos, tile_elements, per_warp) -> RotaryPlan:
+    qh, kh, hp = triton.next_power_of_2(n_qh), triton.next_power_of_2(n_kh), triton.next_power_of_2(half)
+    per_position = (qh + kh) * hp * 2
+    block_p = max(1, min(_prev_power_of_2(tile_elements // per_position), triton.next_power_of_2(max(n_pos, 1))))
+    warps = min(16, max(1, _prev_power_of_2(block_p * per_position // per_warp)))
+    return RotaryPlan(block_p, qh, kh, hp, warps)
+
+
+def plan_rotary(n_qh: int, n_kh: int, head_dim: int, n_pos: int) -> RotaryPlan:
+    """Positions per program and warps for q/k of these head counts (hardware.ROPE_* sizes)."""
+    return _plan(n_qh, n_kh, head_dim // 2, n_pos, hardware.ROPE_TILE_ELEMENTS, hardware.ROPE_ELEMENTS_PER_WARP)
+
+
+def _bshd_strides(t: torch.Tensor, unsqueeze_dim: int) -> tuple[int, int, int, int]:
+    """(batch, seq, head, dim) strides of a q/k tensor in either transformers layout."""
+    sb, s1, s2, sd = t.stride()
+    return (sb, s2, s1, sd) if unsqueeze_dim == 1 else (sb, s1, s2, sd)
+
+
+def rotary(q, k, cos, sin, unsqueeze_dim, mrope_section=None, backward=False, q_out=None, k_out=None, plan=None):
+    """Rotate ``q`` and ``k`` (or, with ``backward``, apply the transpose to their gradients)
+    into new tensors laid out like ``q_out``/``k_out`` (default: like the inputs)."""
+    q_out = torch.empty_like(q) if q_out is None else q_out
+    k_out = torch.empty_like(k) if k_out is None else k_out
+    batch, dim = q.shape[0], q.shape[3]
+    seq = q.shape[3 - unsqueeze_dim]
+    n_qh, n_kh = q.shape[unsqueeze_dim], k.shape[unsqueeze_dim]
+    n_pos = batch * seq
+    if n_pos == 0 or dim == 0:
+        return q_out, k_out
+    if cos.stride() != sin.stride():
+        cos, sin = cos.contiguous(), sin.contiguous()
+    c_sb, c_ss, c_sd = cos.stride()[-3:]
+    if cos.shape[-3] == 1:
+        c_sb = 0  # one table for every batch row
+    c_saxis = cos.stride(0) if mrope_section is not None else 0
+    sec0, sec01 = (mrope_section[0], mrope_section[0] + mrope_section[1]) if mrope_section is not None else (0, 0)
+    plan = plan or plan_rotary(n_qh, n_kh, dim, n_pos)
+    _rotary_kernel[(triton.cdiv(n_pos, plan.block_p),)](
+        q, k, q_out, k_out, cos, sin, n_pos, seq,
+        *_bshd_strides(q, unsqueeze_dim), *_bshd_strides(k, unsqueeze_dim),
+        *_bshd_strides(q_out, unsqueeze_dim), *_bshd_strides(k_out, unsqueeze_dim),
+        c_sb, c_ss, c_sd, c_saxis, n_qh, n_kh, dim // 2, sec0, sec01,
+        MROPE=mrope_section is not None, BACKWARD=backward,
+        BLOCK_P=plan.block_p, QH=plan.q_heads, KH=plan.k_heads, HALF=plan.half,
+        num_warps=plan.num_warps,
+    )  # fmt: skip
+    return q_out, k_out
+
+
+class LigerRotaryFunction(torch.autograd.Function):
+    """rope (``mrope_section`` None) and qwen2vl_mrope; no gradient to cos/sin."""
+
+    @staticmethod
+    def forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
+        q_out, k_out = rotary(q, k, cos, sin, unsqueeze_dim, mrope_section)
+        ctx.save_for_backward(cos, sin)
+        ctx.mrope_section, ctx.unsqueeze_dim = mrope_section, unsqueeze_dim
+        # Gradients go out in the outputs' (= inputs') memory layout, so the views q and k
+        # came from (LLaMA's transposes of a projection) take them back without a copy.
+        ctx.layouts = (q_out.stride(), q.dtype, k_out.stride(), k.dtype)
+        return q_out, k_out
+
+    @staticmethod
+    def backward(ctx, dq, dk):
+        cos, sin = ctx.saved_tensors
+        q_stride, q_dtype, k_stride, k_dtype = ctx.layouts
+        # (Autograd materialises a missing output gradient as zeros: dq and dk are tensors.)
+        grad_q = torch.empty_strided(dq.shape, q_stride, dtype=q_dtype, device=dq.device)
+        grad_k = torch.empty_strided(dk.shape, k_stride, dtype=k_dtype, device=dk.device)
+        rotary(dq, dk, cos, sin, ctx.unsqueeze_dim, ctx.mrope_section, True, grad_q, grad_k)
+        return grad_q, grad_k, None, None, None, None
