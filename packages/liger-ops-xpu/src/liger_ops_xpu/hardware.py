@@ -44,6 +44,9 @@ ELEMENTWISE_BLOCK = 8192
 ELEMENTWISE_NUM_WARPS = 16
 # Columns per program of the 2-D elementwise kernels with a per-column parameter (dyt).
 ELEMENTWISE_COL_BLOCK = 1024
+# RoPE: elements of one [heads x half head_dim] tile (each program rotates one position's
+# heads in chunks of this size; 32 heads x 64 columns for LLaMA's head_dim 128).
+ROPE_TILE_ELEMENTS = 2048
 
 # --- losses: one row of logits per program, the vocabulary walked in blocks -------------------
 # Vocabulary block of the cross-entropy-style kernels; CUDA uses up to 32768, but an Intel
