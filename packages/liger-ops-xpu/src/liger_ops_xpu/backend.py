@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from liger_core.backend import Backend, triton_runtime
 
-from liger_ops_xpu import dyt, geglu, group_norm, layer_norm, poly_norm, qwen2vl_mrope, rms_norm, rope, swiglu
+from liger_ops_xpu import dyt, geglu, group_norm, layer_norm, poly_norm, qwen2vl_mrope, rms_norm, rope, softmax, swiglu
 from liger_ops_xpu.__about__ import __version__
 
 INTERFACE_VERSION = "1.1"
@@ -30,6 +30,7 @@ BACKEND = Backend(
         "geglu": geglu.geglu,
         "rope": rope.rope,
         "qwen2vl_mrope": qwen2vl_mrope.qwen2vl_mrope,
+        "softmax": softmax.softmax,
     },
     runtime=lambda: triton_runtime(*_TRITON_DISTRIBUTIONS),
 )
