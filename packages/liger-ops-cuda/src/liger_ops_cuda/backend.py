@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 from liger_core.backend import Backend, triton_runtime
-from liger_ops_cuda import geglu, qwen2vl_mrope, rms_norm, rope, softmax, sparsemax, swiglu
+from liger_ops_cuda import (
+    dyt,
+    fused_add_rms_norm,
+    geglu,
+    group_norm,
+    layer_norm,
+    poly_norm,
+    qwen2vl_mrope,
+    rms_norm,
+    rope,
+    softmax,
+    sparsemax,
+    swiglu,
+)
 from liger_ops_cuda.__about__ import __version__
 
-INTERFACE_VERSION = "1.0"
+INTERFACE_VERSION = "1.1"
 
 
 BACKEND = Backend(
@@ -17,6 +30,11 @@ BACKEND = Backend(
     interface_version=INTERFACE_VERSION,
     ops={
         "rms_norm": rms_norm.rms_norm,
+        "fused_add_rms_norm": fused_add_rms_norm.fused_add_rms_norm,
+        "layer_norm": layer_norm.layer_norm,
+        "group_norm": group_norm.group_norm,
+        "poly_norm": poly_norm.poly_norm,
+        "dyt": dyt.dyt,
         "swiglu": swiglu.swiglu,
         "geglu": geglu.geglu,
         "rope": rope.rope,

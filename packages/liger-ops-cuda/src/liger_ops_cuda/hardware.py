@@ -46,6 +46,20 @@ SOFTMAX_ELEMENTS_PER_WARP = 512
 # resolution at 1), then exact refinement steps on the support found.
 SPARSEMAX_BISECTION_STEPS = 24
 SPARSEMAX_REFINE_STEPS = 2
+# DyT (elementwise tanh with parameter reductions): elements per forward tile, per backward
+# tile, and the widest column block (wider rows are split across column blocks). Starting
+# points from first principles (16 elements per thread); check with benchmarks/bench_norms.py --tune.
+DYT_TILE_ELEMENTS = 4096
+DYT_BACKWARD_TILE_ELEMENTS = 8192
+DYT_MAX_BLOCK_N = 4096
+# GroupNorm: a (batch, group) is a (channels-per-group, spatial) array. Elements per tile,
+# and the elements of a group above which it is split across several programs (two-phase
+# statistics) rather than normalised by one program in two passes (the second from L2).
+# GROUP_NORM_SPLIT_PROGRAMS: split groups until about this many programs per SM run.
+GROUP_NORM_TILE_ELEMENTS = 4096
+GROUP_NORM_ELEMENTS_PER_WARP = 256
+GROUP_NORM_CHUNK_ELEMENTS = 8192
+GROUP_NORM_SPLIT_PROGRAMS_PER_SM = 4
 # Stand-in SM count where there is no GPU (the Triton interpreter on CPU): small, so that
 # tests still run several programs per grid.
 INTERPRETER_SM_COUNT = 4

@@ -1,0 +1,283 @@
+"""LayerNorm for NVIDIA GPUs: Triton kernels, launch plan and autograd Function.
+
+Forward: each program normalises BLOCK_M rows held in registers (one read of x; the
+variance is taken of the centred tile, exact two-pass in registers) or, for rows wider than
+one tile, a row in CHUNK pieces with sums shifted by the row's first element (no
+E[x^2] - E[x]^2 cancellation when the mean is large). The fp32 mean and rstd are kept for
+backward. Backward: one program per SM walks its rows, writes grad_x and keeps fp32
+grad_weight / grad_bias rows in registers; the per-program rows are summed in one launch.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from liger_core.ops.layer_norm import check_args
+from liger_ops_cuda._partials import as_rows, backward_programs, grad_rows, sum_partials
+from liger_ops_cuda.rms_norm import plan_tiles
+
+
+@triton.jit
+def _layer_norm_forward_kernel(
+    X,
+    W,
+    B,
+    Y,
+    MEAN,
+    RSTD,
+    x_row_stride,
+    y_row_stride,
+    n_rows,
+    n_cols,
+    eps,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CHUNKED: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < n_rows
+    r64 = rows.to(tl.int64)
+    x_base = X + r64[:, None] * x_row_stride
+    y_base = Y + r64[:, None] * y_row_stride
+    cols = tl.arange(0, BLOCK_N)
+
+    if CHUNKED:
+        shift = tl.load(X + r64 * x_row_stride, mask=row_mask, other=0.0).to(tl.float32)
+        s1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        s2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for start in range(0, n_cols, BLOCK_N):
+            c = start + cols
+            m = row_mask[:, None] & (c < n_cols)[None, :]
+            x = tl.load(x_base + c[None, :], mask=m, other=0.0).to(tl.float32)
+            d = tl.where(m, x - shift[:, None], 0.0)
+            s1 += tl.sum(d, axis=1)
+            s2 += tl.sum(d * d, axis=1)
+        mean_d = s1 / n_cols
+        mean = shift + mean_d
+        rstd = tl.math.rsqrt(tl.maximum(s2 / n_cols - mean_d * mean_d, 0.0) + eps)
+        for start in range(0, n_cols, BLOCK_N):
+            c = start + cols
+            cm = c < n_cols
+            m = row_mask[:, None] & cm[None, :]
+            x = tl.load(x_base + c[None, :], mask=m, other=0.0).to(tl.float32)
+            y = (x - mean[:, None]) * rstd[:, None]
+            if HAS_WEIGHT:
+                y = y * tl.load(W + c, mask=cm, other=0.0).to(tl.float32)[None, :]
+            if HAS_BIAS:
+                y = y + tl.load(B + c, mask=cm, other=0.0).to(tl.float32)[None, :]
+            tl.store(y_base + c[None, :], y.to(Y.dtype.element_ty), mask=m)
+    else:
+        cm = cols < n_cols
+        m = row_mask[:, None] & cm[None, :]
+        x = tl.load(x_base + cols[None, :], mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        mean = tl.sum(x, axis=1) / n_cols
+        xc = tl.where(m, x - mean[:, None], 0.0)
+        rstd = tl.math.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
+        y = xc * rstd[:, None]
+        if HAS_WEIGHT:
+            y = y * tl.load(W + cols, mask=cm, other=0.0).to(tl.float32)[None, :]
+        if HAS_BIAS:
+            y = y + tl.load(B + cols, mask=cm, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=m)
+    tl.store(MEAN + rows, mean, mask=row_mask)
+    tl.store(RSTD + rows, rstd, mask=row_mask)
+
+
+@triton.jit
+def _layer_norm_backward_kernel(
+    DY,
+    X,
+    W,
+    MEAN,
+    RSTD,
+    DX,
+    PARTIAL,
+    dy_row_stride,
+    x_row_stride,
+    dx_row_stride,
+    n_rows,
+    n_cols,
+    rows_per_program,
+    HAS_WEIGHT: tl.constexpr,
+    NEED_PARTIAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CHUNKED: tl.constexpr,
+):
+    # grad_x = rstd * (g - mean(g) - x_hat * mean(g * x_hat)), g = dy * weight.
+    # PARTIAL holds one fp32 row per program: [grad_weight (n_cols) | grad_bias (n_cols)].
+    pid = tl.program_id(0)
+    row_start = pid * rows_per_program
+    row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    cols = tl.arange(0, BLOCK_N)
+    dw_base = PARTIAL + pid.to(tl.int64) * (2 * n_cols)
+    db_base = dw_base + n_cols
+
+    if CHUNKED:
+        for i in range(0, row_end - row_start):
+            r64 = (row_start + i).to(tl.int64)
+            mean = tl.load(MEAN + r64)
+            rstd = tl.load(RSTD + r64)
+            acc_gx = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            acc_g = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            for start in range(0, n_cols, BLOCK_N):
+                c = start + cols
+                cm = c < n_cols
+                x = tl.load(X + r64 * x_row_stride + c, mask=cm, other=0.0).to(tl.float32)
+                g = tl.load(DY + r64 * dy_row_stride + c, mask=cm, other=0.0).to(tl.float32)
+                if HAS_WEIGHT:
+                    g = g * tl.load(W + c, mask=cm, other=0.0).to(tl.float32)
+                acc_gx += g * tl.where(cm, (x - mean) * rstd, 0.0)
+                acc_g += g
+            c1 = tl.sum(acc_gx, axis=0) / n_cols
+            c2 = tl.sum(acc_g, axis=0) / n_cols
+            for start in range(0, n_cols, BLOCK_N):
+                c = start + cols
+                cm = c < n_cols
+                x = tl.load(X + r64 * x_row_stride + c, mask=cm, other=0.0).to(tl.float32)
+                dy = tl.load(DY + r64 * dy_row_stride + c, mask=cm, other=0.0).to(tl.float32)
+                x_hat = (x - mean) * rstd
+                g = dy
+                if HAS_WEIGHT:
+                    g = dy * tl.load(W + c, mask=cm, other=0.0).to(tl.float32)
+                dx = rstd * (g - c2 - x_hat * c1)
+                tl.store(DX + r64 * dx_row_stride + c, dx.to(DX.dtype.element_ty), mask=cm)
+                if NEED_PARTIAL:
+                    tl.store(dw_base + c, tl.load(dw_base + c, mask=cm, other=0.0) + dy * x_hat, mask=cm)
+                    tl.store(db_base + c, tl.load(db_base + c, mask=cm, other=0.0) + dy, mask=cm)
+    else:
+        cm = cols < n_cols
+        if HAS_WEIGHT:
+            w = tl.load(W + cols, mask=cm, other=0.0).to(tl.float32)
+        dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        db_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        for block_start in range(row_start, row_end, BLOCK_M):
+            rows = block_start + tl.arange(0, BLOCK_M)
+            row_mask = rows < row_end
+            r64 = rows.to(tl.int64)
+            m = row_mask[:, None] & cm[None, :]
+            x = tl.load(X + r64[:, None] * x_row_stride + cols[None, :], mask=m, other=0.0).to(tl.float32)
+            dy = tl.load(DY + r64[:, None] * dy_row_stride + cols[None, :], mask=m, other=0.0).to(tl.float32)
+            mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
+            rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+            x_hat = tl.where(m, (x - mean[:, None]) * rstd[:, None], 0.0)
+            g = dy
+            if HAS_WEIGHT:
+                g = dy * w[None, :]
+            c1 = tl.sum(g * x_hat, axis=1) / n_cols
+            c2 = tl.sum(g, axis=1) / n_cols
+            dx = rstd[:, None] * (g - c2[:, None] - x_hat * c1[:, None])
+            tl.store(DX + r64[:, None] * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=m)
+            if NEED_PARTIAL:
+                dw_acc += tl.sum(dy * x_hat, axis=0)
+                db_acc += tl.sum(dy, axis=0)
+        if NEED_PARTIAL:
+            tl.store(dw_base + cols, dw_acc, mask=cm)
+            tl.store(db_base + cols, db_acc, mask=cm)
+
+
+def layer_norm_forward(x2d, weight, bias, eps, plan):
+    n_rows, n_cols = x2d.shape
+    y = torch.empty_like(x2d)
+    mean = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+    if n_rows == 0 or n_cols == 0:
+        return y, mean, rstd
+    _layer_norm_forward_kernel[(triton.cdiv(n_rows, plan.block_m),)](
+        x2d,
+        weight if weight is not None else x2d,
+        bias if bias is not None else x2d,
+        y,
+        mean,
+        rstd,
+        x2d.stride(0),
+        y.stride(0),
+        n_rows,
+        n_cols,
+        eps,
+        HAS_WEIGHT=weight is not None,
+        HAS_BIAS=bias is not None,
+        BLOCK_M=plan.block_m,
+        BLOCK_N=plan.block_n,
+        CHUNKED=plan.chunked,
+        num_warps=plan.num_warps,
+    )
+    return y, mean, rstd
+
+
+def layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, plan, need_dw=True, need_db=True, programs=None):
+    n_rows, n_cols = x2d.shape
+    dx = torch.empty_like(x2d)
+    need_dw = need_dw and weight is not None
+    need_db = need_db and bias is not None
+    need_partial = need_dw or need_db
+    programs, rows_per_program = backward_programs(n_rows, plan.block_m, x2d.device, programs)
+    partial = None
+    if need_partial:
+        # Chunked plans accumulate into the partial rows in place, so they start at zero.
+        alloc = torch.zeros if plan.chunked else torch.empty
+        partial = alloc((programs, 2 * n_cols), dtype=torch.float32, device=x2d.device)
+    if n_rows > 0 and n_cols > 0:
+        _layer_norm_backward_kernel[(programs,)](
+            dy2d,
+            x2d,
+            weight if weight is not None else x2d,
+            mean,
+            rstd,
+            dx,
+            partial if need_partial else mean,
+            dy2d.stride(0),
+            x2d.stride(0),
+            dx.stride(0),
+            n_rows,
+            n_cols,
+            rows_per_program,
+            HAS_WEIGHT=weight is not None,
+            NEED_PARTIAL=need_partial,
+            BLOCK_M=plan.block_m,
+            BLOCK_N=plan.block_n,
+            CHUNKED=plan.chunked,
+            num_warps=plan.num_warps,
+        )
+    dw = torch.empty_like(weight) if need_dw else None
+    db = torch.empty_like(bias) if need_db else None
+    if need_partial:
+        if n_rows == 0:
+            partial.zero_()
+        sum_partials(partial, programs, dw, db, n_cols)
+    return dx, dw, db
+
+
+class LigerLayerNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        check_args(x, weight, bias, eps)
+        x2d = as_rows(x)
+        y, mean, rstd = layer_norm_forward(x2d, weight, bias, eps, plan_tiles(x.shape[-1]))
+        ctx.save_for_backward(x2d, weight, bias, mean, rstd)
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2d, weight, bias, mean, rstd = ctx.saved_tensors
+        plan = plan_tiles(x2d.shape[1], backward=True)
+        _, need_dw, need_db, _ = ctx.needs_input_grad
+        dx, dw, db = layer_norm_backward(
+            grad_rows(dy, x2d.shape), x2d, weight, bias, mean, rstd, plan, need_dw, need_db
+        )
+        return dx.view(dy.shape), dw, db, None
+
+
+def layer_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    # Arguments are checked inside the Function, so calling it directly is just as safe.
+    return LigerLayerNormFunction.apply(x, weight, bias, eps)

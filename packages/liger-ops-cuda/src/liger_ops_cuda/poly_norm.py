@@ -1,0 +1,275 @@
+"""PolyNorm for NVIDIA GPUs: Triton kernels, launch plan and autograd Function.
+
+y = w0 * n(x^3) + w1 * n(x^2) + w2 * n(x) + b with n(u) = u * rstd(u). Forward: one read of
+x per row tile, the three sums of squares (x^2, x^4, x^6) in fp32, three rstd per row kept
+for backward. Backward: one program per SM walks its rows; per term the RMSNorm gradient
+du = rstd * (g - n * mean(g * n)), g = dy * w_i, chained through d(x^i)/dx; grad_weight and
+grad_bias as four fp32 partial sums per program, summed in one launch.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from liger_core.ops.poly_norm import check_args
+from liger_ops_cuda._partials import as_rows, backward_programs, grad_rows, sum_partials
+from liger_ops_cuda.rms_norm import plan_tiles
+
+
+@triton.jit
+def _poly_norm_forward_kernel(
+    X,
+    W,
+    B,
+    Y,
+    RSTD,
+    x_row_stride,
+    y_row_stride,
+    n_rows,
+    n_cols,
+    eps,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CHUNKED: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < n_rows
+    r64 = rows.to(tl.int64)[:, None]
+    cols = tl.arange(0, BLOCK_N)
+    w0 = tl.load(W).to(tl.float32)
+    w1 = tl.load(W + 1).to(tl.float32)
+    w2 = tl.load(W + 2).to(tl.float32)
+    b = tl.load(B).to(tl.float32)
+
+    if CHUNKED:
+        s2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        s4 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        s6 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for start in range(0, n_cols, BLOCK_N):
+            c = start + cols
+            m = row_mask[:, None] & (c < n_cols)[None, :]
+            x = tl.load(X + r64 * x_row_stride + c[None, :], mask=m, other=0.0).to(tl.float32)
+            x2 = x * x
+            s2 += tl.sum(x2, axis=1)
+            s4 += tl.sum(x2 * x2, axis=1)
+            s6 += tl.sum(x2 * x2 * x2, axis=1)
+        r1 = tl.math.rsqrt(s2 / n_cols + eps)
+        r2 = tl.math.rsqrt(s4 / n_cols + eps)
+        r3 = tl.math.rsqrt(s6 / n_cols + eps)
+        for start in range(0, n_cols, BLOCK_N):
+            c = start + cols
+            m = row_mask[:, None] & (c < n_cols)[None, :]
+            x = tl.load(X + r64 * x_row_stride + c[None, :], mask=m, other=0.0).to(tl.float32)
+            x2 = x * x
+            y = (w0 * r3)[:, None] * (x2 * x) + (w1 * r2)[:, None] * x2 + (w2 * r1)[:, None] * x + b
+            tl.store(Y + r64 * y_row_stride + c[None, :], y.to(Y.dtype.element_ty), mask=m)
+    else:
+        m = row_mask[:, None] & (cols < n_cols)[None, :]
+        x = tl.load(X + r64 * x_row_stride + cols[None, :], mask=m, other=0.0, eviction_policy="evict_first")
+        x = x.to(tl.float32)
+        x2 = x * x
+        x3 = x2 * x
+        r1 = tl.math.rsqrt(tl.sum(x2, axis=1) / n_cols + eps)
+        r2 = tl.math.rsqrt(tl.sum(x2 * x2, axis=1) / n_cols + eps)
+        r3 = tl.math.rsqrt(tl.sum(x3 * x3, axis=1) / n_cols + eps)
+        y = (w0 * r3)[:, None] * x3 + (w1 * r2)[:, None] * x2 + (w2 * r1)[:, None] * x + b
+        tl.store(Y + r64 * y_row_stride + cols[None, :], y.to(Y.dtype.element_ty), mask=m)
+    tl.store(RSTD + rows * 3, r1, mask=row_mask)
+    tl.store(RSTD + rows * 3 + 1, r2, mask=row_mask)
+    tl.store(RSTD + rows * 3 + 2, r3, mask=row_mask)
+
+
+@triton.jit
+def _poly_norm_grad_x(x, dy, r1, r2, r3, d1, d2, d3, w0, w1, w2):
+    # d_i = mean(g_i * n_i) per row with g_i = dy * w_i; du_i = r_i * (g_i - n_i * d_i);
+    # grad_x = du_3 * 3x^2 + du_2 * 2x + du_1.
+    x2 = x * x
+    du3 = r3 * (dy * w0 - (x2 * x) * r3 * d3)
+    du2 = r2 * (dy * w1 - x2 * r2 * d2)
+    du1 = r1 * (dy * w2 - x * r1 * d1)
+    return du3 * 3.0 * x2 + du2 * 2.0 * x + du1
+
+
+@triton.jit
+def _poly_norm_backward_kernel(
+    DY,
+    X,
+    W,
+    RSTD,
+    DX,
+    PARTIAL,
+    dy_row_stride,
+    x_row_stride,
+    dx_row_stride,
+    n_rows,
+    n_cols,
+    rows_per_program,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CHUNKED: tl.constexpr,
+):
+    # PARTIAL: one fp32 row of 4 per program: [sum dy*n(x^3), sum dy*n(x^2), sum dy*n(x), sum dy].
+    pid = tl.program_id(0)
+    row_start = pid * rows_per_program
+    row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    cols = tl.arange(0, BLOCK_N)
+    w0 = tl.load(W).to(tl.float32)
+    w1 = tl.load(W + 1).to(tl.float32)
+    w2 = tl.load(W + 2).to(tl.float32)
+    # Per-column accumulators, reduced once at the end (fewer cross-lane sums in the loop).
+    a3 = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    a2 = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    a1 = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    a0 = tl.zeros((BLOCK_N,), dtype=tl.float32)
+
+    if CHUNKED:
+        for i in range(0, row_end - row_start):
+            r64 = (row_start + i).to(tl.int64)
+            r1 = tl.load(RSTD + r64 * 3)
+            r2 = tl.load(RSTD + r64 * 3 + 1)
+            r3 = tl.load(RSTD + r64 * 3 + 2)
+            e3 = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            e2 = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            e1 = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            for start in range(0, n_cols, BLOCK_N):
+                c = start + cols
+                cm = c < n_cols
+                x = tl.load(X + r64 * x_row_stride + c, mask=cm, other=0.0).to(tl.float32)
+                dy = tl.load(DY + r64 * dy_row_stride + c, mask=cm, other=0.0).to(tl.float32)
+                x2 = x * x
+                e3 += dy * x2 * x
+                e2 += dy * x2
+                e1 += dy * x
+            # sum(dy * u_i) per row: both grad_weight's terms and d_i = w_i * r_i * that / n.
+            t3 = tl.sum(e3, axis=0)
+            t2 = tl.sum(e2, axis=0)
+            t1 = tl.sum(e1, axis=0)
+            d3 = w0 * r3 * t3 / n_cols
+            d2 = w1 * r2 * t2 / n_cols
+            d1 = w2 * r1 * t1 / n_cols
+            for start in range(0, n_cols, BLOCK_N):
+                c = start + cols
+                cm = c < n_cols
+                x = tl.load(X + r64 * x_row_stride + c, mask=cm, other=0.0).to(tl.float32)
+                dy = tl.load(DY + r64 * dy_row_stride + c, mask=cm, other=0.0).to(tl.float32)
+                dx = _poly_norm_grad_x(x, dy, r1, r2, r3, d1, d2, d3, w0, w1, w2)
+                tl.store(DX + r64 * dx_row_stride + c, dx.to(DX.dtype.element_ty), mask=cm)
+                a0 += dy
+            a3 += e3 * r3
+            a2 += e2 * r2
+            a1 += e1 * r1
+    else:
+        cm = cols < n_cols
+        for block_start in range(row_start, row_end, BLOCK_M):
+            rows = block_start + tl.arange(0, BLOCK_M)
+            row_mask = rows < row_end
+            r64 = rows.to(tl.int64)[:, None]
+            m = row_mask[:, None] & cm[None, :]
+            x = tl.load(X + r64 * x_row_stride + cols[None, :], mask=m, other=0.0).to(tl.float32)
+            dy = tl.load(DY + r64 * dy_row_stride + cols[None, :], mask=m, other=0.0).to(tl.float32)
+            r1 = tl.load(RSTD + rows * 3, mask=row_mask, other=0.0)
+            r2 = tl.load(RSTD + rows * 3 + 1, mask=row_mask, other=0.0)
+            r3 = tl.load(RSTD + rows * 3 + 2, mask=row_mask, other=0.0)
+            x2 = x * x
+            n3 = x2 * x * r3[:, None]
+            n2 = x2 * r2[:, None]
+            n1 = x * r1[:, None]
+            t3 = dy * n3
+            t2 = dy * n2
+            t1 = dy * n1
+            d3 = w0 * tl.sum(t3, axis=1) / n_cols
+            d2 = w1 * tl.sum(t2, axis=1) / n_cols
+            d1 = w2 * tl.sum(t1, axis=1) / n_cols
+            dx = _poly_norm_grad_x(
+                x, dy, r1[:, None], r2[:, None], r3[:, None], d1[:, None], d2[:, None], d3[:, None], w0, w1, w2
+            )
+            tl.store(DX + r64 * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=m)
+            a3 += tl.sum(t3, axis=0)
+            a2 += tl.sum(t2, axis=0)
+            a1 += tl.sum(t1, axis=0)
+            a0 += tl.sum(dy, axis=0)
+    out = PARTIAL + pid * 4
+    tl.store(out, tl.sum(a3, axis=0))
+    tl.store(out + 1, tl.sum(a2, axis=0))
+    tl.store(out + 2, tl.sum(a1, axis=0))
+    tl.store(out + 3, tl.sum(a0, axis=0))
+
+
+def poly_norm_forward(x2d, weight, bias, eps, plan):
+    n_rows, n_cols = x2d.shape
+    y = torch.empty_like(x2d)
+    rstd = torch.empty((n_rows, 3), dtype=torch.float32, device=x2d.device)
+    if n_rows == 0 or n_cols == 0:
+        return y, rstd
+    _poly_norm_forward_kernel[(triton.cdiv(n_rows, plan.block_m),)](
+        x2d,
+        weight,
+        bias,
+        y,
+        rstd,
+        x2d.stride(0),
+        y.stride(0),
+        n_rows,
+        n_cols,
+        eps,
+        BLOCK_M=plan.block_m,
+        BLOCK_N=plan.block_n,
+        CHUNKED=plan.chunked,
+        num_warps=plan.num_warps,
+    )
+    return y, rstd
+
+
+def poly_norm_backward(dy2d, x2d, weight, bias, rstd, plan, programs=None):
+    n_rows, n_cols = x2d.shape
+    dx = torch.empty_like(x2d)
+    programs, rows_per_program = backward_programs(n_rows, plan.block_m, x2d.device, programs)
+    partial = torch.zeros((programs, 4), dtype=torch.float32, device=x2d.device)
+    if n_rows > 0 and n_cols > 0:
+        _poly_norm_backward_kernel[(programs,)](
+            dy2d,
+            x2d,
+            weight,
+            rstd,
+            dx,
+            partial,
+            dy2d.stride(0),
+            x2d.stride(0),
+            dx.stride(0),
+            n_rows,
+            n_cols,
+            rows_per_program,
+            BLOCK_M=plan.block_m,
+            BLOCK_N=plan.block_n,
+            CHUNKED=plan.chunked,
+            num_warps=plan.num_warps,
+        )
+    dw = torch.empty_like(weight)
+    db = torch.empty_like(bias)
+    sum_partials(partial, programs, dw, db, 3)
+    return dx, dw, db
+
+
+class LigerPolyNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        check_args(x, weight, bias, eps)
+        x2d = as_rows(x)
+        y, rstd = poly_norm_forward(x2d, weight, bias, eps, plan_tiles(x.shape[-1]))
+        ctx.save_for_backward(x2d, weight, bias, rstd)
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2d, weight, bias, rstd = ctx.saved_tensors
+        plan = plan_tiles(x2d.shape[1], backward=True)
+        dx, dw, db = poly_norm_backward(grad_rows(dy, x2d.shape), x2d, weight, bias, rstd, plan)
+        return dx.view(dy.shape), dw, db, None
+
+
+def poly_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    # Arguments are checked inside the Function, so calling it directly is just as safe.
+    return LigerPolyNormFunction.apply(x, weight, bias, eps)
