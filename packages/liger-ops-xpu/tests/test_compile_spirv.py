@@ -165,8 +165,39 @@ def _norm_cases() -> list[dict]:
     return cases
 
 
+def _activation_cases() -> list[dict]:
+    """One compiled variant per 1.2 kernel (both glu activations; rope with MROPE on)."""
+    from liger_ops_xpu._tiling import plan_flat, plan_tiles
+
+    cases = []
+    flat = plan_flat(1 << 20)
+    for act in (0, 1):
+        c = {"ACT": act, "BLOCK": flat.block}
+        fwd = _sig("A B Y", "n_elements")
+        cases.append(_case("_glu", "_glu_forward_kernel", fwd, c, flat.num_warps, register_heavy=False))
+        bwd = _sig("DY A B DA DB", "n_elements")
+        cases.append(_case("_glu", "_glu_backward_kernel", bwd, c, flat.num_warps, register_heavy=False))
+
+    strides = " ".join(f"{t}_s{a}" for t in ("q", "k", "qo", "ko") for a in "bhs")
+    rope = _sig("Q K QO KO COS:fp32 SIN:fp32", f"{strides} t_s3 t_sb t_ss seq n_q_heads n_k_heads half sec0 sec1")
+    c = {"MROPE": True, "BACKWARD": True, "HEADS_BLOCK": 32, "HALF_BLOCK": 64, "N_Q_CHUNKS": 1, "N_K_CHUNKS": 1}
+    cases.append(_case("rope", "_rope_kernel", rope, c, 8, register_heavy=False))
+
+    for n_cols in (4096, 40000):
+        plan = plan_tiles(n_cols)
+        c = {"BLOCK_M": plan.block_m, "BLOCK_N": plan.block_n, "N_CHUNKS": plan.n_chunks}
+        fwd = _sig("X Y", "x_row_stride y_row_stride n_rows n_cols")
+        bwd = _sig("DY Y DX", "dy_row_stride y_row_stride dx_row_stride n_rows n_cols")
+        cases.append(_case("softmax", "_softmax_forward_kernel", fwd, c, plan.num_warps))
+        cases.append(_case("softmax", "_softmax_backward_kernel", bwd, c, plan.num_warps))
+        sc = {**c, "BISECTION_STEPS": 24, "MICHELOT_STEPS": 2}
+        cases.append(_case("sparsemax", "_sparsemax_forward_kernel", fwd, sc, plan.num_warps))
+        cases.append(_case("sparsemax", "_sparsemax_backward_kernel", bwd, c, plan.num_warps))
+    return cases
+
+
 def _cases() -> list[dict]:
-    return _rms_norm_cases() + _norm_cases()
+    return _rms_norm_cases() + _norm_cases() + _activation_cases()
 
 
 def test_kernels_compile_to_spirv_for_an_intel_target(tmp_path):

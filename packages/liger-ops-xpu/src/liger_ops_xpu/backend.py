@@ -4,10 +4,22 @@ from __future__ import annotations
 
 from liger_core.backend import Backend, triton_runtime
 
-from liger_ops_xpu import dyt, geglu, group_norm, layer_norm, poly_norm, qwen2vl_mrope, rms_norm, rope, softmax, swiglu
+from liger_ops_xpu import (
+    dyt,
+    geglu,
+    group_norm,
+    layer_norm,
+    poly_norm,
+    qwen2vl_mrope,
+    rms_norm,
+    rope,
+    softmax,
+    sparsemax,
+    swiglu,
+)
 from liger_ops_xpu.__about__ import __version__
 
-INTERFACE_VERSION = "1.1"
+INTERFACE_VERSION = "1.2"
 
 # Distributions that install the `triton` module for Intel GPUs, most common first.
 _TRITON_DISTRIBUTIONS = ("pytorch-triton-xpu", "triton-xpu", "triton")
@@ -31,6 +43,7 @@ BACKEND = Backend(
         "rope": rope.rope,
         "qwen2vl_mrope": qwen2vl_mrope.qwen2vl_mrope,
         "softmax": softmax.softmax,
+        "sparsemax": sparsemax.sparsemax,
     },
     runtime=lambda: triton_runtime(*_TRITON_DISTRIBUTIONS),
 )

@@ -47,6 +47,10 @@ ELEMENTWISE_COL_BLOCK = 1024
 # RoPE: elements of one [heads x half head_dim] tile (each program rotates one position's
 # heads in chunks of this size; 32 heads x 64 columns for LLaMA's head_dim 128).
 ROPE_TILE_ELEMENTS = 2048
+# Sparsemax threshold search: halvings of [max - 1, max] (fp32 resolution at unit scale), then
+# Michelot steps that make tau exact for the support found.
+SPARSEMAX_BISECTION_STEPS = 24
+SPARSEMAX_MICHELOT_STEPS = 2
 
 # --- losses: one row of logits per program, the vocabulary walked in blocks -------------------
 # Vocabulary block of the cross-entropy-style kernels; CUDA uses up to 32768, but an Intel
