@@ -296,6 +296,19 @@ def release(session: nox.Session) -> None:
     _build_and_smoke(session, pkg)
 
 
+@nox.session(tags=["release"])
+def bump(session: nox.Session) -> None:
+    """nox -s bump -- <distribution> <version>: set that package's version and build its changelog section
+    from its changelog.d fragments (towncrier); touches that package's folder only."""
+    if len(session.posargs) != 2 or session.posargs[0] not in CI_PACKAGES:
+        session.error(f"usage: nox -s bump -- <one of {', '.join(CI_PACKAGES)}> <version>")
+    name, version = session.posargs
+    session.install("towncrier>=23")
+    session.log(f"{liger_ci.bump(name, version).relative_to(ROOT)}: {version}")
+    with session.chdir(CI_PACKAGES[name].path):
+        session.run("towncrier", "build", "--version", version, "--yes")
+
+
 @nox.session(tags=["ci"])
 def ci(session: nox.Session) -> None:
     """The CI configuration's own tests: actionlint on every workflow; ci/matrix.toml, the workflows and

@@ -324,6 +324,11 @@ def release_check(tag: str, root: Path = ROOT) -> Package:
             f"{pkg.changelog.relative_to(root)} has no heading for {version}: "
             f"run `towncrier build --version {version}` in {pkg.path.relative_to(root)} (see README, Releasing)"
         )
+    if re.search(r"^#+\s*\[?unreleased\]?\s*$", pkg.changelog.read_text(), re.M | re.I):
+        raise CIError(
+            f"{pkg.changelog.relative_to(root)} still has an Unreleased section: move its lines under the "
+            f"{version} heading (they would not be in this release's notes)"
+        )
     left = unreleased_fragments(pkg)
     if left:
         raise CIError(
