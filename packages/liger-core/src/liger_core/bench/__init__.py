@@ -5,13 +5,13 @@
     write_results(result, "bench-results/H100")
 
 See `liger_core.bench.runner.run_bench` for the options, `liger_core.bench.specs` for what
-each op's benchmark builds and whom it compares with.
+each op's benchmark builds and whom it compares with (`specs.specs()`: the ops benchable now).
 """
 
 from liger_core.bench.configs import AXES, MODEL_CONFIGS, ModelShape
 from liger_core.bench.report import plot_folder, read_json, render_summary, write_csv, write_json, write_results
 from liger_core.bench.runner import FIELDS, PROVIDERS, BenchResult, run_bench
-from liger_core.bench.specs import ALL_SPECS, MODES, BenchSpec, specs
+from liger_core.bench.specs import ALL_SPECS, MODES, BenchSpec
 
 __all__ = [
     "ALL_SPECS",
@@ -27,7 +27,6 @@ __all__ = [
     "read_json",
     "render_summary",
     "run_bench",
-    "specs",
     "write_csv",
     "write_json",
     "write_results",

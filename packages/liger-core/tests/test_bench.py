@@ -1,0 +1,353 @@
+"""`liger bench` and `liger_core.bench` on CPU: tiny shapes, the wall-clock timer, no Triton needed."""
+
+from __future__ import annotations
+
+import csv
+import inspect
+import json
+import sys
+
+import pytest
+import torch
+
+from liger_core.bench import FIELDS, MODEL_CONFIGS, read_json, run_bench, runner, specs, timing, write_results
+from liger_core.bench.configs import get_config
+from liger_core.bench.report import summary_rows
+from liger_core.cli import main
+from liger_core.interface import CATALOGUE
+
+pytestmark = pytest.mark.usefixtures("clean_registry")
+
+# Every op of interfaces 1.0-1.3 (the team plan); each needs a bench spec.
+PLANNED_OPS = {
+    "rms_norm",
+    "fused_add_rms_norm",
+    "layer_norm",
+    "group_norm",
+    "poly_norm",
+    "dyt",
+    "swiglu",
+    "geglu",
+    "rope",
+    "qwen2vl_mrope",
+    "softmax",
+    "sparsemax",
+    "cross_entropy",
+    "fused_linear_cross_entropy",
+    "kl_div",
+    "jsd",
+    "fused_linear_jsd",
+    "tvd",
+}
+TINY = get_config("tiny")
+CPU = torch.device("cpu")
+
+
+def bench_main(capsys, *argv):
+    rc = main(["bench", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# -- specs ---------------------------------------------------------------------------------------
+
+
+def test_a_spec_for_every_planned_and_catalogue_op():
+    assert set(specs.ALL_SPECS) == PLANNED_OPS
+    assert specs.missing_specs() == [], "catalogue ops without a bench spec: add them to liger_core/bench/specs.py"
+    assert list(specs.specs()) == [op for op in CATALOGUE if op in PLANNED_OPS]
+
+
+@pytest.mark.parametrize("op", sorted(PLANNED_OPS))
+def test_spec_inputs_follow_the_contract(op):
+    if op not in CATALOGUE:
+        pytest.skip(f"{op} is not in the catalogue yet")
+    spec = specs.ALL_SPECS[op]
+    torch.manual_seed(0)
+    kwargs = spec.build(TINY, torch.float32, CPU)
+    # Every argument by its contract name, every contract parameter given.
+    bound = inspect.signature(CATALOGUE[op].contract).bind(**kwargs)
+    assert set(bound.arguments) == set(inspect.signature(CATALOGUE[op].contract).parameters)
+
+
+@pytest.mark.parametrize("op", sorted(PLANNED_OPS))
+def test_torch_formula_matches_the_reference(op):
+    """The torch-eager peer computes what the op's contract says (float32, forward and gradients)."""
+    if op not in CATALOGUE:
+        pytest.skip(f"{op} is not in the catalogue yet")
+    spec = specs.ALL_SPECS[op]
+
+    def run(fn):
+        torch.manual_seed(0)
+        kwargs = spec.build(TINY, torch.float32, CPU)
+        leaves = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor) and v.requires_grad}
+        outs = runner._grad_tensors(fn(**kwargs))
+        torch.manual_seed(1)
+        grads = [torch.randn_like(t) for t in outs]
+        torch.autograd.backward(outs, grads)
+        return [t.detach() for t in outs], {k: v.grad for k, v in leaves.items()}
+
+    got, got_grads = run(spec.torch_fn)
+    want, want_grads = run(CATALOGUE[op].reference)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    assert set(got_grads) == set(want_grads)
+    for name in want_grads:
+        torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-4, atol=1e-5, msg=f"grad of {name}")
+
+
+def test_bytes_and_flops():
+    s = MODEL_CONFIGS["llama-3-8b"]
+    rms = specs.ALL_SPECS["rms_norm"]
+    fwd = 2 * 4096 * 4096 * 2 + 4096 * 2 + 4 * 4096
+    assert rms.bytes_moved(s, torch.bfloat16, "forward") == fwd
+    bwd = rms.bytes_moved(s, torch.bfloat16, "backward")
+    assert rms.bytes_moved(s, torch.bfloat16, "full") == fwd + bwd
+    assert rms.bytes_moved(s, torch.float32, "forward") > fwd
+    assert rms.flop_count(s, "forward") is None
+    flce = specs.ALL_SPECS["fused_linear_cross_entropy"]
+    assert flce.flop_count(s, "forward") == 2 * 4096 * 4096 * 128256
+    assert flce.flop_count(s, "full") == 6 * 4096 * 4096 * 128256
+
+
+def test_mrope_section_sums_to_half_the_head():
+    assert specs._mrope_section(128) == [16, 24, 24]
+    for d in (16, 64, 96, 256):
+        assert sum(specs._mrope_section(d)) == d // 2
+
+
+# -- the harness ------------------------------------------------------------------------------------
+
+
+def test_run_every_op_on_cpu():
+    """Every catalogue op, every mode, this project (the reference on CPU) and torch eager."""
+    result = run_bench(
+        providers=["liger", "torch"], config="tiny", dtype="float32", device="cpu", rep_ms=1, progress=False
+    )
+    ops = list(specs.specs())
+    assert [r["op"] for r in result.rows] == [op for op in ops for _ in range(6)]
+    bad = [(r["op"], r["provider"], r["mode"], r["note"]) for r in result.rows if r["status"] != "ok"]
+    assert not bad
+    for r in result.rows:
+        assert set(r) == set(FIELDS)
+        assert r["timer"] == "wall"
+        assert 0 < r["ms_p20"] <= r["ms_p50"] <= r["ms_p80"]
+        assert r["gbps"] > 0 and r["bytes_moved"] > 0
+        assert r["peak_mb"] is None  # no allocator statistics on the CPU
+        mine = next(q for q in result.rows if (q["op"], q["mode"], q["provider"]) == (r["op"], r["mode"], "liger"))
+        assert r["ratio_to_liger"] == pytest.approx(r["ms_p50"] / mine["ms_p50"])
+        # Both compute the op's formula in float32.
+        assert r["max_rel_diff"] is not None and r["max_rel_diff"] < 1e-4, (r["op"], r["provider"])
+        assert (r["tflops"] is not None) == (specs.ALL_SPECS[r["op"]].flops is not None)
+    assert result.meta["timer"] == "wall"
+    assert result.meta["versions"]["torch"] == torch.__version__
+
+
+def test_ratios():
+    def row(provider, mode, ms, mb=None, timer="cudagraph", status="ok"):
+        return dict(provider=provider, mode=mode, ms_p50=ms, peak_mb=mb, timer=timer, status=status, note="")
+
+    rows = [
+        row("liger", "forward", 2.0, 100.0),
+        row("torch", "forward", 5.0, 300.0),
+        row("liger-kernel", "forward", 1.0, 50.0, timer="do_bench"),
+        row("liger", "full", 4.0),
+        row("torch", "full", 6.0),
+        row("cut-cross-entropy", "full", None, status="not installed"),
+    ]
+    runner._add_ratios(rows)
+    assert rows[0]["ratio_to_liger"] == 1.0 and rows[0]["mem_ratio_to_liger"] == 1.0
+    assert rows[1]["ratio_to_liger"] == 2.5 and rows[1]["mem_ratio_to_liger"] == 3.0
+    assert rows[2]["ratio_to_liger"] == 0.5 and "timers differ" in rows[2]["note"]
+    assert rows[4]["ratio_to_liger"] == 1.5 and "mem_ratio_to_liger" not in rows[4]
+    assert "ratio_to_liger" not in rows[5]
+
+
+def test_missing_provider_is_reported(monkeypatch):
+    monkeypatch.setitem(runner.PEER_MODULE, "liger-kernel", "liger_kernel_not_installed_here")
+    result = run_bench(
+        ops=["rms_norm"], providers=["liger", "liger-kernel"], config="tiny", device="cpu", rep_ms=1, progress=False
+    )
+    lk = [r for r in result.rows if r["provider"] == "liger-kernel"]
+    assert [r["mode"] for r in lk] == ["forward", "backward", "full"]
+    for r in lk:
+        assert r["status"] == "not installed"
+        assert "pip install liger-kernel==0.8.5" in r["note"]
+        assert r["ms_p50"] is None and r["ratio_to_liger"] is None
+
+
+def test_peer_without_the_op_adds_no_rows():
+    result = run_bench(
+        ops=["rms_norm"],
+        providers=["liger", "cut-cross-entropy"],
+        config="tiny",
+        device="cpu",
+        rep_ms=1,
+        progress=False,
+    )
+    assert {r["provider"] for r in result.rows} == {"liger"}
+
+
+def test_default_providers():
+    flce, rms = specs.ALL_SPECS["fused_linear_cross_entropy"], specs.ALL_SPECS["rms_norm"]
+    assert runner.default_providers(rms, "cuda") == ["liger", "torch", "torch.compile", "liger-kernel"]
+    assert "cut-cross-entropy" in runner.default_providers(flce, "cuda")
+    assert "torch_npu" in runner.default_providers(rms, "npu")
+    assert "torch_npu" not in runner.default_providers(rms, "cuda")
+
+
+def test_sweep_and_an_op_that_does_not_depend_on_the_axis():
+    result = run_bench(
+        ops=["rms_norm", "cross_entropy"],
+        providers=["liger"],
+        modes=["forward"],
+        config="tiny",
+        sweep=("vocab", [32, 64]),
+        device="cpu",
+        rep_ms=1,
+        progress=False,
+    )
+    assert [(r["op"], r["x"]) for r in result.rows] == [("cross_entropy", 32), ("cross_entropy", 64)]
+    assert result.rows[0]["shape"] == "tokens=24 vocab=32"
+    assert "vocab" in result.meta["skipped_ops"]["rms_norm"]
+
+
+def test_provider_errors_are_rows_not_crashes(monkeypatch):
+    def broken(**kwargs):
+        raise RuntimeError("kernel exploded")
+
+    spec = specs.ALL_SPECS["rms_norm"]
+    monkeypatch.setitem(specs.ALL_SPECS, "rms_norm", specs.BenchSpec(**{**spec.__dict__, "torch_fn": broken}))
+    result = run_bench(
+        ops=["rms_norm"], providers=["liger", "torch"], config="tiny", device="cpu", rep_ms=1, progress=False
+    )
+    torch_rows = [r for r in result.rows if r["provider"] == "torch"]
+    assert {r["status"] for r in torch_rows} == {"error"}
+    assert "kernel exploded" in torch_rows[0]["note"]
+    assert {r["status"] for r in result.rows if r["provider"] == "liger"} == {"ok"}
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="unknown provider"):
+        run_bench(ops=["rms_norm"], providers=["cublas"], config="tiny", device="cpu")
+    with pytest.raises(ValueError, match="modes must be among"):
+        run_bench(ops=["rms_norm"], modes=["sideways"], config="tiny", device="cpu")
+    with pytest.raises(ValueError, match="unknown model config"):
+        run_bench(ops=["rms_norm"], config="gpt-9", device="cpu")
+    with pytest.raises(ValueError, match="no bench spec"):
+        run_bench(ops=["matmul"], config="tiny", device="cpu")
+    with pytest.raises(ValueError, match="sweep axis"):
+        run_bench(ops=["rms_norm"], config="tiny", sweep=("width", [1]), device="cpu")
+
+
+def test_timers():
+    assert timing.resolve_timer("auto", "cpu") == "wall"
+    assert timing.resolve_timer("wall", "cuda") == "wall"
+    with pytest.raises(ValueError):
+        timing.resolve_timer("cudagraph", "cpu")
+    with pytest.raises(ValueError, match="timer must be one of"):
+        timing.resolve_timer("stopwatch", "cpu")
+    p20, p50, p80 = timing.wall_time(lambda: sum(range(100)), "cpu", rep_ms=1)
+    assert 0 < p20 <= p50 <= p80
+    assert timing.peak_memory_mb(lambda: None, "cpu") is None
+
+
+def test_plain_progress_without_tqdm(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm now fails
+    run_bench(ops=["rms_norm"], providers=["liger"], modes=["forward"], config="tiny", device="cpu", rep_ms=1)
+    err = capsys.readouterr().err
+    assert "[1/1] rms_norm liger" in err
+
+
+# -- the command and its files ---------------------------------------------------------------------
+
+
+def test_cli_smoke(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(runner.PEER_MODULE, "liger-kernel", "liger_kernel_not_installed_here")
+    out = tmp_path / "res"
+    rc, text, _ = bench_main(
+        capsys,
+        "--config", "tiny", "--device", "cpu", "--ops", "rms_norm,cross_entropy",
+        "--providers", "liger,torch,liger-kernel", "--rep-ms", "1", "--out", str(out), "--no-progress", "--no-plots",
+    )  # fmt: skip
+    assert rc == 0, text
+    assert "rms_norm" in text and "torch ms (vs liger)" in text
+    assert "liger-kernel: not installed" in text
+    for op in ("rms_norm", "cross_entropy"):
+        data = json.loads((out / f"{op}.json").read_text())
+        assert data["meta"]["device_type"] == "cpu" and data["meta"]["timer"] == "wall"
+        assert data["meta"]["config"] == "tiny" and data["meta"]["ops"] == [op]
+        assert len(data["rows"]) == 9  # 3 providers x 3 modes
+        with open(out / f"{op}.csv") as f:
+            reader = csv.DictReader(f)
+            assert tuple(reader.fieldnames) == FIELDS
+            rows = list(reader)
+        assert len(rows) == 9
+        assert {r["status"] for r in rows if r["provider"] == "liger-kernel"} == {"not installed"}
+        ok = [r for r in rows if r["status"] == "ok"]
+        assert all(float(r["ms_p50"]) > 0 and r["timer"] == "wall" and r["device"] for r in ok)
+        assert all("torch=" in r["versions"] for r in rows)
+    summary = (out / "summary.md").read_text()
+    assert "| op | mode | x | liger ms |" in summary and "cross_entropy" in summary
+
+
+def test_cli_list_and_errors(capsys):
+    rc, text, _ = bench_main(capsys, "--list")
+    assert rc == 0 and "llama-3-8b: hidden=4096" in text and "providers: liger, torch" in text
+    with pytest.raises(SystemExit) as e:
+        bench_main(capsys, "--ops", "rms_norm", "--providers", "cublas", "--device", "cpu")
+    assert e.value.code == 2
+    with pytest.raises(SystemExit):
+        bench_main(capsys, "--sweep", "tokens=a,b", "--device", "cpu")
+
+
+def test_backend_option_runs_that_backend(capsys, tmp_path):
+    rc, text, _ = bench_main(
+        capsys, "--config", "tiny", "--device", "cpu", "--ops", "rms_norm", "--providers", "liger",
+        "--backend", "reference", "--modes", "forward", "--rep-ms", "1", "--out", str(tmp_path), "--no-progress",
+        "--no-plots",
+    )  # fmt: skip
+    assert rc == 0
+    row = read_json(tmp_path / "rms_norm.json").rows[0]
+    assert row["implementation"].startswith("reference liger-core")
+
+
+def test_plots_and_replot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    result = run_bench(
+        ops=["rms_norm"],
+        providers=["liger", "torch"],
+        config="tiny",
+        sweep=("tokens", [8, 16]),
+        device="cpu",
+        rep_ms=1,
+        progress=False,
+    )
+    written = write_results(result, tmp_path)
+    assert (tmp_path / "rms_norm.png").stat().st_size > 1000 and tmp_path / "rms_norm.png" in written
+    (tmp_path / "rms_norm.png").unlink()
+    rc, text, _ = bench_main(capsys, "--replot", str(tmp_path))
+    assert rc == 0 and (tmp_path / "rms_norm.png").exists()
+    assert "![rms_norm](rms_norm.png)" in (tmp_path / "summary.md").read_text()
+
+
+def test_no_matplotlib_says_so(tmp_path, monkeypatch, capsys):
+    result = run_bench(ops=["rms_norm"], providers=["liger"], config="tiny", device="cpu", rep_ms=1, progress=False)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    written = write_results(result, tmp_path)
+    assert not list(tmp_path.glob("*.png")) and tmp_path / "summary.md" in written
+    assert "matplotlib is not installed" in capsys.readouterr().err
+
+
+def test_summary_pivot():
+    rows = [
+        dict(op="rms_norm", mode="forward", axis="tokens", x=8, provider="liger", status="ok", ms_p50=1.0,
+             gbps=100.0, tflops=None, peak_mb=2.0, ratio_to_liger=1.0),
+        dict(op="rms_norm", mode="forward", axis="tokens", x=8, provider="torch", status="ok", ms_p50=3.0,
+             gbps=33.3, tflops=None, peak_mb=6.0, ratio_to_liger=3.0),
+        dict(op="rms_norm", mode="forward", axis="tokens", x=8, provider="liger-kernel", status="not installed"),
+    ]  # fmt: skip
+    headers, table = summary_rows(rows)
+    assert headers[:4] == ["op", "mode", "x", "liger ms"]
+    assert table == [["rms_norm", "forward", "tokens=8", "1", "100", "2", "3 (3.00x)", "not installed"]]
