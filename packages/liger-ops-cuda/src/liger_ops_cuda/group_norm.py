@@ -31,9 +31,11 @@ from liger_ops_cuda._partials import sum_partials
 
 
 @triton.jit
-def _gn_chunk_stats(X_g, c_lo, n_cb, hw_lo, hw_hi, Cg, HW, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr):
+def _gn_chunk_stats(
+    X_g, c_lo, n_cb, hw_lo, hw_hi, Cg, HW, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr, EVICT: tl.constexpr
+):
     # (count, mean, M2) of channels [c_lo, c_lo + n_cb * BLOCK_C) x spatial [hw_lo, hw_hi),
-    # tile by tile with Chan's combination.
+    # tile by tile with Chan's combination. EVICT: "evict_last" where a second pass follows.
     n = tl.sum(tl.zeros((BLOCK_C,), dtype=tl.float32), axis=0)
     mean = n
     m2 = n
@@ -43,7 +45,8 @@ def _gn_chunk_stats(X_g, c_lo, n_cb, hw_lo, hw_hi, Cg, HW, BLOCK_C: tl.constexpr
         for h0 in range(hw_lo, hw_hi, BLOCK_HW):
             h = h0 + tl.arange(0, BLOCK_HW)
             m = c_mask[:, None] & (h < hw_hi)[None, :]
-            x = tl.load(X_g + c[:, None] * HW + h[None, :], mask=m, other=0.0).to(tl.float32)
+            x = tl.load(X_g + c[:, None] * HW + h[None, :], mask=m, other=0.0, eviction_policy=EVICT)
+            x = x.to(tl.float32)
             t_n = tl.sum(tl.sum(m.to(tl.float32), axis=1), axis=0)
             t_mean = tl.sum(tl.sum(x, axis=1), axis=0) / tl.maximum(t_n, 1.0)
             d = tl.where(m, x - t_mean, 0.0)
@@ -77,7 +80,7 @@ def _gn_chunk_apply(
             h = h0 + tl.arange(0, BLOCK_HW)
             m = c_mask[:, None] & (h < hw_hi)[None, :]
             offs = c[:, None] * HW + h[None, :]
-            x = tl.load(X_g + offs, mask=m, other=0.0).to(tl.float32)
+            x = tl.load(X_g + offs, mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
             y = x * scale[:, None] + shift[:, None]
             tl.store(Y_g + offs, y.to(Y_g.dtype.element_ty), mask=m)
 
@@ -86,6 +89,7 @@ def _gn_chunk_apply(
 def _gn_chunk_grad_sums(
     X_g, DY_g, W, PART_ROW, C, g_c0, mean, rstd, c_lo, n_cb, hw_lo, hw_hi, Cg, HW,
     HAS_WEIGHT: tl.constexpr, NEED_PARTIAL: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
+    EVICT: tl.constexpr,
 ):  # fmt: skip
     # Returns (sum g * x_hat, sum g) over the chunk, g = dy * weight; stores the chunk's
     # per-channel sum(dy * x_hat) and sum(dy) into PART_ROW[c] and PART_ROW[C + c].
@@ -102,8 +106,8 @@ def _gn_chunk_grad_sums(
             h = h0 + tl.arange(0, BLOCK_HW)
             m = c_mask[:, None] & (h < hw_hi)[None, :]
             offs = c[:, None] * HW + h[None, :]
-            x = tl.load(X_g + offs, mask=m, other=0.0).to(tl.float32)
-            dy = tl.load(DY_g + offs, mask=m, other=0.0).to(tl.float32)
+            x = tl.load(X_g + offs, mask=m, other=0.0, eviction_policy=EVICT).to(tl.float32)
+            dy = tl.load(DY_g + offs, mask=m, other=0.0, eviction_policy=EVICT).to(tl.float32)
             x_hat = tl.where(m, (x - mean) * rstd, 0.0)
             dyx = tl.sum(dy * x_hat, axis=1)
             dys = tl.sum(dy, axis=1)
@@ -136,8 +140,8 @@ def _gn_chunk_grad_apply(
             h = h0 + tl.arange(0, BLOCK_HW)
             m = c_mask[:, None] & (h < hw_hi)[None, :]
             offs = c[:, None] * HW + h[None, :]
-            x = tl.load(X_g + offs, mask=m, other=0.0).to(tl.float32)
-            dy = tl.load(DY_g + offs, mask=m, other=0.0).to(tl.float32)
+            x = tl.load(X_g + offs, mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            dy = tl.load(DY_g + offs, mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
             g = dy
             if HAS_WEIGHT:
                 g = dy * w[:, None]
@@ -157,7 +161,8 @@ def _gn_fused_forward_kernel(
     base = bg.to(tl.int64) * Cg * HW
     g_c0 = (bg % G) * Cg
     n_cb = tl.cdiv(Cg, BLOCK_C)
-    n, mean, m2 = _gn_chunk_stats(X + base, 0, n_cb, 0, HW, Cg, HW, BLOCK_C, BLOCK_HW)
+    # The second pass re-reads the group: keep it in L2 (evict_last) on the way in.
+    n, mean, m2 = _gn_chunk_stats(X + base, 0, n_cb, 0, HW, Cg, HW, BLOCK_C, BLOCK_HW, "evict_last")
     rstd = tl.math.rsqrt(m2 / n + eps)
     tl.store(MEAN + bg, mean)
     tl.store(RSTD + bg, rstd)
@@ -180,7 +185,7 @@ def _gn_fused_backward_kernel(
     part_row = PARTIAL + (bg // G).to(tl.int64) * (2 * C)
     s1, s2 = _gn_chunk_grad_sums(
         X + base, DY + base, W, part_row, C, g_c0, mean, rstd, 0, n_cb, 0, HW, Cg, HW,
-        HAS_WEIGHT, NEED_PARTIAL, BLOCK_C, BLOCK_HW,
+        HAS_WEIGHT, NEED_PARTIAL, BLOCK_C, BLOCK_HW, "evict_last",
     )  # fmt: skip
     size = Cg * HW
     _gn_chunk_grad_apply(
@@ -202,7 +207,7 @@ def _gn_split_stats_kernel(
     hw_lo = (chunk % n_spans) * hw_span
     hw_hi = tl.minimum(hw_lo + hw_span, HW)
     n, mean, m2 = _gn_chunk_stats(
-        X + bg.to(tl.int64) * Cg * HW, cb * BLOCK_C, 1, hw_lo, hw_hi, Cg, HW, BLOCK_C, BLOCK_HW
+        X + bg.to(tl.int64) * Cg * HW, cb * BLOCK_C, 1, hw_lo, hw_hi, Cg, HW, BLOCK_C, BLOCK_HW, "evict_last"
     )
     out = STATS + (bg.to(tl.int64) * CHUNKS_P2 + chunk) * 3
     tl.store(out, n)
@@ -269,7 +274,7 @@ def _gn_split_grad_sums_kernel(
     part_row = PARTIAL + ((bg // G) * n_spans + span).to(tl.int64) * (2 * C)
     s1, s2 = _gn_chunk_grad_sums(
         X + base, DY + base, W, part_row, C, (bg % G) * Cg, mean, rstd, cb * BLOCK_C, 1, hw_lo, hw_hi, Cg, HW,
-        HAS_WEIGHT, NEED_PARTIAL, BLOCK_C, BLOCK_HW,
+        HAS_WEIGHT, NEED_PARTIAL, BLOCK_C, BLOCK_HW, "evict_last",
     )  # fmt: skip
     out = GSUMS + (bg.to(tl.int64) * CHUNKS_P2 + chunk) * 2
     tl.store(out, s1)

@@ -60,6 +60,10 @@ GROUP_NORM_TILE_ELEMENTS = 4096
 GROUP_NORM_ELEMENTS_PER_WARP = 256
 GROUP_NORM_CHUNK_ELEMENTS = 8192
 GROUP_NORM_SPLIT_PROGRAMS_PER_SM = 4
+# PolyNorm backward keeps about nine fp32 copies of its tile live (x, dy, three powers and
+# their products): one row per tile and 8 elements per thread keep it in registers.
+POLY_NORM_BACKWARD_TILE_ELEMENTS = 4096
+POLY_NORM_BACKWARD_ELEMENTS_PER_WARP = 256
 # Stand-in SM count where there is no GPU (the Triton interpreter on CPU): small, so that
 # tests still run several programs per grid.
 INTERPRETER_SM_COUNT = 4

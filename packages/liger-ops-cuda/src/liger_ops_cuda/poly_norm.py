@@ -14,8 +14,9 @@ import triton
 import triton.language as tl
 
 from liger_core.ops.poly_norm import check_args
+from liger_ops_cuda import hardware
 from liger_ops_cuda._partials import as_rows, backward_programs, grad_rows, sum_partials
-from liger_ops_cuda.rms_norm import plan_tiles
+from liger_ops_cuda.rms_norm import _plan, plan_tiles
 
 
 @triton.jit
@@ -253,6 +254,17 @@ def poly_norm_backward(dy2d, x2d, weight, bias, rstd, plan, programs=None):
     return dx, dw, db
 
 
+def backward_plan(n_cols: int):
+    """RMSNorm's tiling with PolyNorm's smaller backward tile (its live set is larger)."""
+    return _plan(
+        n_cols,
+        hardware.POLY_NORM_BACKWARD_TILE_ELEMENTS,
+        hardware.POLY_NORM_BACKWARD_ELEMENTS_PER_WARP,
+        hardware.MAX_FUSED_BLOCK,
+        hardware.CHUNK_BLOCK,
+    )
+
+
 class LigerPolyNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
@@ -265,7 +277,7 @@ class LigerPolyNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, bias, rstd = ctx.saved_tensors
-        plan = plan_tiles(x2d.shape[1], backward=True)
+        plan = backward_plan(x2d.shape[1])
         dx, dw, db = poly_norm_backward(grad_rows(dy, x2d.shape), x2d, weight, bias, rstd, plan)
         return dx.view(dy.shape), dw, db, None
 
