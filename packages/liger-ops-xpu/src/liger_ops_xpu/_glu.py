@@ -15,18 +15,11 @@ import triton
 import triton.language as tl
 
 from liger_ops_xpu import hardware
+from liger_ops_xpu._jit import tanh
 from liger_ops_xpu._tiling import plan_flat
 
 SILU = 0
 GELU_TANH = 1
-
-
-@triton.jit
-def _tanh(z):
-    """tanh from exp(-2|z|): never overflows; core ``tl`` only (runs in every interpreter)."""
-    e = tl.exp(-2.0 * tl.abs(z))
-    t = (1.0 - e) / (1.0 + e)
-    return tl.where(z < 0, -t, t)
 
 
 @triton.jit
@@ -37,7 +30,7 @@ def _activation(a, ACT: tl.constexpr):
         return a * sig, sig * (1.0 + a * (1.0 - sig))
     else:
         inner = 0.7978845608028654 * (a + 0.044715 * a * a * a)
-        t = _tanh(inner)
+        t = tanh(inner)
         d_inner = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * a * a)
         return 0.5 * a * (1.0 + t), 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * d_inner
 

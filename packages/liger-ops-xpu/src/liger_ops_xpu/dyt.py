@@ -18,16 +18,8 @@ import triton.language as tl
 from liger_core.ops.dyt import check_args
 
 from liger_ops_xpu import hardware
+from liger_ops_xpu._jit import tanh
 from liger_ops_xpu._tiling import as_rows, static_trips
-
-
-@triton.jit
-def tanh(z):
-    """tanh from exp(-2|z|) (never overflows, saturates to +-1); core ``tl`` only, so it runs in
-    every Triton's interpreter without a vendor libdevice."""
-    e = tl.exp(-2.0 * tl.abs(z))
-    t = (1.0 - e) / (1.0 + e)
-    return tl.where(z < 0, -t, t)
 
 
 @triton.jit
