@@ -19,7 +19,7 @@ from liger_ops_cuda import (
 )
 from liger_ops_cuda.__about__ import __version__
 
-INTERFACE_VERSION = "1.1"
+INTERFACE_VERSION = "1.2"
 
 
 BACKEND = Backend(
