@@ -350,4 +350,24 @@ def test_summary_pivot():
     ]  # fmt: skip
     headers, table = summary_rows(rows)
     assert headers[:4] == ["op", "mode", "x", "liger ms"]
-    assert table == [["rms_norm", "forward", "tokens=8", "1", "100", "2", "3 (3.00x)", "not installed"]]
+    assert table == [["rms_norm", "forward", "tokens=8", "1", "100", "2", "3 (3x)", "not installed"]]
+
+
+def test_a_vendor_backend_from_a_source_tree_is_registered(tmp_path, monkeypatch):
+    """GPU hosts run from source trees (PYTHONPATH, no entry points): bench registers the package."""
+    (tmp_path / "liger_ops_benchvendor.py").write_text(
+        "from liger_core.backend import Backend\n"
+        "from liger_core.interface import CATALOGUE, INTERFACE_VERSION, format_version\n"
+        "BACKEND = Backend(name='benchvendor', distribution='liger-ops-benchvendor', version='0.0.1',\n"
+        "    device_types=('xpu',), interface_version=format_version(INTERFACE_VERSION),\n"
+        "    ops={n: s.reference for n, s in CATALOGUE.items()}, runtime=lambda: 'none')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = run_bench(
+        ops=["rms_norm"], providers=["liger"], modes=["forward"], config="tiny", device="cpu",
+        backend="benchvendor", rep_ms=1, progress=False,
+    )  # fmt: skip
+    assert "registered backend 'benchvendor' from liger_ops_benchvendor" in result.meta["backend_note"]
+    assert result.rows[0]["implementation"] == "benchvendor liger-ops-benchvendor 0.0.1"
+    assert result.rows[0]["status"] == "ok"
+    sys.modules.pop("liger_ops_benchvendor", None)

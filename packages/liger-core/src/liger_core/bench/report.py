@@ -72,7 +72,7 @@ def _cell(r: dict[str, Any] | None) -> str:
     if r["status"] != OK:
         return r["status"]
     ratio = r.get("ratio_to_liger")
-    return f"{_num(r['ms_p50'])}" + (f" ({ratio:.2f}x)" if ratio is not None and r["provider"] != LIGER else "")
+    return f"{_num(r['ms_p50'])}" + (f" ({ratio:.3g}x)" if ratio is not None and r["provider"] != LIGER else "")
 
 
 def summary_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
@@ -80,7 +80,7 @@ def summary_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[s
     and peak MB, then each peer's p50 ms with its ratio to this project's (above 1: slower)."""
     providers = list(dict.fromkeys(r["provider"] for r in rows))
     peers = [p for p in providers if p != LIGER]
-    headers = ["op", "mode", "x", "liger ms", "GB/s | TFLOP/s", "peak MB", *(f"{p} ms (vs liger)" for p in peers)]
+    headers = ["op", "mode", "x", "liger ms", "GB/s or TFLOP/s", "peak MB", *(f"{p} ms (vs liger)" for p in peers)]
     groups: dict[tuple, dict[str, dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["op"], r["mode"], r["axis"], r["x"]), {})[r["provider"]] = r
@@ -131,7 +131,8 @@ def render_summary(result: BenchResult) -> str:
         f"{k} {v}" for k, v in m["versions"].items()
     )
     headers, rows = summary_rows(result.rows)
-    out = [head, text_table(headers, rows)]
+    out = [head, f"liger: {m.get('liger') or '-'}" + (f" ({m['backend_note']})" if m.get("backend_note") else "")]
+    out.append(text_table(headers, rows))
     issues = problems(result.rows)
     if issues:
         out += ["Did not run:"] + [f"  {line}" for line in issues]

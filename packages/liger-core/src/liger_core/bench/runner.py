@@ -10,6 +10,7 @@ cannot run on the device gets rows that say so.
 from __future__ import annotations
 
 import datetime
+import importlib
 import importlib.util
 import os
 import platform
@@ -122,6 +123,33 @@ class Provider:
     prepare: Callable[[dict], dict] | None = None
     implementation: str = ""
     reason: str = ""
+
+
+# The vendor package serving each device, by backend name and import name.
+SOURCE_BACKENDS = {
+    "cuda": ("cuda", "liger_ops_cuda"),
+    "npu": ("ascend", "liger_ops_ascend"),
+    "xpu": ("xpu", "liger_ops_xpu"),
+}
+
+
+def register_source_backend(device_type: str, backend: str | None) -> str | None:
+    """Register a vendor backend importable from a source tree (PYTHONPATH) but not installed, so
+    without its ``liger.backends`` entry point: the way the lab's GPU hosts run the project.
+    Returns a note when it registered one."""
+    if backend:
+        name, module = backend, f"liger_ops_{backend}"
+    elif device_type in SOURCE_BACKENDS:
+        name, module = SOURCE_BACKENDS[device_type]
+    else:
+        return None
+    if os.environ.get("LIGER_BACKEND") or name in registry.backends() or name in registry.problems():
+        return None
+    if name == registry.REFERENCE or importlib.util.find_spec(module) is None:
+        return None
+    obj = importlib.import_module(module)
+    registry.register_backend(obj.BACKEND)
+    return f"registered backend {name!r} from {module} ({obj.__file__}): not installed, so no entry point"
 
 
 def _liger_provider(op: str, device_type: str, backend: str | None) -> Provider:
@@ -413,6 +441,7 @@ def run_bench(
     device_type = device or infer_device()
     dev = torch.device(device_type)
     used_timer = timing.resolve_timer(timer, device_type)
+    source_note = register_source_backend(device_type, backend)
     plans = []
     for spec in selected:
         names = list(providers) if providers is not None else default_providers(spec, device_type)
@@ -435,6 +464,8 @@ def run_bench(
         "quantiles": list(timing.QUANTILES),
         "rep_ms": rep_ms,
         "backend": backend or "dispatch",
+        "liger": liger_impl,
+        "backend_note": source_note,
         "versions": versions,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "ops": [s.op for s in selected],
