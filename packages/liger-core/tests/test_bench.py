@@ -371,3 +371,27 @@ def test_a_vendor_backend_from_a_source_tree_is_registered(tmp_path, monkeypatch
     assert result.rows[0]["implementation"] == "benchvendor liger-ops-benchvendor 0.0.1"
     assert result.rows[0]["status"] == "ok"
     sys.modules.pop("liger_ops_benchvendor", None)
+
+
+def test_op_groups():
+    assert set().union(*specs.GROUPS.values()) == PLANNED_OPS
+    result = run_bench(ops=["norms"], providers=["liger"], modes=["forward"], config="tiny", device="cpu",
+                       rep_ms=1, progress=False)  # fmt: skip
+    assert [r["op"] for r in result.rows] == [op for op in specs.GROUPS["norms"] if op in CATALOGUE]
+
+
+def test_readme_table(tmp_path, capsys):
+    result = run_bench(ops=["rms_norm"], providers=["liger", "torch"], config="tiny", device="cpu", rep_ms=1,
+                       progress=False)  # fmt: skip
+    write_results(result, tmp_path / "results" / "H100", plots=False)
+    readme = tmp_path / "README.md"
+    readme.write_text("# T\n\n## Benchmarks\n\n<!-- liger-bench:begin -->\nold\n<!-- liger-bench:end -->\n\nafter\n")
+    rc, _, _ = bench_main(capsys, "--replot", str(tmp_path / "results" / "H100"), "--readme", str(readme))
+    assert rc == 0
+    text = readme.read_text()
+    assert "old" not in text and text.endswith("<!-- liger-bench:end -->\n\nafter\n")
+    assert "| rms_norm | full | tokens=24 |" in text and "| rms_norm | forward |" not in text
+    assert "[results/H100/summary.md](results/H100/summary.md)" in text
+    readme.write_text("no markers\n")
+    with pytest.raises(SystemExit):
+        bench_main(capsys, "--replot", str(tmp_path / "results" / "H100"), "--readme", str(readme))

@@ -44,7 +44,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
         description=BENCH_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--ops", metavar="A,B", help="comma-separated ops (default: every catalogue op with a bench spec)")
+    p.add_argument(
+        "--ops",
+        metavar="A,B",
+        help="comma-separated ops or groups (norms, activations, losses); default: every catalogue op with a spec",
+    )
     p.add_argument(
         "--providers", metavar="A,B", help=f"comma-separated, from {', '.join(PROVIDERS)} (default: all that apply)"
     )
@@ -71,6 +75,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true", help="skip the PNGs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--replot", metavar="DIR", help="only redraw the PNGs and summary.md from DIR's JSON files")
+    p.add_argument(
+        "--readme",
+        metavar="FILE",
+        help="with --replot: put DIR's full-mode summary table and plots into FILE between the lines "
+        "<!-- liger-bench:begin --> and <!-- liger-bench:end -->",
+    )
     p.add_argument("--list", action="store_true", help="list benchable ops, providers and model configs")
     p.set_defaults(parser=p)
     return p
@@ -84,7 +94,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from liger_core.bench import report
     from liger_core.bench.configs import AXES, MODEL_CONFIGS
     from liger_core.bench.runner import PROVIDERS, run_bench
-    from liger_core.bench.specs import ALL_SPECS, missing_specs, specs
+    from liger_core.bench.specs import ALL_SPECS, GROUPS, missing_specs, specs
 
     parser = args.parser
     if args.list:
@@ -95,6 +105,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print("specs waiting for their op to enter the catalogue:", ", ".join(waiting))
         if missing_specs():
             print("catalogue ops without a bench spec:", ", ".join(missing_specs()))
+        print("groups:", "; ".join(f"{g}: {', '.join(o)}" for g, o in GROUPS.items()))
         print("providers:", ", ".join(PROVIDERS))
         print("configs:")
         for c in MODEL_CONFIGS.values():
@@ -104,7 +115,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         pngs = [] if args.no_plots else report.plot_folder(args.replot)
         summary = report.write_summary(args.replot)
         print(f"wrote {len(pngs)} plot(s) and {summary}")
+        if args.readme:
+            try:
+                report.update_readme(args.readme, args.replot)
+            except ValueError as e:
+                parser.error(str(e))
+            print(f"updated the benchmark table in {args.readme}")
         return 0
+    if args.readme:
+        parser.error("--readme goes with --replot DIR")
 
     sweep = None
     if args.sweep:

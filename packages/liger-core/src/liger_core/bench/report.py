@@ -264,3 +264,44 @@ def plot_folder(folder: str | Path, only: Sequence[str] | None = None) -> list[P
             continue
         out.append(plot_op(res, path.with_suffix(".png")))
     return out
+
+
+# -- the README block ----------------------------------------------------------------------------
+
+BEGIN, END = "<!-- liger-bench:begin -->", "<!-- liger-bench:end -->"
+
+
+def readme_block(folder: str | Path, relative_to: str | Path, modes: Sequence[str] = ("full",)) -> str:
+    """``folder``'s summary for a README: header line, the table for ``modes``, plot links."""
+    import os
+
+    folder = Path(folder)
+    results = load_folder(folder)
+    if not results:
+        raise ValueError(f"no <op>.json results in {folder}")
+    rows = [r for res in results for r in res.rows if r["mode"] in modes]
+    m = results[0].meta
+    versions = {k: v for res in results for k, v in res.meta["versions"].items()}
+    rel = Path(os.path.relpath(folder, Path(relative_to).parent))
+    lines = [
+        f"{m['device']}, {m['dtype']}, shapes of {m['config']}, {'/'.join(modes)} (forward + backward), "
+        f"timer {m['timer']}; " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".",
+        "",
+        markdown_table(*summary_rows(rows)),
+        "",
+        f"Every mode, figure and note: [{rel}/summary.md]({rel}/summary.md); plots: "
+        + ", ".join(f"[{p.stem}]({rel}/{p.name})" for p in sorted(folder.glob("*.png")))
+        + ".",
+    ]
+    return "\n".join(lines)
+
+
+def update_readme(readme: str | Path, folder: str | Path) -> None:
+    """Replace what lies between the liger-bench markers in ``readme`` with ``folder``'s block."""
+    path = Path(readme)
+    text = path.read_text()
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        raise ValueError(f"{readme} must hold the lines {BEGIN} and {END} once each, in that order")
+    head, rest = text.split(BEGIN)
+    _, tail = rest.split(END)
+    path.write_text(head + BEGIN + "\n" + readme_block(folder, path) + "\n" + END + tail)

@@ -28,7 +28,7 @@ from liger_core import registry
 from liger_core.__about__ import __version__
 from liger_core.bench import timing
 from liger_core.bench.configs import AXES, ModelShape, custom_shape, get_config
-from liger_core.bench.specs import CUT_CROSS_ENTROPY, LIGER_KERNEL, MODES, TORCH_NPU, BenchSpec, specs
+from liger_core.bench.specs import CUT_CROSS_ENTROPY, GROUPS, LIGER_KERNEL, MODES, TORCH_NPU, BenchSpec, specs
 from liger_core.device import infer_device
 
 LIGER = "liger"
@@ -386,10 +386,17 @@ def _select_ops(ops: Iterable[str] | None) -> list[BenchSpec]:
     available = specs()
     if ops is None:
         return list(available.values())
-    ops = list(ops)
+    # A group name (norms, activations, losses) stands for its ops that are in the catalogue now.
+    ops = [o for name in ops for o in ([x for x in GROUPS[name] if x in available] if name in GROUPS else [name])]
+    ops = list(dict.fromkeys(ops))
     unknown = [o for o in ops if o not in available]
     if unknown:
-        raise ValueError(f"no bench spec for op(s) {', '.join(unknown)}; benchable ops: {', '.join(available)}")
+        raise ValueError(
+            f"no bench spec for op(s) {', '.join(unknown)}; benchable ops: {', '.join(available)} "
+            f"(groups: {', '.join(GROUPS)})"
+        )
+    if not ops:
+        raise ValueError("no op selected: the named groups have no op in the catalogue yet")
     return [available[o] for o in ops]
 
 

@@ -809,6 +809,14 @@ def _all_specs() -> dict[str, BenchSpec]:
 ALL_SPECS: dict[str, BenchSpec] = _all_specs()
 
 
+# Named groups for --ops (interface 1.1, 1.2, 1.3 and rms_norm with the norms).
+GROUPS: dict[str, tuple[str, ...]] = {
+    "norms": ("rms_norm", "fused_add_rms_norm", "layer_norm", "group_norm", "poly_norm", "dyt"),
+    "activations": ("swiglu", "geglu", "rope", "qwen2vl_mrope", "softmax", "sparsemax"),
+    "losses": ("cross_entropy", "fused_linear_cross_entropy", "kl_div", "jsd", "fused_linear_jsd", "tvd"),
+}
+
+
 def specs() -> dict[str, BenchSpec]:
     """The specs of the ops in the catalogue now, in catalogue order."""
     return {op: ALL_SPECS[op] for op in CATALOGUE if op in ALL_SPECS}
