@@ -7,6 +7,7 @@ from liger_core.backend import Backend, triton_runtime
 from liger_ops_xpu import (
     cross_entropy,
     dyt,
+    fused_linear_cross_entropy,
     geglu,
     group_norm,
     layer_norm,
@@ -46,6 +47,7 @@ BACKEND = Backend(
         "softmax": softmax.softmax,
         "sparsemax": sparsemax.sparsemax,
         "cross_entropy": cross_entropy.cross_entropy,
+        "fused_linear_cross_entropy": fused_linear_cross_entropy.fused_linear_cross_entropy,
     },
     runtime=lambda: triton_runtime(*_TRITON_DISTRIBUTIONS),
 )
