@@ -17,10 +17,6 @@ from liger_ops_cuda import hardware
 SILU = 0
 GELU_TANH = 1
 
-# sqrt(2 / pi) and the cubic coefficient of GELU's tanh approximation.
-_GELU_K = 0.7978845608028654
-_GELU_C = 0.044715
-
 
 @triton.jit
 def _tanh(z):
@@ -32,13 +28,15 @@ def _tanh(z):
 @triton.jit
 def _act_and_grad(a, ACT: tl.constexpr):
     """The activation of float32 ``a`` and its derivative."""
+    # 0.79788... = sqrt(2 / pi) and 0.044715 the cubic coefficient of GELU's tanh form, as
+    # literals: a compiled kernel may not read non-constexpr globals.
     if ACT == 0:
         s = tl.sigmoid(a)
         return a * s, s * (1.0 + a * (1.0 - s))
     else:
-        inner = _GELU_K * (a + _GELU_C * a * a * a)
+        inner = 0.7978845608028654 * (a + 0.044715 * a * a * a)
         t = _tanh(inner)
-        d = 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * _GELU_K * (1.0 + 3.0 * _GELU_C * a * a)
+        d = 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * a * a)
         return 0.5 * a * (1.0 + t), d
 
 
@@ -47,7 +45,7 @@ def _act(a, ACT: tl.constexpr):
     if ACT == 0:
         return a * tl.sigmoid(a)
     else:
-        return 0.5 * a * (1.0 + _tanh(_GELU_K * (a + _GELU_C * a * a * a)))
+        return 0.5 * a * (1.0 + _tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)))
 
 
 @triton.jit
