@@ -395,3 +395,48 @@ def test_readme_table(tmp_path, capsys):
     readme.write_text("no markers\n")
     with pytest.raises(SystemExit):
         bench_main(capsys, "--replot", str(tmp_path / "results" / "H100"), "--readme", str(readme))
+
+
+def test_cuda_graph_fallback_keeps_row_groups_on_one_timer(monkeypatch):
+    """A provider a CUDA graph cannot capture is timed with do_bench, and so is the rest of its
+    row group; backward under the graph timer is full minus forward. (Triton's timers faked.)"""
+    state = {"capturing": False}
+    spec = specs.ALL_SPECS["rms_norm"]
+
+    def torch_fn(**kw):
+        if state["capturing"]:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return spec.torch_fn(**kw)
+
+    def fake_triton_time(call, timer, leaves, warmup_ms=25, rep_ms=100):
+        if timer == "cudagraph":
+            state["capturing"] = True
+            try:
+                call()
+            finally:
+                state["capturing"] = False
+            return (1.0, 2.0, 3.0) if call.__name__ == "forward" else (3.0, 5.0, 7.0)
+        call()
+        return (10.0, 20.0, 30.0)
+
+    monkeypatch.setattr(runner.timing, "triton_time", fake_triton_time)
+    broken = specs.BenchSpec(**{**spec.__dict__, "torch_fn": torch_fn})
+    rows = runner._bench_point(
+        broken, ["liger", "torch"], TINY, torch.float32, CPU, list(specs.MODES), "cudagraph", None, 1,
+        runner.Progress(0, enabled=False),
+    )  # fmt: skip
+    by = {(r["provider"], r["mode"]): r for r in rows}
+    for mode in specs.MODES:
+        assert by["torch", mode]["timer"] == "do_bench" and by["torch", mode]["ms_p50"] == 20.0
+        assert by["liger", mode]["timer"] == "do_bench" and by["liger", mode]["ms_p50"] == 20.0
+    assert "CUDA graph capture failed" in by["torch", "forward"]["note"]
+    assert "CUDA-graph p50 2 ms" in by["liger", "forward"]["note"]
+    # Alone, liger stays on the graph timer and its backward is full minus forward.
+    rows = runner._bench_point(
+        broken, ["liger"], TINY, torch.float32, CPU, list(specs.MODES), "cudagraph", None, 1,
+        runner.Progress(0, enabled=False),
+    )  # fmt: skip
+    by = {r["mode"]: r for r in rows}
+    assert [by[m]["timer"] for m in specs.MODES] == ["cudagraph"] * 3
+    assert (by["backward"]["ms_p20"], by["backward"]["ms_p50"], by["backward"]["ms_p80"]) == (2.0, 3.0, 4.0)
+    assert "full minus forward" in by["backward"]["note"]
