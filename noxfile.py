@@ -5,6 +5,9 @@
     nox -t ascend         the Ascend sessions (interpreter and npu)
     nox -t interpreter    every vendor in the interpreter
     nox -t npu            the native NPU session (skips, saying why, without an NPU)
+    nox -s build          each package: wheel + sdist (hatch), twine check, clean-venv install + smoke
+    nox -s compat         each vendor package against the oldest and newest liger-core it allows
+    nox -s release -- liger-ops-ascend-v0.3.1     check the tag, build that package alone
 
 Each vendor session gets a venv holding only its own Triton (triton-ascend and triton both
 install the module `triton`). torch is pinned (LIGER_TORCH, default 2.13.0) so CPU
@@ -27,7 +30,10 @@ TORCH = os.environ.get("LIGER_TORCH", "torch==2.13.0")
 OLD_TRITON_NUMPY = "numpy<2.4"
 
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "core", "cuda-interpreter", "ascend-interpreter", "xpu-interpreter"]
+# ci and build are cheap (about 1 and 3 minutes); compat re-runs each vendor's conformance suite
+# (minutes per vendor, and while the oldest allowed liger-core is the working tree's it is the
+# same check as <vendor>-interpreter), so it runs in the pull-request jobs, not here.
+nox.options.sessions = ["lint", "core", "cuda-interpreter", "ascend-interpreter", "xpu-interpreter", "ci", "build"]
 nox.options.error_on_missing_interpreters = False
 
 if os.environ.get("PIP_FIND_LINKS") and not os.environ.get("UV_FIND_LINKS"):

@@ -171,7 +171,7 @@ def runner_sessions(runner: dict[str, Any], sessions: list[dict[str, Any]], pkgs
     (the vendor name `cuda` is also a device name: the runner's tags say `cuda` and `native`)."""
     vendor_tags = {p.tag for p in pkgs.values() if p.vendor == runner["vendor"]}
     return [
-        s["name"]
+        s["session"]
         for s in sessions
         if vendor_tags & set(s.get("tags", [])) and set(runner["tags"]) <= set(s.get("tags", []))
     ]
@@ -234,7 +234,7 @@ def plan(
         owner = session_package(s, pkgs)
         if owner is None or set(owner.split(",")) & hit:
             # compat builds liger-core at older tags: it needs the whole history.
-            cpu.append({"session": s["name"], "fetch-depth": 0 if "compat" in s.get("tags", []) else 1})
+            cpu.append({"session": s["session"], "fetch-depth": 0 if "compat" in s.get("tags", []) else 1})
     vendor = []
     for runner in matrix.get("runners", []):
         owners = {p.name for p in pkgs.values() if p.vendor == runner["vendor"]}
@@ -281,6 +281,142 @@ def gate(needs: dict[str, Any]) -> list[str]:
     ]
     if "plan" in needs and needs["plan"].get("result") != "success":
         problems.append("plan did not succeed, so no test job ran")
+    return problems
+
+
+# --- consistency of the matrix, the noxfile and the workflows ---------------------------------
+
+
+def _matrix_refs(job: dict[str, Any]) -> set[str]:
+    """The `matrix.<key>` names a workflow job reads."""
+    return set(re.findall(r"\bmatrix\.([A-Za-z0-9_-]+)", json.dumps(job)))
+
+
+def consistency_problems(
+    matrix: dict[str, Any],
+    sessions: list[dict[str, Any]],
+    workflows: dict[str, dict[str, Any]],
+    root: Path = ROOT,
+    default_sessions: list[dict[str, Any]] | None = None,
+) -> list[str]:
+    """Every way ci/matrix.toml, the nox sessions and the workflows (parsed YAML, by file name)
+    can disagree; empty when they agree."""
+    problems: list[str] = []
+    pkgs = packages(root, matrix)
+    all_tags = {tag for s in sessions for tag in s.get("tags", [])}
+    names = {s["session"] for s in sessions}
+
+    for name, pkg in pkgs.items():
+        if not (pkg.path / "pyproject.toml").is_file():
+            problems.append(f"package {name}: no pyproject.toml in {pkg.path}")
+            continue
+        if pkg.pyproject["project"]["name"] != name:
+            problems.append(f"package {name}: its pyproject.toml names {pkg.pyproject['project']['name']}")
+        if "towncrier" not in pkg.pyproject.get("tool", {}) or not pkg.fragments_dir.is_dir():
+            problems.append(f"package {name}: no [tool.towncrier] or no {pkg.fragments_dir.name}/ folder")
+        if pkg.tag not in all_tags:
+            problems.append(f"package {name}: no nox session carries its tag {pkg.tag!r}")
+        if f"build({name})" not in names:
+            problems.append(f"package {name}: no build({name}) nox session")
+        if pkg.vendor:
+            if f"compat({name})" not in names:
+                problems.append(f"package {name}: no compat({name}) nox session")
+            if not [
+                s
+                for s in cpu_sessions(sessions, matrix)
+                if session_package(s, pkgs) == name and "interpreter" in s.get("tags", [])
+            ]:
+                problems.append(f"package {name}: no interpreter session for the CPU jobs")
+            if not [r for r in matrix.get("runners", []) if r["vendor"] == pkg.vendor]:
+                problems.append(f"package {name}: no runner in ci/matrix.toml for vendor {pkg.vendor}")
+
+    for tag in matrix["cpu"]["tags"]:
+        if tag not in all_tags:
+            problems.append(f"cpu: tag {tag!r} is on no nox session")
+    ids = [r["id"] for r in matrix.get("runners", [])]
+    if len(ids) != len(set(ids)):
+        problems.append(f"runners: duplicate ids in {ids}")
+    for runner in matrix.get("runners", []):
+        rid = runner.get("id", "?")
+        for key in ("vendor", "device", "runs-on", "image", "probe", "tags"):
+            if not runner.get(key):
+                problems.append(f"runner {rid}: no {key}")
+        if "self-hosted" not in runner.get("runs-on", []):
+            problems.append(f"runner {rid}: runs-on lacks 'self-hosted'")
+        if runner.get("vendor") not in {p.vendor for p in pkgs.values()}:
+            problems.append(f"runner {rid}: vendor {runner.get('vendor')!r} has no package")
+        for tag in runner.get("tags", []):
+            if tag not in all_tags:
+                problems.append(f"runner {rid}: tag {tag!r} is on no nox session")
+        if runner.get("vendor") and runner.get("tags") and not runner_sessions(runner, sessions, pkgs):
+            problems.append(f"runner {rid}: no {runner['vendor']} nox session carries all of {runner['tags']}")
+
+    if default_sessions is not None:
+        default = {s["session"] for s in default_sessions}
+        for s in default_sessions:
+            if NATIVE_TAG in s.get("tags", []):
+                problems.append(f"default nox runs {s['session']}, which needs a device")
+        for must in ("lint", "core", "ci", *(f"build({n})" for n in pkgs)):
+            if must not in default:
+                problems.append(f"default nox does not run {must}")
+
+    ci = workflows.get("ci.yml")
+    if ci is None:
+        problems.append("no .github/workflows/ci.yml")
+    else:
+        jobs = ci.get("jobs", {})
+        plan_keys = {
+            "cpu": {"session", "fetch-depth"},
+            "vendor": {"id", "runs-on", "image", "options", "timeout-minutes", "probe", "setup", "test"},
+        }
+        for job, keys in plan_keys.items():
+            if job not in jobs:
+                problems.append(f"ci.yml: no {job!r} job")
+                continue
+            unknown = _matrix_refs(jobs[job]) - keys
+            if unknown:
+                problems.append(
+                    f"ci.yml: job {job} reads matrix.{', matrix.'.join(sorted(unknown))}, which plan does not write"
+                )
+            include = str(((jobs[job].get("strategy") or {}).get("matrix") or {}).get("include", ""))
+            if include.replace(" ", "") != f"${{{{fromJSON(needs.plan.outputs.{job})}}}}":
+                problems.append(f"ci.yml: job {job} does not take its matrix from needs.plan.outputs.{job}")
+        if "ci/liger_ci.py plan" not in json.dumps(jobs.get("plan", {})):
+            problems.append("ci.yml: the plan job does not run `ci/liger_ci.py plan`")
+        if 'nox -s \\"$SESSION\\"' not in json.dumps(jobs.get("cpu", {})):
+            problems.append('ci.yml: the cpu job does not run `nox -s "$SESSION"`')
+        gate_job = jobs.get("ci-ok")
+        if gate_job is None:
+            problems.append("ci.yml: no ci-ok job (the check branch protection requires)")
+        else:
+            needs = gate_job.get("needs", [])
+            needs = [needs] if isinstance(needs, str) else needs
+            for job in jobs:
+                if job != "ci-ok" and job not in needs:
+                    problems.append(f"ci.yml: ci-ok does not need {job}, so its failure would not block a merge")
+            if "always()" not in str(gate_job.get("if", "")):
+                problems.append(
+                    "ci.yml: ci-ok must run `if: always()` (else a failed job skips it, and skipped reads as passed)"
+                )
+            if "liger_ci.py gate" not in json.dumps(gate_job):
+                problems.append("ci.yml: ci-ok does not run `ci/liger_ci.py gate`")
+        triggers = ci.get("on", ci.get(True, {}))
+        if "pull_request" not in triggers:
+            problems.append("ci.yml: not run on pull requests")
+
+    rel = workflows.get("release.yml")
+    if rel is None:
+        problems.append("no .github/workflows/release.yml")
+    else:
+        triggers = rel.get("on", rel.get(True, {}))
+        patterns = ((triggers or {}).get("push") or {}).get("tags", [])
+        for name, pkg in pkgs.items():
+            tag = f"{name}-v{pkg.version if (pkg.path / 'pyproject.toml').is_file() else '1.0.0'}"
+            if not any(fnmatch.fnmatchcase(tag, p) for p in patterns):
+                problems.append(f"release.yml: no tag pattern matches {tag}")
+        text = json.dumps(rel)
+        if "nox -s release" not in text or "liger_ci.py release-check" not in text:
+            problems.append("release.yml: does not run `liger_ci.py release-check` and `nox -s release`")
     return problems
 
 
