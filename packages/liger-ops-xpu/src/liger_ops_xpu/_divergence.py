@@ -1,0 +1,268 @@
+"""Elementwise divergences (kl_div, tvd, jsd) for Intel GPUs: one kernel pair, the divergence
+chosen by a constexpr KIND.
+
+Both kernels run on a 2-D grid of [BLOCK_M rows x BLOCK_N columns] tiles (elementwise sizes
+from hardware: these ops stream two inputs and have no row-wide reduction). The forward either
+stores every element's loss ("none") or one fp32 partial sum per program, summed once at the
+end (no atomics, deterministic). The backward recomputes the elementwise derivative from the
+inputs, times the reduction's scale and the incoming gradient (one value, or one per element),
+so no gradient buffer lives between forward and backward. Rows whose label is ignore_index
+(HAS_LABELS) contribute nothing.
+
+Derivatives in x (y the constant second input):
+    kl:  t (log max(t, eps) - x) -> -t;   log target: e^t (t - x) -> -e^t
+    tvd: |x - y| / 2 -> sign(x - y) / 2
+    jsd: with M = b e^y + (1 - b) e^x, b e^y (y - log M) + (1 - b) e^x (x - log M)
+         -> (1 - b) e^x (x - log M); b = 0: e^y (y - x) -> -e^y; b = 1: e^x (x - y) -> e^x (x - y + 1)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from liger_ops_xpu import hardware
+
+KL, TVD, JSD, JSD_FORWARD_KL, JSD_REVERSE_KL = 0, 1, 2, 3, 4
+
+
+@triton.jit
+def _loss_and_grad(x, y, beta, eps, KIND: tl.constexpr, LOG_TARGET: tl.constexpr):
+    if KIND == 0:
+        if LOG_TARGET:
+            p = tl.exp(y)
+            return p * (y - x), -p
+        else:
+            return y * (tl.log(tl.maximum(y, eps)) - x), -y
+    elif KIND == 1:
+        d = x - y
+        return 0.5 * tl.abs(d), tl.where(d > 0, 0.5, tl.where(d < 0, -0.5, 0.0))
+    elif KIND == 3:
+        p = tl.exp(y)
+        return p * (y - x), -p
+    elif KIND == 4:
+        q = tl.exp(x)
+        return q * (x - y), q * (x - y + 1.0)
+    else:
+        a = y + tl.log(beta)
+        b = x + tl.log(1.0 - beta)
+        m = tl.maximum(a, b)
+        log_m = m + tl.log(tl.exp(a - m) + tl.exp(b - m))
+        p = tl.exp(y)
+        q = tl.exp(x)
+        return beta * p * (y - log_m) + (1.0 - beta) * q * (x - log_m), (1.0 - beta) * q * (x - log_m)
+
+
+@triton.jit
+def _tile(pid_m, pid_n, LABELS, n_rows, n_cols, ignore_index, HAS_LABELS: tl.constexpr, BLOCK_M: tl.constexpr,
+          BLOCK_N: tl.constexpr):  # fmt: skip
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < n_rows
+    if HAS_LABELS:
+        labels = tl.load(LABELS + rows, mask=row_ok, other=ignore_index)
+        row_ok = row_ok & (labels != ignore_index)
+    mask = row_ok[:, None] & (cols < n_cols)[None, :]
+    return rows.to(tl.int64), cols, mask
+
+
+@triton.jit
+def _divergence_forward_kernel(
+    X,
+    Y,
+    LABELS,
+    OUT,
+    PARTIAL,
+    x_row_stride,
+    y_row_stride,
+    out_row_stride,
+    n_rows,
+    n_cols,
+    ignore_index,
+    beta,
+    eps,
+    KIND: tl.constexpr,
+    LOG_TARGET: tl.constexpr,
+    HAS_LABELS: tl.constexpr,
+    STORE_ELEMENTS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rows, cols, mask = _tile(pid_m, pid_n, LABELS, n_rows, n_cols, ignore_index, HAS_LABELS, BLOCK_M, BLOCK_N)
+    x = tl.load(X + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    y = tl.load(Y + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    loss, _ = _loss_and_grad(x, y, beta, eps, KIND, LOG_TARGET)
+    loss = tl.where(mask, loss, 0.0)
+    if STORE_ELEMENTS:
+        out_mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]  # ignored rows get 0
+        tl.store(OUT + rows[:, None] * out_row_stride + cols[None, :], loss, mask=out_mask)
+    else:
+        tl.store(PARTIAL + pid_m * tl.num_programs(1) + pid_n, tl.sum(tl.sum(loss, axis=1), axis=0))
+
+
+@triton.jit
+def _divergence_backward_kernel(
+    X,
+    Y,
+    LABELS,
+    GRAD_OUT,
+    DX,
+    x_row_stride,
+    y_row_stride,
+    g_row_stride,
+    g_col_stride,
+    dx_row_stride,
+    n_rows,
+    n_cols,
+    ignore_index,
+    beta,
+    eps,
+    scale,
+    KIND: tl.constexpr,
+    LOG_TARGET: tl.constexpr,
+    HAS_LABELS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rows, cols, mask = _tile(pid_m, pid_n, LABELS, n_rows, n_cols, ignore_index, HAS_LABELS, BLOCK_M, BLOCK_N)
+    x = tl.load(X + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    y = tl.load(Y + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    g_out = tl.load(GRAD_OUT + rows[:, None] * g_row_stride + cols[None, :] * g_col_stride, mask=mask, other=0.0)
+    _, grad = _loss_and_grad(x, y, beta, eps, KIND, LOG_TARGET)
+    dx = tl.where(mask, grad * scale * g_out.to(tl.float32), 0.0)
+    out_mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]  # ignored rows get 0
+    tl.store(DX + rows[:, None] * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=out_mask)
+
+
+@dataclass(frozen=True)
+class DivergencePlan:
+    block_m: int
+    block_n: int
+    num_warps: int
+
+
+def plan_divergence(n_cols: int) -> DivergencePlan:
+    block_n = min(triton.next_power_of_2(max(n_cols, 1)), hardware.ELEMENTWISE_COL_BLOCK)
+    block_m = max(1, hardware.ELEMENTWISE_BLOCK // block_n)
+    warps = max(1, min(hardware.ELEMENTWISE_NUM_WARPS, block_m * block_n // (hardware.DEFAULT_SUB_GROUP_SIZE * 4)))
+    return DivergencePlan(block_m, block_n, 1 << (warps.bit_length() - 1))
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """What to compute: KIND, its options, the rows to skip."""
+
+    kind: int
+    log_target: bool = False
+    beta: float = 0.5
+    eps: float = 1e-10
+    ignore_index: int = -100
+
+    def scalars(self) -> tuple:
+        return (self.ignore_index, float(self.beta), float(self.eps))
+
+    def constexprs(self, labels) -> dict:
+        return {"KIND": self.kind, "LOG_TARGET": self.log_target, "HAS_LABELS": labels is not None}
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def divergence_forward(x, y, labels, div: Divergence, elementwise: bool) -> torch.Tensor:
+    """fp32 loss per element (``elementwise``) or the unscaled sum over counted elements."""
+    n_rows, n_cols = x.shape
+    if x.numel() == 0:
+        return (
+            torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+            if elementwise
+            else x.new_zeros((), dtype=torch.float32)
+        )
+    x, y = _rows(x), _rows(y)
+    plan = plan_divergence(n_cols)
+    grid = (triton.cdiv(n_rows, plan.block_m), triton.cdiv(n_cols, plan.block_n))
+    out = torch.empty(x.shape, dtype=torch.float32, device=x.device) if elementwise else None
+    partial = None if elementwise else torch.empty(grid, dtype=torch.float32, device=x.device)
+    kernel = _divergence_forward_kernel
+    kernel[grid](
+        x,
+        y,
+        labels if labels is not None else x,  # never read without HAS_LABELS
+        out if elementwise else partial,
+        partial if not elementwise else out,
+        x.stride(0),
+        y.stride(0),
+        out.stride(0) if elementwise else 0,
+        n_rows,
+        n_cols,
+        *div.scalars(),
+        **div.constexprs(labels),
+        STORE_ELEMENTS=elementwise,
+        BLOCK_M=plan.block_m,
+        BLOCK_N=plan.block_n,
+        **hardware.launch_kwargs(kernel, x.device, plan.num_warps, register_heavy=False),
+    )
+    return out if elementwise else partial.sum()
+
+
+def divergence_backward(x, y, labels, div: Divergence, grad_out: torch.Tensor, scale: float, out_dtype) -> torch.Tensor:
+    """grad_x = d(loss)/dx * scale * grad_out (a scalar, or one per element)."""
+    n_rows, n_cols = x.shape
+    dx = torch.empty(x.shape, dtype=out_dtype, device=x.device)
+    if x.numel() == 0:
+        return dx
+    x, y = _rows(x), _rows(y)
+    if grad_out.dim() == 0 or grad_out.numel() == 1:
+        g, g_strides = grad_out.reshape(1), (0, 0)
+    else:
+        g, g_strides = grad_out, (grad_out.stride(0), grad_out.stride(1))
+    plan = plan_divergence(n_cols)
+    kernel = _divergence_backward_kernel
+    kernel[(triton.cdiv(n_rows, plan.block_m), triton.cdiv(n_cols, plan.block_n))](
+        x,
+        y,
+        labels if labels is not None else x,
+        g,
+        dx,
+        x.stride(0),
+        y.stride(0),
+        *g_strides,
+        dx.stride(0),
+        n_rows,
+        n_cols,
+        *div.scalars(),
+        float(scale),
+        **div.constexprs(labels),
+        BLOCK_M=plan.block_m,
+        BLOCK_N=plan.block_n,
+        **hardware.launch_kwargs(kernel, x.device, plan.num_warps, register_heavy=False),
+    )
+    return dx
+
+
+class LigerDivergenceFunction(torch.autograd.Function):
+    """``loss = reduce(divergence(x, y))`` with gradient for x only: ``scale`` divides the sum
+    (None: elementwise, no reduction); the result is cast to ``out_dtype``."""
+
+    @staticmethod
+    def forward(ctx, x, y, labels, div, scale, out_dtype):
+        elementwise = scale is None
+        loss = divergence_forward(x, y, labels, div, elementwise)
+        if not elementwise:
+            loss = loss * scale
+        ctx.save_for_backward(x, y, labels)
+        ctx.div, ctx.scale = div, 1.0 if elementwise else scale
+        return loss.to(out_dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, y, labels = ctx.saved_tensors
+        dx = divergence_backward(x, y, labels, ctx.div, grad_out, ctx.scale, x.dtype)
+        return dx, None, None, None, None, None
