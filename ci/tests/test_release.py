@@ -55,7 +55,7 @@ def _released(tree: Path, name: str) -> liger_ci.Package:
     [
         ("liger-ops-ascend-0.1.0", "is not <distribution>-v<version>"),
         ("liger-ops-npu-v0.1.0", "not a package here"),
-        ("liger-ops-ascend-v9.9.9", "says 9.9.9, but"),
+        ("liger-ops-ascend-v9.9.9", "ascend 9.9.9, but"),
     ],
 )
 def test_release_refuses_a_bad_tag(tree: Path, tag: str, said: str) -> None:
