@@ -1,7 +1,8 @@
 """Build and test every package against its own device matrix.
 
     nox --list            every session, tagged by vendor and device
-    nox                   what a CPU machine runs: lint, core, every vendor in the Triton interpreter
+    nox                   what a CPU machine runs: lint, core, every vendor in the Triton interpreter,
+                          ci (the CI configuration's tests), build (every package)
     nox -t ascend         the Ascend sessions (interpreter and npu)
     nox -t interpreter    every vendor in the interpreter
     nox -t npu            the native NPU session (skips, saying why, without an NPU)
