@@ -8,6 +8,7 @@ from liger_ops_xpu import (
     cross_entropy,
     dyt,
     fused_linear_cross_entropy,
+    fused_linear_jsd,
     geglu,
     group_norm,
     jsd,
@@ -24,7 +25,7 @@ from liger_ops_xpu import (
 )
 from liger_ops_xpu.__about__ import __version__
 
-INTERFACE_VERSION = "1.2"
+INTERFACE_VERSION = "1.3"
 
 # Distributions that install the `triton` module for Intel GPUs, most common first.
 _TRITON_DISTRIBUTIONS = ("pytorch-triton-xpu", "triton-xpu", "triton")
@@ -53,6 +54,7 @@ BACKEND = Backend(
         "fused_linear_cross_entropy": fused_linear_cross_entropy.fused_linear_cross_entropy,
         "kl_div": kl_div.kl_div,
         "jsd": jsd.jsd,
+        "fused_linear_jsd": fused_linear_jsd.fused_linear_jsd,
         "tvd": tvd.tvd,
     },
     runtime=lambda: triton_runtime(*_TRITON_DISTRIBUTIONS),

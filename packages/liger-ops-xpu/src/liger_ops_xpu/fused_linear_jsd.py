@@ -1,0 +1,94 @@
+"""Fused linear JSD (distillation) for Intel GPUs: the student's and teacher's lm_head
+projections and the generalised JSD of their log-softmaxes, chunk by chunk over tokens.
+
+Per chunk of about FUSED_LINEAR_CHUNK_ELEMENTS logits: fp32 logits of both models (the
+contract asks for fp32 products, no rounding before the softmax), their log-softmax at the
+temperature, the divergence kernels of _divergence.py (the chunk's loss sum, then the gradient
+in the student's log-probabilities), the chain through log-softmax
+(``grad_s = (g - softmax(s) * sum(g)) / T``) and the student's two gradient matmuls. The loss
+is a scalar, so the gradients are computed in the forward pass and the backward scales them.
+"""
+
+from __future__ import annotations
+
+import torch
+from liger_core.ops import _losses
+from liger_core.ops.fused_linear_jsd import check_args
+
+from liger_ops_xpu._divergence import divergence_backward, divergence_forward
+from liger_ops_xpu.fused_linear_cross_entropy import chunk_rows
+from liger_ops_xpu.jsd import jsd_divergence
+
+
+class LigerFusedLinearJSDFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, xs, ws, xt, wt, labels, beta, ignore_index, temperature):
+        n_rows, vocab = xs.shape[0], ws.shape[0]
+        n = _losses.label_count("fused_linear_jsd", labels, ignore_index, n_rows)
+        div = jsd_divergence(beta, ignore_index)
+        want_dx, want_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        ws32, wt32 = ws.float(), wt.float()
+        total = torch.zeros((), dtype=torch.float32, device=xs.device)
+        dxs = torch.empty_like(xs) if want_dx else None
+        dws = torch.zeros(ws.shape, dtype=torch.float32, device=xs.device) if want_dw else None
+        ones = torch.ones(1, dtype=torch.float32, device=xs.device)
+        step = chunk_rows(n_rows, vocab)
+        for start in range(0, n_rows, step):
+            end = min(start + step, n_rows)
+            xs_c = xs[start:end].float()
+            lab_c = None if labels is None else labels[start:end]
+            s = xs_c @ ws32.t()
+            if temperature != 1.0:
+                s /= temperature
+            t = xt[start:end].float() @ wt32.t()
+            if temperature != 1.0:
+                t /= temperature
+            s_logp = torch.log_softmax(s, dim=-1)
+            t_logp = torch.log_softmax(t, dim=-1)
+            total += divergence_forward(s_logp, t_logp, lab_c, div, False)
+            if not (want_dx or want_dw):
+                continue
+            g = divergence_backward(s_logp, t_logp, lab_c, div, ones, 1.0 / max(n, 1), torch.float32)
+            ds = g.sub_(s_logp.exp_().mul_(g.sum(-1, keepdim=True)))  # through log_softmax, in place
+            if temperature != 1.0:
+                ds /= temperature
+            if want_dx:
+                dxs[start:end] = (ds @ ws32).to(xs.dtype)
+            if want_dw:
+                dws += ds.t() @ xs_c
+        ctx.grads = (dxs, None if dws is None else dws.to(ws.dtype))
+        return total / max(n, 1)
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        g = grad_loss.to(torch.float32)
+        dxs, dws = (None if t is None else (t * g).to(t.dtype) for t in ctx.grads)
+        ctx.grads = None
+        return dxs, dws, None, None, None, None, None, None
+
+
+def fused_linear_jsd(
+    student_input: torch.Tensor,
+    student_weight: torch.Tensor,
+    teacher_input: torch.Tensor,
+    teacher_weight: torch.Tensor,
+    shift_labels: torch.Tensor | None = None,
+    jsd_beta: float = 0.5,
+    ignore_index: int = -100,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """The interface's ``fused_linear_jsd`` (see ``liger_core.ops.fused_linear_jsd``) on Intel GPUs."""
+    check_args(
+        student_input, student_weight, teacher_input, teacher_weight, shift_labels, jsd_beta, ignore_index, temperature
+    )
+    labels = None if shift_labels is None else shift_labels.contiguous()
+    return LigerFusedLinearJSDFunction.apply(
+        student_input,
+        student_weight,
+        teacher_input.detach(),
+        teacher_weight.detach(),
+        labels,
+        float(jsd_beta),
+        ignore_index,
+        float(temperature),
+    )
