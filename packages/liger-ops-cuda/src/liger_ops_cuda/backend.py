@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from liger_core.backend import Backend, triton_runtime
 from liger_ops_cuda import (
+    cross_entropy,
     dyt,
     fused_add_rms_norm,
+    fused_linear_cross_entropy,
+    fused_linear_jsd,
     geglu,
     group_norm,
+    jsd,
+    kl_div,
     layer_norm,
     poly_norm,
     qwen2vl_mrope,
@@ -16,10 +21,11 @@ from liger_ops_cuda import (
     softmax,
     sparsemax,
     swiglu,
+    tvd,
 )
 from liger_ops_cuda.__about__ import __version__
 
-INTERFACE_VERSION = "1.2"
+INTERFACE_VERSION = "1.3"
 
 
 BACKEND = Backend(
@@ -41,6 +47,12 @@ BACKEND = Backend(
         "qwen2vl_mrope": qwen2vl_mrope.qwen2vl_mrope,
         "softmax": softmax.softmax,
         "sparsemax": sparsemax.sparsemax,
+        "cross_entropy": cross_entropy.cross_entropy,
+        "fused_linear_cross_entropy": fused_linear_cross_entropy.fused_linear_cross_entropy,
+        "kl_div": kl_div.kl_div,
+        "jsd": jsd.jsd,
+        "fused_linear_jsd": fused_linear_jsd.fused_linear_jsd,
+        "tvd": tvd.tvd,
     },
     runtime=lambda: triton_runtime("triton", "pytorch-triton"),
 )

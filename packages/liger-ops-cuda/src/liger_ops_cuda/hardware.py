@@ -84,3 +84,28 @@ def sm_count(device_index: int | None = None) -> int:
 def num_warps_for(block_elements: int, elements_per_warp: int = BACKWARD_ELEMENTS_PER_WARP) -> int:
     """Warps for a tile of this many elements: 4 to 16."""
     return max(4, min(16, block_elements // elements_per_warp))
+
+
+# Losses (cross_entropy, fused_linear_cross_entropy, kl_div, jsd, tvd, fused_linear_jsd).
+# Vocabulary tile per program and its warps: every (row, tile) pair is a program, so 4096 x 128256
+# logits are ~130k programs of 4096 elements (16 fp32 per thread with 8 warps), enough loads in
+# flight on every SM of an H100/H200 without a per-row loop. Untuned starting point: measure
+# with benchmarks/bench_losses.py --tune.
+CE_BLOCK = 4096
+CE_NUM_WARPS = 8
+# The divergences (kl_div, jsd, tvd): elements per program and warps, same reasoning.
+DIV_BLOCK = 4096
+DIV_NUM_WARPS = 8
+# In-place scaling of a gradient by the incoming gradient (skipped on the device when it is 1).
+SCALE_BLOCK = 8192
+SCALE_NUM_WARPS = 8
+# Fused linear losses: tokens per chunk so that one chunk's logits take at most this many
+# elements (bf16: 128 MiB at 64M; 512 tokens at vocab 128256), rounded down to a multiple of
+# FLCE_CHUNK_MULTIPLE tokens (tensor-core friendly GEMM shapes). Peak memory beyond grad_weight
+# and grad_input is one chunk's logits; larger chunks make the grad_weight GEMM (K = chunk)
+# more efficient.
+FLCE_CHUNK_ELEMENTS = 64 * 2**20
+FLCE_CHUNK_MULTIPLE = 128
+# fused_linear_jsd keeps three chunk-sized buffers (student and teacher fp32 logits, the
+# gradient in the input dtype): a smaller budget.
+FLJSD_CHUNK_ELEMENTS = 32 * 2**20

@@ -1,0 +1,345 @@
+"""Cross-entropy kernels shared by `cross_entropy` and `fused_linear_cross_entropy`.
+
+Rows are split into vocabulary tiles and every (row, tile) pair is one program, so the
+whole GPU streams the logits whatever the number of rows (one row per program leaves SMs
+idle and serialises a 128k-wide row). Two launches:
+
+1. `_ce_partials_kernel`: per tile, the max and the sum of ``exp(x - max)`` (online-softmax
+   pieces), the class-weighted sum of ``x`` for label smoothing, and the target logit
+   (saved, because an in-place gradient may overwrite it before another tile reads it).
+2. `_ce_finish_kernel`: each program combines its row's partials into ``lse`` (a few dozen
+   floats, cheaper than a third launch), then optionally writes the row's loss terms (tile 0)
+   and the gradient of its tile (fp32 arithmetic, one rounding at the store).
+
+Row offsets are int64 (``row * row_stride`` passes 2**31 at 4096 x 128256 fp32 logits already
+at row 16744); column offsets stay int32.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from liger_ops_cuda import hardware
+
+
+@triton.jit
+def _row_offset(row, row_stride):
+    # int64 before the multiply: tokens x vocab exceeds 2**31 at LLM sizes.
+    return row.to(tl.int64) * row_stride
+
+
+@triton.jit
+def _softcapped(x, softcap, HAS_SOFTCAP: tl.constexpr):
+    if HAS_SOFTCAP:
+        x = softcap * _tanh(x / softcap)
+    return x
+
+
+@triton.jit
+def _tanh(x):
+    # tanh through exp of a non-positive argument (no overflow), sign restored; libdevice-free
+    # so the same code runs in the interpreter.
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def _ce_partials_kernel(
+    X,
+    x_row_stride,
+    BIAS,
+    Y,
+    W,
+    PART_MAX,
+    PART_SUM,
+    PART_WX,
+    XY,
+    n_cols,
+    n_tiles,
+    ignore_index,
+    softcap,
+    HAS_BIAS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    SMOOTH: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0)
+    tile = tl.program_id(1)
+    y = tl.load(Y + row)
+    if y == ignore_index:
+        return
+    cols = tile * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(X + _row_offset(row, x_row_stride) + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        x += tl.load(BIAS + cols, mask=mask, other=0.0).to(tl.float32)
+    x = _softcapped(x, softcap, HAS_SOFTCAP)
+    xm = tl.where(mask, x, float("-inf"))
+    m = tl.max(xm, axis=0)
+    s = tl.sum(tl.exp(xm - m), axis=0)
+    out = row.to(tl.int64) * n_tiles + tile
+    tl.store(PART_MAX + out, m)
+    tl.store(PART_SUM + out, s)
+    if SMOOTH:
+        if HAS_WEIGHT:
+            wx = x * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+        else:
+            wx = x
+        tl.store(PART_WX + out, tl.sum(tl.where(mask, wx, 0.0), axis=0))
+    # The tile holding the target saves its (biased, softcapped) logit.
+    hit = cols == y
+    if tl.sum(hit.to(tl.int32), axis=0) > 0:
+        tl.store(XY + row, tl.sum(tl.where(hit, x, 0.0), axis=0))
+
+
+@triton.jit
+def _ce_finish_kernel(
+    X,
+    x_row_stride,
+    G,
+    g_row_stride,
+    BIAS,
+    Y,
+    W,
+    WSUM,
+    PART_MAX,
+    PART_SUM,
+    PART_WX,
+    XY,
+    LSE,
+    LOSS,
+    ZLOSS,
+    UP,
+    up_stride,
+    n_cols,
+    n_tiles,
+    ignore_index,
+    softcap,
+    label_smoothing,
+    lse_square_scale,
+    loss_scale,
+    z_scale,
+    HAS_BIAS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    SMOOTH: tl.constexpr,
+    LSE_FROM_PARTIALS: tl.constexpr,
+    WRITE_LOSS: tl.constexpr,
+    WRITE_GRAD: tl.constexpr,
+    BLOCK: tl.constexpr,
+    BLOCK_TILES: tl.constexpr,
+):
+    row = tl.program_id(0)
+    tile = tl.program_id(1)
+    y = tl.load(Y + row)
+    cols = tile * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    g_row = G + _row_offset(row, g_row_stride)
+    if y == ignore_index:
+        if WRITE_LOSS:
+            if tile == 0:
+                tl.store(LOSS + row, 0.0)
+                tl.store(ZLOSS + row, 0.0)
+                tl.store(LSE + row, 0.0)
+        if WRITE_GRAD:
+            tl.store(g_row + cols, tl.zeros((BLOCK,), tl.float32).to(G.dtype.element_ty), mask=mask)
+        return
+
+    if LSE_FROM_PARTIALS:
+        t = tl.arange(0, BLOCK_TILES)
+        tmask = t < n_tiles
+        base = row.to(tl.int64) * n_tiles
+        pm = tl.load(PART_MAX + base + t, mask=tmask, other=float("-inf"))
+        ps = tl.load(PART_SUM + base + t, mask=tmask, other=0.0)
+        m = tl.max(pm, axis=0)
+        lse = m + tl.log(tl.sum(ps * tl.exp(pm - m), axis=0))
+    else:
+        lse = tl.load(LSE + row)
+
+    if HAS_WEIGHT:
+        w_y = tl.load(W + y).to(tl.float32)
+        w_sum = tl.load(WSUM)
+    else:
+        w_y = 1.0
+        w_sum = n_cols * 1.0
+    eps = label_smoothing / n_cols
+
+    if WRITE_LOSS:
+        if tile == 0:
+            x_y = tl.load(XY + row)
+            loss = w_y * (lse - x_y)
+            if SMOOTH:
+                t2 = tl.arange(0, BLOCK_TILES)
+                wx = tl.sum(tl.load(PART_WX + row.to(tl.int64) * n_tiles + t2, mask=t2 < n_tiles, other=0.0), axis=0)
+                loss = (1.0 - label_smoothing) * loss + eps * (w_sum * lse - wx)
+            tl.store(LOSS + row, loss)
+            tl.store(ZLOSS + row, lse_square_scale * lse * lse)
+            tl.store(LSE + row, lse)
+
+    if WRITE_GRAD:
+        # d(total)/dx_j = a * [((1-s) w_y + eps W) p_j - (1-s) w_y [j == y] - eps w_j] + b * 2 zs lse p_j,
+        # a, b: the incoming gradient times the reduction's scale for the loss and z-loss terms.
+        up = tl.load(UP + row.to(tl.int64) * up_stride).to(tl.float32)
+        a = up * loss_scale
+        c_y = a * (1.0 - label_smoothing) * w_y
+        c_p = c_y + up * z_scale * 2.0 * lse_square_scale * lse
+        if SMOOTH:
+            c_p += a * eps * w_sum
+        x = tl.load(X + _row_offset(row, x_row_stride) + cols, mask=mask, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            x += tl.load(BIAS + cols, mask=mask, other=0.0).to(tl.float32)
+        if HAS_SOFTCAP:
+            th = _tanh(x / softcap)
+            x = softcap * th
+        grad = c_p * tl.exp(x - lse)
+        if SMOOTH:
+            if HAS_WEIGHT:
+                grad -= a * eps * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+            else:
+                grad -= a * eps
+        grad = tl.where(cols == y, grad - c_y, grad)
+        if HAS_SOFTCAP:
+            grad = grad * (1.0 - th * th)
+        tl.store(g_row + cols, grad.to(G.dtype.element_ty), mask=mask)
+
+
+class RowLoss:
+    """Per-row results of `ce_rows`: fp32 ``loss`` (without z-loss), ``z`` and ``lse``."""
+
+    __slots__ = ("loss", "z", "lse")
+
+    def __init__(self, loss, z, lse):
+        self.loss, self.z, self.lse = loss, z, lse
+
+
+def tile_plan(n_cols: int) -> tuple[int, int, int]:
+    """(block, tiles per row, warps) for rows of ``n_cols`` logits."""
+    block = min(hardware.CE_BLOCK, triton.next_power_of_2(max(n_cols, 1)))
+    n_tiles = triton.cdiv(n_cols, block)
+    warps = max(1, min(hardware.CE_NUM_WARPS, block // 32))
+    return block, n_tiles, warps
+
+
+def ce_rows(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    weight: torch.Tensor | None,
+    weight_total: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    ignore_index: int,
+    lse_square_scale: float,
+    label_smoothing: float,
+    softcap: float | None,
+    grad_out: torch.Tensor | None = None,
+    upstream: torch.Tensor | None = None,
+    loss_scale: float = 1.0,
+    z_scale: float = 1.0,
+) -> RowLoss:
+    """Forward over (rows, vocab) ``logits`` (unit column stride): per-row loss, z-loss, lse.
+
+    With ``grad_out`` (may be ``logits`` itself: each program reads its tile before writing it,
+    and the target logits were saved by the first launch) also writes the gradient, scaled by
+    ``upstream`` (a 1-element or per-row tensor) times ``loss_scale`` / ``z_scale``.
+    """
+    n_rows, n_cols = logits.shape
+    dev = logits.device
+    block, n_tiles, warps = tile_plan(n_cols)
+    part_max = torch.empty((n_rows, n_tiles), dtype=torch.float32, device=dev)
+    part_sum = torch.empty_like(part_max)
+    smooth = label_smoothing > 0
+    part_wx = torch.empty_like(part_max) if smooth else part_max
+    xy = torch.empty(n_rows, dtype=torch.float32, device=dev)
+    loss = torch.empty(n_rows, dtype=torch.float32, device=dev)
+    z = torch.empty_like(loss)
+    lse = torch.empty_like(loss)
+    if n_rows == 0:
+        return RowLoss(loss, z, lse)
+    flags = dict(
+        HAS_BIAS=bias is not None,
+        HAS_WEIGHT=weight is not None,
+        HAS_SOFTCAP=softcap is not None,
+        SMOOTH=smooth,
+    )
+    sc = float(softcap) if softcap is not None else 1.0
+    _ce_partials_kernel[(n_rows, n_tiles)](
+        logits, logits.stride(0), bias if bias is not None else logits, target,
+        weight if weight is not None else logits, part_max, part_sum, part_wx, xy,
+        n_cols, n_tiles, ignore_index, sc, BLOCK=block, num_warps=warps, **flags,
+    )  # fmt: skip
+    write_grad = grad_out is not None
+    if write_grad and upstream is None:
+        raise ValueError("ce_rows: grad_out needs upstream")
+    up = upstream if write_grad else loss
+    _ce_finish_kernel[(n_rows, n_tiles if write_grad else 1)](
+        logits, logits.stride(0), grad_out if write_grad else logits, grad_out.stride(0) if write_grad else 0,
+        bias if bias is not None else logits, target, weight if weight is not None else logits,
+        weight_total if weight_total is not None else loss, part_max, part_sum, part_wx, xy, lse, loss, z,
+        up, 1 if write_grad and up.numel() > 1 else 0, n_cols, n_tiles, ignore_index, sc,
+        float(label_smoothing), float(lse_square_scale), float(loss_scale), float(z_scale),
+        LSE_FROM_PARTIALS=True, WRITE_LOSS=True, WRITE_GRAD=write_grad, BLOCK=block,
+        BLOCK_TILES=triton.next_power_of_2(n_tiles), num_warps=warps, **flags,
+    )  # fmt: skip
+    return RowLoss(loss, z, lse)
+
+
+def ce_grad_from_lse(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    weight: torch.Tensor | None,
+    weight_total: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    lse: torch.Tensor,
+    grad_out: torch.Tensor,
+    upstream: torch.Tensor,
+    ignore_index: int,
+    lse_square_scale: float,
+    label_smoothing: float,
+    softcap: float | None,
+    loss_scale: float,
+    z_scale: float,
+) -> None:
+    """Backward alone, from the saved per-row ``lse``: one read of the logits, one write."""
+    n_rows, n_cols = logits.shape
+    if n_rows == 0:
+        return
+    block, n_tiles, warps = tile_plan(n_cols)
+    dummy = lse
+    _ce_finish_kernel[(n_rows, n_tiles)](
+        logits, logits.stride(0), grad_out, grad_out.stride(0), bias if bias is not None else logits, target,
+        weight if weight is not None else logits, weight_total if weight_total is not None else dummy,
+        dummy, dummy, dummy, dummy, lse, dummy, dummy, upstream, 1 if upstream.numel() > 1 else 0,
+        n_cols, n_tiles, ignore_index, float(softcap) if softcap is not None else 1.0,
+        float(label_smoothing), float(lse_square_scale), float(loss_scale), float(z_scale),
+        HAS_BIAS=bias is not None, HAS_WEIGHT=weight is not None, HAS_SOFTCAP=softcap is not None,
+        SMOOTH=label_smoothing > 0, LSE_FROM_PARTIALS=False, WRITE_LOSS=False, WRITE_GRAD=True,
+        BLOCK=block, BLOCK_TILES=1, num_warps=warps,
+    )  # fmt: skip
+
+
+@triton.jit
+def _scale_unless_one_kernel(G, UP, n_elements, BLOCK: tl.constexpr):
+    # Multiply G in place by the scalar UP[0], unless it is 1 (then every program exits at once):
+    # the common `loss.backward()` costs one tiny launch and no host synchronisation.
+    g = tl.load(UP).to(tl.float32)
+    if g == 1.0:
+        return
+    pid = tl.program_id(0).to(tl.int64)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    v = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(G + offs, (v * g).to(G.dtype.element_ty), mask=mask)
+
+
+def scale_unless_one(grad: torch.Tensor | None, upstream: torch.Tensor) -> None:
+    """``grad *= upstream`` in place (grad contiguous, created by the op), skipped on device when 1."""
+    if grad is None or grad.numel() == 0:
+        return
+    assert grad.is_contiguous()
+    block = hardware.SCALE_BLOCK
+    _scale_unless_one_kernel[(triton.cdiv(grad.numel(), block),)](
+        grad, upstream, grad.numel(), BLOCK=block, num_warps=hardware.SCALE_NUM_WARPS
+    )
