@@ -40,9 +40,13 @@ def tree(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _released(tree: Path, name: str) -> liger_ci.Package:
-    """Make `name`'s changelog releasable as it stands: a heading for its version, no Unreleased."""
+def _released(tree: Path, name: str, fragments: bool = False) -> liger_ci.Package:
+    """Make `name`'s changelog releasable as it stands: a heading for its version, no Unreleased,
+    and (unless `fragments`) no fragments left, as if they had been compiled."""
     pkg = liger_ci.packages(tree)[name]
+    if not fragments:
+        for left in liger_ci.unreleased_fragments(pkg):
+            (pkg.fragments_dir / left).unlink()
     text = re.sub(r"^#+\s*\[?unreleased\]?\s*$", "", pkg.changelog.read_text(), flags=re.M | re.I)
     if not liger_ci.changelog_has(text, pkg.version):
         text += f"\n## {pkg.version}\n\n- notes\n"
@@ -137,7 +141,7 @@ def test_dry_run_bump_and_tag_one_vendor_touches_no_other_package(tree: Path) ->
     major, minor, patch = (int(x) for x in re.match(r"(\d+)\.(\d+)\.(\d+)", pkg.version).groups())
     version = f"{major}.{minor}.{patch + 1}"
     (pkg.fragments_dir / "+dry-run.fixed.md").write_text("A fix only Ascend users see.\n")
-    _released(tree, name)  # the release PR also moves any hand-written Unreleased notes
+    _released(tree, name, fragments=True)  # the release PR also moves any hand-written Unreleased notes
     r = _nox(tree, "-s", "bump", "--", name, version)
     assert r.returncode == 0, r.stdout + r.stderr
 
