@@ -52,7 +52,16 @@ def write_results(result: BenchResult, out: str | Path, plots: bool = True) -> l
 
 
 def load_folder(folder: str | Path) -> list[BenchResult]:
-    return [read_json(p) for p in sorted(Path(folder).glob("*.json"))]
+    """Every ``liger bench`` JSON in ``folder`` (other JSON files are left alone)."""
+    out = []
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except ValueError:
+            continue
+        if isinstance(data, dict) and isinstance(data.get("meta"), dict) and isinstance(data.get("rows"), list):
+            out.append(BenchResult(data["meta"], data["rows"]))
+    return out
 
 
 # -- summary ------------------------------------------------------------------------------------
@@ -89,7 +98,9 @@ def summary_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[s
         mine = by.get(LIGER)
         if mine is not None and mine["status"] == OK:
             rate = f"{_num(mine['tflops'])} TF" if mine.get("tflops") else _num(mine.get("gbps"), 4)
-            lead = [_num(mine["ms_p50"]), rate, _num(mine.get("peak_mb"))]
+            # "ref": no vendor kernel served the op, the PyTorch reference ran.
+            ref = " (ref)" if str(mine.get("implementation") or "").startswith("reference") else ""
+            lead = [_num(mine["ms_p50"]) + ref, rate, _num(mine.get("peak_mb"))]
         else:
             lead = [mine["status"] if mine else "-", "-", "-"]
         out.append([op, mode, f"{axis}={x}", *lead, *(_cell(by.get(p)) for p in peers)])
@@ -157,7 +168,7 @@ def write_summary(folder: str | Path) -> Path:
         lines.append(
             "- liger ms: p50 of this project's op; GB/s from the op's ideal bytes moved (TF: TFLOP/s for "
             "the fused linear losses); each peer's p50 ms with its time relative to this project's "
-            "(above 1x: this project is faster)."
+            "(above 1x: this project is faster). (ref): no vendor kernel for the op, the PyTorch reference ran."
         )
         lines += ["", markdown_table(*summary_rows(rows)), ""]
         issues = problems(rows)
@@ -258,11 +269,11 @@ def plot_folder(folder: str | Path, only: Sequence[str] | None = None) -> list[P
         )
         return []
     out = []
-    for path in sorted(Path(folder).glob("*.json")):
-        res = read_json(path)
-        if not res.rows or (only is not None and res.rows[0]["op"] not in only):
+    for res in load_folder(folder):
+        op = res.rows[0]["op"] if res.rows else None
+        if op is None or (only is not None and op not in only):
             continue
-        out.append(plot_op(res, path.with_suffix(".png")))
+        out.append(plot_op(res, Path(folder) / f"{op}.png"))
     return out
 
 
@@ -286,6 +297,9 @@ def readme_block(folder: str | Path, relative_to: str | Path, modes: Sequence[st
     lines = [
         f"{m['device']}, {m['dtype']}, shapes of {m['config']}, {'/'.join(modes)} (forward + backward), "
         f"timer {m['timer']}; " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".",
+        "liger ms: this project's p50; GB/s from the op's ideal bytes moved (TF: TFLOP/s); each peer's p50 "
+        "with its time relative to this project's (above 1x: this project is faster); (ref): no vendor "
+        "kernel for the op yet, the PyTorch reference ran.",
         "",
         markdown_table(*summary_rows(rows)),
         "",

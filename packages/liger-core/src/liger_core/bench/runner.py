@@ -177,7 +177,8 @@ def _compiled(spec: BenchSpec) -> Provider:
     torch._dynamo.reset()
     # Backward mode replays one graph's backward (retain_graph=True), which compiled graphs with
     # donated buffers refuse; donation only frees saved tensors early.
-    torch._functorch.config.donated_buffer = False
+    if hasattr(torch._functorch.config, "donated_buffer"):
+        torch._functorch.config.donated_buffer = False
     impl = f"torch.compile (inductor, donated_buffer off) {torch.__version__}"
     return Provider(COMPILE, OK, torch.compile(spec.torch_fn), implementation=impl)
 
