@@ -70,3 +70,60 @@ def test_bigger_ub_gives_bigger_tiles():
         for soc in ("Ascend910B2", "Ascend950")
     )
     assert a2.chunked and not a5.chunked and a5.block_n == 4096
+
+
+# -- the 1.1 norm family ---------------------------------------------------------------------
+
+NORM_DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+NORM_HIDDEN = [64, 127, 896, 4096, 8192, 14336, 20000, 32768, 65535, 65536]
+NORM_ROWS = [1, 47, 1000, 16384, 65536]
+
+
+def _check_row_plan(p, hw, rows, hidden, what):
+    for kernel in p.kernels:
+        check(kernel, hw)
+        assert kernel.grid == (p.programs,), what
+    assert 1 <= p.programs <= hw.vector_cores, what
+    assert p.block_n * p.n_chunks >= hidden and p.programs * p.n_iters * p.block_m >= rows, what
+    assert p.block_m & (p.block_m - 1) == 0 and p.block_n & (p.block_n - 1) == 0, what
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
+def test_norm_family_plans_fit_grid_and_ub(soc):
+    from liger_ops_ascend import dyt, layer_norm, poly_norm
+
+    hw = hardware.for_soc(soc)
+    for dtype, hidden, rows, direction in itertools.product(
+        NORM_DTYPES, NORM_HIDDEN, NORM_ROWS, ("forward", "backward")
+    ):
+        what = f"{soc} {direction} {rows}x{hidden} {dtype}"
+        for p in (
+            ascend_rms_norm.plan(direction, rows, hidden, dtype, torch.float32, "llama", hw, torch.float32),
+            ascend_rms_norm.plan(direction, rows, hidden, dtype, dtype, "gemma", hw, dtype),
+            layer_norm.plan(direction, rows, hidden, dtype, torch.float32, torch.float32, hw),
+            layer_norm.plan(direction, rows, hidden, dtype, None, None, hw),
+            poly_norm.plan(direction, rows, hidden, dtype, hw),
+            dyt.plan(direction, rows, hidden, dtype, torch.float32, dtype, hw),
+        ):
+            _check_row_plan(p, hw, rows, hidden, f"{what}: {p}")
+            if hidden <= 128 and rows >= 16 * hw.vector_cores:
+                assert p.block_m >= 8, what  # short rows share a tile
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
+def test_group_norm_plans_never_launch_a_program_per_group(soc):
+    # batch x groups far beyond 65536 (the grid a program-per-group design would launch).
+    from liger_ops_ascend import group_norm
+
+    hw = hardware.for_soc(soc)
+    for (batch, channels, groups, spatial), dtype in itertools.product(
+        [(1, 64, 32, 1), (4096, 256, 32, 1), (65536, 64, 64, 1), (8192, 512, 32, 49), (32, 320, 32, 64 * 64),
+         (2, 128, 1, 512 * 512), (1, 4096, 2, 3)],
+        NORM_DTYPES,
+    ):  # fmt: skip
+        p = group_norm.plan(batch, channels, groups, spatial, dtype, torch.float32, torch.float32, hw)
+        for kernel in p.kernels:
+            check(kernel, hw)
+            assert kernel.grid == (p.programs,) and p.programs <= hw.vector_cores
+        assert p.programs * p.n_iters >= batch * groups
+        assert p.block_c * p.n_c_chunks >= channels // groups and p.block_s * p.n_s_chunks >= spatial

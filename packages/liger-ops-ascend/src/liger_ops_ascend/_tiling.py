@@ -70,6 +70,7 @@ class RowPlan:
     n_chunks: int
     programs: int
     n_iters: int
+    n_blocks: int
     kernels: tuple[KernelPlan, ...]
 
     @property
@@ -122,6 +123,7 @@ def row_plan(
         n_chunks=triton.cdiv(max(n_cols, 1), block_n),
         programs=programs,
         n_iters=triton.cdiv(n_blocks, programs),
+        n_blocks=n_blocks,
         kernels=tuple(KernelPlan(name, grid, tuple(tiles(block_m, block_n))) for name, tiles in kernels),
     )
 
@@ -133,6 +135,7 @@ class FlatPlan:
     block: int
     programs: int
     n_iters: int
+    n_blocks: int
     kernels: tuple[KernelPlan, ...]
 
 
@@ -164,6 +167,7 @@ def flat_plan(
         block=block,
         programs=programs,
         n_iters=triton.cdiv(n_blocks, programs),
+        n_blocks=n_blocks,
         kernels=tuple(KernelPlan(name, (programs,), tuple(tiles(block))) for name, tiles in kernels),
     )
 

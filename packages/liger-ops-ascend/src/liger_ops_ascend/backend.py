@@ -7,7 +7,8 @@ from liger_core.backend import Backend, triton_runtime
 from liger_ops_ascend import dyt, group_norm, layer_norm, poly_norm, rms_norm
 from liger_ops_ascend.__about__ import __version__
 
-INTERFACE_VERSION = "1.0"
+# 1.1: every norm op (rms_norm, fused_add_rms_norm, layer_norm, group_norm, poly_norm, dyt).
+INTERFACE_VERSION = "1.1"
 
 
 BACKEND = Backend(

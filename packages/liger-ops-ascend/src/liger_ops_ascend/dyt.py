@@ -44,7 +44,7 @@ def _dyt_forward_kernel(
     y_row_stride,
     n_rows,
     n_cols,
-    n_iters,
+    n_blocks,
     n_chunks,
     HAS_BETA: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -61,8 +61,8 @@ def _dyt_forward_kernel(
         gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
         if HAS_BETA:
             beta = tl.load(BETA + cols, mask=col_mask, other=0.0).to(tl.float32)
-        for i in range(n_iters):
-            row0 = (pid + i * num_programs) * BLOCK_M
+        for blk in range(pid, n_blocks, num_programs):
+            row0 = (pid * 0 + blk) * BLOCK_M
             mask = ((row0 + m_idx) < n_rows)[:, None] & col_mask[None, :]
             base = row0.to(tl.int64)
             x_ptr = X + base * x_row_stride + m_idx[:, None] * x_row_stride + cols[None, :]
@@ -89,7 +89,7 @@ def _dyt_backward_kernel(
     dx_row_stride,
     n_rows,
     n_cols,
-    n_iters,
+    n_blocks,
     n_chunks,
     HAS_BETA: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -107,8 +107,8 @@ def _dyt_backward_kernel(
         gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
         dgamma_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         dbeta_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        for i in range(n_iters):
-            row0 = (pid + i * num_programs) * BLOCK_M
+        for blk in range(pid, n_blocks, num_programs):
+            row0 = (pid * 0 + blk) * BLOCK_M
             mask = ((row0 + m_idx) < n_rows)[:, None] & col_mask[None, :]
             base = row0.to(tl.int64)
             x_ptr = X + base * x_row_stride + m_idx[:, None] * x_row_stride + cols[None, :]
@@ -193,7 +193,7 @@ class LigerDyTFunction(torch.autograd.Function):
                 y.stride(0),
                 n_rows,
                 n_cols,
-                p.n_iters,
+                p.n_blocks,
                 p.n_chunks,
                 HAS_BETA=beta is not None,
                 BLOCK_M=p.block_m,
@@ -234,7 +234,7 @@ class LigerDyTFunction(torch.autograd.Function):
             dx.stride(0),
             n_rows,
             n_cols,
-            p.n_iters,
+            p.n_blocks,
             p.n_chunks,
             HAS_BETA=b_dtype is not None,
             BLOCK_M=p.block_m,

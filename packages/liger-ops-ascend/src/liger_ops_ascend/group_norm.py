@@ -43,7 +43,6 @@ def _group_norm_forward_kernel(
     n_groups,
     cpg,
     hw,
-    n_iters,
     n_c_chunks,
     n_s_chunks,
     eps,
@@ -58,13 +57,12 @@ def _group_norm_forward_kernel(
     c_idx = tl.arange(0, BLOCK_C)
     s_idx = tl.arange(0, BLOCK_S)
     group_size = cpg * hw
-    for i in range(n_iters):
-        row = pid + i * num_programs
-        valid = row < n_rows
+    for row_i in range(pid, n_rows, num_programs):
+        row = pid * 0 + row_i  # a tensor: the interpreter's loop variable is a Python int
         g = row % n_groups
         base = row.to(tl.int64) * group_size
         if SINGLE_TILE:
-            mask = (c_idx < cpg)[:, None] & (s_idx < hw)[None, :] & valid
+            mask = (c_idx < cpg)[:, None] & (s_idx < hw)[None, :]
             offs = c_idx[:, None] * hw + s_idx[None, :]
             xf = tl.load(X + base + offs, mask=mask, other=0.0).to(tl.float32)
             mean = tl.sum(tl.sum(xf, axis=1), axis=0) / group_size
@@ -78,7 +76,7 @@ def _group_norm_forward_kernel(
                 y = y + tl.load(B + g * cpg + c_idx, mask=ch_mask, other=0.0).to(tl.float32)[:, None]
             tl.store(Y + base + offs, y.to(Y.dtype.element_ty), mask=mask)
         else:
-            shift = tl.load(X + base, mask=valid, other=0.0).to(tl.float32)
+            shift = tl.load(X + base).to(tl.float32)
             # fp32 scalar accumulators (a literal 0.0 would change type inside the loop).
             s1 = shift * 0.0
             s2 = shift * 0.0
@@ -86,7 +84,7 @@ def _group_norm_forward_kernel(
                 chans = cc * BLOCK_C + c_idx
                 for sc in range(n_s_chunks):
                     sp = sc * BLOCK_S + s_idx
-                    mask = (chans < cpg)[:, None] & (sp < hw)[None, :] & valid
+                    mask = (chans < cpg)[:, None] & (sp < hw)[None, :]
                     xf = tl.load(X + base + chans[:, None] * hw + sp[None, :], mask=mask, other=0.0).to(tl.float32)
                     d = tl.where(mask, xf - shift, 0.0)
                     s1 += tl.sum(tl.sum(d, axis=1), axis=0)
@@ -103,7 +101,7 @@ def _group_norm_forward_kernel(
                     b = tl.load(B + g * cpg + chans, mask=ch_mask, other=0.0).to(tl.float32)
                 for sc in range(n_s_chunks):
                     sp = sc * BLOCK_S + s_idx
-                    mask = ch_mask[:, None] & (sp < hw)[None, :] & valid
+                    mask = ch_mask[:, None] & (sp < hw)[None, :]
                     offs = chans[:, None] * hw + sp[None, :]
                     xf = tl.load(X + base + offs, mask=mask, other=0.0).to(tl.float32)
                     y = (xf - mean) * rstd
@@ -112,8 +110,8 @@ def _group_norm_forward_kernel(
                     if HAS_BIAS:
                         y = y + b[:, None]
                     tl.store(Y + base + offs, y.to(Y.dtype.element_ty), mask=mask)
-        tl.store(MEAN + row, mean, mask=valid)
-        tl.store(RSTD + row, rstd, mask=valid)
+        tl.store(MEAN + row, mean)
+        tl.store(RSTD + row, rstd)
 
 
 @triton.jit
@@ -130,7 +128,6 @@ def _group_norm_backward_kernel(
     n_groups,
     cpg,
     hw,
-    n_iters,
     n_c_chunks,
     n_s_chunks,
     HAS_WEIGHT: tl.constexpr,
@@ -145,13 +142,12 @@ def _group_norm_backward_kernel(
     c_idx = tl.arange(0, BLOCK_C)
     s_idx = tl.arange(0, BLOCK_S)
     group_size = cpg * hw
-    for i in range(n_iters):
-        row = pid + i * num_programs
-        valid = row < n_rows
+    for row_i in range(pid, n_rows, num_programs):
+        row = pid * 0 + row_i  # a tensor: the interpreter's loop variable is a Python int
         g = row % n_groups
         base = row.to(tl.int64) * group_size
-        mean = tl.load(MEAN + row, mask=valid, other=0.0)
-        rstd = tl.load(RSTD + row, mask=valid, other=0.0)
+        mean = tl.load(MEAN + row)
+        rstd = tl.load(RSTD + row)
         sum_g = mean * 0.0
         sum_gx = mean * 0.0
         for cc in range(n_c_chunks):
@@ -159,7 +155,7 @@ def _group_norm_backward_kernel(
             ch_mask = chans < cpg
             for sc in range(n_s_chunks):
                 sp = sc * BLOCK_S + s_idx
-                mask = ch_mask[:, None] & (sp < hw)[None, :] & valid
+                mask = ch_mask[:, None] & (sp < hw)[None, :]
                 offs = chans[:, None] * hw + sp[None, :]
                 xf = tl.load(X + base + offs, mask=mask, other=0.0).to(tl.float32)
                 gr = tl.load(DY + base + offs, mask=mask, other=0.0).to(tl.float32)
@@ -178,7 +174,7 @@ def _group_norm_backward_kernel(
             db_acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
             for sc in range(n_s_chunks):
                 sp = sc * BLOCK_S + s_idx
-                mask = ch_mask[:, None] & (sp < hw)[None, :] & valid
+                mask = ch_mask[:, None] & (sp < hw)[None, :]
                 offs = chans[:, None] * hw + sp[None, :]
                 xf = tl.load(X + base + offs, mask=mask, other=0.0).to(tl.float32)
                 dy = tl.load(DY + base + offs, mask=mask, other=0.0).to(tl.float32)
@@ -192,9 +188,9 @@ def _group_norm_backward_kernel(
                 db_acc += tl.sum(dy, axis=1)
             part = row.to(tl.int64) * cpg + chans
             if HAS_WEIGHT:
-                tl.store(DW_PARTIAL + part, dw_acc, mask=ch_mask & valid)
+                tl.store(DW_PARTIAL + part, dw_acc, mask=ch_mask)
             if HAS_BIAS:
-                tl.store(DB_PARTIAL + part, db_acc, mask=ch_mask & valid)
+                tl.store(DB_PARTIAL + part, db_acc, mask=ch_mask)
 
 
 # -- tile plans ------------------------------------------------------------------------------
@@ -318,7 +314,6 @@ class LigerGroupNormFunction(torch.autograd.Function):
                 num_groups,
                 num_channels // num_groups,
                 spatial,
-                p.n_iters,
                 p.n_c_chunks,
                 p.n_s_chunks,
                 eps,
@@ -360,7 +355,6 @@ class LigerGroupNormFunction(torch.autograd.Function):
                 num_groups,
                 num_channels // num_groups,
                 spatial,
-                p.n_iters,
                 p.n_c_chunks,
                 p.n_s_chunks,
                 HAS_WEIGHT=has_w,

@@ -50,7 +50,7 @@ def _layer_norm_forward_kernel(
     y_row_stride,
     n_rows,
     n_cols,
-    n_iters,
+    n_blocks,
     n_chunks,
     eps,
     HAS_WEIGHT: tl.constexpr,
@@ -71,8 +71,8 @@ def _layer_norm_forward_kernel(
             w = tl.load(W + n_idx, mask=col_mask, other=0.0).to(tl.float32)
         if HAS_BIAS:
             b = tl.load(B + n_idx, mask=col_mask, other=0.0).to(tl.float32)
-        for i in range(n_iters):
-            row0 = (pid + i * num_programs) * BLOCK_M
+        for blk in range(pid, n_blocks, num_programs):
+            row0 = (pid * 0 + blk) * BLOCK_M
             rows = row0 + m_idx
             row_mask = rows < n_rows
             mask = row_mask[:, None] & col_mask[None, :]
@@ -92,8 +92,8 @@ def _layer_norm_forward_kernel(
             tl.store(MEAN + rows, mean, mask=row_mask)
             tl.store(RSTD + rows, rstd, mask=row_mask)
     else:
-        for i in range(n_iters):
-            row0 = (pid + i * num_programs) * BLOCK_M
+        for blk in range(pid, n_blocks, num_programs):
+            row0 = (pid * 0 + blk) * BLOCK_M
             rows = row0 + m_idx
             row_mask = rows < n_rows
             x_base = X + row0.to(tl.int64) * x_row_stride + x_tile
@@ -143,7 +143,7 @@ def _layer_norm_backward_kernel(
     dx_row_stride,
     n_rows,
     n_cols,
-    n_iters,
+    n_blocks,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -160,8 +160,8 @@ def _layer_norm_backward_kernel(
         dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     if HAS_BIAS:
         db_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    for i in range(n_iters):
-        row0 = (pid + i * num_programs) * BLOCK_M
+    for blk in range(pid, n_blocks, num_programs):
+        row0 = (pid * 0 + blk) * BLOCK_M
         rows = row0 + m_idx
         row_mask = rows < n_rows
         mask = row_mask[:, None] & col_mask[None, :]
@@ -203,7 +203,7 @@ def _layer_norm_backward_coef_kernel(
     x_row_stride,
     n_rows,
     n_cols,
-    n_iters,
+    n_blocks,
     n_chunks,
     HAS_WEIGHT: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -214,8 +214,8 @@ def _layer_norm_backward_coef_kernel(
     num_programs = tl.num_programs(0)
     m_idx = tl.arange(0, BLOCK_M)
     n_idx = tl.arange(0, BLOCK_N)
-    for i in range(n_iters):
-        row0 = (pid + i * num_programs) * BLOCK_M
+    for blk in range(pid, n_blocks, num_programs):
+        row0 = (pid * 0 + blk) * BLOCK_M
         rows = row0 + m_idx
         row_mask = rows < n_rows
         base = row0.to(tl.int64)
@@ -256,7 +256,7 @@ def _layer_norm_backward_chunked_kernel(
     dx_row_stride,
     n_rows,
     n_cols,
-    n_iters,
+    n_blocks,
     n_chunks,
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
@@ -276,8 +276,8 @@ def _layer_norm_backward_chunked_kernel(
             dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         if HAS_BIAS:
             db_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        for i in range(n_iters):
-            row0 = (pid + i * num_programs) * BLOCK_M
+        for blk in range(pid, n_blocks, num_programs):
+            row0 = (pid * 0 + blk) * BLOCK_M
             rows = row0 + m_idx
             row_mask = rows < n_rows
             mask = row_mask[:, None] & col_mask[None, :]
@@ -406,7 +406,7 @@ class LigerLayerNormFunction(torch.autograd.Function):
                 y.stride(0),
                 n_rows,
                 n_cols,
-                p.n_iters,
+                p.n_blocks,
                 p.n_chunks,
                 eps,
                 HAS_WEIGHT=weight is not None,
@@ -455,7 +455,7 @@ class LigerLayerNormFunction(torch.autograd.Function):
                 dx.stride(0),
                 n_rows,
                 n_cols,
-                p.n_iters,
+                p.n_blocks,
                 HAS_BIAS=has_b,
                 **common,
             )
@@ -477,7 +477,7 @@ class LigerLayerNormFunction(torch.autograd.Function):
                 x2d.stride(0),
                 n_rows,
                 n_cols,
-                p.n_iters,
+                p.n_blocks,
                 p.n_chunks,
                 **common,
             )
@@ -500,7 +500,7 @@ class LigerLayerNormFunction(torch.autograd.Function):
                 dx.stride(0),
                 n_rows,
                 n_cols,
-                p.n_iters,
+                p.n_blocks,
                 p.n_chunks,
                 HAS_BIAS=has_b,
                 **common,

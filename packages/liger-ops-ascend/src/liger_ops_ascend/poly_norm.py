@@ -40,7 +40,7 @@ def _poly_norm_forward_kernel(
     y_row_stride,
     n_rows,
     n_cols,
-    n_iters,
+    n_blocks,
     n_chunks,
     eps,
     BLOCK_M: tl.constexpr,
@@ -55,8 +55,8 @@ def _poly_norm_forward_kernel(
     w1 = tl.load(W + 1).to(tl.float32)
     w2 = tl.load(W + 2).to(tl.float32)
     bias = tl.load(B).to(tl.float32)
-    for i in range(n_iters):
-        row0 = (pid + i * num_programs) * BLOCK_M
+    for blk in range(pid, n_blocks, num_programs):
+        row0 = (pid * 0 + blk) * BLOCK_M
         rows = row0 + m_idx
         row_mask = rows < n_rows
         x_base = X + row0.to(tl.int64) * x_row_stride + m_idx[:, None] * x_row_stride
@@ -101,7 +101,7 @@ def _poly_norm_backward_kernel(
     dx_row_stride,
     n_rows,
     n_cols,
-    n_iters,
+    n_blocks,
     n_chunks,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -118,8 +118,8 @@ def _poly_norm_backward_kernel(
     acc2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc3 = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc_b = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    for i in range(n_iters):
-        row0 = (pid + i * num_programs) * BLOCK_M
+    for blk in range(pid, n_blocks, num_programs):
+        row0 = (pid * 0 + blk) * BLOCK_M
         rows = row0 + m_idx
         row_mask = rows < n_rows
         base = row0.to(tl.int64)
@@ -225,7 +225,7 @@ class LigerPolyNormFunction(torch.autograd.Function):
                 y.stride(0),
                 n_rows,
                 n_cols,
-                p.n_iters,
+                p.n_blocks,
                 p.n_chunks,
                 eps,
                 BLOCK_M=p.block_m,
@@ -261,7 +261,7 @@ class LigerPolyNormFunction(torch.autograd.Function):
             dx.stride(0),
             n_rows,
             n_cols,
-            p.n_iters,
+            p.n_blocks,
             p.n_chunks,
             BLOCK_M=p.block_m,
             BLOCK_N=p.block_n,

@@ -1,8 +1,11 @@
 """RMSNorm for Ascend NPUs: triton-ascend kernels, UB-aware tile plans and autograd Function.
 
 Launch: one program per vector core (never more programs than row blocks); each program
-walks the row blocks ``pid, pid + programs, ...`` (a grid-stride loop whose trip count the
-host computes, so the loop is the same in the interpreter and on the NPU).
+walks the row blocks ``pid, pid + programs, ...`` up to the last one (``range(pid, n_blocks,
+programs)``): no program ever runs an iteration past the end. That matters beyond saving
+work: triton-ascend's interpreter ignores the mask of a one-element store, so a masked-off
+per-row store of a block of one row would land past the end of its buffer. (The
+interpreter's loop variable is a Python int, hence ``pid * 0 + blk`` where a tensor is needed.)
 
 Tiles: a program works on BLOCK_M rows x BLOCK_N columns at a time, sized so that every
 tile live at once fits the UB budget of the SoC (``plan_forward`` / ``plan_backward``):
@@ -65,7 +68,7 @@ def _rms_norm_forward_kernel(
     s_row_stride,
     n_rows,
     n_cols,
-    n_iters,
+    n_blocks,
     n_chunks,
     eps,
     offset,
@@ -92,8 +95,8 @@ def _rms_norm_forward_kernel(
         if HAS_WEIGHT:
             # One weight load per program, reused for every row block it handles.
             w_eff = tl.load(W + n_idx, mask=col_mask, other=0.0).to(tl.float32) + offset
-        for i in range(n_iters):
-            row0 = (pid + i * num_programs) * BLOCK_M
+        for blk in range(pid, n_blocks, num_programs):
+            row0 = (pid * 0 + blk) * BLOCK_M
             rows = row0 + m_idx
             row_mask = rows < n_rows
             mask = row_mask[:, None] & col_mask[None, :]
@@ -115,8 +118,8 @@ def _rms_norm_forward_kernel(
             tl.store(y_base + y_tile + n_idx[None, :], x_hat.to(Y.dtype.element_ty), mask=mask)
             tl.store(RSTD + rows, rstd, mask=row_mask)
     else:
-        for i in range(n_iters):
-            row0 = (pid + i * num_programs) * BLOCK_M
+        for blk in range(pid, n_blocks, num_programs):
+            row0 = (pid * 0 + blk) * BLOCK_M
             rows = row0 + m_idx
             row_mask = rows < n_rows
             x_base = X + row0.to(tl.int64) * x_row_stride
@@ -174,7 +177,7 @@ def _rms_norm_backward_kernel(
     dr_row_stride,
     n_rows,
     n_cols,
-    n_iters,
+    n_blocks,
     offset,
     HAS_WEIGHT: tl.constexpr,
     ROUND_X_HAT: tl.constexpr,
@@ -192,8 +195,8 @@ def _rms_norm_backward_kernel(
     if HAS_WEIGHT:
         w_eff = tl.load(W + n_idx, mask=col_mask, other=0.0).to(tl.float32) + offset
         dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    for i in range(n_iters):
-        row0 = (pid + i * num_programs) * BLOCK_M
+    for blk in range(pid, n_blocks, num_programs):
+        row0 = (pid * 0 + blk) * BLOCK_M
         rows = row0 + m_idx
         row_mask = rows < n_rows
         mask = row_mask[:, None] & col_mask[None, :]
@@ -236,7 +239,7 @@ def _rms_norm_backward_coef_kernel(
     x_row_stride,
     n_rows,
     n_cols,
-    n_iters,
+    n_blocks,
     n_chunks,
     offset,
     HAS_WEIGHT: tl.constexpr,
@@ -248,8 +251,8 @@ def _rms_norm_backward_coef_kernel(
     num_programs = tl.num_programs(0)
     m_idx = tl.arange(0, BLOCK_M)
     n_idx = tl.arange(0, BLOCK_N)
-    for i in range(n_iters):
-        row0 = (pid + i * num_programs) * BLOCK_M
+    for blk in range(pid, n_blocks, num_programs):
+        row0 = (pid * 0 + blk) * BLOCK_M
         rows = row0 + m_idx
         row_mask = rows < n_rows
         base = row0.to(tl.int64)
@@ -288,7 +291,7 @@ def _rms_norm_backward_chunked_kernel(
     dr_row_stride,
     n_rows,
     n_cols,
-    n_iters,
+    n_blocks,
     n_chunks,
     offset,
     HAS_WEIGHT: tl.constexpr,
@@ -310,8 +313,8 @@ def _rms_norm_backward_chunked_kernel(
         if HAS_WEIGHT:
             w_eff = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
             dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        for i in range(n_iters):
-            row0 = (pid + i * num_programs) * BLOCK_M
+        for blk in range(pid, n_blocks, num_programs):
+            row0 = (pid * 0 + blk) * BLOCK_M
             rows = row0 + m_idx
             row_mask = rows < n_rows
             mask = row_mask[:, None] & col_mask[None, :]
@@ -513,7 +516,7 @@ def rms_norm_forward(
         y.stride(0) if s is None else s.stride(0),
         n_rows,
         n_cols,
-        p.n_iters,
+        p.n_blocks,
         p.n_chunks,
         eps,
         offset,
@@ -584,7 +587,7 @@ def rms_norm_backward(
             dr_arg.stride(0),
             n_rows,
             n_cols,
-            p.n_iters,
+            p.n_blocks,
             offset,
             ROUND_X_HAT=round_x_hat,
             **common,
@@ -605,7 +608,7 @@ def rms_norm_backward(
             x2d.stride(0),
             n_rows,
             n_cols,
-            p.n_iters,
+            p.n_blocks,
             p.n_chunks,
             offset,
             **common,
@@ -630,7 +633,7 @@ def rms_norm_backward(
             dr_arg.stride(0),
             n_rows,
             n_cols,
-            p.n_iters,
+            p.n_blocks,
             p.n_chunks,
             offset,
             ROUND_X_HAT=round_x_hat,
