@@ -196,8 +196,40 @@ def _activation_cases() -> list[dict]:
     return cases
 
 
+def _loss_cases() -> list[dict]:
+    """The cross-entropy pair with every option on (a 128k vocabulary in 4096-wide blocks) and the
+    divergence pair for the general JSD and KL with log targets."""
+    from liger_ops_xpu._divergence import JSD, KL, plan_divergence
+    from liger_ops_xpu.cross_entropy import plan_vocab
+
+    cases = []
+    plan = plan_vocab(128256)
+    c = {"HAS_WEIGHT": True, "HAS_SMOOTHING": True, "HAS_SOFTCAP": True, "BLOCK_V": plan.block_v}
+    c["N_BLOCKS"] = plan.n_blocks
+    opts = "ignore_index:i32 lse_square_scale label_smoothing softcap w_total"
+    fwd = _sig("X TARGET:i64 W:fp32 LOSS:fp32 Z:fp32 LSE:fp32", "x_row_stride n_cols", opts.replace(":i32", ""))
+    fwd["ignore_index"] = "i32"
+    cases.append(_case("cross_entropy", "_ce_forward_kernel", fwd, c, plan.num_warps))
+    bwd = _sig("X TARGET:i64 W:fp32 LSE:fp32 GRAD_OUT:fp32 DX", "x_row_stride dx_row_stride grad_out_stride n_cols")
+    bwd.update(_sig("", "ignore_index", "lse_square_scale label_smoothing softcap w_total loss_scale z_scale"))
+    cases.append(_case("cross_entropy", "_ce_backward_kernel", bwd, c, plan.num_warps))
+
+    dp = plan_divergence(128256)
+    for kind, log_target in ((JSD, False), (KL, True)):
+        c = {"KIND": kind, "LOG_TARGET": log_target, "HAS_LABELS": kind == JSD, "BLOCK_M": dp.block_m}
+        c["BLOCK_N"] = dp.block_n
+        fwd = _sig("X Y LABELS:i64 OUT:fp32 PARTIAL:fp32", "x_row_stride y_row_stride out_row_stride n_rows n_cols")
+        fwd.update(_sig("", "ignore_index", "beta eps"))
+        fc = {**c, "STORE_ELEMENTS": kind == KL}
+        cases.append(_case("_divergence", "_divergence_forward_kernel", fwd, fc, dp.num_warps, register_heavy=False))
+        bwd = _sig("X Y LABELS:i64 GRAD_OUT:fp32 DX", "x_row_stride y_row_stride g_row_stride g_col_stride")
+        bwd.update(_sig("", "dx_row_stride n_rows n_cols ignore_index", "beta eps scale"))
+        cases.append(_case("_divergence", "_divergence_backward_kernel", bwd, c, dp.num_warps, register_heavy=False))
+    return cases
+
+
 def _cases() -> list[dict]:
-    return _rms_norm_cases() + _norm_cases() + _activation_cases()
+    return _rms_norm_cases() + _norm_cases() + _activation_cases() + _loss_cases()
 
 
 def test_kernels_compile_to_spirv_for_an_intel_target(tmp_path):
