@@ -258,7 +258,9 @@ def plan(
                 "timeout-minutes": runner.get("timeout-minutes", 60),
                 "probe": _script([*profile, runner["probe"]]),
                 "setup": _script([*profile, *runner.get("setup", [])]),
-                "test": _script([*profile, "nox " + " ".join(f"-s '{n}'" for n in names)]),
+                # `python3 -m`: the nox that setup installed, wherever pip put its script. One -s with
+                # every name (nox keeps only the last of repeated -s options).
+                "test": _script([*profile, "python3 -m nox -s " + " ".join(f"'{n}'" for n in names)]),
             }
         )
     return {"cpu": cpu, "vendor": vendor, "notes": notes}
