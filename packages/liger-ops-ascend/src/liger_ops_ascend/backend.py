@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from liger_core.backend import Backend, triton_runtime
 
-from liger_ops_ascend import dyt, group_norm, layer_norm, poly_norm, rms_norm
+from liger_ops_ascend import dyt, geglu, group_norm, layer_norm, poly_norm, rms_norm, swiglu
 from liger_ops_ascend.__about__ import __version__
 
 # 1.1: every norm op (rms_norm, fused_add_rms_norm, layer_norm, group_norm, poly_norm, dyt).
@@ -24,6 +24,8 @@ BACKEND = Backend(
         "group_norm": group_norm.group_norm,
         "poly_norm": poly_norm.poly_norm,
         "dyt": dyt.dyt,
+        "swiglu": swiglu.swiglu,
+        "geglu": geglu.geglu,
     },
     runtime=lambda: triton_runtime("triton-ascend"),
 )
