@@ -133,3 +133,35 @@ def test_sparsemax_exact_after_few_bisection_steps(monkeypatch):
     monkeypatch.setattr(hardware, "SPARSEMAX_BISECTION_STEPS", 8)
     monkeypatch.setattr(hardware, "SPARSEMAX_REFINE_STEPS", 3)
     check_sparsemax(BACKEND, *sparsemax_inputs((64, 40), torch.float32, DEVICE))
+
+
+@pytest.mark.parametrize("op", ("swiglu", "geglu"))
+def test_gated_mlp_module_with_in_place_kernels(monkeypatch, op):
+    """LigerSwiGLUMLP / LigerGEGLUMLP hand their projection outputs to the kernel with in_place:
+    the gradients of x and of every weight still match the hand-written transformers MLP."""
+    from types import SimpleNamespace
+
+    from liger_core.nn import LigerGEGLUMLP, LigerSwiGLUMLP
+    from liger_core.nn import mlp as mlp_module
+
+    kernel = BACKEND.ops[op]
+    monkeypatch.setattr(mlp_module, f"liger_{op}", lambda a, b, in_place=False: kernel(a, b, in_place))
+    if op == "swiglu":
+        module = LigerSwiGLUMLP(SimpleNamespace(hidden_size=24, intermediate_size=40, hidden_act="silu"))
+        act = torch.nn.functional.silu
+    else:
+        module = LigerGEGLUMLP(SimpleNamespace(hidden_size=24, intermediate_size=40, hidden_act="gelu_pytorch_tanh"))
+        act = lambda a: torch.nn.functional.gelu(a, approximate="tanh")  # noqa: E731
+    module = module.to(DEVICE)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 24, generator=gen).to(DEVICE)
+    dy = torch.randn(3, 5, 24, generator=gen).to(DEVICE)
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    module(x1).backward(dy)
+    p = dict(module.named_parameters())
+    w = {k: v.detach().clone().requires_grad_() for k, v in p.items()}
+    h = act(x2 @ w["gate_proj.weight"].t()) * (x2 @ w["up_proj.weight"].t())
+    (h @ w["down_proj.weight"].t()).backward(dy)
+    torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-4, atol=1e-5)
+    for k in p:
+        torch.testing.assert_close(p[k].grad, w[k].grad, rtol=1e-4, atol=1e-5, msg=k)
