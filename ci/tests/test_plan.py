@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
+import sys
 
 import liger_ci
 import pytest
+from conftest import ROOT
 
 ALL = {"liger-core", "liger-ops-cuda", "liger-ops-ascend", "liger-ops-xpu"}
 
@@ -125,3 +129,22 @@ def test_event_from_a_github_payload(tmp_path) -> None:
 def test_gate(needs, ok) -> None:
     problems = liger_ci.gate({job: {"result": result, "outputs": {}} for job, result in needs.items()})
     assert (problems == []) is ok, problems
+
+
+def test_each_vendor_jobs_nox_command_selects_exactly_its_sessions(matrix, sessions) -> None:
+    """Run the planned command with --list: nox must select the sessions the plan meant."""
+    event = liger_ci.Event("push", MAIN, "", (), tuple(r["id"] for r in matrix["runners"]))
+    pkgs = liger_ci.packages(matrix=matrix)
+    for job in liger_ci.plan(sessions, matrix, None, event)["vendor"]:
+        command = job["test"].strip().splitlines()[-1]
+        assert command.startswith("python3 -m nox ")
+        args = shlex.split(command)[3:]
+        out = subprocess.run(
+            [sys.executable, "-m", "nox", "--list", "--json", *args],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        runner = next(r for r in matrix["runners"] if r["id"] == job["id"])
+        assert [s["session"] for s in json.loads(out)] == liger_ci.runner_sessions(runner, sessions, pkgs)
