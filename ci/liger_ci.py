@@ -383,6 +383,15 @@ def consistency_problems(
             include = str(((jobs[job].get("strategy") or {}).get("matrix") or {}).get("include", ""))
             if include.replace(" ", "") != f"${{{{fromJSON(needs.plan.outputs.{job})}}}}":
                 problems.append(f"ci.yml: job {job} does not take its matrix from needs.plan.outputs.{job}")
+        cpu_job, cpu = jobs.get("cpu", {}), matrix["cpu"]
+        runs_on = cpu_job.get("runs-on")
+        if (runs_on if isinstance(runs_on, list) else [runs_on]) != cpu["runs-on"]:
+            problems.append(f"ci.yml: the cpu job runs on {runs_on}, ci/matrix.toml says {cpu['runs-on']}")
+        pythons = [s["with"]["python-version"] for s in cpu_job.get("steps", []) if "setup-python" in s.get("uses", "")]
+        if pythons != [cpu["python"]]:
+            problems.append(f"ci.yml: the cpu job sets up Python {pythons}, ci/matrix.toml says {cpu['python']}")
+        if cpu_job.get("timeout-minutes") != cpu["timeout-minutes"]:
+            problems.append(f"ci.yml: the cpu job's timeout differs from ci/matrix.toml's {cpu['timeout-minutes']}")
         if "ci/liger_ci.py plan" not in json.dumps(jobs.get("plan", {})):
             problems.append("ci.yml: the plan job does not run `ci/liger_ci.py plan`")
         if 'nox -s \\"$SESSION\\"' not in json.dumps(jobs.get("cpu", {})):

@@ -87,6 +87,11 @@ WORKFLOW_MISTAKES = {
         lambda w: w["ci.yml"]["jobs"]["cpu"]["strategy"]["matrix"].update(include=[{"session": "lint"}]),
         "needs.plan.outputs.cpu",
     ),
+    "cpu job on another runner": (lambda w: w["ci.yml"]["jobs"]["cpu"].update({"runs-on": "ubuntu-22.04"}), "runs on"),
+    "cpu job on another Python": (
+        lambda w: w["ci.yml"]["jobs"]["cpu"]["steps"][1]["with"].update({"python-version": "3.12"}),
+        "sets up Python",
+    ),
     "release tags miss liger-core": (
         lambda w: w["release.yml"][True]["push"].update(tags=["liger-ops-*-v*"]),
         "liger-core-v",
