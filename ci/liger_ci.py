@@ -564,6 +564,22 @@ def compat_targets(spec: str, root: Path = ROOT) -> list[CoreSource]:
     return [allowed[0]] if allowed[0] == allowed[-1] else [allowed[0], allowed[-1]]
 
 
+def floor_gap(spec: str, oldest: CoreSource) -> str | None:
+    """A note when the range's floor (`>=X`) is older than the oldest build found: releases below
+    that build were never tagged here, so compat cannot check them."""
+    m = re.search(r">=\s*([0-9][^,\s]*)", spec)
+    if (
+        m
+        and _version_key(m.group(1)) < _version_key(oldest.version)
+        and not _satisfies(m.group(1), f"=={oldest.version}")
+    ):
+        return (
+            f"the range allows liger-core {m.group(1)}, but the oldest build here is {oldest.version} "
+            f"(no liger-core-v tag below it): raise the floor, or tag that release"
+        )
+    return None
+
+
 def export_core(source: CoreSource, dest: Path, root: Path = ROOT) -> Path:
     """The liger-core source folder to build: the working tree's, or the tag's via git archive."""
     core = packages(root)["liger-core"]

@@ -120,6 +120,10 @@ def test_compat_builds_the_oldest_allowed_core_from_its_tag(tree: Path) -> None:
     assert liger_ci.export_core(targets[1], tree / "unused", tree) == core.path
     # A floor equal to the tree's version and no tag: the tree is the one build (said so).
     assert [t.describe() for t in liger_ci.compat_targets(">=0.1.7", tree)] == ["liger-core 0.1.7 (working tree)"]
+    # The floor 0.1.7 is the tree's version: nothing below it to check, nothing to warn about.
+    assert liger_ci.floor_gap(">=0.1.7", targets[1]) is None
+    assert liger_ci.floor_gap(">=0.1.7,<0.2", liger_ci.CoreSource("0.1.7.0", None)) is None
+    assert "no liger-core-v tag below it" in liger_ci.floor_gap(">=0.1.2", targets[1])
     with pytest.raises(liger_ci.CIError, match="no liger-core build"):
         liger_ci.compat_targets(">=0.3", tree)
 
