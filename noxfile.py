@@ -252,6 +252,9 @@ def compat(session: nox.Session, package: str) -> None:
     except liger_ci.CIError as e:
         session.error(str(e))
     session.log(f"{pkg.name} declares liger-core{spec}; checking against: " + "; ".join(t.describe() for t in targets))
+    gap = liger_ci.floor_gap(spec, targets[0])
+    if gap:
+        session.warn(gap)
     session.install("hatch>=1.12")
     for target in targets:
         session.log(f"--- {pkg.name} with {target.describe()}")
