@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from liger_core.backend import Backend, triton_runtime
 
-from liger_ops_ascend import dyt, geglu, group_norm, layer_norm, poly_norm, rms_norm, swiglu
+from liger_ops_ascend import dyt, geglu, group_norm, layer_norm, poly_norm, qwen2vl_mrope, rms_norm, rope, swiglu
 from liger_ops_ascend.__about__ import __version__
 
 # 1.1: every norm op (rms_norm, fused_add_rms_norm, layer_norm, group_norm, poly_norm, dyt).
@@ -26,6 +26,8 @@ BACKEND = Backend(
         "dyt": dyt.dyt,
         "swiglu": swiglu.swiglu,
         "geglu": geglu.geglu,
+        "rope": rope.rope,
+        "qwen2vl_mrope": qwen2vl_mrope.qwen2vl_mrope,
     },
     runtime=lambda: triton_runtime("triton-ascend"),
 )
