@@ -7,8 +7,8 @@
 #   bash benchmarks/run_gpu.sh [norms|activations|losses|all] [more liger bench options]
 #
 # Each group takes a few minutes (torch.compile compiles each op once); groups add up in one
-# folder. Peers: wheels in .whl/ are installed with `pip install --no-deps --target` into
-# $LIGER_BENCH_SITE (default /tmp/site) when they do not import yet. Without matplotlib on the
+# folder. Peers: liger-kernel 0.8.5 and cut-cross-entropy 25.1.1 wheels in .whl/ are installed with
+# `pip install --no-deps --target` into $BENCH_SITE (default /tmp/site) when they do not import. Without matplotlib on the
 # host, draw the plots and the README table elsewhere from the committed JSON:
 #   liger bench --replot benchmarks/results/<GPU> --readme README.md
 set -euo pipefail
@@ -16,13 +16,18 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 GROUP=${1:-all}
 shift || true
-SITE=${LIGER_BENCH_SITE:-/tmp/site}
-if compgen -G ".whl/*.whl" >/dev/null && ! PYTHONPATH=$SITE $PY -c "import liger_kernel, cut_cross_entropy" 2>/dev/null; then
-    $PY -m pip install -q --no-deps --no-index --target "$SITE" .whl/*.whl
+SITE=${BENCH_SITE:-/tmp/site}
+# Only the two peers (.whl/ may hold other wheels, e.g. transformers' for bench_e2e.py).
+PEERS=$(compgen -G ".whl/liger_kernel-0.8.5-*.whl"; compgen -G ".whl/cut_cross_entropy-25.1.1-*.whl") || true
+if [ -n "$PEERS" ] && ! PYTHONPATH=$SITE $PY -c "import liger_kernel, cut_cross_entropy" 2>/dev/null; then
+    # shellcheck disable=SC2086
+    $PY -m pip install -q --no-deps --no-index --target "$SITE" $PEERS
 fi
 export PYTHONPATH="packages/liger-core/src:packages/liger-ops-cuda/src:$SITE${PYTHONPATH:+:$PYTHONPATH}"
-GPU=$($PY -c "import torch; n = torch.cuda.get_device_name(); print(next((g for g in ('H200', 'H100', 'B200', 'A100', 'L40S') if g in n), n.replace(' ', '_')))")
-OUT=${LIGER_BENCH_OUT:-benchmarks/results/$GPU}
+if [ -z "${BENCH_OUT:-}" ]; then
+    GPU=$($PY -c "import torch; n = torch.cuda.get_device_name(); print(next((g for g in ('H200', 'H100', 'B200', 'A100', 'L40S') if g in n), n.replace(' ', '_')))")
+fi
+OUT=${BENCH_OUT:-benchmarks/results/$GPU}
 case "$GROUP" in
     norms | activations | losses) OPS=(--ops "$GROUP") ;;
     all) OPS=() ;;
