@@ -40,6 +40,20 @@ def test_glu_in_place_reuses_the_input_buffers():
     torch.testing.assert_close(b_buf.detach(), b_leaf.grad)
 
 
+def test_glu_in_place_misuse_is_an_error_not_silent():
+    # Another node saved `a` (a * w needs it for grad_w): once the in-place backward has
+    # overwritten it, that node's backward must fail rather than use gradients as activations.
+    a, b, dy = glu_inputs((4, 50), torch.float32, DEVICE)
+    a_leaf, b_leaf = a.clone().requires_grad_(), b.clone().requires_grad_()
+    w = torch.randn(50, device=DEVICE, requires_grad=True)
+    a_buf, b_buf = a_leaf * 1, b_leaf * 1
+    y = BACKEND.ops["swiglu"](a_buf, b_buf, True)
+    z = a_buf * w
+    y.backward(dy)  # runs the in-place backward first
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.sum().backward()
+
+
 def test_glu_zero_dim_input():
     a = torch.tensor(0.7, device=DEVICE, requires_grad=True)
     b = torch.tensor(-1.5, device=DEVICE, requires_grad=True)

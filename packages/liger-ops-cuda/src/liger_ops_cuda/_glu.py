@@ -117,4 +117,9 @@ class LigerGLUFunction(torch.autograd.Function):
     def backward(ctx, dc):
         a1, b1 = ctx.saved_tensors
         da, db = glu_backward(dc, a1, b1, ctx.act, ctx.in_place)
+        if ctx.in_place:
+            # The kernel overwrote a and b behind autograd's back: bump their version counters,
+            # so a node that also saved them (a misuse of in_place) raises instead of reading
+            # gradients as activations.
+            torch.autograd.graph.increment_version((a1, b1))
         return da.view(ctx.shape), db.view(ctx.shape), None, None
