@@ -440,3 +440,14 @@ def test_cuda_graph_fallback_keeps_row_groups_on_one_timer(monkeypatch):
     assert [by[m]["timer"] for m in specs.MODES] == ["cudagraph"] * 3
     assert (by["backward"]["ms_p20"], by["backward"]["ms_p50"], by["backward"]["ms_p80"]) == (2.0, 3.0, 4.0)
     assert "full minus forward" in by["backward"]["note"]
+
+
+def test_do_bench_failure_off_cuda_falls_back_to_the_host_clock(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("0 active drivers")
+
+    monkeypatch.setattr(runner.timing, "triton_time", broken)
+    ms, used, note = runner._time(lambda: None, [], "do_bench", "cpu", 1)
+    assert used == "wall" and "do_bench failed" in note and 0 <= ms[0] <= ms[1] <= ms[2]
+    with pytest.raises(RuntimeError):
+        runner._time(lambda: None, [], "do_bench", "cuda", 1)
