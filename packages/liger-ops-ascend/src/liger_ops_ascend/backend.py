@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from liger_core.backend import Backend, triton_runtime
 
-from liger_ops_ascend import dyt, geglu, group_norm, layer_norm, poly_norm, qwen2vl_mrope, rms_norm, rope, swiglu
+from liger_ops_ascend import (
+    dyt,
+    geglu,
+    group_norm,
+    layer_norm,
+    poly_norm,
+    qwen2vl_mrope,
+    rms_norm,
+    rope,
+    softmax,
+    sparsemax,
+    swiglu,
+)
 from liger_ops_ascend.__about__ import __version__
 
 # 1.1: every norm op (rms_norm, fused_add_rms_norm, layer_norm, group_norm, poly_norm, dyt).
@@ -28,6 +40,8 @@ BACKEND = Backend(
         "geglu": geglu.geglu,
         "rope": rope.rope,
         "qwen2vl_mrope": qwen2vl_mrope.qwen2vl_mrope,
+        "softmax": softmax.softmax,
+        "sparsemax": sparsemax.sparsemax,
     },
     runtime=lambda: triton_runtime("triton-ascend"),
 )

@@ -1,0 +1,227 @@
+"""Sparsemax for Ascend NPUs: kernels, UB-aware plans and autograd Function.
+
+No sort (a per-row sort of a wide row does not fit the UB, and sorting is slow on the vector
+cores): the threshold ``tau`` solves ``sum(max(x - tau, 0)) = 1``, a decreasing function
+of ``tau`` with the root in ``[max(x) - 1, max(x))``. Bisection narrows it to fp32 resolution,
+then a few steps of Michelot's fixed point ``tau = (sum_{x > tau} x - 1) / |{x > tau}|``
+(monotone from below, exact once the support is found) make it exact.
+
+Rows tiled by `_tiling.row_plan`: whole rows in the UB (several short rows per tile) where
+they fit, every step then works on the loaded tile; wider rows repeat each step as a pass
+over ``BLOCK_N`` chunks. ``dim`` other than the last is moved last (a copy).
+Backward: on the support ``S = {y > 0}``, ``dx = dy - mean_S(dy)``, zero elsewhere.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+from liger_core.ops.sparsemax import check_args
+
+from liger_ops_ascend import hardware
+from liger_ops_ascend._tiling import FP32, MAX_BLOCK_M, RowPlan, elem_bytes, loaded, row_plan, rows_view
+from liger_ops_ascend.launch import Tile, launch
+
+MAX_BLOCK_N = 65536
+# Bisection halves [max - 1, max) to 2^-24: fp32 resolution for the O(1) thresholds.
+BISECT_STEPS = 24
+MICHELOT_STEPS = 3
+
+
+@triton.jit
+def _excess(x, tau):
+    """sum(max(x - tau, 0)) per row of the tile."""
+    return tl.sum(tl.maximum(x - tau[:, None], 0.0), axis=1)
+
+
+@triton.jit
+def _support_sums(x, tau):
+    """(sum of x over {x > tau}, size of that set) per row of the tile."""
+    inside = x > tau[:, None]
+    return tl.sum(tl.where(inside, x, 0.0), axis=1), tl.sum(inside.to(tl.float32), axis=1)
+
+
+@triton.jit
+def _sparsemax_forward_kernel(
+    X, Y, x_row_stride, y_row_stride, n_rows, n_cols, n_blocks, n_chunks,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
+    BISECT: tl.constexpr, MICHELOT: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    m_idx = tl.arange(0, BLOCK_M)
+    n_idx = tl.arange(0, BLOCK_N)
+    for blk in range(pid, n_blocks, num_programs):
+        row0 = (pid * 0 + blk) * BLOCK_M
+        row_mask = (row0 + m_idx) < n_rows
+        x_base = X + row0.to(tl.int64) * x_row_stride + m_idx[:, None] * x_row_stride
+        y_base = Y + row0.to(tl.int64) * y_row_stride + m_idx[:, None] * y_row_stride
+        if SINGLE_PASS:
+            mask = row_mask[:, None] & (n_idx < n_cols)[None, :]
+            x = tl.load(x_base + n_idx[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+            # Rows past the end (all -inf) get a finite bracket; their stores are masked.
+            hi = tl.where(row_mask, tl.max(x, axis=1), 0.0)
+            lo = hi - 1.0
+            for _ in range(BISECT):
+                mid = 0.5 * (lo + hi)
+                above = _excess(x, mid) >= 1.0
+                lo = tl.where(above, mid, lo)
+                hi = tl.where(above, hi, mid)
+            tau = lo
+            for _ in range(MICHELOT):
+                total, count = _support_sums(x, tau)
+                tau = tl.where(count > 0, (total - 1.0) / tl.maximum(count, 1.0), tau)
+            y = tl.maximum(x - tau[:, None], 0.0)
+            tl.store(y_base + n_idx[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        else:
+            hi = tl.full((BLOCK_M,), -float("inf"), tl.float32)
+            for c in range(n_chunks):
+                cols = c * BLOCK_N + n_idx
+                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+                hi = tl.maximum(hi, tl.max(x, axis=1))
+            hi = tl.where(row_mask, hi, 0.0)
+            lo = hi - 1.0
+            for _ in range(BISECT):
+                mid = 0.5 * (lo + hi)
+                f = tl.zeros((BLOCK_M,), dtype=tl.float32)
+                for c in range(n_chunks):
+                    cols = c * BLOCK_N + n_idx
+                    mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                    x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+                    f += _excess(x, mid)
+                above = f >= 1.0
+                lo = tl.where(above, mid, lo)
+                hi = tl.where(above, hi, mid)
+            tau = lo
+            for _ in range(MICHELOT):
+                total = tl.zeros((BLOCK_M,), dtype=tl.float32)
+                count = tl.zeros((BLOCK_M,), dtype=tl.float32)
+                for c in range(n_chunks):
+                    cols = c * BLOCK_N + n_idx
+                    mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                    x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+                    t, k = _support_sums(x, tau)
+                    total += t
+                    count += k
+                tau = tl.where(count > 0, (total - 1.0) / tl.maximum(count, 1.0), tau)
+            for c in range(n_chunks):
+                cols = c * BLOCK_N + n_idx
+                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+                y = tl.maximum(x - tau[:, None], 0.0)
+                tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _sparsemax_backward_kernel(
+    DY, Y, DX, dy_row_stride, y_row_stride, dx_row_stride, n_rows, n_cols, n_blocks, n_chunks,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    m_idx = tl.arange(0, BLOCK_M)
+    n_idx = tl.arange(0, BLOCK_N)
+    for blk in range(pid, n_blocks, num_programs):
+        row0 = (pid * 0 + blk) * BLOCK_M
+        row_mask = (row0 + m_idx) < n_rows
+        base = row0.to(tl.int64)
+        dy_base = DY + base * dy_row_stride + m_idx[:, None] * dy_row_stride
+        y_base = Y + base * y_row_stride + m_idx[:, None] * y_row_stride
+        dx_base = DX + base * dx_row_stride + m_idx[:, None] * dx_row_stride
+        if SINGLE_PASS:
+            mask = row_mask[:, None] & (n_idx < n_cols)[None, :]
+            inside = tl.load(y_base + n_idx[None, :], mask=mask, other=0.0).to(tl.float32) > 0.0
+            dy = tl.load(dy_base + n_idx[None, :], mask=mask, other=0.0).to(tl.float32)
+            count = tl.maximum(tl.sum(inside.to(tl.float32), axis=1), 1.0)
+            mean = tl.sum(tl.where(inside, dy, 0.0), axis=1) / count
+            dx = tl.where(inside, dy - mean[:, None], 0.0)
+            tl.store(dx_base + n_idx[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        else:
+            total = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            count = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            for c in range(n_chunks):
+                cols = c * BLOCK_N + n_idx
+                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                inside = tl.load(y_base + cols[None, :], mask=mask, other=0.0).to(tl.float32) > 0.0
+                dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                total += tl.sum(tl.where(inside, dy, 0.0), axis=1)
+                count += tl.sum(inside.to(tl.float32), axis=1)
+            mean = total / tl.maximum(count, 1.0)
+            for c in range(n_chunks):
+                cols = c * BLOCK_N + n_idx
+                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                inside = tl.load(y_base + cols[None, :], mask=mask, other=0.0).to(tl.float32) > 0.0
+                dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                dx = tl.where(inside, dy - mean[:, None], 0.0)
+                tl.store(dx_base + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+
+
+def forward_tiles(m: int, n: int, xb: int) -> tuple[Tile, ...]:
+    tiles = loaded("x", m, n, xb) + [Tile(t, m, n, FP32) for t in ("x_minus_tau", "clipped", "inside", "y_f32")]
+    tiles += [Tile("y", m, n, xb)]
+    return tuple(tiles + [Tile(t, 1, m, FP32) for t in ("lo", "hi", "mid", "excess", "total", "count", "tau")])
+
+
+def backward_tiles(m: int, n: int, xb: int) -> tuple[Tile, ...]:
+    tiles = loaded("y", m, n, xb) + loaded("dy", m, n, xb)
+    tiles += [Tile(t, m, n, FP32) for t in ("inside", "dy_inside", "dx_f32")] + [Tile("dx", m, n, xb)]
+    return tuple(tiles + [Tile(t, 1, m, FP32) for t in ("total", "count", "mean")])
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(direction: str, n_rows: int, n_cols: int, xb: int, hw: hardware.Hardware, max_block_n: int) -> RowPlan:
+    tiles = functools.partial(forward_tiles if direction == "forward" else backward_tiles, xb=xb)
+    single = ((f"sparsemax_{direction}", tiles),)
+    chunked = ((f"sparsemax_{direction}_chunked", tiles),)
+    min_n = hardware.min_block(xb)
+    return row_plan(f"sparsemax {direction}", n_rows, n_cols, single, chunked, hw, min_n, MAX_BLOCK_M, max_block_n)
+
+
+def plan(direction: str, n_rows: int, n_cols: int, dtype: torch.dtype, hw: hardware.Hardware) -> RowPlan:
+    return _plan(direction, n_rows, n_cols, elem_bytes(dtype), hw, MAX_BLOCK_N)
+
+
+class LigerSparsemaxFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dim):
+        hw = hardware.current(x.device)
+        xt = x.transpose(dim, -1)
+        x2d = rows_view(xt, xt.shape[-1])
+        n_rows, n_cols = x2d.shape
+        y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+        if n_rows and n_cols:
+            p = plan("forward", n_rows, n_cols, x.dtype, hw)
+            launch(
+                _sparsemax_forward_kernel, p.kernels[0], hw, x2d, y, x2d.stride(0), y.stride(0), n_rows, n_cols,
+                p.n_blocks, p.n_chunks, BLOCK_M=p.block_m, BLOCK_N=p.block_n, SINGLE_PASS=not p.chunked,
+                BISECT=BISECT_STEPS, MICHELOT=MICHELOT_STEPS,
+            )  # fmt: skip
+        ctx.save_for_backward(y)
+        ctx.dim, ctx.hw = dim, hw
+        return y.view(xt.shape).transpose(dim, -1)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        hw, dim = ctx.hw, ctx.dim
+        n_rows, n_cols = y.shape
+        dyt = dy.transpose(dim, -1)
+        dy2d = rows_view(dyt, n_cols)
+        dx = torch.empty((n_rows, n_cols), dtype=y.dtype, device=y.device)
+        if n_rows and n_cols:
+            p = plan("backward", n_rows, n_cols, y.dtype, hw)
+            launch(
+                _sparsemax_backward_kernel, p.kernels[0], hw, dy2d, y, dx, dy2d.stride(0), y.stride(0), dx.stride(0),
+                n_rows, n_cols, p.n_blocks, p.n_chunks, BLOCK_M=p.block_m, BLOCK_N=p.block_n,
+                SINGLE_PASS=not p.chunked,
+            )  # fmt: skip
+        return dx.view(dyt.shape).transpose(dim, -1), None
+
+
+def sparsemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    check_args(x, dim)
+    return LigerSparsemaxFunction.apply(x, dim)
