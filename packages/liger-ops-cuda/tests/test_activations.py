@@ -179,3 +179,14 @@ def test_gated_mlp_module_with_in_place_kernels(monkeypatch, op):
     torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-4, atol=1e-5)
     for k in p:
         torch.testing.assert_close(p[k].grad, w[k].grad, rtol=1e-4, atol=1e-5, msg=k)
+
+
+def test_rope_unusual_strides():
+    # Tables broadcast over batch (stride 0), cos and sin with different strides, q with a
+    # non-unit last-dim stride, a non-contiguous incoming gradient: all read in place.
+    q, k, cos, sin, dq, dk = rope_inputs(3, 4, 2, 5, 16, torch.float32, DEVICE, cos_batch=1)
+    check_rope(BACKEND, q, k, cos.expand(3, 5, 16), sin.expand(3, 5, 16), dq, dk)
+    wide = torch.randn(3, 4, 5, 32, generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    check_rope(BACKEND, wide[..., ::2], k, cos.transpose(1, 2).contiguous().transpose(1, 2), sin, dq, dk)
+    dq_t = torch.randn(3, 5, 4, 16, generator=torch.Generator().manual_seed(6)).to(DEVICE).transpose(1, 2)
+    check_rope(BACKEND, q, k, cos, sin, dq_t, dk)
