@@ -127,3 +127,29 @@ def test_group_norm_plans_never_launch_a_program_per_group(soc):
             assert kernel.grid == (p.programs,) and p.programs <= hw.vector_cores
         assert p.programs * p.n_iters >= batch * groups
         assert p.block_c * p.n_c_chunks >= channels // groups and p.block_s * p.n_s_chunks >= spatial
+
+
+# -- the 1.2 activations ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
+def test_activation_plans_fit_grid_and_ub(soc):
+    from liger_ops_ascend import _gated, rope, softmax, sparsemax
+
+    hw = hardware.for_soc(soc)
+    for dtype in NORM_DTYPES:
+        # swiglu/geglu: up to 65536 tokens x 28672 (LLaMA-70B intermediate) elements.
+        for n, act, direction in itertools.product(
+            [1, 100, 4099, 14336, 4096 * 14336, 65536 * 28672], (_gated.SILU, _gated.GELU_TANH), ("forward", "backward")
+        ):
+            p = _gated.plan(act, direction, n, dtype, hw)
+            check(p.kernels[0], hw)
+            assert p.programs <= hw.vector_cores and p.programs * p.n_iters * p.block >= n
+        for rows, hidden, direction in itertools.product(NORM_ROWS, NORM_HIDDEN + [262144], ("forward", "backward")):
+            for mod in (softmax, sparsemax):
+                _check_row_plan(mod.plan(direction, rows, hidden, dtype, hw), hw, rows, hidden, f"{soc} {mod}")
+        # rope: up to 65536 tokens x 128 heads of 256.
+        for n_pos, heads, dim in itertools.product([1, 4096, 65536 * 8], [1, 8, 32, 128], [2, 64, 128, 256]):
+            p = rope.plan("rope_forward", n_pos, heads, dim, (dtype, torch.float32), torch.float32, hw)
+            check(p.kernel, hw)
+            assert p.programs <= hw.vector_cores and p.block_d >= dim // 2

@@ -19,8 +19,9 @@ from liger_ops_ascend import (
 )
 from liger_ops_ascend.__about__ import __version__
 
-# 1.1: every norm op (rms_norm, fused_add_rms_norm, layer_norm, group_norm, poly_norm, dyt).
-INTERFACE_VERSION = "1.1"
+# 1.1: every norm op (rms_norm, fused_add_rms_norm, layer_norm, group_norm, poly_norm, dyt);
+# 1.2: every activation (swiglu, geglu, rope, qwen2vl_mrope, softmax, sparsemax).
+INTERFACE_VERSION = "1.2"
 
 
 BACKEND = Backend(
