@@ -228,7 +228,8 @@ def plot_op(result: BenchResult, path: str | Path) -> Path:
                 ax.plot(xs, [r[key] for _, r in pts], marker="o", label=p)
                 if key == "ms_p50":
                     ax.fill_between(xs, [r["ms_p20"] for _, r in pts], [r["ms_p80"] for _, r in pts], alpha=0.2)
-            if not ax.has_data():
+            empty = not ax.has_data()
+            if empty:
                 ax.text(
                     0.5,
                     0.5,
@@ -237,21 +238,26 @@ def plot_op(result: BenchResult, path: str | Path) -> Path:
                     va="center",
                     transform=ax.transAxes,
                 )
-            if len(xs_all) == 1:
+            if empty:
+                ax.set_xticks([])
+                ax.set_yticks([])
+            elif len(xs_all) == 1:
                 ax.set_xticks(range(len(providers)), providers, rotation=30, ha="right")
                 ax.set_xlabel(f"{axis}={xs_all[0]}")
             else:
                 ax.set_xscale("log", base=2)
+                if ax.has_data():
+                    ax.set_yscale("log")  # sweeps span decades
                 ax.set_xlabel(axis)
             ax.set_ylabel(label)
             ax.set_title(f"{op} {mode}")
             ax.grid(True, alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
     if handles and len(xs_all) > 1:
-        fig.legend(handles, labels, loc="upper center", ncol=len(providers))
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.955), ncol=len(providers))
     m = result.meta
     fig.suptitle(f"{op}: {m.get('device')}, {m.get('dtype')}, {m.get('config')}, timer {m.get('timer')}", y=0.995)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
