@@ -214,6 +214,10 @@ def plot_op(result: BenchResult, path: str | Path) -> Path:
                 pts = sorted((r["x"], r) for r in rows if r["provider"] == p and r["mode"] == mode)
                 pts = [(x, r) for x, r in pts if r.get(key) is not None]
                 if not pts:
+                    if len(xs_all) == 1 and key == "ms_p50":
+                        # Say why a provider has no bar (not installed, error...).
+                        why = next((r["status"] for r in result.rows if r["provider"] == p and r["mode"] == mode), "")
+                        ax.text(k, 0, f" {why}", rotation=90, ha="center", va="bottom", fontsize=8, color="gray")
                     continue
                 if len(xs_all) == 1:
                     bar = ax.bar(k, pts[0][1][key], label=p)
