@@ -13,7 +13,7 @@ from liger_core.ops import fused_add_rms_norm as contract
 
 # Odd sizes, one column, several programs' worth of short rows, 3-D input, a row wider
 # than any vendor's single tile, and an empty batch.
-SHAPES = [(1, 1), (3, 5), (2, 7, 33), (130, 64), (4, 1000), (2, 20000), (0, 48)]
+SHAPES = [(1, 1), (3, 5), (2, 7, 33), (130, 64), (4, 1000), (1, 16500), (0, 48)]
 OPTIONS = list(
     itertools.product(contract.CASTING_MODES, (0.0, 1.0), (True, False), (False, True))
 )  # casting_mode, offset, has_weight, in_place
