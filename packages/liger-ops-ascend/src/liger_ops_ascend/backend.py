@@ -5,6 +5,7 @@ from __future__ import annotations
 from liger_core.backend import Backend, triton_runtime
 
 from liger_ops_ascend import (
+    cross_entropy,
     dyt,
     geglu,
     group_norm,
@@ -43,6 +44,7 @@ BACKEND = Backend(
         "qwen2vl_mrope": qwen2vl_mrope.qwen2vl_mrope,
         "softmax": softmax.softmax,
         "sparsemax": sparsemax.sparsemax,
+        "cross_entropy": cross_entropy.cross_entropy,
     },
     runtime=lambda: triton_runtime("triton-ascend"),
 )
