@@ -330,6 +330,10 @@ def test_plots_and_replot(tmp_path, capsys):
     rc, text, _ = bench_main(capsys, "--replot", str(tmp_path))
     assert rc == 0 and (tmp_path / "rms_norm.png").exists()
     assert "![rms_norm](rms_norm.png)" in (tmp_path / "summary.md").read_text()
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- liger-bench:begin -->\n<!-- liger-bench:end -->\n")
+    bench_main(capsys, "--replot", str(tmp_path), "--readme", str(readme))
+    assert '<img src="./rms_norm.png" alt="rms_norm" width="32%">' in readme.read_text()
 
 
 def test_no_matplotlib_says_so(tmp_path, monkeypatch, capsys):

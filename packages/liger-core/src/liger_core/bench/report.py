@@ -313,10 +313,12 @@ def readme_block(folder: str | Path, relative_to: str | Path, modes: Sequence[st
         "",
         markdown_table(*summary_rows(rows)),
         "",
-        f"Every mode, figure and note: [{rel}/summary.md]({rel}/summary.md); plots: "
-        + ", ".join(f"[{p.stem}]({rel}/{p.name})" for p in sorted(folder.glob("*.png")))
-        + ".",
+        f"Every mode, figure and note: [{rel}/summary.md]({rel}/summary.md).",
     ]
+    pngs = sorted(folder.glob("*.png"))
+    if pngs:
+        # Three plots a line (time and peak memory per mode, one bar or line per provider).
+        lines += ["", "<p>"] + [f'<img src="{rel}/{p.name}" alt="{p.stem}" width="32%">' for p in pngs] + ["</p>"]
     return "\n".join(lines)
 
 
