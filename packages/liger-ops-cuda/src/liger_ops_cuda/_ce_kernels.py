@@ -121,8 +121,7 @@ def _ce_finish_kernel(
     softcap,
     label_smoothing,
     lse_square_scale,
-    loss_scale,
-    z_scale,
+    SCALES,
     HAS_BIAS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
@@ -161,7 +160,8 @@ def _ce_finish_kernel(
         lse = tl.load(LSE + row)
 
     if HAS_WEIGHT:
-        w_y = tl.load(W + y).to(tl.float32)
+        # Masked: an out-of-range target (reported by the caller after the launch) reads nothing.
+        w_y = tl.load(W + y, mask=(y >= 0) & (y < n_cols), other=0.0).to(tl.float32)
         w_sum = tl.load(WSUM)
     else:
         w_y = 1.0
@@ -184,9 +184,9 @@ def _ce_finish_kernel(
         # d(total)/dx_j = a * [((1-s) w_y + eps W) p_j - (1-s) w_y [j == y] - eps w_j] + b * 2 zs lse p_j,
         # a, b: the incoming gradient times the reduction's scale for the loss and z-loss terms.
         up = tl.load(UP + row.to(tl.int64) * up_stride).to(tl.float32)
-        a = up * loss_scale
+        a = up * tl.load(SCALES)
         c_y = a * (1.0 - label_smoothing) * w_y
-        c_p = c_y + up * z_scale * 2.0 * lse_square_scale * lse
+        c_p = c_y + up * tl.load(SCALES + 1) * 2.0 * lse_square_scale * lse
         if SMOOTH:
             c_p += a * eps * w_sum
         x = tl.load(X + _row_offset(row, x_row_stride) + cols, mask=mask, other=0.0).to(tl.float32)
@@ -236,14 +236,14 @@ def ce_rows(
     softcap: float | None,
     grad_out: torch.Tensor | None = None,
     upstream: torch.Tensor | None = None,
-    loss_scale: float = 1.0,
-    z_scale: float = 1.0,
+    scales: torch.Tensor | None = None,
 ) -> RowLoss:
     """Forward over (rows, vocab) ``logits`` (unit column stride): per-row loss, z-loss, lse.
 
     With ``grad_out`` (may be ``logits`` itself: each program reads its tile before writing it,
     and the target logits were saved by the first launch) also writes the gradient, scaled by
-    ``upstream`` (a 1-element or per-row tensor) times ``loss_scale`` / ``z_scale``.
+    ``upstream`` (a 1-element or per-row tensor) times ``scales`` (a device tensor
+    ``[scale of the loss terms, scale of the z-loss terms]``, see `device_scales`).
     """
     n_rows, n_cols = logits.shape
     dev = logits.device
@@ -279,9 +279,9 @@ def ce_rows(
         bias if bias is not None else logits, target, weight if weight is not None else logits,
         weight_total if weight_total is not None else loss, part_max, part_sum, part_wx, xy, lse, loss, z,
         up, 1 if write_grad and up.numel() > 1 else 0, n_cols, n_tiles, ignore_index, sc,
-        float(label_smoothing), float(lse_square_scale), float(loss_scale), float(z_scale),
+        float(label_smoothing), float(lse_square_scale), scales if write_grad else loss,
         LSE_FROM_PARTIALS=True, WRITE_LOSS=True, WRITE_GRAD=write_grad, BLOCK=block,
-        BLOCK_TILES=triton.next_power_of_2(n_tiles), num_warps=warps, **flags,
+        BLOCK_TILES=max(2, triton.next_power_of_2(n_tiles)), num_warps=warps, **flags,
     )  # fmt: skip
     return RowLoss(loss, z, lse)
 
@@ -299,8 +299,7 @@ def ce_grad_from_lse(
     lse_square_scale: float,
     label_smoothing: float,
     softcap: float | None,
-    loss_scale: float,
-    z_scale: float,
+    scales: torch.Tensor,
 ) -> None:
     """Backward alone, from the saved per-row ``lse``: one read of the logits, one write."""
     n_rows, n_cols = logits.shape
@@ -313,10 +312,10 @@ def ce_grad_from_lse(
         weight if weight is not None else logits, weight_total if weight_total is not None else dummy,
         dummy, dummy, dummy, dummy, lse, dummy, dummy, upstream, 1 if upstream.numel() > 1 else 0,
         n_cols, n_tiles, ignore_index, float(softcap) if softcap is not None else 1.0,
-        float(label_smoothing), float(lse_square_scale), float(loss_scale), float(z_scale),
+        float(label_smoothing), float(lse_square_scale), scales,
         HAS_BIAS=bias is not None, HAS_WEIGHT=weight is not None, HAS_SOFTCAP=softcap is not None,
         SMOOTH=label_smoothing > 0, LSE_FROM_PARTIALS=False, WRITE_LOSS=False, WRITE_GRAD=True,
-        BLOCK=block, BLOCK_TILES=1, num_warps=warps,
+        BLOCK=block, BLOCK_TILES=2, num_warps=warps,
     )  # fmt: skip
 
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import torch
 
-from liger_core.ops.fused_linear_cross_entropy import check_args, target_stats
+from liger_core.ops.fused_linear_cross_entropy import check_args
 from liger_ops_cuda import hardware
 from liger_ops_cuda._ce_kernels import ce_grad_from_lse, ce_rows, scale_unless_one
-from liger_ops_cuda.cross_entropy import reduce_rows, reduction_scales
+from liger_ops_cuda.cross_entropy import device_scales, reduce_rows
 
 
 def chunk_tokens(n_tokens: int, vocab: int, budget: int | None = None) -> int:
@@ -59,7 +59,7 @@ def _accumulate_weight_grad(gw: torch.Tensor, g: torch.Tensor, x: torch.Tensor, 
 
 def _chunk_loop(
     x, w, target, bias, ce_weight, weight_total, ignore_index, lse_square_scale, label_smoothing, softcap,
-    loss_scale, z_scale, rows_out, *, grad_x=None, grad_w=None, grad_b=None, upstream=None, saved_lse=None,
+    scales, rows_out, *, grad_x=None, grad_w=None, grad_b=None, upstream=None, saved_lse=None,
 ):  # fmt: skip
     """Run every chunk: losses into ``rows_out`` (forward) and/or gradients (when ``upstream``).
     With ``saved_lse`` (backward of "none"), the gradient comes from it without a forward pass."""
@@ -79,12 +79,12 @@ def _chunk_loop(
             up = upstream[s:e] if upstream.numel() > 1 else upstream
             ce_grad_from_lse(
                 logits, t, ce_weight, weight_total, bias, saved_lse[s:e], logits, up, ignore_index,
-                lse_square_scale, label_smoothing, softcap, loss_scale, z_scale,
+                lse_square_scale, label_smoothing, softcap, scales,
             )  # fmt: skip
         else:
             rows = ce_rows(
                 logits, t, ce_weight, weight_total, bias, ignore_index, lse_square_scale, label_smoothing, softcap,
-                grad_out=logits if want_grad else None, upstream=upstream, loss_scale=loss_scale, z_scale=z_scale,
+                grad_out=logits if want_grad else None, upstream=upstream, scales=scales,
             )  # fmt: skip
             rows_out.loss[s:e] = rows.loss
             rows_out.z[s:e] = rows.z
@@ -115,8 +115,6 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
         ctx, x, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap,
         accum_dtype,
     ):  # fmt: skip
-        n_valid, weight_sum = target_stats(x, weight, target, ce_weight, ignore_index)
-        loss_scale, z_scale = reduction_scales(reduction, n_valid, weight_sum)
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         need_b = bias is not None and ctx.needs_input_grad[3]
         any_grad = need_x or need_w or need_b
@@ -130,6 +128,9 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
             ce_weight = ce_weight.contiguous()
             weight_total = ce_weight.float().sum().reshape(1)
         n = x.shape[0]
+        scales, check = device_scales(
+            "fused_linear_cross_entropy", target, ignore_index, weight.shape[0], ce_weight, reduction
+        )
         rows = _Rows(n, x.device)
         common = (x, w, target, bias, ce_weight, weight_total, ignore_index, lse_square_scale, label_smoothing, softcap)
         grads = (None, None, None)
@@ -137,13 +138,14 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
             grads = _new_grads(x, weight, bias, need_x, need_w, need_b, accum_dtype)
             one = torch.ones(1, dtype=torch.float32, device=x.device)
             _chunk_loop(
-                *common, loss_scale, z_scale, rows,
+                *common, scales, rows,
                 grad_x=grads[0], grad_w=grads[1], grad_b=grads[2], upstream=one,
             )  # fmt: skip
             grads = _finish_grads(grads, weight, bias)
         else:
-            _chunk_loop(*common, loss_scale, z_scale, rows)
-        loss, z = reduce_rows(rows, reduction, loss_scale, z_scale)
+            _chunk_loop(*common, scales, rows)
+        loss, z = reduce_rows(rows, reduction, scales)
+        check.raise_if_bad()
         ctx.defer = defer
         ctx.flags = (need_x, need_w, need_b, accum_dtype)
         ctx.args = (ignore_index, lse_square_scale, label_smoothing, softcap)
@@ -167,7 +169,7 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
             x, w, target, bias, ce_weight, weight_total, lse, weight = ctx.saved_tensors
             grads = _new_grads(x, weight, bias, need_x, need_w, need_b, accum_dtype)
             _chunk_loop(
-                x, w, target, bias, ce_weight, weight_total, *ctx.args, 1.0, 1.0, None,
+                x, w, target, bias, ce_weight, weight_total, *ctx.args, torch.ones(2, device=x.device), None,
                 grad_x=grads[0], grad_w=grads[1], grad_b=grads[2], upstream=up, saved_lse=lse,
             )  # fmt: skip
             gx, gw, gb = _finish_grads(grads, weight, bias)
