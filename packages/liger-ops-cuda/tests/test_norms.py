@@ -126,6 +126,24 @@ def test_group_norm_plans(monkeypatch, shape, groups, split):
     check_group_norm(BACKEND, x + 20.0, w, b, dy, groups)
 
 
+@pytest.mark.parametrize("split", [True, False], ids=["split", "fused"])
+def test_group_norm_outlying_first_tile(monkeypatch, split):
+    # Statistics are shifted by the mean of a chunk's first tile: a first channel far from
+    # the others must not cost precision.
+    monkeypatch.setattr(hardware, "GROUP_NORM_TILE_ELEMENTS", 32)
+    monkeypatch.setattr(hardware, "GROUP_NORM_CHUNK_ELEMENTS", 64)
+    monkeypatch.setattr(hardware, "GROUP_NORM_SPLIT_PROGRAMS_PER_SM", 1000 if split else 0)
+    x, w, b, dy = gn_inputs((2, 8, 40), torch.float32, DEVICE)
+    x[:, ::4] += 30.0
+    check_group_norm(BACKEND, x, w, b, dy, 2)
+
+
+def test_layer_norm_chunked_outlying_first_chunk(chunked):
+    x, w, b, dy = ln_inputs((3, 150), torch.float32, DEVICE)
+    x[:, :64] += 40.0
+    check_layer_norm(BACKEND, x, w, b, dy)
+
+
 def test_group_norm_split_bf16_without_affine(monkeypatch):
     monkeypatch.setattr(hardware, "GROUP_NORM_CHUNK_ELEMENTS", 64)
     monkeypatch.setattr(hardware, "GROUP_NORM_SPLIT_PROGRAMS_PER_SM", 1000)

@@ -5,10 +5,11 @@ in (BLOCK_C, BLOCK_HW) tiles. Two plans:
 
 - split (few groups or large ones): each group is cut into chunks (a channel block x a
   spatial span) spread over several programs. Phase 1 writes each chunk's count, mean and
-  M2 (Chan's parallel variance: exact, no E[x^2] - E[x]^2 cancellation); phase 2 combines a
-  group's chunks and normalises its chunk. Phase 2 walks the grid in reverse so the data
-  phase 1 read last is still in L2 when it is read again. The backward has the same two
-  phases (chunk sums of g * x_hat and g, then grad_x).
+  M2 (sums shifted by the chunk's first-tile mean, so no E[x^2] - E[x]^2 cancellation);
+  phase 2 combines a group's chunks (Chan's parallel formula) and normalises its chunk.
+  Phase 2 walks the grid in reverse so the data phase 1 read last is still in L2 when it is
+  read again. The backward has the same two phases (chunk sums of g * x_hat and g, then
+  grad_x). Sums are kept per lane across tiles and reduced once per chunk.
 - fused (many groups): one program per group makes both passes, the second over data it
   has just read (L2 hits), so x crosses HBM once per pass direction.
 
@@ -34,11 +35,18 @@ from liger_ops_cuda._partials import sum_partials
 def _gn_chunk_stats(
     X_g, c_lo, n_cb, hw_lo, hw_hi, Cg, HW, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr, EVICT: tl.constexpr
 ):
-    # (count, mean, M2) of channels [c_lo, c_lo + n_cb * BLOCK_C) x spatial [hw_lo, hw_hi),
-    # tile by tile with Chan's combination. EVICT: "evict_last" where a second pass follows.
-    n = tl.sum(tl.zeros((BLOCK_C,), dtype=tl.float32), axis=0)
-    mean = n
-    m2 = n
+    # (count, mean, M2) of channels [c_lo, c_lo + n_cb * BLOCK_C) x spatial [hw_lo, hw_hi).
+    # Sums of x - K and (x - K)^2 with K the mean of the chunk's first tile (close to the
+    # chunk's mean, so M2 = S2 - S1^2 / n does not cancel), kept per lane across tiles and
+    # reduced once at the end: the loop is loads and FMAs only, no block-wide reductions.
+    # EVICT: "evict_last" where a second pass over the data follows.
+    c = c_lo + tl.arange(0, BLOCK_C)
+    h = hw_lo + tl.arange(0, BLOCK_HW)
+    m = (c < Cg)[:, None] & (h < hw_hi)[None, :]
+    x = tl.load(X_g + c[:, None] * HW + h[None, :], mask=m, other=0.0).to(tl.float32)
+    shift = tl.sum(tl.sum(x, axis=1), axis=0) / tl.maximum(tl.sum(tl.sum(m.to(tl.float32), axis=1), axis=0), 1.0)
+    acc1 = tl.zeros((BLOCK_C, BLOCK_HW), dtype=tl.float32)
+    acc2 = tl.zeros((BLOCK_C, BLOCK_HW), dtype=tl.float32)
     for cb in range(0, n_cb):
         c = c_lo + cb * BLOCK_C + tl.arange(0, BLOCK_C)
         c_mask = c < Cg
@@ -46,18 +54,15 @@ def _gn_chunk_stats(
             h = h0 + tl.arange(0, BLOCK_HW)
             m = c_mask[:, None] & (h < hw_hi)[None, :]
             x = tl.load(X_g + c[:, None] * HW + h[None, :], mask=m, other=0.0, eviction_policy=EVICT)
-            x = x.to(tl.float32)
-            t_n = tl.sum(tl.sum(m.to(tl.float32), axis=1), axis=0)
-            t_mean = tl.sum(tl.sum(x, axis=1), axis=0) / tl.maximum(t_n, 1.0)
-            d = tl.where(m, x - t_mean, 0.0)
-            t_m2 = tl.sum(tl.sum(d * d, axis=1), axis=0)
-            n_new = n + t_n
-            delta = t_mean - mean
-            frac = t_n / tl.maximum(n_new, 1.0)
-            mean = mean + delta * frac
-            m2 = m2 + t_m2 + delta * delta * n * frac
-            n = n_new
-    return n, mean, m2
+            d = tl.where(m, x.to(tl.float32) - shift, 0.0)
+            acc1 += d
+            acc2 += d * d
+    n_channels = tl.minimum(Cg, c_lo + n_cb * BLOCK_C) - c_lo
+    n = (n_channels * (hw_hi - hw_lo)).to(tl.float32)
+    s1 = tl.sum(tl.sum(acc1, axis=1), axis=0)
+    s2 = tl.sum(tl.sum(acc2, axis=1), axis=0)
+    mean_d = s1 / tl.maximum(n, 1.0)
+    return n, shift + mean_d, tl.maximum(s2 - s1 * mean_d, 0.0)
 
 
 @triton.jit
@@ -100,19 +105,19 @@ def _gn_chunk_grad_sums(
         c_mask = c < Cg
         if HAS_WEIGHT:
             w = tl.load(W + g_c0 + c, mask=c_mask, other=0.0).to(tl.float32)
-        dw_c = tl.zeros((BLOCK_C,), dtype=tl.float32)
-        db_c = tl.zeros((BLOCK_C,), dtype=tl.float32)
+        # Per-lane accumulators, reduced once per channel block (no block-wide sums in the loop).
+        acc_dyx = tl.zeros((BLOCK_C, BLOCK_HW), dtype=tl.float32)
+        acc_dy = tl.zeros((BLOCK_C, BLOCK_HW), dtype=tl.float32)
         for h0 in range(hw_lo, hw_hi, BLOCK_HW):
             h = h0 + tl.arange(0, BLOCK_HW)
             m = c_mask[:, None] & (h < hw_hi)[None, :]
             offs = c[:, None] * HW + h[None, :]
             x = tl.load(X_g + offs, mask=m, other=0.0, eviction_policy=EVICT).to(tl.float32)
             dy = tl.load(DY_g + offs, mask=m, other=0.0, eviction_policy=EVICT).to(tl.float32)
-            x_hat = tl.where(m, (x - mean) * rstd, 0.0)
-            dyx = tl.sum(dy * x_hat, axis=1)
-            dys = tl.sum(dy, axis=1)
-            dw_c += dyx
-            db_c += dys
+            acc_dyx += dy * tl.where(m, (x - mean) * rstd, 0.0)
+            acc_dy += dy
+        dw_c = tl.sum(acc_dyx, axis=1)
+        db_c = tl.sum(acc_dy, axis=1)
         if HAS_WEIGHT:
             s1 += tl.sum(dw_c * w, axis=0)
             s2 += tl.sum(db_c * w, axis=0)

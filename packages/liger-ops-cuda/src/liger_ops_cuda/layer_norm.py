@@ -2,7 +2,7 @@
 
 Forward: each program normalises BLOCK_M rows held in registers (one read of x; the
 variance is taken of the centred tile, exact two-pass in registers) or, for rows wider than
-one tile, a row in CHUNK pieces with sums shifted by the row's first element (no
+one tile, a row in CHUNK pieces with sums shifted by the mean of its first chunk (no
 E[x^2] - E[x]^2 cancellation when the mean is large). The fp32 mean and rstd are kept for
 backward. Backward: one program per SM walks its rows, writes grad_x and keeps fp32
 grad_weight / grad_bias rows in registers; the per-program rows are summed in one launch.
@@ -47,7 +47,11 @@ def _layer_norm_forward_kernel(
     cols = tl.arange(0, BLOCK_N)
 
     if CHUNKED:
-        shift = tl.load(X + r64 * x_row_stride, mask=row_mask, other=0.0).to(tl.float32)
+        # Shift by the mean of the row's first chunk (close to the row's mean, unlike a
+        # single element that may be an outlier): the shifted sums then do not cancel.
+        m0 = row_mask[:, None] & (cols < n_cols)[None, :]
+        x0 = tl.load(x_base + cols[None, :], mask=m0, other=0.0).to(tl.float32)
+        shift = tl.sum(x0, axis=1) / tl.minimum(n_cols, BLOCK_N)
         s1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
         s2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_N):
