@@ -90,7 +90,7 @@ def num_warps_for(block_elements: int, elements_per_warp: int = BACKWARD_ELEMENT
 # Vocabulary tile per program and its warps: every (row, tile) pair is a program, so 4096 x 128256
 # logits are ~130k programs of 4096 elements (16 fp32 per thread with 8 warps), enough loads in
 # flight on every SM of an H100/H200 without a per-row loop. Untuned starting point: measure
-# with benchmarks/bench_losses.py --tune.
+# with benchmarks/tune_losses.py (liger bench --ops losses compares with the peers).
 CE_BLOCK = 4096
 CE_NUM_WARPS = 8
 # The divergences (kl_div, jsd, tvd): elements per program and warps, same reasoning.
