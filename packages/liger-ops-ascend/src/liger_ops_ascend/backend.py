@@ -7,6 +7,7 @@ from liger_core.backend import Backend, triton_runtime
 from liger_ops_ascend import (
     cross_entropy,
     dyt,
+    fused_linear_cross_entropy,
     geglu,
     group_norm,
     layer_norm,
@@ -45,6 +46,7 @@ BACKEND = Backend(
         "softmax": softmax.softmax,
         "sparsemax": sparsemax.sparsemax,
         "cross_entropy": cross_entropy.cross_entropy,
+        "fused_linear_cross_entropy": fused_linear_cross_entropy.fused_linear_cross_entropy,
     },
     runtime=lambda: triton_runtime("triton-ascend"),
 )

@@ -1,0 +1,133 @@
+"""Fused linear + cross-entropy for Ascend NPUs: logits a chunk of tokens at a time.
+
+The projection runs as torch matmuls (torch_npu sends them to the cube units of the AI
+cores, the tuned path on Ascend); the loss and its gradient run as this package's
+cross-entropy kernels on each chunk's logits (vector cores, UB-sized vocabulary chunks).
+A chunk holds about as many logits as the input has elements, so peak memory stays far
+below ``tokens x vocab``.
+
+With ``"mean"``/``"sum"`` the gradients are formed in the forward, while each chunk's
+logits are at hand (the gradient overwrites that chunk's logits buffer, which this module
+owns), and the backward only scales them. With ``"none"`` the upstream gradient differs per
+token and is unknown in the forward, so the backward recomputes each chunk's logits.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from liger_core.ops.fused_linear_cross_entropy import check_args, target_stats
+
+from liger_ops_ascend import hardware
+from liger_ops_ascend.cross_entropy import CEOptions, ce_backward_rows, ce_forward_rows, prepare_target, reduce_rows
+
+
+def chunk_tokens(n_tokens: int, hidden: int, vocab: int) -> int:
+    """Tokens per chunk: the chunk's logits about as many elements as the whole input."""
+    return max(1, min(n_tokens, triton.next_power_of_2(triton.cdiv(n_tokens, triton.cdiv(vocab, max(hidden, 1))))))
+
+
+def _chunked(x, w, bias, t, opts, hw, a_rows, b_rows, want_loss, want_grads, accum_dtype, w_dtype, b_dtype):
+    """One pass over token chunks: per-row (loss, z) when ``want_loss``, and the gradients of
+    ``sum_i a_i loss_i + b_i z_i`` w.r.t. input, weight and bias when ``want_grads``."""
+    n_tokens, hidden = x.shape
+    vocab = w.shape[0]
+    dev = x.device
+    loss_rows = torch.zeros(n_tokens, dtype=torch.float32, device=dev)
+    z_rows = torch.zeros(n_tokens, dtype=torch.float32, device=dev)
+    gx = gw = gb = None
+    if want_grads:
+        gx = torch.empty_like(x)
+        gw = torch.zeros((vocab, hidden), dtype=accum_dtype or w_dtype, device=dev)
+        gb = torch.zeros(vocab, dtype=accum_dtype or b_dtype, device=dev) if bias is not None else None
+    step = chunk_tokens(n_tokens, hidden, vocab)
+    for start in range(0, n_tokens, step):
+        end = min(start + step, n_tokens)
+        x_c, t_c = x[start:end], t[start:end]
+        logits = x_c @ w.t()
+        if bias is not None:
+            logits += bias
+        loss_c, z_c, lse_c = ce_forward_rows(logits, t_c, opts, hw)
+        if want_loss:
+            loss_rows[start:end], z_rows[start:end] = loss_c, z_c
+        if want_grads:
+            # The chunk's gradient overwrites its logits (our own buffer).
+            g = ce_backward_rows(logits, t_c, lse_c, a_rows[start:end], b_rows[start:end], opts, hw, out=logits)
+            gx[start:end] = g @ w
+            gw += (g.t() @ x_c).to(gw.dtype)
+            if gb is not None:
+                gb += g.sum(0, dtype=torch.float32).to(gb.dtype)
+    return loss_rows, z_rows, gx, gw, gb
+
+
+class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx, x, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap,
+        accum_dtype,
+    ):  # fmt: skip
+        n_valid, weight_sum = target_stats(x, weight, target, ce_weight, ignore_index)
+        hw = hardware.current(x.device)
+        x2 = x.contiguous()
+        w = weight.to(x.dtype).contiguous()
+        b = None if bias is None else bias.to(x.dtype)
+        t = prepare_target(target)
+        opts = CEOptions(ce_weight, ignore_index, lse_square_scale, label_smoothing, softcap)
+        n = x.shape[0]
+        # Scales of a unit upstream gradient (mean: 1/sum(w_y) and 1/n; sum: 1).
+        _, _, a, s = reduce_rows(torch.zeros(1, device=x.device), torch.zeros(1, device=x.device), reduction,
+                                 n_valid, weight_sum)  # fmt: skip
+        eager = reduction != "none"
+        ones = torch.ones(n, dtype=torch.float32, device=x.device)
+        w_dtype, b_dtype = weight.dtype, None if bias is None else bias.dtype
+        loss_rows, z_rows, gx, gw, gb = _chunked(
+            x2, w, b, t, opts, hw, ones * a, ones * s, True, eager, accum_dtype, w_dtype, b_dtype
+        )
+        loss, z, _, _ = reduce_rows(loss_rows, z_rows, reduction, n_valid, weight_sum)
+        ctx.eager = eager
+        if eager:
+            ctx.save_for_backward(gx, gw, gb)
+        else:
+            ctx.save_for_backward(x2, w, b, t)
+            ctx.opts, ctx.hw, ctx.accum = opts, hw, accum_dtype
+        ctx.dtypes = (w_dtype, b_dtype, bias is not None)
+        z = z.float()
+        ctx.mark_non_differentiable(z)
+        return loss.float(), z
+
+    @staticmethod
+    def backward(ctx, d_loss, _dz):
+        w_dtype, b_dtype, has_bias = ctx.dtypes
+        if ctx.eager:
+            gx, gw, gb = ctx.saved_tensors
+            go = d_loss.float()
+            gx = (gx * go).to(gx.dtype)
+            gw = (gw * go).to(w_dtype)
+            gb = (gb * go).to(b_dtype) if has_bias else None
+        else:
+            x2, w, b, t = ctx.saved_tensors
+            go = d_loss.float().contiguous()
+            _, _, gx, gw, gb = _chunked(x2, w, b, t, ctx.opts, ctx.hw, go, go, False, True, ctx.accum, w_dtype, b_dtype)
+            gw = gw.to(w_dtype)
+            gb = gb.to(b_dtype) if has_bias else None
+        return gx, gw, None, gb, None, None, None, None, None, None, None
+
+
+def fused_linear_cross_entropy(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    ce_weight: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    lse_square_scale: float = 0.0,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+    softcap: float | None = None,
+    return_z_loss: bool = False,
+    accum_dtype: torch.dtype | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    args = (input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap)
+    check_args(*args, return_z_loss, accum_dtype)
+    loss, z = LigerFusedLinearCrossEntropyFunction.apply(*args, accum_dtype)
+    return (loss, z) if return_z_loss else loss
