@@ -182,3 +182,11 @@ def test_patch_by_instance_helper():
     assert _liger_modules(model)
     with pytest.raises(ValueError, match="no Liger patch for model_type None"):
         mp._apply_liger_kernel_to_instance(torch.nn.Module())
+
+
+def test_patched_model_pickles(tmp_path):
+    model = build("qwen3", TINY, torch.float32, "cpu")
+    MODEL_TYPE_TO_APPLY_LIGER_FN["qwen3"](model=model)
+    torch.save(model, tmp_path / "m.pt")
+    again = torch.load(tmp_path / "m.pt", weights_only=False)
+    assert _liger_modules(again) == _liger_modules(model)

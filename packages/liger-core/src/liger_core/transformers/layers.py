@@ -40,10 +40,12 @@ def _subclass(base: type, key: tuple, kind: str, namespace: dict) -> type:
     base = stock_class(base)
     cls = _CLASSES.get((base, key))
     if cls is None:
-        namespace = {**namespace, "_liger_base": base, "_liger_kind": kind, "__module__": base.__module__}
+        namespace = {**namespace, "_liger_base": base, "_liger_kind": kind, "__module__": __name__}
         cls = type(f"Liger{base.__name__}", (base,), namespace)
         cls.__qualname__ = cls.__name__
         _CLASSES[(base, key)] = cls
+        # Reachable by module and name, so a patched model pickles (torch.save(model)).
+        globals().setdefault(cls.__name__, cls)
     return cls
 
 
