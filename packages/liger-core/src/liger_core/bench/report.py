@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from liger_core.bench.runner import FIELDS, LIGER, OK, BenchResult
+from liger_core.bench.specs import ALL_SPECS
 
 
 def write_json(result: BenchResult, path: str | Path) -> None:
@@ -61,7 +62,9 @@ def load_folder(folder: str | Path) -> list[BenchResult]:
             continue
         if isinstance(data, dict) and isinstance(data.get("meta"), dict) and isinstance(data.get("rows"), list):
             out.append(BenchResult(data["meta"], data["rows"]))
-    return out
+    # Catalogue order (ops the catalogue no longer has last).
+    order = {op: i for i, op in enumerate(ALL_SPECS)}
+    return sorted(out, key=lambda r: order.get(r.rows[0]["op"] if r.rows else "", len(order)))
 
 
 # -- summary ------------------------------------------------------------------------------------
@@ -307,6 +310,7 @@ def readme_block(folder: str | Path, relative_to: str | Path, modes: Sequence[st
     lines = [
         f"{m['device']}, {m['dtype']}, shapes of {m['config']}, {'/'.join(modes)} (forward + backward), "
         f"timer {m['timer']}; " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".",
+        "",
         "liger ms: this project's p50; GB/s from the op's ideal bytes moved (TF: TFLOP/s); each peer's p50 "
         "with its time relative to this project's (above 1x: this project is faster); (ref): no vendor "
         "kernel for the op yet, the PyTorch reference ran.",
