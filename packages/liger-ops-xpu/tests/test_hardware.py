@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from liger_ops_xpu import hardware
-from liger_ops_xpu import rms_norm as xpu_rms_norm
 
 
 @pytest.fixture
@@ -60,9 +59,25 @@ def test_num_warps_for():
 def test_interpreter_launches_get_no_grf_mode(device):
     if not hardware.interpreting():
         pytest.skip("kernels are compiled here, not interpreted")
-    for kernel in (xpu_rms_norm._rms_norm_forward_kernel, xpu_rms_norm._rms_norm_backward_kernel):
+    kernels = _all_kernels()
+    assert len(kernels) >= 20  # every module's kernels, not just rms_norm's
+    for kernel in kernels:
         assert hardware.interpreting(kernel)
         assert hardware.launch_kwargs(kernel, torch.device(device), 16) == {"num_warps": 16}
+
+
+def _all_kernels() -> list:
+    """Every launchable Triton kernel of the package (the ``_..._kernel`` functions)."""
+    import importlib
+    import pkgutil
+
+    import liger_ops_xpu
+
+    kernels = []
+    for info in pkgutil.iter_modules(liger_ops_xpu.__path__):
+        module = importlib.import_module(f"liger_ops_xpu.{info.name}")
+        kernels += [v for k, v in vars(module).items() if k.startswith("_") and k.endswith("_kernel")]
+    return kernels
 
 
 def test_compiled_xpu_launches_get_the_large_grf(monkeypatch, fresh_grf_mode):
