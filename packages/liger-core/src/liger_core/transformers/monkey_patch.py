@@ -136,8 +136,13 @@ def revert_liger_kernel_patches() -> None:
 
 
 def _check_transformers() -> None:
-    import transformers
-    from packaging.version import Version
+    try:
+        import transformers
+        from packaging.version import Version
+    except ImportError as e:
+        raise ImportError(
+            f'liger_core.transformers needs transformers >= {MIN_TRANSFORMERS}: pip install "liger-core[transformers]"'
+        ) from e
 
     if Version(transformers.__version__) < Version(MIN_TRANSFORMERS):
         raise ImportError(
