@@ -10,6 +10,8 @@ from liger_ops_ascend import (
     fused_linear_cross_entropy,
     geglu,
     group_norm,
+    jsd,
+    kl_div,
     layer_norm,
     poly_norm,
     qwen2vl_mrope,
@@ -18,6 +20,7 @@ from liger_ops_ascend import (
     softmax,
     sparsemax,
     swiglu,
+    tvd,
 )
 from liger_ops_ascend.__about__ import __version__
 
@@ -47,6 +50,9 @@ BACKEND = Backend(
         "sparsemax": sparsemax.sparsemax,
         "cross_entropy": cross_entropy.cross_entropy,
         "fused_linear_cross_entropy": fused_linear_cross_entropy.fused_linear_cross_entropy,
+        "kl_div": kl_div.kl_div,
+        "jsd": jsd.jsd,
+        "tvd": tvd.tvd,
     },
     runtime=lambda: triton_runtime("triton-ascend"),
 )

@@ -1,0 +1,193 @@
+"""The elementwise divergences (kl_div, jsd, tvd) for Ascend NPUs: one row-tiled kernel.
+
+Each loss is a sum of per-element terms whose gradient is also per element, so one pass
+does both: tiles of ``BLOCK_M`` rows x ``BLOCK_N`` vocabulary columns (`_tiling.row_plan`:
+several short rows per tile, UB-sized chunks of wide vocabularies), one program per vector
+core walking row blocks. The scalar reductions are per-program fp32 partial sums added
+afterwards (no atomics); ``"none"`` writes the per-element loss. The gradient (already
+scaled by the reduction's divisor) is written in the same pass when the input requires it,
+and the backward only multiplies by the upstream gradient.
+
+Per element, ``x`` the differentiated input, ``y`` the other:
+- kl_div: ``y (log max(y, eps) - x)``, grad ``-y`` (log_target: ``e^y (y - x)``, ``-e^y``);
+- jsd (``x``, ``y`` log-probabilities, ``M = beta e^y + (1 - beta) e^x``):
+  ``beta e^y (y - log M) + (1 - beta) e^x (x - log M)``, grad ``(1 - beta) e^x (x - log M)``;
+  ``beta = 0``: ``e^y (y - x)``, grad ``-e^y``; ``beta = 1``: ``e^x (x - y)``, grad ``e^x (x - y + 1)``;
+- tvd: ``|x - y| / 2``, grad ``sign(x - y) / 2``.
+Rows whose label is ``ignore_index`` contribute nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from liger_ops_ascend import hardware
+from liger_ops_ascend._tiling import FP32, MAX_BLOCK_M, RowPlan, elem_bytes, loaded, row_plan
+from liger_ops_ascend.launch import Tile, launch
+
+KL_DIV = 0
+JSD = 1
+TVD = 2
+_NAMES = {KL_DIV: "kl_div", JSD: "jsd", TVD: "tvd"}
+MAX_BLOCK_N = 65536
+
+
+@triton.jit
+def _divergence_kernel(
+    X, Y, LABELS, OUT, GRAD, x_row_stride, y_row_stride, n_rows, n_cols, n_blocks, n_chunks,
+    ignore_index, scale, param, log_beta, log_1m_beta,
+    KIND: tl.constexpr, LOG_TARGET: tl.constexpr, BETA_CASE: tl.constexpr, HAS_LABELS: tl.constexpr,
+    ELEMENTWISE: tl.constexpr, HAS_GRAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """OUT: per-element loss (ELEMENTWISE) or one partial sum per program. BETA_CASE (jsd):
+    0 forward KL, 1 reverse KL, 2 general. ``param``: eps (kl_div) or beta (jsd)."""
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    m_idx = tl.arange(0, BLOCK_M)
+    n_idx = tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for blk in range(pid, n_blocks, num_programs):
+        row0 = (pid * 0 + blk) * BLOCK_M
+        rows = row0 + m_idx
+        row_mask = rows < n_rows
+        keep = row_mask
+        if HAS_LABELS:
+            keep = keep & (tl.load(LABELS + rows, mask=row_mask, other=ignore_index) != ignore_index)
+        base = row0.to(tl.int64)
+        x_tile = X + base * x_row_stride + m_idx[:, None] * x_row_stride
+        y_tile = Y + base * y_row_stride + m_idx[:, None] * y_row_stride
+        # Outputs of this package's own making are dense (tokens, vocab).
+        o_tile = base * n_cols + m_idx[:, None] * n_cols
+        for c in range(n_chunks):
+            cols = c * BLOCK_N + n_idx
+            mask = row_mask[:, None] & (cols < n_cols)[None, :]
+            live = keep[:, None] & (cols < n_cols)[None, :]
+            x = tl.load(x_tile + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            y = tl.load(y_tile + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            if KIND == 0:
+                if LOG_TARGET:
+                    ey = tl.exp(y)
+                    loss = ey * (y - x)
+                    grad = -ey
+                else:
+                    loss = y * (tl.log(tl.maximum(y, param)) - x)
+                    grad = -y
+            elif KIND == 1:
+                if BETA_CASE == 0:
+                    ey = tl.exp(y)
+                    loss = ey * (y - x)
+                    grad = -ey
+                elif BETA_CASE == 1:
+                    ex = tl.exp(x)
+                    loss = ex * (x - y)
+                    grad = ex * (x - y + 1.0)
+                else:
+                    a = y + log_beta
+                    b = x + log_1m_beta
+                    top = tl.maximum(a, b)
+                    log_m = top + tl.log(tl.exp(a - top) + tl.exp(b - top))
+                    ex = tl.exp(x)
+                    loss = param * tl.exp(y) * (y - log_m) + (1.0 - param) * ex * (x - log_m)
+                    grad = (1.0 - param) * ex * (x - log_m)
+            else:
+                d = x - y
+                loss = 0.5 * tl.abs(d)
+                grad = tl.where(d > 0, 0.5, tl.where(d < 0, -0.5, 0.0))
+            loss = tl.where(live, loss, 0.0)
+            if ELEMENTWISE:
+                tl.store(OUT + o_tile + cols[None, :], loss, mask=mask)
+            else:
+                acc += tl.sum(loss, axis=1)
+            if HAS_GRAD:
+                g = tl.where(live, grad * scale, 0.0)
+                tl.store(GRAD + o_tile + cols[None, :], g.to(GRAD.dtype.element_ty), mask=mask)
+    if not ELEMENTWISE:
+        tl.store(OUT + pid, tl.sum(acc, axis=0))
+
+
+def divergence_tiles(m: int, n: int, xb: int, yb: int) -> tuple[Tile, ...]:
+    tiles = loaded("x", m, n, xb) + loaded("y", m, n, yb)
+    names = ("exp_x", "exp_y", "a", "b", "top", "log_m", "loss", "grad_f32", "live", "out_f32")
+    tiles += [Tile(t, m, n, FP32) for t in names] + [Tile("grad", m, n, xb)]
+    return tuple(tiles + [Tile(t, 1, m, FP32) for t in ("labels", "keep", "acc")])
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(kind: int, n_rows: int, n_cols: int, xb: int, yb: int, hw: hardware.Hardware, max_block_n: int) -> RowPlan:
+    tiles = functools.partial(divergence_tiles, xb=xb, yb=yb)
+    kernels = ((_NAMES[kind], tiles),)
+    min_n = max(hardware.min_block(xb), hardware.min_block(yb))
+    return row_plan(_NAMES[kind], n_rows, n_cols, kernels, kernels, hw, min_n, MAX_BLOCK_M, max_block_n)
+
+
+def plan(kind: int, n_rows: int, n_cols: int, x_dtype, y_dtype, hw: hardware.Hardware) -> RowPlan:
+    return _plan(kind, n_rows, n_cols, elem_bytes(x_dtype), elem_bytes(y_dtype), hw, MAX_BLOCK_N)
+
+
+def divergence(
+    kind: int,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    labels: torch.Tensor | None,
+    ignore_index: int,
+    scale: float,
+    elementwise: bool,
+    want_grad: bool,
+    hw: hardware.Hardware,
+    log_target: bool = False,
+    param: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(loss, grad)``: loss per element (fp32, ``elementwise``) or the scaled sum (fp32
+    scalar); ``grad`` (``x.dtype``, already scaled) when ``want_grad``."""
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    if y.stride(-1) != 1:
+        y = y.contiguous()
+    n_rows, n_cols = x.shape
+    dev = x.device
+    grad = torch.empty((n_rows, n_cols), dtype=x.dtype, device=dev) if want_grad else None
+    if n_rows == 0 or n_cols == 0:
+        loss = torch.zeros((n_rows, n_cols) if elementwise else (), dtype=torch.float32, device=dev)
+        return loss, grad
+    p = plan(kind, n_rows, n_cols, x.dtype, y.dtype, hw)
+    out = torch.empty((n_rows, n_cols) if elementwise else (p.programs,), dtype=torch.float32, device=dev)
+    beta_case, log_beta, log_1m_beta = 2, 0.0, 0.0
+    if kind == JSD:
+        beta_case = 0 if param == 0 else 1 if param == 1 else 2
+        if beta_case == 2:
+            import math
+
+            log_beta, log_1m_beta = math.log(param), math.log1p(-param)
+    lab = None if labels is None else labels.to(torch.int32)
+    launch(
+        _divergence_kernel, p.kernels[0], hw, x, y, x if lab is None else lab, out, x if grad is None else grad,
+        x.stride(0), y.stride(0), n_rows, n_cols, p.n_blocks, p.n_chunks, int(ignore_index), float(scale),
+        float(param), log_beta, log_1m_beta, KIND=kind, LOG_TARGET=bool(log_target), BETA_CASE=beta_case,
+        HAS_LABELS=lab is not None, ELEMENTWISE=elementwise, HAS_GRAD=want_grad, BLOCK_M=p.block_m,
+        BLOCK_N=p.block_n,
+    )  # fmt: skip
+    # Second stage of the scalar reductions: the per-program partials summed.
+    loss = out if elementwise else out.sum() * scale
+    return loss, grad
+
+
+class LigerDivergenceFunction(torch.autograd.Function):
+    """Forward computes loss and (scaled) gradient together; backward scales by the upstream gradient."""
+
+    @staticmethod
+    def forward(ctx, x, y, labels, kind, ignore_index, scale, elementwise, log_target, param, out_dtype):
+        hw = hardware.current(x.device)
+        want_grad = ctx.needs_input_grad[0]
+        loss, grad = divergence(kind, x, y, labels, ignore_index, scale, elementwise, want_grad, hw, log_target, param)
+        ctx.save_for_backward(grad)
+        return loss.to(out_dtype)
+
+    @staticmethod
+    def backward(ctx, d_loss):
+        (grad,) = ctx.saved_tensors
+        dx = (grad.float() * d_loss.float()).to(grad.dtype)
+        return dx, None, None, None, None, None, None, None, None, None
