@@ -14,7 +14,7 @@ PYPROJECT = (Path(__file__).parents[1] / "pyproject.toml").read_text()
 
 def test_backend_is_valid_for_this_core():
     validate(BACKEND)
-    assert (BACKEND.name, BACKEND.device_types, BACKEND.interface_version) == ("ascend", ("npu",), "1.2")
+    assert (BACKEND.name, BACKEND.device_types, BACKEND.interface_version) == ("ascend", ("npu",), "1.3")
     assert (BACKEND.distribution, BACKEND.version) == ("liger-ops-ascend", __version__)
     assert "triton" in BACKEND.runtime()
 

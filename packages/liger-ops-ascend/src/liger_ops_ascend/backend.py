@@ -8,6 +8,7 @@ from liger_ops_ascend import (
     cross_entropy,
     dyt,
     fused_linear_cross_entropy,
+    fused_linear_jsd,
     geglu,
     group_norm,
     jsd,
@@ -25,8 +26,9 @@ from liger_ops_ascend import (
 from liger_ops_ascend.__about__ import __version__
 
 # 1.1: every norm op (rms_norm, fused_add_rms_norm, layer_norm, group_norm, poly_norm, dyt);
-# 1.2: every activation (swiglu, geglu, rope, qwen2vl_mrope, softmax, sparsemax).
-INTERFACE_VERSION = "1.2"
+# 1.2: every activation (swiglu, geglu, rope, qwen2vl_mrope, softmax, sparsemax);
+# 1.3: every loss (cross_entropy, fused_linear_cross_entropy, kl_div, jsd, fused_linear_jsd, tvd).
+INTERFACE_VERSION = "1.3"
 
 
 BACKEND = Backend(
@@ -52,6 +54,7 @@ BACKEND = Backend(
         "fused_linear_cross_entropy": fused_linear_cross_entropy.fused_linear_cross_entropy,
         "kl_div": kl_div.kl_div,
         "jsd": jsd.jsd,
+        "fused_linear_jsd": fused_linear_jsd.fused_linear_jsd,
         "tvd": tvd.tvd,
     },
     runtime=lambda: triton_runtime("triton-ascend"),
