@@ -40,18 +40,18 @@ def _gn_chunk_stats(
     # chunk's mean, so M2 = S2 - S1^2 / n does not cancel), kept per lane across tiles and
     # reduced once at the end: the loop is loads and FMAs only, no block-wide reductions.
     # EVICT: "evict_last" where a second pass over the data follows.
-    c = c_lo + tl.arange(0, BLOCK_C)
-    h = hw_lo + tl.arange(0, BLOCK_HW)
-    m = (c < Cg)[:, None] & (h < hw_hi)[None, :]
-    x = tl.load(X_g + c[:, None] * HW + h[None, :], mask=m, other=0.0).to(tl.float32)
-    shift = tl.sum(tl.sum(x, axis=1), axis=0) / tl.maximum(tl.sum(tl.sum(m.to(tl.float32), axis=1), axis=0), 1.0)
+    c0 = c_lo + tl.arange(0, BLOCK_C)
+    h0 = hw_lo + tl.arange(0, BLOCK_HW)
+    m0 = (c0 < Cg)[:, None] & (h0 < hw_hi)[None, :]
+    x0 = tl.load(X_g + c0[:, None] * HW + h0[None, :], mask=m0, other=0.0).to(tl.float32)
+    shift = tl.sum(tl.sum(x0, axis=1), axis=0) / tl.maximum(tl.sum(tl.sum(m0.to(tl.float32), axis=1), axis=0), 1.0)
     acc1 = tl.zeros((BLOCK_C, BLOCK_HW), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_C, BLOCK_HW), dtype=tl.float32)
     for cb in range(0, n_cb):
         c = c_lo + cb * BLOCK_C + tl.arange(0, BLOCK_C)
         c_mask = c < Cg
-        for h0 in range(hw_lo, hw_hi, BLOCK_HW):
-            h = h0 + tl.arange(0, BLOCK_HW)
+        for hs in range(hw_lo, hw_hi, BLOCK_HW):
+            h = hs + tl.arange(0, BLOCK_HW)
             m = c_mask[:, None] & (h < hw_hi)[None, :]
             x = tl.load(X_g + c[:, None] * HW + h[None, :], mask=m, other=0.0, eviction_policy=EVICT)
             d = tl.where(m, x.to(tl.float32) - shift, 0.0)

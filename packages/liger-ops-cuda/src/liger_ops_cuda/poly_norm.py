@@ -255,13 +255,15 @@ def poly_norm_backward(dy2d, x2d, weight, bias, rstd, plan, programs=None):
 
 
 def backward_plan(n_cols: int):
-    """RMSNorm's tiling with PolyNorm's smaller backward tile (its live set is larger)."""
+    """RMSNorm's tiling with PolyNorm's smaller backward tile (its live set is larger), for
+    wide rows' chunks too."""
+    tile = hardware.POLY_NORM_BACKWARD_TILE_ELEMENTS
     return _plan(
         n_cols,
-        hardware.POLY_NORM_BACKWARD_TILE_ELEMENTS,
+        tile,
         hardware.POLY_NORM_BACKWARD_ELEMENTS_PER_WARP,
         hardware.MAX_FUSED_BLOCK,
-        hardware.CHUNK_BLOCK,
+        min(hardware.CHUNK_BLOCK, tile),
     )
 
 
