@@ -225,6 +225,13 @@ def _loss_cases() -> list[dict]:
         bwd = _sig("X Y LABELS:i64 GRAD_OUT:fp32 DX", "x_row_stride y_row_stride g_row_stride g_col_stride")
         bwd.update(_sig("", "dx_row_stride n_rows n_cols ignore_index", "beta eps scale"))
         cases.append(_case("_divergence", "_divergence_backward_kernel", bwd, c, dp.num_warps, register_heavy=False))
+
+    from liger_ops_xpu import hardware
+
+    mm = _sig("A B C:fp32", "M N K a_row_stride b_row_stride c_row_stride")
+    c = {"BLOCK_M": hardware.MATMUL_BLOCK_M, "BLOCK_N": hardware.MATMUL_BLOCK_N, "BLOCK_K": hardware.MATMUL_BLOCK_K}
+    c.update(N_K_BLOCKS=4096 // hardware.MATMUL_BLOCK_K, UPCAST=False)
+    cases.append(_case("_matmul", "_matmul_nt_kernel", mm, c, hardware.MATMUL_NUM_WARPS))
     return cases
 
 

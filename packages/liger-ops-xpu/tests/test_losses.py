@@ -52,10 +52,13 @@ def test_flce_several_chunks(monkeypatch, small_vocab_blocks, reduction):
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("beta", [0.0, 0.3, 1.0])
-def test_fused_linear_jsd_several_chunks(monkeypatch, beta):
+@pytest.mark.parametrize("beta,dtype", [(0.0, torch.float32), (0.3, torch.bfloat16), (1.0, torch.float16)])
+def test_fused_linear_jsd_several_chunks(monkeypatch, beta, dtype):
+    # bf16/fp16: the fp32-output GEMM with tiles of 16 (several in every direction).
     monkeypatch.setattr(hardware, "FUSED_LINEAR_CHUNK_ELEMENTS", 3 * 40)
-    xs, ws, xt, wt, lab = fused_linear_jsd_check.make_inputs(11, 8, 12, 40, torch.float32, DEVICE, seed=5)
+    for name in ("MATMUL_BLOCK_M", "MATMUL_BLOCK_N", "MATMUL_BLOCK_K"):
+        monkeypatch.setattr(hardware, name, 16)
+    xs, ws, xt, wt, lab = fused_linear_jsd_check.make_inputs(11, 24, 36, 40, dtype, DEVICE, seed=5)
     fused_linear_jsd_check.check_fused_linear_jsd(BACKEND, xs, ws, xt, wt, lab, beta, temperature=2.0, grad_scalar=2.0)
 
 

@@ -2,11 +2,14 @@
 projections and the generalised JSD of their log-softmaxes, chunk by chunk over tokens.
 
 Per chunk of about FUSED_LINEAR_CHUNK_ELEMENTS logits: fp32 logits of both models (the
-contract asks for fp32 products, no rounding before the softmax), their log-softmax at the
-temperature, the divergence kernels of _divergence.py (the chunk's loss sum, then the gradient
-in the student's log-probabilities), the chain through log-softmax
-(``grad_s = (g - softmax(s) * sum(g)) / T``) and the student's two gradient matmuls. The loss
-is a scalar, so the gradients are computed in the forward pass and the backward scales them.
+contract asks for fp32 products, no rounding before the softmax: for 16-bit inputs the GEMM of
+_matmul.py, 16-bit tiles on the matrix engines with fp32 output, so no fp32 copy of either
+weight), their log-softmax at the temperature, the divergence kernels of _divergence.py (the
+chunk's loss sum, then the gradient in the student's log-probabilities), the chain through
+log-softmax (``grad_s = (g - softmax(s) * sum(g)) / T``) and the student's two gradient matmuls
+in the student's dtype (grad_weight accumulated in it, as for fused_linear_cross_entropy's
+default). The loss is a scalar, so the gradients are computed in the forward pass and the
+backward scales them.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from liger_core.ops import _losses
 from liger_core.ops.fused_linear_jsd import check_args
 
 from liger_ops_xpu._divergence import divergence_backward, divergence_forward
+from liger_ops_xpu._matmul import matmul_nt_f32
 from liger_ops_xpu.fused_linear_cross_entropy import chunk_rows
 from liger_ops_xpu.jsd import jsd_divergence
 
@@ -27,20 +31,19 @@ class LigerFusedLinearJSDFunction(torch.autograd.Function):
         n = _losses.label_count("fused_linear_jsd", labels, ignore_index, n_rows)
         div = jsd_divergence(beta, ignore_index)
         want_dx, want_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        ws32, wt32 = ws.float(), wt.float()
         total = torch.zeros((), dtype=torch.float32, device=xs.device)
         dxs = torch.empty_like(xs) if want_dx else None
-        dws = torch.zeros(ws.shape, dtype=torch.float32, device=xs.device) if want_dw else None
+        dws = torch.zeros_like(ws) if want_dw else None
         ones = torch.ones(1, dtype=torch.float32, device=xs.device)
         step = chunk_rows(n_rows, vocab)
         for start in range(0, n_rows, step):
             end = min(start + step, n_rows)
-            xs_c = xs[start:end].float()
+            xs_c = xs[start:end]
             lab_c = None if labels is None else labels[start:end]
-            s = xs_c @ ws32.t()
+            s = matmul_nt_f32(xs_c, ws)
             if temperature != 1.0:
                 s /= temperature
-            t = xt[start:end].float() @ wt32.t()
+            t = matmul_nt_f32(xt[start:end], wt)
             if temperature != 1.0:
                 t /= temperature
             s_logp = torch.log_softmax(s, dim=-1)
@@ -52,11 +55,12 @@ class LigerFusedLinearJSDFunction(torch.autograd.Function):
             ds = g.sub_(s_logp.exp_().mul_(g.sum(-1, keepdim=True)))  # through log_softmax, in place
             if temperature != 1.0:
                 ds /= temperature
+            ds = ds.to(ws.dtype)
             if want_dx:
-                dxs[start:end] = (ds @ ws32).to(xs.dtype)
+                torch.mm(ds, ws, out=dxs[start:end])
             if want_dw:
                 dws += ds.t() @ xs_c
-        ctx.grads = (dxs, None if dws is None else dws.to(ws.dtype))
+        ctx.grads = (dxs, dws)
         return total / max(n, 1)
 
     @staticmethod

@@ -60,6 +60,12 @@ LOSS_NUM_WARPS = 32
 # Rows of the fused-linear losses' logits materialised at once: chunks of about this many
 # logits (rows x vocab) bound the extra memory (fp32 4 bytes each: 256 MiB).
 FUSED_LINEAR_CHUNK_ELEMENTS = 1 << 26
+# Tiles of the 16-bit GEMM with float32 output (fused_linear_jsd's logits): the shape Intel's
+# Triton matmul examples use on Xe-HPC with the large register file; untuned here.
+MATMUL_BLOCK_M = 256
+MATMUL_BLOCK_N = 256
+MATMUL_BLOCK_K = 32
+MATMUL_NUM_WARPS = 32
 
 # --- threads and sub-groups ------------------------------------------------------------------
 # Triton's default sub-group width on XPU; every Intel GPU Triton targets supports it.
