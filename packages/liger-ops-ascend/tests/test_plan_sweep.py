@@ -153,3 +153,26 @@ def test_activation_plans_fit_grid_and_ub(soc):
             p = rope.plan("rope_forward", n_pos, heads, dim, (dtype, torch.float32), torch.float32, hw)
             check(p.kernel, hw)
             assert p.programs <= hw.vector_cores and p.block_d >= dim // 2
+
+
+# -- the 1.3 losses --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
+def test_loss_plans_keep_vocab_chunks_in_the_ub(soc):
+    from liger_ops_ascend import _divergence, cross_entropy
+
+    hw = hardware.for_soc(soc)
+    vocabs = [2, 1000, 32000, 32768, 50257, 128256, 151936, 152064, 256000, 262144]
+    for dtype, vocab, tokens, direction in itertools.product(
+        NORM_DTYPES, vocabs, [1, 47, 4096, 65536], ("forward", "backward")
+    ):
+        what = f"{soc} cross_entropy {direction} {tokens}x{vocab} {dtype}"
+        for w_dtype in (None, torch.float32):
+            p = cross_entropy.plan(direction, tokens, vocab, dtype, w_dtype, hw)
+            _check_row_plan(p, hw, tokens, vocab, what)
+            if vocab >= 32768:
+                assert p.chunked, what  # a large vocabulary is never one tile
+        for kind in (_divergence.KL_DIV, _divergence.JSD, _divergence.TVD):
+            p = _divergence.plan(kind, tokens, vocab, dtype, torch.float32, hw)
+            _check_row_plan(p, hw, tokens, vocab, f"{soc} divergence {kind} {tokens}x{vocab}")

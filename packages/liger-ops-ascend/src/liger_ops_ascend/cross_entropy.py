@@ -80,7 +80,7 @@ def _ce_forward_kernel(
             m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
             d = d * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe[:, None]), axis=1)
             m = m_new
-        lse = tl.where(row_mask, m + tl.log(d), 0.0)
+        lse = tl.where(row_mask, m + tl.log(tl.where(row_mask, d, 1.0)), 0.0)
         x_y = tl.load(x_base + m_idx * x_row_stride + y_safe, mask=valid, other=0.0).to(tl.float32)
         if HAS_SOFTCAP:
             x_y = _softcapped(x_y, softcap)
