@@ -30,6 +30,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from liger_ops_cuda import dyt, fused_add_rms_norm, group_norm, hardware, layer_norm, poly_norm  # noqa: E402
+from liger_ops_cuda._partials import backward_row_plan  # noqa: E402
 from liger_ops_cuda.rms_norm import TilePlan, plan_tiles  # noqa: E402
 
 
@@ -88,15 +89,14 @@ def tune_rows(name, timer, fwd_fn, bwd_fn, n_cols, smoke):
                 ms=timer(lambda: bwd_fn(plan, programs)),
             )
         )
-    default_fwd, default_bwd = plan_tiles(n_cols), plan_tiles(n_cols, backward=True)
-    return rows, f"defaults: forward {default_fwd}, backward {default_bwd}"
+    return rows
 
 
 def bench_fused_add(timer, m, n, dtype, dev, smoke):
     x, r, dy, ds = (torch.randn(m, n, device=dev, dtype=dtype) for _ in range(4))
     w = torch.randn(n, device=dev, dtype=dtype) * 0.1 + 1
     _, s, rstd = fused_add_rms_norm.fused_add_rms_norm_forward(x, r, w, 1e-6, 0.0, "llama", plan_tiles(n))
-    return tune_rows(
+    rows = tune_rows(
         "fused_add_rms_norm",
         timer,
         lambda plan: fused_add_rms_norm.fused_add_rms_norm_forward(x, r, w, 1e-6, 0.0, "llama", plan),
@@ -106,6 +106,8 @@ def bench_fused_add(timer, m, n, dtype, dev, smoke):
         n,
         smoke,
     )
+    bwd = backward_row_plan(n, hardware.FUSED_ADD_RMS_NORM_BACKWARD_TILE_ELEMENTS)
+    return rows, f"defaults: forward {plan_tiles(n)}, backward {bwd}"
 
 
 def bench_layer_norm(timer, m, n, dtype, dev, smoke):
@@ -113,7 +115,7 @@ def bench_layer_norm(timer, m, n, dtype, dev, smoke):
     w = torch.randn(n, device=dev, dtype=dtype) * 0.1 + 1
     b = torch.randn(n, device=dev, dtype=dtype) * 0.1
     _, mean, rstd = layer_norm.layer_norm_forward(x, w, b, 1e-5, plan_tiles(n))
-    return tune_rows(
+    rows = tune_rows(
         "layer_norm",
         timer,
         lambda plan: layer_norm.layer_norm_forward(x, w, b, 1e-5, plan),
@@ -121,6 +123,8 @@ def bench_layer_norm(timer, m, n, dtype, dev, smoke):
         n,
         smoke,
     )
+    bwd = backward_row_plan(n, hardware.LAYER_NORM_BACKWARD_TILE_ELEMENTS)
+    return rows, f"defaults: forward {plan_tiles(n)}, backward {bwd}"
 
 
 def bench_poly_norm(timer, m, n, dtype, dev, smoke):
@@ -128,7 +132,7 @@ def bench_poly_norm(timer, m, n, dtype, dev, smoke):
     w = torch.tensor([0.3, 0.4, 0.5], device=dev, dtype=dtype)
     b = torch.tensor([0.1], device=dev, dtype=dtype)
     _, rstd = poly_norm.poly_norm_forward(x, w, b, 1e-6, plan_tiles(n))
-    rows, _ = tune_rows(
+    rows = tune_rows(
         "poly_norm",
         timer,
         lambda plan: poly_norm.poly_norm_forward(x, w, b, 1e-6, plan),

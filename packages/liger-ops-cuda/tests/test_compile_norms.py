@@ -61,7 +61,8 @@ P = lambda t: "*" + t
 rows = []
 # Row ops: the LLaMA hidden size and a chunked (wide) row in bf16, the whole-row plan in fp32.
 for dt, n in (("bf16", 4096), ("bf16", 20000), ("fp32", 4096)):
-    fp, bp = plan_tiles(n), plan_tiles(n, backward=True)
+    fp = plan_tiles(n)
+    bp = _partials.backward_row_plan(n, hardware.LAYER_NORM_BACKWARD_TILE_ELEMENTS)
     tag = f"{dt} n={n}"
     T = dict(X=P(dt), W=P(dt), B=P(dt), Y=P(dt), MEAN=P("fp32"), RSTD=P("fp32"), eps="fp32")
     c = dict(HAS_WEIGHT=True, HAS_BIAS=True, BLOCK_M=fp.block_m, BLOCK_N=fp.block_n, CHUNKED=fp.chunked)
@@ -77,6 +78,8 @@ for dt, n in (("bf16", 4096), ("bf16", 20000), ("fp32", 4096)):
              offset="fp32")
     c = dict(HAS_WEIGHT=True, NEED_DW=True, HAS_DS=True, WRITE_DR=dt != "fp32", ROUND_X_HAT=dt != "fp32",
              BLOCK_M=bp.block_m, BLOCK_N=bp.block_n, CHUNKED=bp.chunked)
+    bp = _partials.backward_row_plan(n, hardware.FUSED_ADD_RMS_NORM_BACKWARD_TILE_ELEMENTS)
+    c.update(BLOCK_M=bp.block_m, BLOCK_N=bp.block_n, CHUNKED=bp.chunked)
     k = fused_add_rms_norm._fused_add_rms_norm_backward_kernel
     rows.append(variant(f"fused_add bwd {tag}", k, T, c, bp.num_warps))
     T = dict(X=P(dt), W=P("fp32"), B=P("fp32"), Y=P(dt), RSTD=P("fp32"), eps="fp32")

@@ -85,6 +85,15 @@ def grad_rows(dy: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     return dy2d if dy2d.stride(-1) == 1 else dy2d.contiguous()
 
 
+def backward_row_plan(n_cols: int, tile_elements: int):
+    """RMSNorm's row tiling (rms_norm.plan_tiles) with an op's own backward tile size."""
+    from liger_ops_cuda.rms_norm import _plan
+
+    return _plan(
+        n_cols, tile_elements, hardware.BACKWARD_ELEMENTS_PER_WARP, hardware.MAX_FUSED_BLOCK, hardware.CHUNK_BLOCK
+    )
+
+
 def backward_programs(n_rows: int, block_m: int, device: torch.device, programs: int | None = None) -> tuple[int, int]:
     """(programs, rows per program) of a persistent backward grid: one program per SM."""
     if programs is None:

@@ -15,7 +15,8 @@ import triton
 import triton.language as tl
 
 from liger_core.ops.fused_add_rms_norm import check_args
-from liger_ops_cuda._partials import as_rows, backward_programs, grad_rows, sum_partials
+from liger_ops_cuda import hardware
+from liger_ops_cuda._partials import as_rows, backward_programs, backward_row_plan, grad_rows, sum_partials
 from liger_ops_cuda.rms_norm import _ROUND_X_HAT, plan_tiles
 
 
@@ -296,7 +297,7 @@ class LigerFusedAddRMSNormFunction(torch.autograd.Function):
         if ctx.in_place and not dy2d.is_contiguous():
             dy2d = dy2d.contiguous()
         ds2d = grad_rows(ds, s2d.shape) if ds is not None else None
-        plan = plan_tiles(s2d.shape[1], backward=True)
+        plan = backward_row_plan(s2d.shape[1], hardware.FUSED_ADD_RMS_NORM_BACKWARD_TILE_ELEMENTS)
         dx, dr, dw = fused_add_rms_norm_backward(
             dy2d,
             ds2d,

@@ -60,6 +60,12 @@ GROUP_NORM_TILE_ELEMENTS = 4096
 GROUP_NORM_ELEMENTS_PER_WARP = 256
 GROUP_NORM_CHUNK_ELEMENTS = 8192
 GROUP_NORM_SPLIT_PROGRAMS_PER_SM = 4
+# fused_add_rms_norm and layer_norm backward tiles: RMSNorm's tuned tile as the starting
+# point (same shape of work with one more input or accumulator), tunable apart from it with
+# benchmarks/bench_norms.py. Compiled for sm_90, 4 x 4096 rows with 16 warps spill ~100 bytes
+# (fused_add) / ~24 bytes (layer_norm) per thread, 2 x 4096 none.
+FUSED_ADD_RMS_NORM_BACKWARD_TILE_ELEMENTS = 16384
+LAYER_NORM_BACKWARD_TILE_ELEMENTS = 16384
 # PolyNorm backward keeps about nine fp32 copies of its tile live (x, dy, three powers and
 # their products): one row per tile and 8 elements per thread keep it in registers.
 POLY_NORM_BACKWARD_TILE_ELEMENTS = 4096

@@ -15,7 +15,8 @@ import triton
 import triton.language as tl
 
 from liger_core.ops.layer_norm import check_args
-from liger_ops_cuda._partials import as_rows, backward_programs, grad_rows, sum_partials
+from liger_ops_cuda import hardware
+from liger_ops_cuda._partials import as_rows, backward_programs, backward_row_plan, grad_rows, sum_partials
 from liger_ops_cuda.rms_norm import plan_tiles
 
 
@@ -269,7 +270,7 @@ class LigerLayerNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, bias, mean, rstd = ctx.saved_tensors
-        plan = plan_tiles(x2d.shape[1], backward=True)
+        plan = backward_row_plan(x2d.shape[1], hardware.LAYER_NORM_BACKWARD_TILE_ELEMENTS)
         _, need_dw, need_db, _ = ctx.needs_input_grad
         dx, dw, db = layer_norm_backward(
             grad_rows(dy, x2d.shape), x2d, weight, bias, mean, rstd, plan, need_dw, need_db
