@@ -16,6 +16,7 @@ from liger_core.conformance.layer_norm_check import check_layer_norm
 from liger_core.conformance.layer_norm_check import make_inputs as ln_inputs
 from liger_core.conformance.poly_norm_check import check_poly_norm
 from liger_core.conformance.poly_norm_check import make_inputs as pn_inputs
+from liger_core.interface import parse_version
 from liger_ops_cuda import BACKEND, hardware
 from liger_ops_cuda.group_norm import plan_groups
 from liger_ops_cuda.rms_norm import plan_tiles
@@ -25,7 +26,7 @@ NORM_FAMILY = ("fused_add_rms_norm", "layer_norm", "group_norm", "poly_norm", "d
 
 
 def test_backend_declares_interface_1_1():
-    assert BACKEND.interface_version >= "1.1"
+    assert parse_version(BACKEND.interface_version) >= (1, 1)
     assert all(op in BACKEND.ops for op in NORM_FAMILY)
 
 
