@@ -4,7 +4,7 @@
 three reciprocal RMS per row (of x, x^2, x^3), saved for the backward.
 
 Tiling as in rms_norm (`_tiling.row_plan`): whole rows per tile (several short rows at
-once) when a row fits the UB, else two passes over ``BLOCK_N``-wide chunks.
+once, one load each) when a row fits the UB, else two passes over ``BLOCK_N``-wide chunks.
 
 Backward: with ``a_k = mean(dy * n_k)`` per row, ``grad_u_k = w_k * r_k * (dy - n_k * a_k)``
 and ``grad_x = sum_k grad_u_k * k * x^(k-1)``. The weight gradients are ``sum_rows hidden * a_k``
@@ -45,6 +45,7 @@ def _poly_norm_forward_kernel(
     eps,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    SINGLE_PASS: tl.constexpr,
 ):
     """RSTD[row] = (r1, r2, r3), the reciprocal RMS of x, x^2 and x^3."""
     pid = tl.program_id(0)
@@ -61,28 +62,38 @@ def _poly_norm_forward_kernel(
         row_mask = rows < n_rows
         x_base = X + row0.to(tl.int64) * x_row_stride + m_idx[:, None] * x_row_stride
         y_base = Y + row0.to(tl.int64) * y_row_stride + m_idx[:, None] * y_row_stride
-        s2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        s4 = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        s6 = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        # With one chunk (the whole row) the loads of the two loops are of the same tile.
-        for c in range(n_chunks):
-            cols = c * BLOCK_N + n_idx
-            mask = row_mask[:, None] & (cols < n_cols)[None, :]
-            xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        if SINGLE_PASS:
+            # The whole row is one tile: one load, kept in the UB for both steps.
+            mask = row_mask[:, None] & (n_idx < n_cols)[None, :]
+            xf = tl.load(x_base + n_idx[None, :], mask=mask, other=0.0).to(tl.float32)
             x2 = xf * xf
-            s2 += tl.sum(x2, axis=1)
-            s4 += tl.sum(x2 * x2, axis=1)
-            s6 += tl.sum(x2 * x2 * x2, axis=1)
-        r1 = tl.math.rsqrt(s2 / n_cols + eps)
-        r2 = tl.math.rsqrt(s4 / n_cols + eps)
-        r3 = tl.math.rsqrt(s6 / n_cols + eps)
-        for c in range(n_chunks):
-            cols = c * BLOCK_N + n_idx
-            mask = row_mask[:, None] & (cols < n_cols)[None, :]
-            xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            x2 = xf * xf
+            r1 = tl.math.rsqrt(tl.sum(x2, axis=1) / n_cols + eps)
+            r2 = tl.math.rsqrt(tl.sum(x2 * x2, axis=1) / n_cols + eps)
+            r3 = tl.math.rsqrt(tl.sum(x2 * x2 * x2, axis=1) / n_cols + eps)
             y = (w0 * r3)[:, None] * (x2 * xf) + (w1 * r2)[:, None] * x2 + (w2 * r1)[:, None] * xf + bias
-            tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+            tl.store(y_base + n_idx[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        else:
+            s2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            s4 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            s6 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            for c in range(n_chunks):
+                cols = c * BLOCK_N + n_idx
+                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                x2 = xf * xf
+                s2 += tl.sum(x2, axis=1)
+                s4 += tl.sum(x2 * x2, axis=1)
+                s6 += tl.sum(x2 * x2 * x2, axis=1)
+            r1 = tl.math.rsqrt(s2 / n_cols + eps)
+            r2 = tl.math.rsqrt(s4 / n_cols + eps)
+            r3 = tl.math.rsqrt(s6 / n_cols + eps)
+            for c in range(n_chunks):
+                cols = c * BLOCK_N + n_idx
+                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                x2 = xf * xf
+                y = (w0 * r3)[:, None] * (x2 * xf) + (w1 * r2)[:, None] * x2 + (w2 * r1)[:, None] * xf + bias
+                tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
         tl.store(RSTD + rows * 3, r1, mask=row_mask)
         tl.store(RSTD + rows * 3 + 1, r2, mask=row_mask)
         tl.store(RSTD + rows * 3 + 2, r3, mask=row_mask)
@@ -105,6 +116,7 @@ def _poly_norm_backward_kernel(
     n_chunks,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    SINGLE_PASS: tl.constexpr,
 ):
     """PARTIAL[pid] = (grad_w0, grad_w1, grad_w2, grad_b) over the program's rows."""
     pid = tl.program_id(0)
@@ -129,36 +141,52 @@ def _poly_norm_backward_kernel(
         r1 = tl.load(RSTD + rows * 3, mask=row_mask, other=0.0)
         r2 = tl.load(RSTD + rows * 3 + 1, mask=row_mask, other=0.0)
         r3 = tl.load(RSTD + rows * 3 + 2, mask=row_mask, other=0.0)
-        # Pass 1: sum(dy * u_k) per row (n_k = u_k * r_k) and sum(dy).
-        d1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        d2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        d3 = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        d0 = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        for c in range(n_chunks):
-            cols = c * BLOCK_N + n_idx
-            mask = row_mask[:, None] & (cols < n_cols)[None, :]
-            xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            dyx = dy * xf
-            d0 += tl.sum(dy, axis=1)
-            d1 += tl.sum(dyx, axis=1)
-            d2 += tl.sum(dyx * xf, axis=1)
-            d3 += tl.sum(dyx * xf * xf, axis=1)
-        a1 = d1 * r1 / n_cols
-        a2 = d2 * r2 / n_cols
-        a3 = d3 * r3 / n_cols
-        # Pass 2: grad_x.
-        for c in range(n_chunks):
-            cols = c * BLOCK_N + n_idx
-            mask = row_mask[:, None] & (cols < n_cols)[None, :]
-            xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        if SINGLE_PASS:
+            mask = row_mask[:, None] & (n_idx < n_cols)[None, :]
+            xf = tl.load(x_base + n_idx[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_base + n_idx[None, :], mask=mask, other=0.0).to(tl.float32)
             x2 = xf * xf
+            dyx = dy * xf
+            d0 = tl.sum(dy, axis=1)
+            a1 = tl.sum(dyx, axis=1) * r1 / n_cols
+            a2 = tl.sum(dyx * xf, axis=1) * r2 / n_cols
+            a3 = tl.sum(dyx * x2, axis=1) * r3 / n_cols
             g1 = (w2 * r1)[:, None] * (dy - (xf * r1[:, None]) * a1[:, None])
             g2 = (w1 * r2)[:, None] * (dy - (x2 * r2[:, None]) * a2[:, None])
             g3 = (w0 * r3)[:, None] * (dy - (x2 * xf * r3[:, None]) * a3[:, None])
             dx = g1 + 2.0 * xf * g2 + 3.0 * x2 * g3
-            tl.store(dx_base + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+            tl.store(dx_base + n_idx[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        else:
+            # Pass 1: sum(dy * u_k) per row (n_k = u_k * r_k) and sum(dy).
+            d1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            d2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            d3 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            d0 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            for c in range(n_chunks):
+                cols = c * BLOCK_N + n_idx
+                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                dyx = dy * xf
+                d0 += tl.sum(dy, axis=1)
+                d1 += tl.sum(dyx, axis=1)
+                d2 += tl.sum(dyx * xf, axis=1)
+                d3 += tl.sum(dyx * xf * xf, axis=1)
+            a1 = d1 * r1 / n_cols
+            a2 = d2 * r2 / n_cols
+            a3 = d3 * r3 / n_cols
+            # Pass 2: grad_x.
+            for c in range(n_chunks):
+                cols = c * BLOCK_N + n_idx
+                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                x2 = xf * xf
+                g1 = (w2 * r1)[:, None] * (dy - (xf * r1[:, None]) * a1[:, None])
+                g2 = (w1 * r2)[:, None] * (dy - (x2 * r2[:, None]) * a2[:, None])
+                g3 = (w0 * r3)[:, None] * (dy - (x2 * xf * r3[:, None]) * a3[:, None])
+                dx = g1 + 2.0 * xf * g2 + 3.0 * x2 * g3
+                tl.store(dx_base + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         acc1 += a1 * n_cols
         acc2 += a2 * n_cols
         acc3 += a3 * n_cols
@@ -230,6 +258,7 @@ class LigerPolyNormFunction(torch.autograd.Function):
                 eps,
                 BLOCK_M=p.block_m,
                 BLOCK_N=p.block_n,
+                SINGLE_PASS=not p.chunked,
             )
         ctx.save_for_backward(x2d, weight, bias, rstd)
         ctx.hw = hw
@@ -265,6 +294,7 @@ class LigerPolyNormFunction(torch.autograd.Function):
             p.n_chunks,
             BLOCK_M=p.block_m,
             BLOCK_N=p.block_n,
+            SINGLE_PASS=not p.chunked,
         )
         # Second stage: the per-program partials summed.
         sums = partial.sum(0)
