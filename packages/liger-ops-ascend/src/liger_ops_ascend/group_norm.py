@@ -11,7 +11,7 @@ the centred group); otherwise it loops over channel and spatial chunks with sums
 the group's first element, then normalises chunk by chunk.
 
 Backward: per group, the coefficients ``sum(g)`` and ``sum(g * x_hat)`` (``g = dy * weight``),
-then grad_x; grad_weight and grad_bias are summed over each group's spatial positions into
+then grad_x (one load of the group when it fits a tile, else two passes over its chunks); grad_weight and grad_bias are summed over each group's spatial positions into
 ``(batch, channels)`` fp32 partials (every element written by one program, once) and
 reduced over the batch afterwards: no atomics across cores.
 """
@@ -134,6 +134,7 @@ def _group_norm_backward_kernel(
     HAS_BIAS: tl.constexpr,
     BLOCK_C: tl.constexpr,
     BLOCK_S: tl.constexpr,
+    SINGLE_TILE: tl.constexpr,
 ):
     """Per group: pass 1 the two coefficients, pass 2 grad_x and the per-channel partials
     (group ``row`` = batch * groups + g owns partial elements ``row * cpg + channel``)."""
@@ -148,49 +149,70 @@ def _group_norm_backward_kernel(
         base = row.to(tl.int64) * group_size
         mean = tl.load(MEAN + row)
         rstd = tl.load(RSTD + row)
-        sum_g = mean * 0.0
-        sum_gx = mean * 0.0
-        for cc in range(n_c_chunks):
-            chans = cc * BLOCK_C + c_idx
-            ch_mask = chans < cpg
-            for sc in range(n_s_chunks):
-                sp = sc * BLOCK_S + s_idx
-                mask = ch_mask[:, None] & (sp < hw)[None, :]
-                offs = chans[:, None] * hw + sp[None, :]
-                xf = tl.load(X + base + offs, mask=mask, other=0.0).to(tl.float32)
-                gr = tl.load(DY + base + offs, mask=mask, other=0.0).to(tl.float32)
-                if HAS_WEIGHT:
-                    gr = gr * tl.load(W + g * cpg + chans, mask=ch_mask, other=0.0).to(tl.float32)[:, None]
-                sum_g += tl.sum(tl.sum(gr, axis=1), axis=0)
-                sum_gx += tl.sum(tl.sum(gr * (xf - mean), axis=1), axis=0)
-        c1 = sum_g / group_size
-        c2 = sum_gx * rstd / group_size
-        for cc in range(n_c_chunks):
-            chans = cc * BLOCK_C + c_idx
-            ch_mask = chans < cpg
+        if SINGLE_TILE:
+            # The whole group is one tile: one load of x and dy, kept in the UB.
+            ch_mask = c_idx < cpg
+            mask = ch_mask[:, None] & (s_idx < hw)[None, :]
+            offs = c_idx[:, None] * hw + s_idx[None, :]
+            xf = tl.load(X + base + offs, mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(DY + base + offs, mask=mask, other=0.0).to(tl.float32)
+            x_hat = tl.where(mask, (xf - mean) * rstd, 0.0)
+            gr = dy
             if HAS_WEIGHT:
-                w = tl.load(W + g * cpg + chans, mask=ch_mask, other=0.0).to(tl.float32)
-            dw_acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
-            db_acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
-            for sc in range(n_s_chunks):
-                sp = sc * BLOCK_S + s_idx
-                mask = ch_mask[:, None] & (sp < hw)[None, :]
-                offs = chans[:, None] * hw + sp[None, :]
-                xf = tl.load(X + base + offs, mask=mask, other=0.0).to(tl.float32)
-                dy = tl.load(DY + base + offs, mask=mask, other=0.0).to(tl.float32)
-                x_hat = tl.where(mask, (xf - mean) * rstd, 0.0)
-                gr = dy
-                if HAS_WEIGHT:
-                    gr = dy * w[:, None]
-                dx = (gr - c1 - x_hat * c2) * rstd
-                tl.store(DX + base + offs, dx.to(DX.dtype.element_ty), mask=mask)
-                dw_acc += tl.sum(dy * x_hat, axis=1)
-                db_acc += tl.sum(dy, axis=1)
-            part = row.to(tl.int64) * cpg + chans
+                gr = dy * tl.load(W + g * cpg + c_idx, mask=ch_mask, other=0.0).to(tl.float32)[:, None]
+            c1 = tl.sum(tl.sum(gr, axis=1), axis=0) / group_size
+            c2 = tl.sum(tl.sum(gr * x_hat, axis=1), axis=0) / group_size
+            dx = (gr - c1 - x_hat * c2) * rstd
+            tl.store(DX + base + offs, dx.to(DX.dtype.element_ty), mask=mask)
+            part = row.to(tl.int64) * cpg + c_idx
             if HAS_WEIGHT:
-                tl.store(DW_PARTIAL + part, dw_acc, mask=ch_mask)
+                tl.store(DW_PARTIAL + part, tl.sum(dy * x_hat, axis=1), mask=ch_mask)
             if HAS_BIAS:
-                tl.store(DB_PARTIAL + part, db_acc, mask=ch_mask)
+                tl.store(DB_PARTIAL + part, tl.sum(dy, axis=1), mask=ch_mask)
+        else:
+            sum_g = mean * 0.0
+            sum_gx = mean * 0.0
+            for cc in range(n_c_chunks):
+                chans = cc * BLOCK_C + c_idx
+                ch_mask = chans < cpg
+                for sc in range(n_s_chunks):
+                    sp = sc * BLOCK_S + s_idx
+                    mask = ch_mask[:, None] & (sp < hw)[None, :]
+                    offs = chans[:, None] * hw + sp[None, :]
+                    xf = tl.load(X + base + offs, mask=mask, other=0.0).to(tl.float32)
+                    gr = tl.load(DY + base + offs, mask=mask, other=0.0).to(tl.float32)
+                    if HAS_WEIGHT:
+                        gr = gr * tl.load(W + g * cpg + chans, mask=ch_mask, other=0.0).to(tl.float32)[:, None]
+                    sum_g += tl.sum(tl.sum(gr, axis=1), axis=0)
+                    sum_gx += tl.sum(tl.sum(gr * (xf - mean), axis=1), axis=0)
+            c1 = sum_g / group_size
+            c2 = sum_gx * rstd / group_size
+            for cc in range(n_c_chunks):
+                chans = cc * BLOCK_C + c_idx
+                ch_mask = chans < cpg
+                if HAS_WEIGHT:
+                    w = tl.load(W + g * cpg + chans, mask=ch_mask, other=0.0).to(tl.float32)
+                dw_acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
+                db_acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
+                for sc in range(n_s_chunks):
+                    sp = sc * BLOCK_S + s_idx
+                    mask = ch_mask[:, None] & (sp < hw)[None, :]
+                    offs = chans[:, None] * hw + sp[None, :]
+                    xf = tl.load(X + base + offs, mask=mask, other=0.0).to(tl.float32)
+                    dy = tl.load(DY + base + offs, mask=mask, other=0.0).to(tl.float32)
+                    x_hat = tl.where(mask, (xf - mean) * rstd, 0.0)
+                    gr = dy
+                    if HAS_WEIGHT:
+                        gr = dy * w[:, None]
+                    dx = (gr - c1 - x_hat * c2) * rstd
+                    tl.store(DX + base + offs, dx.to(DX.dtype.element_ty), mask=mask)
+                    dw_acc += tl.sum(dy * x_hat, axis=1)
+                    db_acc += tl.sum(dy, axis=1)
+                part = row.to(tl.int64) * cpg + chans
+                if HAS_WEIGHT:
+                    tl.store(DW_PARTIAL + part, dw_acc, mask=ch_mask)
+                if HAS_BIAS:
+                    tl.store(DB_PARTIAL + part, db_acc, mask=ch_mask)
 
 
 # -- tile plans ------------------------------------------------------------------------------
@@ -361,6 +383,7 @@ class LigerGroupNormFunction(torch.autograd.Function):
                 HAS_BIAS=has_b,
                 BLOCK_C=p.block_c,
                 BLOCK_S=p.block_s,
+                SINGLE_TILE=p.single_tile,
             )
         # Second stage: the per-sample partials summed over the batch.
         dw = partial_sums(dw_part, weight.dtype) if has_w else None
