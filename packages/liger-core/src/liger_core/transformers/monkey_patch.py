@@ -125,6 +125,12 @@ def _set(obj: object, name: str, value: object) -> None:
 _MISSING = object()
 
 
+def _stock_value(obj: object, name: str) -> object:
+    """``obj.name`` as it was before any patch."""
+    saved = _SAVED.get((id(obj), name))
+    return getattr(obj, name, None) if saved is None or saved[2] is _MISSING else saved[2]
+
+
 def revert_liger_kernel_patches() -> None:
     """Restore every class attribute and module function a patch replaced (live models stay patched)."""
     for obj, name, old in reversed(list(_SAVED.values())):
@@ -194,6 +200,7 @@ def _apply(
         layers.require_op("liger_fused_linear_cross_entropy")
         forward = make_forward(fam.logits)
 
+    stock_rope = _stock_value(mod, "apply_rotary_pos_emb")
     for stock, liger in swaps.items():
         _set(mod, stock.__name__, liger)
     if rope_fn is not None:
@@ -212,6 +219,10 @@ def _apply(
             if liger is not None and type(module) is not liger:
                 layers.check_live_activation(module, liger)
                 module.__class__ = liger
+            if rope_fn is not None and module.__dict__.get("rotary_fn") is stock_rope:
+                # transformers 5.0 attention modules keep a reference to the RoPE function (unused by
+                # forward); point it at Liger's, or pickling the model finds two functions by one name.
+                module.rotary_fn = rope_fn
         if fused_linear_cross_entropy and isinstance(model, layers.stock_class(causal_lm)):
             # The class is patched above; an instance may carry its own bound forward too.
             if "forward" in model.__dict__:
