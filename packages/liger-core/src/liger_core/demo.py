@@ -50,9 +50,9 @@ CPU_SETUP = Setup(
     kv_heads=2,
     intermediate=128,
     vocab=256,
-    batch=2,
+    batch=4,
     seq=32,
-    steps=8,
+    steps=12,
     dtype="float32",
     lr=3e-3,
 )
@@ -216,7 +216,7 @@ def _table(stock: dict, liger: dict, setup: Setup, device: str, where: str) -> s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m liger_core.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, help="training steps (default: 8 on CPU, 20 on an accelerator)")
+    parser.add_argument("--steps", type=int, help="training steps (default: 12 on CPU, 20 on an accelerator)")
     parser.add_argument("--json", help="also write both runs' figures to this file")
     parser.add_argument("--child", choices=["stock", "liger"], help=argparse.SUPPRESS)
     parser.add_argument("--setup", help=argparse.SUPPRESS)
