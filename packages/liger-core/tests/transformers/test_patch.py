@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 
 import pytest
 import torch
@@ -190,3 +191,17 @@ def test_patched_model_pickles(tmp_path):
     torch.save(model, tmp_path / "m.pt")
     again = torch.load(tmp_path / "m.pt", weights_only=False)
     assert _liger_modules(again) == _liger_modules(model)
+
+
+def test_ops_are_served_by_the_backend_under_test(device):
+    """Where a backend is under test (LIGER_BACKEND, or an accelerator's), it serves every op the patches use:
+    the convergence tests then check its kernels, not the reference fallback."""
+    from liger_core.registry import REGISTRY
+
+    forced = os.environ.get("LIGER_BACKEND", "").strip()
+    if device == "cpu" and forced in ("", "reference"):
+        pytest.skip("ops on the PyTorch reference here (no LIGER_BACKEND, no accelerator)")
+    backend = REGISTRY.backend_for_device(device)
+    assert backend is not None, f"no backend serves {device}"
+    used = ("rms_norm", "swiglu", "geglu", "rope", "fused_linear_cross_entropy")
+    assert [op for op in used if op not in backend.ops] == [], f"{backend.name} lacks ops the patches use"
