@@ -52,7 +52,8 @@ def _gated_forward_kernel(A, B, C, n, n_blocks, ACT: tl.constexpr, BLOCK: tl.con
     idx = tl.arange(0, BLOCK)
     for blk in range(pid, n_blocks, num_programs):
         start = (pid * 0 + blk).to(tl.int64) * BLOCK
-        mask = idx < n - start
+        # Compare in int32: int64 vector compares run as scalar code on the vector cores.
+        mask = idx < tl.minimum(n - start, BLOCK).to(tl.int32)
         a = tl.load(A + start + idx, mask=mask, other=0.0)
         b = tl.load(B + start + idx, mask=mask, other=0.0)
         act, _ = _act_and_grad(a.to(tl.float32), ACT)
@@ -67,7 +68,8 @@ def _gated_backward_kernel(DC, A, B, DA, DB, n, n_blocks, ACT: tl.constexpr, BLO
     idx = tl.arange(0, BLOCK)
     for blk in range(pid, n_blocks, num_programs):
         start = (pid * 0 + blk).to(tl.int64) * BLOCK
-        mask = idx < n - start
+        # Compare in int32: int64 vector compares run as scalar code on the vector cores.
+        mask = idx < tl.minimum(n - start, BLOCK).to(tl.int32)
         dc = tl.load(DC + start + idx, mask=mask, other=0.0).to(tl.float32)
         a = tl.load(A + start + idx, mask=mask, other=0.0)
         b = tl.load(B + start + idx, mask=mask, other=0.0).to(tl.float32)

@@ -164,11 +164,11 @@ def _group_norm_backward_kernel(
             c2 = tl.sum(tl.sum(gr * x_hat, axis=1), axis=0) / group_size
             dx = (gr - c1 - x_hat * c2) * rstd
             tl.store(DX + base + offs, dx.to(DX.dtype.element_ty), mask=mask)
-            part = row.to(tl.int64) * cpg + c_idx
+            part = row.to(tl.int64) * cpg  # int64 scalar offset; the channel index stays int32
             if HAS_WEIGHT:
-                tl.store(DW_PARTIAL + part, tl.sum(dy * x_hat, axis=1), mask=ch_mask)
+                tl.store(DW_PARTIAL + part + c_idx, tl.sum(dy * x_hat, axis=1), mask=ch_mask)
             if HAS_BIAS:
-                tl.store(DB_PARTIAL + part, tl.sum(dy, axis=1), mask=ch_mask)
+                tl.store(DB_PARTIAL + part + c_idx, tl.sum(dy, axis=1), mask=ch_mask)
         else:
             sum_g = mean * 0.0
             sum_gx = mean * 0.0
@@ -208,11 +208,11 @@ def _group_norm_backward_kernel(
                     tl.store(DX + base + offs, dx.to(DX.dtype.element_ty), mask=mask)
                     dw_acc += tl.sum(dy * x_hat, axis=1)
                     db_acc += tl.sum(dy, axis=1)
-                part = row.to(tl.int64) * cpg + chans
+                part = row.to(tl.int64) * cpg
                 if HAS_WEIGHT:
-                    tl.store(DW_PARTIAL + part, dw_acc, mask=ch_mask)
+                    tl.store(DW_PARTIAL + part + chans, dw_acc, mask=ch_mask)
                 if HAS_BIAS:
-                    tl.store(DB_PARTIAL + part, db_acc, mask=ch_mask)
+                    tl.store(DB_PARTIAL + part + chans, db_acc, mask=ch_mask)
 
 
 # -- tile plans ------------------------------------------------------------------------------
