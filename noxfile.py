@@ -334,7 +334,7 @@ def ci(session: nox.Session) -> None:
 # interpreter; hf-oldest: the oldest transformers liger_core.transformers supports, ops on the
 # PyTorch reference (what changes between transformers versions is the integration, not the ops).
 TRANSFORMERS_OLDEST = "transformers==5.0.0"  # = liger_core.transformers.MIN_TRANSFORMERS
-HF_TESTS = CORE / "tests" / "transformers"
+HF_TESTS = CORE / "tests" / "hf"
 
 
 @nox.session(name="hf-interpreter", tags=["core", "hf", "cpu"])

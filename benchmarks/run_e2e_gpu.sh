@@ -23,7 +23,7 @@ case "${1:-}" in
         ;;
     tests)
         shift
-        $PY -m pytest -q -rs -p no:cacheprovider --durations=15 packages/liger-core/tests/transformers "$@"
+        $PY -m pytest -q -rs -p no:cacheprovider --durations=15 packages/liger-core/tests/hf "$@"
         ;;
     bench)
         shift

@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 import torch
-from models import SIZES, build, mini_config
+from hf_models import SIZES, build, mini_config
 
 from liger_core.transformers import AutoLigerKernelForCausalLM
 from liger_core.transformers import monkey_patch as mp

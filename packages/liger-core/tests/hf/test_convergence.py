@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from models import FAMILIES, SIZES, batches, build, initial_state, train
+from hf_models import FAMILIES, SIZES, batches, build, initial_state, train
 
 from liger_core.transformers import MODEL_TYPE_TO_APPLY_LIGER_FN
 

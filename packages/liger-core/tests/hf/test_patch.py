@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from models import FAMILIES, SIZES, build, initial_state
+from hf_models import FAMILIES, SIZES, build, initial_state
 
 from liger_core.transformers import MODEL_TYPE_TO_APPLY_LIGER_FN, revert_liger_kernel_patches
 from liger_core.transformers import monkey_patch as mp

@@ -15,13 +15,20 @@ import importlib.util
 import os
 import sys
 
-if importlib.util.find_spec("transformers") is None:
+
+def _have_transformers() -> bool:
+    # A real package, not a namespace match of some folder named transformers on sys.path.
+    spec = importlib.util.find_spec("transformers")
+    return spec is not None and spec.origin not in (None, "namespace")
+
+
+if not _have_transformers():
     collect_ignore_glob = ["test_*.py"]
 else:
     import pytest
     import torch
 
-    sys.path.insert(0, os.path.dirname(__file__))  # models.py, shared by the test modules
+    sys.path.insert(0, os.path.dirname(__file__))  # hf_models.py, shared by the test modules
 
     DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
     if DEVICE == "cpu":

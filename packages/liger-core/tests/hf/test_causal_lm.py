@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from models import SIZES, build, initial_state
+from hf_models import SIZES, build, initial_state
 
 from liger_core.transformers import MODEL_TYPE_TO_APPLY_LIGER_FN
 
