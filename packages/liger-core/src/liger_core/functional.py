@@ -16,7 +16,7 @@ def liger_rms_norm(
     in_place: bool = False,
 ) -> torch.Tensor:
     """RMSNorm; see `liger_core.ops.rms_norm.rms_norm` for the contract."""
-    return resolve("rms_norm", x.device.type)(x, weight, eps, offset, casting_mode, in_place)
+    return resolve("rms_norm", x.device)(x, weight, eps, offset, casting_mode, in_place)
 
 
 def liger_fused_add_rms_norm(
@@ -30,7 +30,7 @@ def liger_fused_add_rms_norm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Residual add + RMSNorm, returning ``(y, x + residual)``; see
     `liger_core.ops.fused_add_rms_norm.fused_add_rms_norm` for the contract."""
-    return resolve("fused_add_rms_norm", x.device.type)(x, residual, weight, eps, offset, casting_mode, in_place)
+    return resolve("fused_add_rms_norm", x.device)(x, residual, weight, eps, offset, casting_mode, in_place)
 
 
 def liger_layer_norm(
@@ -40,7 +40,7 @@ def liger_layer_norm(
     eps: float = 1e-5,
 ) -> torch.Tensor:
     """LayerNorm over the last dimension; see `liger_core.ops.layer_norm.layer_norm` for the contract."""
-    return resolve("layer_norm", x.device.type)(x, weight, bias, eps)
+    return resolve("layer_norm", x.device)(x, weight, bias, eps)
 
 
 def liger_group_norm(
@@ -52,17 +52,17 @@ def liger_group_norm(
     eps: float = 1e-5,
 ) -> torch.Tensor:
     """GroupNorm over (batch, channels, ...); see `liger_core.ops.group_norm.group_norm` for the contract."""
-    return resolve("group_norm", x.device.type)(x, weight, bias, num_channels, num_groups, eps)
+    return resolve("group_norm", x.device)(x, weight, bias, num_channels, num_groups, eps)
 
 
 def liger_poly_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """PolyNorm; see `liger_core.ops.poly_norm.poly_norm` for the contract."""
-    return resolve("poly_norm", x.device.type)(x, weight, bias, eps)
+    return resolve("poly_norm", x.device)(x, weight, bias, eps)
 
 
 def liger_dyt(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None) -> torch.Tensor:
     """Dynamic Tanh ``gamma * tanh(alpha * x) + beta``; see `liger_core.ops.dyt.dyt` for the contract."""
-    return resolve("dyt", x.device.type)(x, alpha, gamma, beta)
+    return resolve("dyt", x.device)(x, alpha, gamma, beta)
 
 
 def liger_swiglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
