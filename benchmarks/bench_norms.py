@@ -131,7 +131,7 @@ def bench_poly_norm(timer, m, n, dtype, dev, smoke):
     x, dy = (torch.randn(m, n, device=dev, dtype=dtype) for _ in range(2))
     w = torch.tensor([0.3, 0.4, 0.5], device=dev, dtype=dtype)
     b = torch.tensor([0.1], device=dev, dtype=dtype)
-    _, rstd = poly_norm.poly_norm_forward(x, w, b, 1e-6, plan_tiles(n))
+    _, rstd = poly_norm.poly_norm_forward(x, w, b, 1e-6, poly_norm.forward_plan(n))
     rows = tune_rows(
         "poly_norm",
         timer,
@@ -140,7 +140,7 @@ def bench_poly_norm(timer, m, n, dtype, dev, smoke):
         n,
         smoke,
     )
-    return rows, f"defaults: forward {plan_tiles(n)}, backward {poly_norm.backward_plan(n)}"
+    return rows, f"defaults: forward {poly_norm.forward_plan(n)}, backward {poly_norm.backward_plan(n)}"
 
 
 def bench_dyt(timer, m, n, dtype, dev, smoke):

@@ -27,10 +27,10 @@ BACKWARD_PROGRAMS_PER_SM = 1
 # loaded at once (measured on H200: one row per iteration cost ~8 us for 132 x 4096).
 REDUCE_BLOCK = 64
 REDUCE_ROWS = 32
-# Elementwise gated activations (swiglu, geglu): elements per program and warps. 4096 bf16
-# elements with 8 warps is 16 per thread, two 16-byte loads per tensor in flight per thread.
-# Starting points from first principles; check with benchmarks/bench_activations.py --tune.
-GLU_BLOCK = 4096
+# Elementwise gated activations (swiglu, geglu): elements per program and warps. Tuned on an
+# H200 (benchmarks/bench_activations.py --tune, 4096 x 14336 bf16, CUDA-graph): 2048 with 8
+# warps was fastest for both (fwd 81.8 us, bwd 137.5 us); every plan within 2%.
+GLU_BLOCK = 2048
 GLU_NUM_WARPS = 8
 # Rotary embeddings: elements of q plus k (both halves of each head) a program holds; whole
 # positions (every head of q and k) per program, so cos/sin are read once per position.
@@ -68,10 +68,14 @@ GROUP_NORM_SPLIT_PROGRAMS_PER_SM = 4
 # (fused_add) / ~24 bytes (layer_norm) per thread, 2 x 4096 none.
 FUSED_ADD_RMS_NORM_BACKWARD_TILE_ELEMENTS = 16384
 LAYER_NORM_BACKWARD_TILE_ELEMENTS = 16384
-# PolyNorm backward keeps about nine fp32 copies of its tile live (x, dy, three powers and
-# their products): one row per tile and 8 elements per thread keep it in registers.
-POLY_NORM_BACKWARD_TILE_ELEMENTS = 4096
-POLY_NORM_BACKWARD_ELEMENTS_PER_WARP = 256
+# PolyNorm keeps about nine fp32 copies of its backward tile live (x, dy, three powers and
+# their products). Tuned on an H200 at 4096 x 4096 bf16 (benchmarks/bench_norms.py, CUDA
+# graphs): forward one row with 4 warps 22.6 us (8 warps: 27.0); backward 2 rows with 8
+# warps 59.0 us (1 row, 16 warps: ~70).
+POLY_NORM_FORWARD_TILE_ELEMENTS = 4096
+POLY_NORM_FORWARD_ELEMENTS_PER_WARP = 1024
+POLY_NORM_BACKWARD_TILE_ELEMENTS = 8192
+POLY_NORM_BACKWARD_ELEMENTS_PER_WARP = 1024
 # Stand-in SM count where there is no GPU (the Triton interpreter on CPU): small, so that
 # tests still run several programs per grid.
 INTERPRETER_SM_COUNT = 4

@@ -16,7 +16,7 @@ import triton.language as tl
 from liger_core.ops.poly_norm import check_args
 from liger_ops_cuda import hardware
 from liger_ops_cuda._partials import as_rows, backward_programs, grad_rows, sum_partials
-from liger_ops_cuda.rms_norm import _plan, plan_tiles
+from liger_ops_cuda.rms_norm import _plan
 
 
 @triton.jit
@@ -254,6 +254,17 @@ def poly_norm_backward(dy2d, x2d, weight, bias, rstd, plan, programs=None):
     return dx, dw, db
 
 
+def forward_plan(n_cols: int):
+    """RMSNorm's tiling with PolyNorm's forward tile and warps."""
+    return _plan(
+        n_cols,
+        hardware.POLY_NORM_FORWARD_TILE_ELEMENTS,
+        hardware.POLY_NORM_FORWARD_ELEMENTS_PER_WARP,
+        hardware.MAX_FUSED_BLOCK,
+        hardware.CHUNK_BLOCK,
+    )
+
+
 def backward_plan(n_cols: int):
     """RMSNorm's tiling with PolyNorm's smaller backward tile (its live set is larger), for
     wide rows' chunks too."""
@@ -272,7 +283,7 @@ class LigerPolyNormFunction(torch.autograd.Function):
     def forward(ctx, x, weight, bias, eps):
         check_args(x, weight, bias, eps)
         x2d = as_rows(x)
-        y, rstd = poly_norm_forward(x2d, weight, bias, eps, plan_tiles(x.shape[-1]))
+        y, rstd = poly_norm_forward(x2d, weight, bias, eps, forward_plan(x.shape[-1]))
         ctx.save_for_backward(x2d, weight, bias, rstd)
         return y.view(x.shape)
 

@@ -493,9 +493,10 @@ def _all_specs() -> dict[str, BenchSpec]:
             lambda s, e: (2 * s.tokens * s.hidden * e + 12 * s.tokens, 3 * s.tokens * s.hidden * e + 12 * s.tokens),
             _norm_rows,
             peers={
-                # liger-kernel's LigerPolyNorm defaults: in_place=True.
+                # liger-kernel's LigerPolyNorm defaults: in_place=True; its bias is 0-d (a (1,)
+                # bias gets a 0-d gradient back, which autograd rejects), so it gets a 0-d view.
                 LIGER_KERNEL: _lk_adapter(
-                    "liger_poly_norm", lambda f, x, weight, bias, eps: f(x, weight, bias, eps, True)
+                    "liger_poly_norm", lambda f, x, weight, bias, eps: f(x, weight, bias.view(()), eps, True)
                 )
             },
         ),
