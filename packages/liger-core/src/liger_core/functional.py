@@ -144,10 +144,21 @@ def liger_cross_entropy(
     reduction: str = "mean",
     softcap: float | None = None,
     return_z_loss: bool = False,
+    in_place: bool = False,
 ):
-    """Cross-entropy with z-loss and softcapping; see `liger_core.ops.cross_entropy.cross_entropy`."""
+    """Cross-entropy with z-loss and softcapping; see `liger_core.ops.cross_entropy.cross_entropy`
+    (``in_place=True``: the gradient may overwrite ``logits``; do not read them afterwards)."""
     return resolve("cross_entropy", logits.device)(
-        logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss
+        logits,
+        target,
+        weight,
+        ignore_index,
+        lse_square_scale,
+        label_smoothing,
+        reduction,
+        softcap,
+        return_z_loss,
+        in_place,
     )
 
 

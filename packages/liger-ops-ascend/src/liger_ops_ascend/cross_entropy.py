@@ -5,10 +5,13 @@ Vocabulary rows are walked in ``BLOCK_N`` chunks sized to the UB (`_tiling.row_p
 262144-wide vocabulary is never one tile), several short rows per tile; one program per
 vector core walks the row blocks. The forward is one online pass per row (running max, sum
 of exponentials, and for label smoothing the weighted sum of logits) giving per-row loss,
-z-loss and ``lse``; the logits are never modified. The backward is a second pass that
+z-loss and ``lse``; the forward never modifies the logits. The backward is a second pass that
 rebuilds ``softmax = exp(x - lse)`` chunk by chunk and writes the gradient, each row scaled
 by its own coefficients (so every reduction, and fused_linear_cross_entropy's chunks, use
-the same kernel).
+the same kernel). With ``in_place=True`` (the caller's opt-in) it writes the gradient over
+the logits (each chunk is read before the same program writes it), so no logits-sized
+buffer is allocated in HBM; strided logits (copied first: the gradient lands in the copy)
+and padded rows get a separate buffer.
 
 Per row, with ``p = softmax(x)``, ``w`` the class weights (ones without), ``s`` the label
 smoothing, ``V`` the vocabulary, ``a`` and ``b`` the upstream scales of the loss and z-loss:
@@ -285,7 +288,9 @@ def prepare_target(target: torch.Tensor) -> torch.Tensor:
 
 class LigerCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap):
+    def forward(
+        ctx, logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, in_place=False
+    ):
         n_valid, weight_sum = target_stats(logits, target, weight, ignore_index)
         hw = hardware.current(logits.device)
         x = rows_view(logits, logits.shape[1])
@@ -293,8 +298,11 @@ class LigerCrossEntropyFunction(torch.autograd.Function):
         opts = CEOptions(weight, ignore_index, lse_square_scale, label_smoothing, softcap)
         loss_rows, z_rows, lse = ce_forward_rows(x, t, opts, hw)
         loss, z, a, b = reduce_rows(loss_rows, z_rows, reduction, n_valid, weight_sum)
-        ctx.save_for_backward(x, t, lse)
+        # In place: a detached alias, so the gradient returned in its memory is a tensor of its
+        # own (never the input itself) that autograd can keep as .grad.
+        ctx.save_for_backward(x.detach() if in_place else x, t, lse)
         ctx.opts, ctx.hw, ctx.scales, ctx.reduction = opts, hw, (a, b), reduction
+        ctx.in_place = in_place
         z = z.to(logits.dtype)
         ctx.mark_non_differentiable(z)
         return loss.to(logits.dtype), z
@@ -310,8 +318,13 @@ class LigerCrossEntropyFunction(torch.autograd.Function):
         else:
             a_rows = (go * a).reshape(1).expand(n_rows).contiguous()
             b_rows = (go * b).reshape(1).expand(n_rows).contiguous()
-        dx = ce_backward_rows(x, t, lse, a_rows, b_rows, ctx.opts, ctx.hw)
-        return dx, None, None, None, None, None, None, None
+        in_place = ctx.in_place and x.is_contiguous()
+        dx = ce_backward_rows(x, t, lse, a_rows, b_rows, ctx.opts, ctx.hw, out=x if in_place else None)
+        if in_place:
+            # The kernel overwrote the logits behind autograd's back: bump their version, so a node
+            # that also saved them (a misuse of in_place) raises instead of reading a gradient.
+            torch.autograd.graph.increment_version(dx)
+        return dx, None, None, None, None, None, None, None, None
 
 
 def cross_entropy(
@@ -324,11 +337,21 @@ def cross_entropy(
     reduction: str = "mean",
     softcap: float | None = None,
     return_z_loss: bool = False,
+    in_place: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     check_args(
-        logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss
+        logits,
+        target,
+        weight,
+        ignore_index,
+        lse_square_scale,
+        label_smoothing,
+        reduction,
+        softcap,
+        return_z_loss,
+        in_place,
     )
     loss, z = LigerCrossEntropyFunction.apply(
-        logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap
+        logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, in_place
     )
     return (loss, z) if return_z_loss else loss

@@ -3,7 +3,10 @@
 Forward reads the logits once (per-tile online-softmax partials, then per-row loss terms) and
 saves only the per-row fp32 ``lse``. Backward reads them once more and writes the gradient
 once, scaled by the incoming gradient read on the device (no host synchronisation). The
-caller's logits are never written (the contract says so); the gradient gets its own buffer.
+caller's logits are never written unless it passes ``in_place=True``: then the backward writes
+the gradient over the logits (each tile is read before it is written, by the same program), so
+no logits-sized buffer is allocated. Strided logits (copied to a contiguous buffer first: the
+gradient lands in that copy) and rows with padding get a separate buffer instead.
 No host synchronisation: the mean's denominators stay on the device and the target check
 reads its count only after the main kernels are queued (`TargetCheck`).
 """
@@ -121,13 +124,17 @@ class LigerCrossEntropyFunction(torch.autograd.Function):
             return (None,) * 9
         x, target, weight, weight_total, lse, scales = ctx.saved_tensors
         ignore_index, lse_square_scale, label_smoothing, softcap, in_place = ctx.args
-        # in_place (internal opt-in, never the default): the gradient overwrites the logits.
+        # in_place (the caller's opt-in, never the default): the gradient overwrites the logits.
         grad = x if in_place and x.is_contiguous() else torch.empty_like(x, memory_format=torch.contiguous_format)
         up = grad_loss.contiguous()
         ce_grad_from_lse(
             x, target, weight, weight_total, None, lse, grad, up, ignore_index,
             lse_square_scale, label_smoothing, softcap, scales,
         )  # fmt: skip
+        if grad is x:
+            # The kernel overwrote the logits behind autograd's back: bump their version, so a node
+            # that also saved them (a misuse of in_place) raises instead of reading a gradient.
+            torch.autograd.graph.increment_version(x)
         return grad, None, None, None, None, None, None, None, None
 
 
@@ -141,11 +148,21 @@ def cross_entropy(
     reduction: str = "mean",
     softcap: float | None = None,
     return_z_loss: bool = False,
+    in_place: bool = False,
 ):
     check_args(
-        logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss
+        logits,
+        target,
+        weight,
+        ignore_index,
+        lse_square_scale,
+        label_smoothing,
+        reduction,
+        softcap,
+        return_z_loss,
+        in_place,
     )
     loss, z = LigerCrossEntropyFunction.apply(
-        logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, False
+        logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, in_place
     )
     return (loss, z) if return_z_loss else loss

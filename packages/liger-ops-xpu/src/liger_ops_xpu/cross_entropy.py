@@ -4,8 +4,11 @@ One program per row walks the vocabulary in LOSS_VOCAB_BLOCK blocks (smaller tha
 an Intel thread spills sooner) with the large register file. The forward reads the logits
 once (online max / sum of exponentials, plus the sums label smoothing needs) and stores the
 row's loss, z-loss and logsumexp; the backward reads them once more and writes the gradient,
-``p = exp(x - lse)`` needing no second reduction, with the incoming gradient folded in. So the
-logits are never modified and no logits-sized buffer lives between forward and backward.
+``p = exp(x - lse)`` needing no second reduction, with the incoming gradient folded in. So no
+logits-sized buffer lives between forward and backward, and the logits are never modified unless
+the caller passes ``in_place=True``: then the backward writes the gradient over the logits (each
+block is read before the same program writes it) instead of allocating a logits-sized buffer.
+Strided logits (copied first: the gradient lands in the copy) and padded rows get a separate one.
 
 Per row (x after softcap, w class weights or ones, W = sum(w), s = label_smoothing, V vocab):
     loss = (1 - s) w_y (lse - x_y) + (s / V) (W lse - sum_j w_j x_j),   z = c lse^2
@@ -272,13 +275,16 @@ def weight_total(weight: torch.Tensor | None, n_cols: int) -> float:
 
 class LigerCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, target, weight, opts, n_valid, weight_sum):
+    def forward(ctx, logits, target, weight, opts, n_valid, weight_sum, in_place=False):
         logits2d = logits if logits.stride(-1) == 1 else logits.contiguous()
         w_total = weight_total(weight, logits.shape[1])
         loss_rows, z_rows, lse = ce_rows_forward(logits2d, target, weight, opts, w_total)
         loss, z = reduce_rows(loss_rows, z_rows, opts, n_valid, weight_sum)
-        ctx.save_for_backward(logits2d, target, weight, lse)
+        # In place: a detached alias, so the gradient returned in its memory is a tensor of its
+        # own (never the input itself) that autograd can keep as .grad.
+        ctx.save_for_backward(logits2d.detach() if in_place else logits2d, target, weight, lse)
         ctx.opts, ctx.w_total, ctx.scales = opts, w_total, opts.scales(n_valid, weight_sum)
+        ctx.in_place = in_place
         ctx.mark_non_differentiable(z)
         return loss.to(logits.dtype), z.to(logits.dtype)
 
@@ -286,9 +292,14 @@ class LigerCrossEntropyFunction(torch.autograd.Function):
     def backward(ctx, grad_loss, _grad_z):
         logits2d, target, weight, lse = ctx.saved_tensors
         grad_out = grad_loss.reshape(-1).contiguous()
-        dx = torch.empty_like(logits2d)
+        in_place = ctx.in_place and logits2d.is_contiguous()
+        dx = logits2d if in_place else torch.empty_like(logits2d)
         ce_rows_backward(logits2d, target, weight, lse, grad_out, dx, ctx.opts, ctx.w_total, *ctx.scales)
-        return dx, None, None, None, None, None
+        if in_place:
+            # The kernel overwrote the logits behind autograd's back: bump their version, so a node
+            # that also saved them (a misuse of in_place) raises instead of reading a gradient.
+            torch.autograd.graph.increment_version(dx)
+        return dx, None, None, None, None, None, None
 
 
 def cross_entropy(
@@ -301,12 +312,23 @@ def cross_entropy(
     reduction: str = "mean",
     softcap: float | None = None,
     return_z_loss: bool = False,
+    in_place: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """The interface's ``cross_entropy`` (see ``liger_core.ops.cross_entropy``) on Intel GPUs."""
+    """The interface's ``cross_entropy`` (see ``liger_core.ops.cross_entropy``) on Intel GPUs;
+    ``in_place=True`` lets the backward write the gradient over contiguous logits."""
     contract.check_args(
-        logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss
+        logits,
+        target,
+        weight,
+        ignore_index,
+        lse_square_scale,
+        label_smoothing,
+        reduction,
+        softcap,
+        return_z_loss,
+        in_place,
     )
     n_valid, weight_sum = contract.target_stats(logits, target, weight, ignore_index)
     opts = CEOptions(ignore_index, lse_square_scale, label_smoothing, reduction, softcap)
-    loss, z = LigerCrossEntropyFunction.apply(logits, target, weight, opts, n_valid, weight_sum)
+    loss, z = LigerCrossEntropyFunction.apply(logits, target, weight, opts, n_valid, weight_sum, in_place)
     return (loss, z) if return_z_loss else loss

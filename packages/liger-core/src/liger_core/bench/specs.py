@@ -216,8 +216,9 @@ def _torch_cross_entropy(
     reduction="mean",
     softcap=None,
     return_z_loss=False,
+    in_place=False,
 ):
-    # transformers' causal-LM loss: logits upcast to float32, then F.cross_entropy.
+    # transformers' causal-LM loss: logits upcast to float32, then F.cross_entropy (in_place: ignored).
     return F.cross_entropy(
         logits.float(),
         target,
@@ -636,6 +637,9 @@ def _all_specs() -> dict[str, BenchSpec]:
                 reduction="mean",
                 softcap=None,
                 return_z_loss=False,
+                # liger-kernel's cross-entropy always writes the gradient into the logits; our op
+                # does so only when asked, so ask: both then save the same logits-sized buffer.
+                in_place=True,
             ),
             _torch_cross_entropy,
             # forward reads the logits; backward reads them again and writes their gradient.

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from liger_core.conformance import DTYPES, require_op
+from liger_core.conformance import DTYPES, assert_close, require_op
 from liger_core.conformance.cross_entropy_check import check_cross_entropy, make_inputs
+from liger_core.ops import cross_entropy as contract
 
 # One class, odd vocabularies, many short rows, rows wider than any vendor's single block.
 SHAPES = [(1, 1), (4, 7), (9, 33), (33, 130), (3, 40000)]
@@ -110,6 +111,67 @@ def test_cross_entropy_large_logits(conformance_backend, conformance_device):
     check_cross_entropy(conformance_backend, logits, target, reduction="sum")
 
 
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=_ids)
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("option", ("plain", "everything"))
+def test_cross_entropy_in_place(conformance_backend, conformance_device, option, reduction, dtype):
+    """in_place=True: the same loss and gradient (upstream -2.5, or random per row for "none");
+    target and weight untouched."""
+    require_op(conformance_backend, "cross_entropy")
+    weighted, smoothing, zscale, softcap = OPTIONS[option]
+    logits, target, weight = make_inputs(37, 300, dtype, conformance_device, weighted=weighted, seed=17)
+    check_cross_entropy(
+        conformance_backend,
+        logits,
+        target,
+        weight,
+        lse_square_scale=zscale,
+        label_smoothing=smoothing,
+        reduction=reduction,
+        softcap=softcap,
+        return_z_loss=zscale > 0,
+        grad_scalar=-2.5,
+        in_place=True,
+    )
+
+
+def test_cross_entropy_in_place_wide_strided_and_small(conformance_backend, conformance_device):
+    """in_place=True on rows wider than one block, on strided logits (a backend may fall back
+    to a separate buffer there) and on a single class."""
+    require_op(conformance_backend, "cross_entropy")
+    logits, target, weight = make_inputs(3, 5000, torch.float32, conformance_device, weighted=True, seed=19)
+    check_cross_entropy(conformance_backend, logits, target, weight, label_smoothing=0.1, in_place=True)
+    wide, target, _ = make_inputs(15, 301, torch.float32, conformance_device, seed=21)
+    target = torch.where(target >= 0, target % 199, target)
+    check_cross_entropy(conformance_backend, wide[:, 1:200], target, reduction="none", in_place=True)
+    logits, target, _ = make_inputs(4, 1, torch.float32, conformance_device, seed=23)
+    check_cross_entropy(conformance_backend, logits, target, reduction="sum", in_place=True)
+
+
+def test_cross_entropy_in_place_through_a_graph_and_without_grad(conformance_backend, conformance_device):
+    """in_place=True on logits computed from a leaf (the gradient, possibly in the logits'
+    memory, must reach the leaf through the op before it), and on logits without grad
+    (forward only: same loss)."""
+    fn = require_op(conformance_backend, "cross_entropy")
+    logits, target, weight = make_inputs(11, 257, torch.float32, conformance_device, weighted=True, seed=29)
+    base = logits.clone().requires_grad_()
+    loss = fn(base * 2.0, target, weight, lse_square_scale=1e-2, reduction="none", in_place=True)
+    dy = torch.randn(loss.shape, generator=torch.Generator().manual_seed(31), dtype=torch.float64)
+    loss.backward(dy.to(loss.device, loss.dtype))
+
+    b64 = logits.detach().cpu().double().requires_grad_()
+    want, _ = contract.math(b64 * 2.0, target.cpu(), weight.cpu().double(), -100, 1e-2, 0.0, "none", None)
+    want.backward(dy)
+    tol = torch.float32
+    assert_close(loss, want, tol, "cross_entropy in_place loss (non-leaf logits)")
+    assert_close(base.grad, b64.grad, tol, "cross_entropy in_place grad through a graph")
+
+    x = logits.clone()
+    got = fn(x, target, weight, reduction="sum", in_place=True)
+    assert_close(got, contract.math(logits.cpu().double(), target.cpu(), weight.cpu().double(), reduction="sum")[0],
+                 tol, "cross_entropy in_place loss (no grad)")  # fmt: skip
+
+
 def _other_device(device: str) -> str:
     return "meta" if device == "cpu" else "cpu"
 
@@ -134,6 +196,7 @@ def _other_device(device: str) -> str:
         ("softcap", ValueError, r"softcap must be None or a number > 0; got 0"),
         ("zscale", ValueError, r"lse_square_scale must be a number >= 0; got -1"),
         ("zloss_flag", TypeError, r"return_z_loss must be True or False; got 1"),
+        ("in_place_flag", TypeError, r"in_place must be True or False; got 1"),
     ],
 )
 def test_cross_entropy_bad_input(conformance_backend, conformance_device, case, error, pattern):
@@ -166,5 +229,7 @@ def test_cross_entropy_bad_input(conformance_backend, conformance_device, case, 
         kw["lse_square_scale"] = -1
     elif case == "zloss_flag":
         kw["return_z_loss"] = 1
+    elif case == "in_place_flag":
+        kw["in_place"] = 1
     with pytest.raises(error, match=pattern):
         fn(logits, target, **kw)

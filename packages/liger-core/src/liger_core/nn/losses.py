@@ -27,7 +27,9 @@ def _check_ce_module(name, ignore_index, lse_square_scale, label_smoothing, redu
 class LigerCrossEntropyLoss(nn.Module):
     """Cross-entropy over ``(tokens, vocab)`` logits, a drop-in for ``torch.nn.CrossEntropyLoss``
     plus z-loss (``lse_square_scale``) and Gemma-2 softcapping. ``forward(logits, target)`` gives
-    the loss, or ``(loss, z_loss)`` with ``return_z_loss``. The logits are never modified."""
+    the loss, or ``(loss, z_loss)`` with ``return_z_loss``. The logits are never modified unless
+    ``in_place=True`` (opt-in, liger-kernel's behaviour): then their memory may receive the
+    gradient, saving a logits-sized buffer, and the caller must not read them after the forward."""
 
     def __init__(
         self,
@@ -38,11 +40,14 @@ class LigerCrossEntropyLoss(nn.Module):
         reduction: str = "mean",
         softcap: float | None = None,
         return_z_loss: bool = False,
+        in_place: bool = False,
     ) -> None:
         super().__init__()
         _check_ce_module(
             "LigerCrossEntropyLoss", ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss
         )
+        if type(in_place) is not bool:
+            raise TypeError(f"LigerCrossEntropyLoss: in_place must be True or False; got {in_place!r}")
         self.weight = weight
         self.ignore_index = ignore_index
         self.lse_square_scale = lse_square_scale
@@ -50,6 +55,7 @@ class LigerCrossEntropyLoss(nn.Module):
         self.reduction = reduction
         self.softcap = softcap
         self.return_z_loss = return_z_loss
+        self.in_place = in_place
 
     def forward(self, _input: torch.Tensor, target: torch.Tensor):
         return liger_cross_entropy(
@@ -62,12 +68,13 @@ class LigerCrossEntropyLoss(nn.Module):
             self.reduction,
             self.softcap,
             self.return_z_loss,
+            self.in_place,
         )
 
     def extra_repr(self) -> str:
         return (
             f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, label_smoothing={self.label_smoothing}, "
-            f"lse_square_scale={self.lse_square_scale}, softcap={self.softcap}"
+            f"lse_square_scale={self.lse_square_scale}, softcap={self.softcap}, in_place={self.in_place}"
         )
 
 

@@ -19,6 +19,7 @@ def cross_entropy(
     reduction: str = "mean",
     softcap: float | None = None,
     return_z_loss: bool = False,
+    in_place: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Cross-entropy of logits against class indices, as ``torch.nn.functional.cross_entropy``
     plus z-loss and Gemma-2 softcapping (the semantics of liger-kernel 0.8.5).
@@ -39,7 +40,7 @@ def cross_entropy(
 
     Args:
         logits: ``(tokens, vocab)``, float32, bfloat16 or float16; computed in float32. Rows may
-            be strided. Never modified.
+            be strided. Never modified unless ``in_place``.
         target: ``(tokens,)`` integer class indices in ``[0, vocab)`` or ``ignore_index``;
             anything else is a ValueError.
         weight: ``(vocab,)`` class weights (a constant: no gradient), or None.
@@ -50,6 +51,14 @@ def cross_entropy(
         softcap: logit softcap ``> 0`` (Gemma 2), or None.
         return_z_loss: also return the z-loss term, reduced like the loss (for logging: it is
             already part of the loss and carries no gradient of its own).
+        in_place: opt-in memory saving (liger-kernel 0.8.5's cross-entropy always does it): the
+            backend may write the gradient w.r.t. ``logits`` into ``logits``' own memory, during the
+            forward or the backward, instead of a separate logits-sized buffer (about 2 GB at
+            4096 x 128256 fp32). The caller must not read ``logits`` after the forward (nor keep
+            it saved for another op's backward, nor run the backward twice). The gradient stays
+            exact for every reduction and upstream gradient; ``target`` and ``weight`` are never
+            modified. A backend may silently use a separate buffer where it cannot write in
+            place (e.g. logits not contiguous, or not requiring grad); the reference always does.
 
     Returns:
         The loss (scalar, or ``(tokens,)`` for ``"none"``) in ``logits.dtype``; with
@@ -60,7 +69,16 @@ def cross_entropy(
 
 
 def check_args(
-    logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss
+    logits,
+    target,
+    weight,
+    ignore_index,
+    lse_square_scale,
+    label_smoothing,
+    reduction,
+    softcap,
+    return_z_loss,
+    in_place=False,
 ):
     """Raise a clear error for arguments outside the contract (target values: `target_stats`)."""
     try:
@@ -77,17 +95,36 @@ def check_args(
                 or (L.is_float(weight) and weight.shape == logits.shape[1:] and weight.device == logits.device)
             )
             and L.ce_options_ok(ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss)
+            and type(in_place) is bool
         ):
             return
     except (AttributeError, TypeError):
         pass
     _raise_bad_args(
-        logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss
+        logits,
+        target,
+        weight,
+        ignore_index,
+        lse_square_scale,
+        label_smoothing,
+        reduction,
+        softcap,
+        return_z_loss,
+        in_place,
     )
 
 
 def _raise_bad_args(
-    logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss
+    logits,
+    target,
+    weight,
+    ignore_index,
+    lse_square_scale,
+    label_smoothing,
+    reduction,
+    softcap,
+    return_z_loss,
+    in_place=False,
 ):
     op = "cross_entropy"
     L.check_matrix(op, "logits", logits)
@@ -95,6 +132,8 @@ def _raise_bad_args(
     L.check_labels(op, "target", target, logits.shape[0], logits.device)
     L.check_class_weight(op, "weight", weight, logits.shape[1], logits.device)
     L.check_ce_options(op, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss)
+    if type(in_place) is not bool:
+        raise TypeError(f"{op}: in_place must be True or False; got {in_place!r}")
 
 
 def target_stats(logits, target, weight, ignore_index) -> tuple[int, float]:
@@ -157,9 +196,20 @@ def reference(
     reduction: str = "mean",
     softcap: float | None = None,
     return_z_loss: bool = False,
+    in_place: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    # in_place only permits writing into logits; the reference always uses a separate buffer.
     check_args(
-        logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss
+        logits,
+        target,
+        weight,
+        ignore_index,
+        lse_square_scale,
+        label_smoothing,
+        reduction,
+        softcap,
+        return_z_loss,
+        in_place,
     )
     target_stats(logits, target, weight, ignore_index)
     loss, z = math(logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap)
