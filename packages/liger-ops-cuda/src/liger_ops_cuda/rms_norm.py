@@ -19,6 +19,7 @@ import triton.language as tl
 
 from liger_core.ops.rms_norm import check_args
 from liger_ops_cuda import hardware
+from liger_ops_cuda._partials import backward_programs, sum_partials
 
 # casting_mode -> whether x_hat is rounded to x.dtype before the weight multiply
 # ("llama" and "none" round; "gemma" stays in fp32 throughout).
@@ -188,21 +189,6 @@ def _rms_norm_backward_kernel(
             tl.store(dw_base + cols, dw_acc, mask=col_mask)
 
 
-@triton.jit
-def _sum_partials_kernel(PARTIAL, OUT, n_partials, n_cols, BLOCK_P: tl.constexpr, BLOCK: tl.constexpr):
-    # grad_weight = sum of the per-program fp32 rows, cast to the weight dtype in one launch.
-    # BLOCK_P partial rows per load: a row-at-a-time loop is latency-bound (~8 us at 132 rows).
-    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    parts = tl.arange(0, BLOCK_P)
-    acc = tl.zeros((BLOCK_P, BLOCK), dtype=tl.float32)
-    for p in range(0, n_partials, BLOCK_P):
-        rows = p + parts
-        m = (rows < n_partials)[:, None] & mask[None, :]
-        acc += tl.load(PARTIAL + rows.to(tl.int64)[:, None] * n_cols + cols[None, :], mask=m, other=0.0)
-    tl.store(OUT + cols, tl.sum(acc, axis=0).to(OUT.dtype.element_ty), mask=mask)
-
-
 @dataclass(frozen=True)
 class TilePlan:
     block_m: int
@@ -263,10 +249,7 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, in_place, p
     n_rows, n_cols = x2d.shape
     dx = dy2d if in_place else torch.empty_like(x2d)
     has_weight = weight is not None
-    if programs is None:
-        programs = hardware.sm_count(x2d.device.index) * hardware.BACKWARD_PROGRAMS_PER_SM
-    programs = max(1, min(programs, triton.cdiv(n_rows, plan.block_m)))
-    rows_per_program = triton.cdiv(n_rows, programs) if n_rows else 0
+    programs, rows_per_program = backward_programs(n_rows, plan.block_m, x2d.device, programs)
     # fp32 partial grad_weight rows, one per program; chunked plans accumulate in place.
     alloc = torch.zeros if plan.chunked else torch.empty
     dw_partial = alloc((programs, n_cols), dtype=torch.float32, device=x2d.device) if has_weight else None
@@ -295,10 +278,7 @@ def rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, in_place, p
     dw = None
     if has_weight:
         dw = torch.empty_like(weight)
-        block = hardware.REDUCE_BLOCK
-        _sum_partials_kernel[(triton.cdiv(n_cols, block),)](
-            dw_partial, dw, programs if n_rows else 0, n_cols, BLOCK_P=hardware.REDUCE_ROWS, BLOCK=block
-        )
+        sum_partials(dw_partial, programs if n_rows else 0, dw, None, n_cols)
     return dx, dw
 
 
