@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from liger_core.bench import FIELDS, MODEL_CONFIGS, read_json, run_bench, runner, specs, timing, write_results
-from liger_core.bench.configs import get_config
+from liger_core.bench.configs import custom_shape, get_config
 from liger_core.bench.report import summary_rows
 from liger_core.cli import main
 from liger_core.interface import CATALOGUE
@@ -63,8 +63,7 @@ def test_spec_inputs_follow_the_contract(op):
     if op not in CATALOGUE:
         pytest.skip(f"{op} is not in the catalogue yet")
     spec = specs.ALL_SPECS[op]
-    torch.manual_seed(0)
-    kwargs = spec.build(TINY, torch.float32, CPU)
+    kwargs = spec.inputs(TINY, torch.float32, CPU)
     # Every argument by its contract name, every contract parameter given.
     bound = inspect.signature(CATALOGUE[op].contract).bind(**kwargs)
     assert set(bound.arguments) == set(inspect.signature(CATALOGUE[op].contract).parameters)
@@ -78,12 +77,11 @@ def test_torch_formula_matches_the_reference(op):
     spec = specs.ALL_SPECS[op]
 
     def run(fn):
-        torch.manual_seed(0)
-        kwargs = spec.build(TINY, torch.float32, CPU)
+        gen = specs.input_generator(op, TINY, CPU)
+        kwargs = spec.build(TINY, torch.float32, CPU, gen)
         leaves = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor) and v.requires_grad}
         outs = runner._grad_tensors(fn(**kwargs))
-        torch.manual_seed(1)
-        grads = [torch.randn_like(t) for t in outs]
+        grads = [specs.randn(t.shape, gen, t.device, t.dtype) for t in outs]
         torch.autograd.backward(outs, grads)
         return [t.detach() for t in outs], {k: v.grad for k, v in leaves.items()}
 
@@ -95,6 +93,53 @@ def test_torch_formula_matches_the_reference(op):
     assert set(got_grads) == set(want_grads)
     for name in want_grads:
         torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-4, atol=1e-5, msg=f"grad of {name}")
+
+
+def _tensors(kwargs):
+    return {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
+
+
+@pytest.mark.parametrize("op", sorted(PLANNED_OPS))
+def test_spec_inputs_are_deterministic_and_leave_the_global_rng_alone(op):
+    """Inputs come from a generator seeded by op and shape: the same tensors every time, whatever
+    the global RNG holds, which they neither read nor advance (a failed CUDA-graph capture leaves
+    the default CUDA generator unusable, so the bench must not need it)."""
+    if op not in CATALOGUE:
+        pytest.skip(f"{op} is not in the catalogue yet")
+    spec = specs.ALL_SPECS[op]
+    torch.manual_seed(0)
+    state = torch.random.get_rng_state()
+    first = _tensors(spec.inputs(TINY, torch.float32, CPU))
+    assert torch.equal(torch.random.get_rng_state(), state), "building inputs consumed the global RNG"
+    torch.manual_seed(1234)  # another global state: the same inputs
+    second = _tensors(spec.inputs(TINY, torch.float32, CPU))
+    assert first.keys() == second.keys() and first
+    for name in first:
+        assert torch.equal(first[name], second[name]), name
+        assert first[name].requires_grad == second[name].requires_grad, name
+    # Another shape, other draws (a seed per op and shape, not one for all).
+    bigger = _tensors(spec.inputs(custom_shape(TINY, tokens=TINY.tokens + 2), torch.float32, CPU))
+    assert any(first[k].shape != bigger[k].shape or not torch.equal(first[k], bigger[k]) for k in first)
+
+
+def test_upstream_gradients_and_the_whole_run_leave_the_global_rng_alone(monkeypatch):
+    state = torch.random.get_rng_state()
+    result = run_bench(
+        ops=["rms_norm", "cross_entropy"], providers=["liger", "torch"], config="tiny", dtype="float32",
+        device="cpu", rep_ms=1, progress=False,
+    )  # fmt: skip
+    assert {r["status"] for r in result.rows} == {"ok"}
+    assert torch.equal(torch.random.get_rng_state(), state)
+    # measure draws the upstream gradients from the generator it is given: the same ones each time.
+    seen = []
+    monkeypatch.setattr(torch.autograd, "backward", lambda outs, grads, **kw: seen.append([g.clone() for g in grads]))
+    spec = specs.ALL_SPECS["rms_norm"]
+    for _ in range(2):
+        gen = specs.input_generator("rms_norm", TINY, CPU)
+        runner.measure(spec.torch_fn, spec.build(TINY, torch.float32, CPU, gen), ["full"], "wall", "cpu", 1, gen)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert torch.equal(seen[0][0], seen[-1][0])
+    assert timing.restore_default_generator("cpu") is False  # nothing to restore off CUDA
 
 
 def test_bytes_and_flops():

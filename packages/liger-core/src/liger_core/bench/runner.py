@@ -28,7 +28,18 @@ from liger_core import registry
 from liger_core.__about__ import __version__
 from liger_core.bench import timing
 from liger_core.bench.configs import AXES, ModelShape, custom_shape, get_config
-from liger_core.bench.specs import CUT_CROSS_ENTROPY, GROUPS, LIGER_KERNEL, MODES, TORCH_NPU, BenchSpec, specs
+from liger_core.bench.specs import (
+    CUT_CROSS_ENTROPY,
+    GROUPS,
+    LIGER_KERNEL,
+    MODES,
+    TORCH_NPU,
+    BenchSpec,
+    input_generator,
+    randn,
+    seeded_generator,
+    specs,
+)
 from liger_core.device import infer_device
 
 LIGER = "liger"
@@ -271,6 +282,14 @@ def _time(call, leaves, timer: str, device_type: str, rep_ms: int) -> tuple[tupl
                 timing.synchronize(device_type)
             except Exception:  # noqa: BLE001
                 pass
+            # The failed capture can leave PyTorch's default CUDA generator unusable for eager random
+            # ops ("Offset increment outside graph capture"). The bench never draws from it: inputs
+            # and upstream gradients come from their own generators (specs.input_generator), so later
+            # ops and providers are unaffected. Restore it anyway, for whatever else runs in this process.
+            try:
+                timing.restore_default_generator(device_type)
+            except Exception:  # noqa: BLE001 - best effort: nothing in the bench depends on it
+                pass
             note = f"CUDA graph capture failed ({_short(e, 120)}); timed with do_bench"
             return timing.triton_time(call, "do_bench", leaves, rep_ms=rep_ms), "do_bench", note
     try:
@@ -289,13 +308,17 @@ def measure(
     timer: str,
     device_type: str,
     rep_ms: int = 100,
+    gen: torch.Generator | None = None,
 ) -> dict[str, Timing]:
     """Time ``fn(**kwargs)`` in each mode. Backward under the CUDA-graph timer is full minus
-    forward (autograd's retain_graph backward cannot be captured)."""
+    forward (autograd's retain_graph backward cannot be captured). Upstream gradients are drawn
+    from ``gen`` (default: one seeded 0), never from the global RNG."""
     leaves = [v for v in kwargs.values() if isinstance(v, torch.Tensor) and v.requires_grad]
     out = fn(**kwargs)  # also the first warm-up (compiles, autotunes)
     outs = _grad_tensors(out)
-    grads = [torch.ones_like(t) if t.numel() == 1 else torch.randn_like(t) for t in outs]
+    if gen is None and outs:
+        gen = seeded_generator(0, outs[0].device)
+    grads = [torch.ones_like(t) if t.numel() == 1 else randn(t.shape, gen, t.device, t.dtype) for t in outs]
     del out, outs
     if any(m != "forward" for m in modes) and not grads:
         raise RuntimeError("the output does not require grad, so there is no backward to time")
@@ -528,13 +551,15 @@ def _run_provider(provider, spec, shape, dt, dev, modes, timer, rep_ms, want):
     """(timings per mode, max relative difference of the forward output from torch eager's)."""
     diff = None
     try:
-        torch.manual_seed(0)
-        kwargs = spec.build(shape, dt, dev)
+        # Every provider gets the same inputs and upstream gradients: drawn from a generator seeded
+        # by the op and shape (the upstream gradients after the inputs), not from the global RNG.
+        gen = input_generator(spec.op, shape, dev)
+        kwargs = spec.build(shape, dt, dev, gen)
         if provider.prepare is not None:
             kwargs = provider.prepare(kwargs)
         with torch.no_grad():
             diff = _rel_diff(_first_tensor(provider.fn(**kwargs)), want)
-        timings = measure(provider.fn, kwargs, modes, timer, dev.type, rep_ms)
+        timings = measure(provider.fn, kwargs, modes, timer, dev.type, rep_ms, gen)
     except Exception as e:  # noqa: BLE001 - the provider fails on this op: report it
         timings = {m: Timing(error=_short(e)) for m in modes}
     kwargs = None
@@ -568,9 +593,8 @@ def _bench_point(spec, names, shape, dt, dev, modes, timer, backend, rep_ms, bar
     rows: list[dict[str, Any]] = []
     want = None
     try:
-        torch.manual_seed(0)
         with torch.no_grad():
-            want = _first_tensor(spec.torch_fn(**spec.build(shape, dt, dev)))
+            want = _first_tensor(spec.torch_fn(**spec.inputs(shape, dt, dev)))
     except Exception:  # noqa: BLE001 - the torch rows report it
         want = None
     ran: dict[str, Provider] = {}

@@ -4,7 +4,9 @@ A spec builds the op's arguments as keyword arguments named as in the op's contr
 same dict feeds this project's op (dispatched, or one backend's), the PyTorch formula, its
 ``torch.compile`` and every peer adapter. A peer that needs its inputs in another layout
 (torch_npu's fused SwiGLU wants ``cat([a, b], -1)``) gets a ``prepare`` step, run outside
-the timed region.
+the timed region. Random inputs come from a generator of their own seeded by op and shape
+(``input_generator``): the same tensors for every provider and every run, and the global RNG
+(which a failed CUDA-graph capture can leave unusable on CUDA) is never read.
 
 Bytes moved are the ideal traffic of a fused kernel (each input read once, each output
 written once; the same for every provider of a row), so GB/s compare providers on one scale.
@@ -17,6 +19,7 @@ in the catalogue, so the harness works while ops are still being added.
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +52,9 @@ class BenchSpec:
     op: str
     # ModelShape fields the input shapes depend on (the axes a sweep can vary for this op).
     axes: tuple[str, ...]
-    build: Callable[[ModelShape, torch.dtype, torch.device], Kwargs]
+    # (shape, dtype, device, generator) -> the op's keyword arguments; every random input is drawn
+    # from the generator (``input_generator(op, shape, device)``), never the global RNG.
+    build: Callable[[ModelShape, torch.dtype, torch.device, torch.Generator], Kwargs]
     torch_fn: Callable[..., Any]
     # Ideal bytes moved for (forward, backward) at a shape and element size.
     traffic: Callable[[ModelShape, int], tuple[int, int]]
@@ -57,6 +62,10 @@ class BenchSpec:
     # FLOPs for (forward, backward), for ops containing a matmul.
     flops: Callable[[ModelShape], tuple[int, int]] | None = None
     peers: dict[str, Peer] = field(default_factory=dict)
+
+    def inputs(self, shape: ModelShape, dtype: torch.dtype, device: torch.device | str) -> Kwargs:
+        """The op's arguments at ``shape``: the same tensors on every call (see ``input_generator``)."""
+        return self.build(shape, dtype, torch.device(device), input_generator(self.op, shape, device))
 
     def bytes_moved(self, shape: ModelShape, dtype: torch.dtype, mode: str) -> int:
         fwd, bwd = self.traffic(shape, torch.empty((), dtype=dtype).element_size())
@@ -72,21 +81,48 @@ class BenchSpec:
 # -- input helpers -----------------------------------------------------------------------------
 
 
-def _randn(shape, dtype, device, grad=True, scale=1.0, shift=0.0) -> torch.Tensor:
-    t = torch.randn(shape, dtype=torch.float32, device=device) * scale + shift
+def seeded_generator(seed: int, device: torch.device | str) -> torch.Generator:
+    """A generator of its own on ``device`` (the CPU's where the device has none), seeded ``seed``."""
+    try:
+        gen = torch.Generator(device=device)
+    except RuntimeError:  # a device plugin without generators: draw on the CPU, then copy over
+        gen = torch.Generator()
+    return gen.manual_seed(seed)
+
+
+def input_generator(op: str, shape: ModelShape, device: torch.device | str) -> torch.Generator:
+    """The generator every random input of ``op`` at ``shape`` is drawn from.
+
+    Seeded from the op and the shape's sizes, so each provider (this project, torch, every peer)
+    and the reference output get the same inputs, run after run. Never PyTorch's default
+    generator: a CUDA-graph capture that fails (a peer syncing with the host inside the timed
+    call) leaves the default CUDA generator unusable for eager random ops, and a benchmark must
+    not consume or depend on the caller's global RNG either.
+    """
+    sizes = ",".join(f"{k}={v}" for k, v in shape.as_dict().items() if k != "name")
+    return seeded_generator(zlib.crc32(f"{op}:{sizes}".encode()), device)
+
+
+def randn(shape, gen: torch.Generator, device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Standard normal float32 draws from ``gen`` (on its device), as ``dtype`` on ``device``."""
+    return torch.randn(shape, generator=gen, device=gen.device, dtype=torch.float32).to(device=device, dtype=dtype)
+
+
+def _randn(shape, dtype, device, gen, grad=True, scale=1.0, shift=0.0) -> torch.Tensor:
+    t = randn(shape, gen, device) * scale + shift
     return t.to(dtype).requires_grad_(grad)
 
 
-def _log_probs(rows, cols, dtype, device, grad) -> torch.Tensor:
-    return torch.randn(rows, cols, device=device).log_softmax(-1).to(dtype).requires_grad_(grad)
+def _log_probs(rows, cols, dtype, device, gen, grad) -> torch.Tensor:
+    return randn((rows, cols), gen, device).log_softmax(-1).to(dtype).requires_grad_(grad)
 
 
-def _probs(rows, cols, dtype, device, grad) -> torch.Tensor:
-    return torch.randn(rows, cols, device=device).softmax(-1).to(dtype).requires_grad_(grad)
+def _probs(rows, cols, dtype, device, gen, grad) -> torch.Tensor:
+    return randn((rows, cols), gen, device).softmax(-1).to(dtype).requires_grad_(grad)
 
 
-def _targets(rows, vocab, device) -> torch.Tensor:
-    return torch.randint(0, vocab, (rows,), device=device)
+def _targets(rows, vocab, device, gen) -> torch.Tensor:
+    return torch.randint(0, vocab, (rows,), generator=gen, device=gen.device).to(device)
 
 
 def _dims(*pairs: tuple[str, int]) -> str:
@@ -123,9 +159,9 @@ def _rotary(lead: tuple[int, ...], s: ModelShape, dtype, device) -> tuple[torch.
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
-def _rope_qk(s: ModelShape, dtype, device):
-    q = _randn((s.batch, s.heads, s.seq, s.head_dim), dtype, device)
-    k = _randn((s.batch, s.kv_heads, s.seq, s.head_dim), dtype, device)
+def _rope_qk(s: ModelShape, dtype, device, gen):
+    q = _randn((s.batch, s.heads, s.seq, s.head_dim), dtype, device, gen)
+    k = _randn((s.batch, s.kv_heads, s.seq, s.head_dim), dtype, device, gen)
     return q, k
 
 
@@ -371,9 +407,9 @@ def _all_specs() -> dict[str, BenchSpec]:
         BenchSpec(
             "rms_norm",
             ("tokens", "hidden"),
-            lambda s, dt, dev: dict(
-                x=_randn((s.tokens, s.hidden), dt, dev),
-                weight=_randn((s.hidden,), dt, dev, scale=0.1, shift=1.0),
+            lambda s, dt, dev, gen: dict(
+                x=_randn((s.tokens, s.hidden), dt, dev, gen),
+                weight=_randn((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
                 eps=1e-6,
                 offset=0.0,
                 casting_mode="llama",
@@ -399,10 +435,10 @@ def _all_specs() -> dict[str, BenchSpec]:
         BenchSpec(
             "fused_add_rms_norm",
             ("tokens", "hidden"),
-            lambda s, dt, dev: dict(
-                x=_randn((s.tokens, s.hidden), dt, dev),
-                residual=_randn((s.tokens, s.hidden), dt, dev),
-                weight=_randn((s.hidden,), dt, dev, scale=0.1, shift=1.0),
+            lambda s, dt, dev, gen: dict(
+                x=_randn((s.tokens, s.hidden), dt, dev, gen),
+                residual=_randn((s.tokens, s.hidden), dt, dev, gen),
+                weight=_randn((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
                 eps=1e-6,
                 offset=0.0,
                 casting_mode="llama",
@@ -433,10 +469,10 @@ def _all_specs() -> dict[str, BenchSpec]:
         BenchSpec(
             "layer_norm",
             ("tokens", "hidden"),
-            lambda s, dt, dev: dict(
-                x=_randn((s.tokens, s.hidden), dt, dev),
-                weight=_randn((s.hidden,), dt, dev, scale=0.1, shift=1.0),
-                bias=_randn((s.hidden,), dt, dev, scale=0.1),
+            lambda s, dt, dev, gen: dict(
+                x=_randn((s.tokens, s.hidden), dt, dev, gen),
+                weight=_randn((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
+                bias=_randn((s.hidden,), dt, dev, gen, scale=0.1),
                 eps=1e-5,
             ),
             _torch_layer_norm,
@@ -452,11 +488,11 @@ def _all_specs() -> dict[str, BenchSpec]:
         BenchSpec(
             "group_norm",
             ("tokens", "hidden", "batch"),
-            lambda s, dt, dev: (
+            lambda s, dt, dev, gen: (
                 lambda b, c, g, n: dict(
-                    x=_randn((b, c, n), dt, dev),
-                    weight=_randn((c,), dt, dev, scale=0.1, shift=1.0),
-                    bias=_randn((c,), dt, dev, scale=0.1),
+                    x=_randn((b, c, n), dt, dev, gen),
+                    weight=_randn((c,), dt, dev, gen, scale=0.1, shift=1.0),
+                    bias=_randn((c,), dt, dev, gen, scale=0.1),
                     num_channels=c,
                     num_groups=g,
                     eps=1e-5,
@@ -484,8 +520,8 @@ def _all_specs() -> dict[str, BenchSpec]:
         BenchSpec(
             "poly_norm",
             ("tokens", "hidden"),
-            lambda s, dt, dev: dict(
-                x=_randn((s.tokens, s.hidden), dt, dev),
+            lambda s, dt, dev, gen: dict(
+                x=_randn((s.tokens, s.hidden), dt, dev, gen),
                 weight=torch.tensor([0.3, 0.4, 0.5], device=dev, dtype=dt).requires_grad_(),
                 bias=torch.tensor([0.1], device=dev, dtype=dt).requires_grad_(),
                 eps=1e-6,
@@ -504,11 +540,11 @@ def _all_specs() -> dict[str, BenchSpec]:
         BenchSpec(
             "dyt",
             ("tokens", "hidden"),
-            lambda s, dt, dev: dict(
-                x=_randn((s.tokens, s.hidden), dt, dev),
+            lambda s, dt, dev, gen: dict(
+                x=_randn((s.tokens, s.hidden), dt, dev, gen),
                 alpha=torch.tensor([0.5], device=dev, dtype=dt).requires_grad_(),
-                gamma=_randn((s.hidden,), dt, dev, scale=0.1, shift=1.0),
-                beta=_randn((s.hidden,), dt, dev, scale=0.1),
+                gamma=_randn((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
+                beta=_randn((s.hidden,), dt, dev, gen, scale=0.1),
             ),
             _torch_dyt,
             lambda s, e: (
@@ -521,9 +557,9 @@ def _all_specs() -> dict[str, BenchSpec]:
         BenchSpec(
             "swiglu",
             ("tokens", "intermediate"),
-            lambda s, dt, dev: dict(
-                a=_randn((s.tokens, s.intermediate), dt, dev),
-                b=_randn((s.tokens, s.intermediate), dt, dev),
+            lambda s, dt, dev, gen: dict(
+                a=_randn((s.tokens, s.intermediate), dt, dev, gen),
+                b=_randn((s.tokens, s.intermediate), dt, dev, gen),
                 in_place=False,
             ),
             _torch_swiglu,
@@ -537,9 +573,9 @@ def _all_specs() -> dict[str, BenchSpec]:
         BenchSpec(
             "geglu",
             ("tokens", "intermediate"),
-            lambda s, dt, dev: dict(
-                a=_randn((s.tokens, s.intermediate), dt, dev),
-                b=_randn((s.tokens, s.intermediate), dt, dev),
+            lambda s, dt, dev, gen: dict(
+                a=_randn((s.tokens, s.intermediate), dt, dev, gen),
+                b=_randn((s.tokens, s.intermediate), dt, dev, gen),
                 in_place=False,
             ),
             _torch_geglu,
@@ -554,9 +590,9 @@ def _all_specs() -> dict[str, BenchSpec]:
         BenchSpec(
             "rope",
             ("tokens", "batch", "heads", "kv_heads", "head_dim"),
-            lambda s, dt, dev: (
+            lambda s, dt, dev, gen: (
                 lambda qk, cs: dict(q=qk[0], k=qk[1], cos=cs[0], sin=cs[1], position_ids=None, unsqueeze_dim=1)
-            )(_rope_qk(s, dt, dev), _rotary((1,), s, dt, dev)),
+            )(_rope_qk(s, dt, dev, gen), _rotary((1,), s, dt, dev)),
             _torch_rope,
             lambda s, e: (
                 2 * s.batch * s.seq * s.head_dim * (s.heads + s.kv_heads) * e + 2 * s.seq * s.head_dim * e,
@@ -581,7 +617,7 @@ def _all_specs() -> dict[str, BenchSpec]:
         BenchSpec(
             "qwen2vl_mrope",
             ("tokens", "batch", "heads", "kv_heads", "head_dim"),
-            lambda s, dt, dev: (
+            lambda s, dt, dev, gen: (
                 lambda qk, cs: dict(
                     q=qk[0],
                     k=qk[1],
@@ -590,7 +626,7 @@ def _all_specs() -> dict[str, BenchSpec]:
                     mrope_section=_mrope_section(s.head_dim),
                     unsqueeze_dim=1,
                 )
-            )(_rope_qk(s, dt, dev), _rotary((3, s.batch), s, dt, dev)),
+            )(_rope_qk(s, dt, dev, gen), _rotary((3, s.batch), s, dt, dev)),
             _torch_qwen2vl_mrope,
             lambda s, e: (
                 2 * s.batch * s.seq * s.head_dim * (s.heads + s.kv_heads + 3) * e,
@@ -609,7 +645,7 @@ def _all_specs() -> dict[str, BenchSpec]:
         BenchSpec(
             "softmax",
             ("tokens", "hidden"),
-            lambda s, dt, dev: dict(x=_randn((s.tokens, s.hidden), dt, dev)),
+            lambda s, dt, dev, gen: dict(x=_randn((s.tokens, s.hidden), dt, dev, gen)),
             _torch_softmax,
             lambda s, e: (2 * s.tokens * s.hidden * e, 3 * s.tokens * s.hidden * e),
             _norm_rows,
@@ -618,7 +654,7 @@ def _all_specs() -> dict[str, BenchSpec]:
         BenchSpec(
             "sparsemax",
             ("tokens", "hidden"),
-            lambda s, dt, dev: dict(x=_randn((s.tokens, s.hidden), dt, dev), dim=-1),
+            lambda s, dt, dev, gen: dict(x=_randn((s.tokens, s.hidden), dt, dev, gen), dim=-1),
             _torch_sparsemax,
             lambda s, e: (2 * s.tokens * s.hidden * e, 3 * s.tokens * s.hidden * e),
             _norm_rows,
@@ -627,9 +663,9 @@ def _all_specs() -> dict[str, BenchSpec]:
         BenchSpec(
             "cross_entropy",
             ("tokens", "vocab"),
-            lambda s, dt, dev: dict(
-                logits=_randn((s.tokens, s.vocab), dt, dev),
-                target=_targets(s.tokens, s.vocab, dev),
+            lambda s, dt, dev, gen: dict(
+                logits=_randn((s.tokens, s.vocab), dt, dev, gen),
+                target=_targets(s.tokens, s.vocab, dev, gen),
                 weight=None,
                 ignore_index=-100,
                 lse_square_scale=0.0,
@@ -661,10 +697,10 @@ def _all_specs() -> dict[str, BenchSpec]:
         BenchSpec(
             "fused_linear_cross_entropy",
             ("tokens", "hidden", "vocab"),
-            lambda s, dt, dev: dict(
-                input=_randn((s.tokens, s.hidden), dt, dev),
-                weight=_randn((s.vocab, s.hidden), dt, dev, scale=1 / math.sqrt(s.hidden)),
-                target=_targets(s.tokens, s.vocab, dev),
+            lambda s, dt, dev, gen: dict(
+                input=_randn((s.tokens, s.hidden), dt, dev, gen),
+                weight=_randn((s.vocab, s.hidden), dt, dev, gen, scale=1 / math.sqrt(s.hidden)),
+                target=_targets(s.tokens, s.vocab, dev, gen),
                 bias=None,
                 ce_weight=None,
                 ignore_index=-100,
@@ -707,9 +743,9 @@ def _all_specs() -> dict[str, BenchSpec]:
         BenchSpec(
             "kl_div",
             ("tokens", "vocab"),
-            lambda s, dt, dev: dict(
-                y_pred=_log_probs(s.tokens, s.vocab, dt, dev, True),
-                y_true=_probs(s.tokens, s.vocab, dt, dev, False),
+            lambda s, dt, dev, gen: dict(
+                y_pred=_log_probs(s.tokens, s.vocab, dt, dev, gen, True),
+                y_true=_probs(s.tokens, s.vocab, dt, dev, gen, False),
                 reduction="batchmean",
                 log_target=False,
                 eps=1e-10,
@@ -729,9 +765,9 @@ def _all_specs() -> dict[str, BenchSpec]:
         BenchSpec(
             "jsd",
             ("tokens", "vocab"),
-            lambda s, dt, dev: dict(
-                student_logp=_log_probs(s.tokens, s.vocab, dt, dev, True),
-                teacher_logp=_log_probs(s.tokens, s.vocab, dt, dev, False),
+            lambda s, dt, dev, gen: dict(
+                student_logp=_log_probs(s.tokens, s.vocab, dt, dev, gen, True),
+                teacher_logp=_log_probs(s.tokens, s.vocab, dt, dev, gen, False),
                 shift_labels=None,
                 beta=0.5,
                 ignore_index=-100,
@@ -751,9 +787,9 @@ def _all_specs() -> dict[str, BenchSpec]:
         BenchSpec(
             "tvd",
             ("tokens", "vocab"),
-            lambda s, dt, dev: dict(
-                p=_probs(s.tokens, s.vocab, dt, dev, True),
-                q=_probs(s.tokens, s.vocab, dt, dev, False),
+            lambda s, dt, dev, gen: dict(
+                p=_probs(s.tokens, s.vocab, dt, dev, gen, True),
+                q=_probs(s.tokens, s.vocab, dt, dev, gen, False),
                 shift_labels=None,
                 reduction="batchmean",
                 ignore_index=-100,
@@ -773,11 +809,11 @@ def _all_specs() -> dict[str, BenchSpec]:
         BenchSpec(
             "fused_linear_jsd",
             ("tokens", "hidden", "vocab"),
-            lambda s, dt, dev: dict(
-                student_input=_randn((s.tokens, s.hidden), dt, dev),
-                student_weight=_randn((s.vocab, s.hidden), dt, dev, scale=1 / math.sqrt(s.hidden)),
-                teacher_input=_randn((s.tokens, s.hidden), dt, dev, grad=False),
-                teacher_weight=_randn((s.vocab, s.hidden), dt, dev, grad=False, scale=1 / math.sqrt(s.hidden)),
+            lambda s, dt, dev, gen: dict(
+                student_input=_randn((s.tokens, s.hidden), dt, dev, gen),
+                student_weight=_randn((s.vocab, s.hidden), dt, dev, gen, scale=1 / math.sqrt(s.hidden)),
+                teacher_input=_randn((s.tokens, s.hidden), dt, dev, gen, grad=False),
+                teacher_weight=_randn((s.vocab, s.hidden), dt, dev, gen, grad=False, scale=1 / math.sqrt(s.hidden)),
                 shift_labels=None,
                 jsd_beta=0.5,
                 ignore_index=-100,

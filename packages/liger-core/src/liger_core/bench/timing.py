@@ -71,6 +71,35 @@ def free_memory(device_type: str) -> None:
         mod.empty_cache()
 
 
+def restore_default_generator(device_type: str) -> bool:
+    """Make the current CUDA device's default generator usable again after a failed graph capture.
+
+    A capture puts the default generator's state in capture mode, and only a capture that ends
+    cleanly takes it out (PyTorch before per-capture RNG state, 2.11 among them). After a failed
+    one, every eager random op on the default generator raises "Offset increment outside graph
+    capture", and re-seeding does not help (the seed is not the stuck part). Moving the seed and
+    offset into a fresh state object (``graphsafe_set_state``) does: the random stream continues
+    where it was, out of capture mode; the failed graph still holds, and releases, the old state.
+    A no-op (False) off CUDA, on a PyTorch without that API, or when the generator works.
+    """
+    if device_type != "cuda" or not torch.cuda.is_available():
+        return False
+    idx = torch.cuda.current_device()  # first: it initialises CUDA, which fills default_generators
+    gen = torch.cuda.default_generators[idx]
+    if not hasattr(gen, "graphsafe_set_state"):
+        return False
+    try:
+        torch.empty(1, device=gen.device).uniform_(generator=gen)  # raises only while stuck
+        return False
+    except RuntimeError:
+        pass
+    fresh = torch.Generator(device=gen.device)
+    fresh.set_state(gen.get_state())  # seed and offset; reading them works while stuck
+    gen.graphsafe_set_state(fresh.graphsafe_get_state())  # the default generator now holds fresh's state
+    torch.empty(1, device=gen.device).uniform_(generator=gen)  # raises if that did not help
+    return True
+
+
 def peak_memory_mb(call: Callable[[], object], device_type: str) -> float | None:
     """Peak device memory one call allocates above what was allocated before it, in MiB.
 
