@@ -28,6 +28,9 @@ for the wheels to carry: transformers 5.23.0 and its dependencies, liger-kernel 
     /tmp/e2e/bin/python benchmarks/bench_e2e.py --out benchmarks/results/e2e_llama-3.2-1b_H100.json
 
 ``--smoke`` runs a tiny config for 2 steps (checks the script itself, on CPU too).
+``--profile N`` adds N steps under `torch.profiler` after the timed ones (not timed) and
+records, per step, the device time of each kernel category (GEMM, attention, optimizer, the
+patched ops' Triton kernels, the rest) and the top kernels: where a variant's step goes.
 """
 
 from __future__ import annotations
@@ -116,7 +119,52 @@ def _patch(variant: str) -> dict:
     }
 
 
-def run_one(variant: str, batch: int, seq: int, steps: int, warmup: int, smoke: bool) -> dict:
+# Kernel-name patterns per category, checked in order (lower-cased names).
+KERNEL_CATEGORIES = (
+    ("attention", ("flash", "fmha", "attention", "attn")),
+    ("gemm", ("gemm", "cutlass", "nvjet", "sm90_xmma", "sm80_xmma", "cublas", "splitkreduce")),
+    ("optimizer", ("multi_tensor", "foreach", "adam")),
+    ("embedding", ("embedding", "index_put", "indexing_backward", "radix", "sort", "scatter", "gather")),
+    ("copy/cast", ("copy", "cast", "to_copy", "convert")),
+)
+
+
+def _category(name: str) -> str:
+    low = name.lower()
+    for cat, pats in KERNEL_CATEGORIES:
+        if any(p in low for p in pats):
+            return cat
+    if "_kernel" in low and "at::" not in low and "void " not in low:
+        return "triton"  # Triton kernels carry the jit function's name (..._kernel), ATen's are templated
+    return "other elementwise/reduction"
+
+
+def _profile_steps(step, n: int) -> dict:
+    """Device time per step by kernel category and the 15 costliest kernels, over ``n`` steps."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+    per_kernel: dict[str, float] = {}
+    for evt in prof.events():
+        if evt.device_type == torch.autograd.DeviceType.CUDA:  # a kernel (or memcpy/memset) on the device
+            per_kernel[evt.name] = per_kernel.get(evt.name, 0.0) + evt.time_range.elapsed_us() / 1e3  # ms
+    cats: dict[str, float] = {}
+    for name, ms in per_kernel.items():
+        cats[_category(name)] = cats.get(_category(name), 0.0) + ms / n
+    top = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:15]
+    return {
+        "steps": n,
+        "device_ms_per_step": sum(cats.values()),
+        "category_ms_per_step": dict(sorted(cats.items(), key=lambda kv: -kv[1])),
+        "top_kernels_ms_per_step": [[name[:120], ms / n] for name, ms in top],
+    }
+
+
+def run_one(variant: str, batch: int, seq: int, steps: int, warmup: int, smoke: bool, profile_steps: int = 0) -> dict:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -158,6 +206,18 @@ def run_one(variant: str, batch: int, seq: int, steps: int, warmup: int, smoke: 
         return {"variant": variant, "batch": batch, "seq": seq, "oom": True, "error": str(e).splitlines()[0], **info}
     timed = times[warmup:]
     median = statistics.median(timed)
+    if profile_steps and cuda:
+
+        def step():
+            ids = data[-1].to(device)
+            model(input_ids=ids, labels=ids).loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        try:
+            info["profile"] = _profile_steps(step, profile_steps)
+        except Exception as e:  # noqa: BLE001 - the profile is extra; never lose the timed result over it
+            info["profile_error"] = repr(e)
     return {
         "variant": variant,
         "batch": batch,
@@ -202,6 +262,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=10, help="timed steps per run")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--smoke", action="store_true", help="tiny config, 2+1 steps: checks the script")
+    p.add_argument("--profile", type=int, default=0, metavar="N", help="profile N extra steps (CUDA only)")
     p.add_argument("--out", help="JSON file to write")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -211,7 +272,7 @@ def main() -> int:
         if variant == "liger":
             os.environ["LIGER_STRICT"] = "1"
             sys.path[:0] = [str(path) for path in SRC_PATHS]
-        result = run_one(variant, int(batch), args.seq, args.steps, args.warmup, args.smoke)
+        result = run_one(variant, int(batch), args.seq, args.steps, args.warmup, args.smoke, args.profile)
         print("RESULT " + json.dumps(result))
         return 0
 
@@ -241,7 +302,8 @@ def main() -> int:
     for batch in [int(b) for b in args.batches.split(",")]:
         for variant in variants:
             cmd = [sys.executable, __file__, "--child", f"{variant}:{batch}", "--seq", str(args.seq)]
-            cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup)] + (["--smoke"] if args.smoke else [])
+            cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup), "--profile", str(args.profile)]
+            cmd += ["--smoke"] if args.smoke else []
             print(f"running {variant} at batch {batch} x {args.seq} ...", flush=True)
             proc = subprocess.run(cmd, capture_output=True, text=True)
             line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
@@ -254,6 +316,11 @@ def main() -> int:
     ok = [r for r in results if not r.get("failed")]
     print()
     print(_table(ok))
+    for r in ok:
+        prof = r.get("profile")
+        if prof:
+            cats = "  ".join(f"{k} {v:.1f}" for k, v in prof["category_ms_per_step"].items())
+            print(f"{r['variant']} batch {r['batch']}: device {prof['device_ms_per_step']:.1f} ms/step: {cats}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({**env_info, "results": results}, indent=1) + "\n")

@@ -2,7 +2,7 @@
 # The transformers integration's GPU work, on an NVIDIA host without a package index, from the
 # source trees. Needs .whl/hf from benchmarks/fetch_wheels.sh (run where there is an index).
 #
-#   bash benchmarks/run_e2e_gpu.sh setup   # venv /tmp/e2e over the host's torch/triton + transformers, liger-kernel
+#   bash benchmarks/run_e2e_gpu.sh setup   # transformers + liger-kernel into /tmp/e2e-site, over the host's torch/triton
 #   bash benchmarks/run_e2e_gpu.sh tests   # the transformers tests on the GPU: tiny and mid-size convergence
 #   bash benchmarks/run_e2e_gpu.sh bench   # bench_e2e.py: LLaMA-3.2-1B shape, stock vs liger-kernel 0.8.5 vs this project
 #   bash benchmarks/run_e2e_gpu.sh demo    # the main job on the GPU
@@ -10,15 +10,17 @@
 # Each step stays within about 10 minutes on an H100/H200; results go to benchmarks/results/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${LIGER_E2E_VENV:-/tmp/e2e}
-PY=$VENV/bin/python
-export PYTHONPATH="packages/liger-core/src:packages/liger-ops-cuda/src${PYTHONPATH:+:$PYTHONPATH}"
+# pip --target, not a venv: a --system-site-packages venv on those hosts does not see the
+# system torch (it lives outside the base interpreter's site-packages).
+SITE=${LIGER_E2E_SITE:-/tmp/e2e-site}
+PY=${PYTHON:-python3}
+export PYTHONPATH="packages/liger-core/src:packages/liger-ops-cuda/src:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 gpu() { $PY -c "import torch; n = torch.cuda.get_device_name(); print(next((g for g in ('H200', 'H100', 'B200', 'A100') if g in n), n.replace(' ', '_')))"; }
 case "${1:-}" in
     setup)
-        [ -x "$PY" ] || python3 -m venv --system-site-packages "$VENV"
-        $PY -m pip install -q --no-index --find-links .whl/hf transformers==5.23.0 pytest
-        $PY -m pip install -q --no-index --no-deps .whl/hf/liger_kernel-0.8.5-py3-none-any.whl
+        $PY -m pip install -q --no-index --find-links .whl/hf --target "$SITE" transformers==5.23.0
+        $PY -m pip install -q --no-index --no-deps --target "$SITE" .whl/hf/liger_kernel-0.8.5-py3-none-any.whl
+        $PY -c "import pytest" 2>/dev/null || $PY -m pip install -q --no-index --find-links .whl/hf --target "$SITE" pytest
         $PY -c "import torch, triton, transformers, liger_kernel; print(torch.__version__, triton.__version__, transformers.__version__, torch.cuda.get_device_name())"
         ;;
     tests)
