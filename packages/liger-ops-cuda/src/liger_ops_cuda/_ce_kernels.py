@@ -47,6 +47,41 @@ def _tanh(x):
 
 
 @triton.jit
+def ce_grad_coefficients(up, scale_loss, scale_z, w_y, w_sum, lse, label_smoothing, lse_square_scale, eps, SMOOTH):
+    """Per-row factors of the gradient (any shape: scalars, or vectors over a tile's rows).
+
+    d(total)/dx_j = a * [((1-s) w_y + eps W) p_j - (1-s) w_y [j == y] - eps w_j] + b * 2 zs lse p_j,
+    a, b: the incoming gradient times the reduction's scale for the loss and z-loss terms.
+    Returns (a, c_y, c_p): grad_j = c_p p_j - c_y [j == y] - a eps w_j.
+    """
+    a = up * scale_loss
+    c_y = a * (1.0 - label_smoothing) * w_y
+    c_p = c_y + up * scale_z * 2.0 * lse_square_scale * lse
+    if SMOOTH:
+        c_p += a * eps * w_sum
+    return a, c_y, c_p
+
+
+@triton.jit
+def ce_grad_values(
+    x, lse, is_target, a, c_y, c_p, eps, w_cols, softcap, HAS_SOFTCAP: tl.constexpr, SMOOTH: tl.constexpr
+):
+    """The gradient for raw (biased, not yet softcapped) logits ``x`` in fp32; row factors from
+    `ce_grad_coefficients`, ``w_cols`` the class weights of x's columns (or 1.0). Shapes
+    broadcast, so one helper serves row tiles and (vocab, token) tiles alike."""
+    if HAS_SOFTCAP:
+        th = _tanh(x / softcap)
+        x = softcap * th
+    grad = c_p * tl.exp(x - lse)
+    if SMOOTH:
+        grad -= a * eps * w_cols
+    grad = tl.where(is_target, grad - c_y, grad)
+    if HAS_SOFTCAP:
+        grad = grad * (1.0 - th * th)
+    return grad
+
+
+@triton.jit
 def _ce_partials_kernel(
     X,
     x_row_stride,
@@ -181,29 +216,17 @@ def _ce_finish_kernel(
             tl.store(LSE + row, lse)
 
     if WRITE_GRAD:
-        # d(total)/dx_j = a * [((1-s) w_y + eps W) p_j - (1-s) w_y [j == y] - eps w_j] + b * 2 zs lse p_j,
-        # a, b: the incoming gradient times the reduction's scale for the loss and z-loss terms.
         up = tl.load(UP + row.to(tl.int64) * up_stride).to(tl.float32)
-        a = up * tl.load(SCALES)
-        c_y = a * (1.0 - label_smoothing) * w_y
-        c_p = c_y + up * tl.load(SCALES + 1) * 2.0 * lse_square_scale * lse
-        if SMOOTH:
-            c_p += a * eps * w_sum
+        a, c_y, c_p = ce_grad_coefficients(
+            up, tl.load(SCALES), tl.load(SCALES + 1), w_y, w_sum, lse, label_smoothing, lse_square_scale, eps, SMOOTH
+        )
         x = tl.load(X + _row_offset(row, x_row_stride) + cols, mask=mask, other=0.0).to(tl.float32)
         if HAS_BIAS:
             x += tl.load(BIAS + cols, mask=mask, other=0.0).to(tl.float32)
-        if HAS_SOFTCAP:
-            th = _tanh(x / softcap)
-            x = softcap * th
-        grad = c_p * tl.exp(x - lse)
-        if SMOOTH:
-            if HAS_WEIGHT:
-                grad -= a * eps * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-            else:
-                grad -= a * eps
-        grad = tl.where(cols == y, grad - c_y, grad)
-        if HAS_SOFTCAP:
-            grad = grad * (1.0 - th * th)
+        w_cols = 1.0
+        if SMOOTH and HAS_WEIGHT:
+            w_cols = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+        grad = ce_grad_values(x, lse, cols == y, a, c_y, c_p, eps, w_cols, softcap, HAS_SOFTCAP, SMOOTH)
         tl.store(g_row + cols, grad.to(G.dtype.element_ty), mask=mask)
 
 
