@@ -105,6 +105,22 @@ def num_warps_for(block_elements: int, elements_per_warp: int = BACKWARD_ELEMENT
 # with benchmarks/tune_losses.py (liger bench --ops losses compares with the peers).
 CE_BLOCK = 4096
 CE_NUM_WARPS = 8
+# cross_entropy forward with many rows: one program per row streams its vocabulary in
+# CE_ROW_BLOCK-wide steps (running max / sum of exp), so the only buffers are the per-row loss
+# and lse (8 bytes a row, no (rows, tiles) partials: ~32 KiB at 4096 rows, under liger-kernel's
+# footprint). 8192 fp32 with 8 warps: 32 elements (8 x 16-byte loads) in flight per thread, ~2
+# programs resident per SM. A program per row needs rows to balance: with ~2 resident per SM,
+# CE_ROW_PROGRAMS_MIN_ROWS_PER_SM x SMs rows (1056 on an H100/H200) are >= 4 waves, so a ragged
+# last wave idles little; fewer rows (fused_linear_cross_entropy's 512-token chunks) keep the
+# (row, tile) programs, which fill every SM whatever the row count. Untuned starting points:
+# benchmarks/tune_losses.py sweeps all three.
+CE_ROW_BLOCK = 8192
+CE_ROW_NUM_WARPS = 8
+CE_ROW_PROGRAMS_MIN_ROWS_PER_SM = 8
+# The targets' statistics (mean's scales, bad-target count, sum of class weights): one program
+# over the targets in steps of CE_STATS_BLOCK (4096 int64 targets: one step at 4096 tokens).
+CE_STATS_BLOCK = 4096
+CE_STATS_NUM_WARPS = 8
 # The divergences (kl_div, jsd, tvd): elements per program and warps, same reasoning.
 DIV_BLOCK = 4096
 DIV_NUM_WARPS = 8
@@ -118,6 +134,19 @@ SCALE_NUM_WARPS = 8
 # more efficient.
 FLCE_CHUNK_ELEMENTS = 64 * 2**20
 FLCE_CHUNK_MULTIPLE = 128
+# Fused linear cross-entropy when the tokens are no more than the hidden size (and grad_weight
+# has the input's dtype): the logits of all tokens, stored vocabulary-major, fit in grad_weight's
+# own storage, so there is no chunk buffer and the three GEMMs run once at full size. The CE
+# kernels then walk (vocab, token) tiles, coalesced along tokens: FLCE_VT_BLOCK_V x
+# FLCE_VT_BLOCK_T elements per program; the lse pass splits the vocabulary into groups so that
+# about FLCE_VT_PROGRAMS_PER_SM programs per SM stream it. grad_weight is then written block by
+# block, vocabulary descending (each block is copied out of the storage it is about to
+# overwrite): FLCE_VT_GRAD_WEIGHT_BLOCK_ELEMENTS is that copy's size (16 MiB in bf16).
+FLCE_VT_BLOCK_V = 64
+FLCE_VT_BLOCK_T = 64
+FLCE_VT_NUM_WARPS = 4
+FLCE_VT_PROGRAMS_PER_SM = 16
+FLCE_VT_GRAD_WEIGHT_BLOCK_ELEMENTS = 8 * 2**20
 # fused_linear_jsd keeps three chunk-sized buffers (student and teacher fp32 logits, the
 # gradient in the input dtype): a smaller budget.
 FLJSD_CHUNK_ELEMENTS = 32 * 2**20
