@@ -500,3 +500,35 @@ def test_do_bench_failure_off_cuda_falls_back_to_the_host_clock(monkeypatch):
     assert used == "wall" and "do_bench failed" in note and 0 <= ms[0] <= ms[1] <= ms[2]
     with pytest.raises(RuntimeError):
         runner._time(lambda: None, [], "do_bench", "cuda", 1)
+
+
+class _OverwritesSavedInput(torch.autograd.Function):
+    """Like cross_entropy(in_place=True): backward writes its gradient over the saved input."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x.detach())
+        return (x * x).sum()
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        x.mul_(2 * g)
+        torch.autograd.graph.increment_version(x)
+        return x
+
+
+def test_a_backward_that_cannot_be_replayed_is_full_minus_forward():
+    x = torch.randn(64, requires_grad=True)
+
+    def fn(x):
+        return _OverwritesSavedInput.apply(x.clone())
+
+    got = runner.measure(fn, {"x": x}, ["forward", "backward", "full"], "wall", "cpu", 1)
+    assert set(got) == {"forward", "backward", "full"}
+    back = got["backward"]
+    assert not back.error and back.ms is not None and back.peak_mb is None
+    assert "full minus forward" in back.note
+    # Only the backward mode was asked for: forward and full are timed to derive it, not reported.
+    only = runner.measure(fn, {"x": x}, ["backward"], "wall", "cpu", 1)
+    assert set(only) == {"backward"} and "full minus forward" in only["backward"].note
