@@ -54,11 +54,11 @@ def _converge(model_type: str, size_name: str, dtype: torch.dtype, device: str):
     data = batches(size, size.steps, device)
     stock_model = build(model_type, size, dtype, device)
     state = initial_state(stock_model)
-    stock = train(stock_model, data)
+    stock = train(stock_model, data, size.lr)
     del stock_model
     MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]()
     patched_model = build(model_type, size, dtype, device, state)
-    patched = train(patched_model, data)
+    patched = train(patched_model, data, size.lr)
     # Learning happened (the data has structure), or agreeing losses would prove little.
     assert stock.losses[-1] < stock.losses[0] - 0.05, stock.losses
     _compare(stock, patched, dtype)
