@@ -5,7 +5,7 @@ interpreter) checks every kernel variant here: type errors across branches, cons
 pointer arithmetic. Run by tests/test_losses.py in a subprocess (the interpreter must be off):
 
     python compile_loss_kernels.py          # a variant per path (quick)
-    python compile_loss_kernels.py --all    # every constexpr combination (186 kernels, ~2 min)
+    python compile_loss_kernels.py --all    # every constexpr combination (250 kernels, ~1 min)
 
 Exit status 0: all compiled; 2: no NVIDIA Triton backend here (skip); 1: a kernel failed.
 """
@@ -55,8 +55,15 @@ def main() -> int:
             flags = dict(HAS_BIAS=hb, HAS_WEIGHT=hw, HAS_SOFTCAP=hs, SMOOTH=sm, BLOCK=4096)
             jobs.append((K._ce_partials_kernel, ce, flags))
             for lp, wl, wg in ((True, True, False), (True, True, True), (False, False, True)):
-                mode = dict(LSE_FROM_PARTIALS=lp, WRITE_LOSS=wl, WRITE_GRAD=wg, BLOCK_TILES=32)
+                mode = dict(LSE_FROM_PARTIALS=lp, WRITE_LOSS=wl, WRITE_Z=wl, WRITE_GRAD=wg, BLOCK_TILES=32)
                 jobs.append((K._ce_finish_kernel, ce, {**flags, **mode}))
+            jobs.append((K._ce_row_kernel, ce, {**flags, "WRITE_Z": hs, "BLOCK": 8192}))
+        for y in ("i64", "i32"):
+            stats = dict(Y=f"*{y}", W=f"*{xdt}", OUT="*fp32", n_rows="i32", n_cols="i32", ignore_index="i32")
+            for hw, mean, wt in combos(3):
+                jobs.append(
+                    (K._ce_target_stats_kernel, stats, dict(HAS_WEIGHT=hw, MEAN=mean, WEIGHT_TOTAL=wt, BLOCK=4096))
+                )
         jobs.append((K._scale_unless_one_kernel, {"G": f"*{xdt}", "UP": "*fp32", "n_elements": "i64"}, {"BLOCK": 8192}))
         rows = dict(x_stride="i32", y_stride="i32", t_stride="i32", g_stride="i32", p_stride="i32", q_stride="i32")
         rows.update(out_stride="i32", n_cols="i32", n_tiles="i32", ignore_index="i32")

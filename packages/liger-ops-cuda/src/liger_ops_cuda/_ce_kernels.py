@@ -1,15 +1,24 @@
 """Cross-entropy kernels shared by `cross_entropy` and `fused_linear_cross_entropy`.
 
-Rows are split into vocabulary tiles and every (row, tile) pair is one program, so the
-whole GPU streams the logits whatever the number of rows (one row per program leaves SMs
-idle and serialises a 128k-wide row). Two launches:
+The forward (`ce_rows`) has two plans, chosen by the number of rows:
 
-1. `_ce_partials_kernel`: per tile, the max and the sum of ``exp(x - max)`` (online-softmax
-   pieces), the class-weighted sum of ``x`` for label smoothing, and the target logit
-   (saved, because an in-place gradient may overwrite it before another tile reads it).
-2. `_ce_finish_kernel`: each program combines its row's partials into ``lse`` (a few dozen
-   floats, cheaper than a third launch), then optionally writes the row's loss terms (tile 0)
-   and the gradient of its tile (fp32 arithmetic, one rounding at the store).
+- Many rows (`use_row_programs`): `_ce_row_kernel`, one program per row, streams the row's
+  vocabulary in BLOCK-wide steps with a running max and sum of exp, reads the target logit
+  with one masked load and writes the row's loss and lse (and z-loss when asked): nothing else
+  is allocated, and there are enough rows to keep every SM busy.
+- Few rows: every (row, vocabulary tile) pair is one program, so the whole GPU streams the
+  logits whatever the number of rows (one row per program would leave SMs idle and serialise
+  a 128k-wide row). Two launches:
+
+  1. `_ce_partials_kernel`: per tile, the max and the sum of ``exp(x - max)`` (online-softmax
+     pieces), the class-weighted sum of ``x`` for label smoothing, and the target logit
+     (saved, because an in-place gradient may overwrite it before another tile reads it).
+  2. `_ce_finish_kernel`: each program combines its row's partials into ``lse`` (a few dozen
+     floats, cheaper than a third launch), then optionally writes the row's loss terms (tile 0)
+     and the gradient of its tile (fp32 arithmetic, one rounding at the store).
+
+The gradient from a saved lse (`ce_grad_from_lse`, the backward) always runs on (row, tile)
+programs: one read and one write per logit, no partials.
 
 Row offsets are int64 (``row * row_stride`` passes 2**31 at 4096 x 128256 fp32 logits already
 at row 16744); column offsets stay int32.
@@ -115,7 +124,8 @@ def _ce_partials_kernel(
     x = _softcapped(x, softcap, HAS_SOFTCAP)
     xm = tl.where(mask, x, float("-inf"))
     m = tl.max(xm, axis=0)
-    s = tl.sum(tl.exp(xm - m), axis=0)
+    # A tile of -inf logits (masked vocabulary): sum 0 (shift by 0), not exp(-inf - -inf) = NaN.
+    s = tl.sum(tl.exp(xm - tl.where(m == float("-inf"), 0.0, m)), axis=0)
     out = row.to(tl.int64) * n_tiles + tile
     tl.store(PART_MAX + out, m)
     tl.store(PART_SUM + out, s)
@@ -163,6 +173,7 @@ def _ce_finish_kernel(
     SMOOTH: tl.constexpr,
     LSE_FROM_PARTIALS: tl.constexpr,
     WRITE_LOSS: tl.constexpr,
+    WRITE_Z: tl.constexpr,
     WRITE_GRAD: tl.constexpr,
     BLOCK: tl.constexpr,
     BLOCK_TILES: tl.constexpr,
@@ -177,7 +188,8 @@ def _ce_finish_kernel(
         if WRITE_LOSS:
             if tile == 0:
                 tl.store(LOSS + row, 0.0)
-                tl.store(ZLOSS + row, 0.0)
+                if WRITE_Z:
+                    tl.store(ZLOSS + row, 0.0)
                 tl.store(LSE + row, 0.0)
         if WRITE_GRAD:
             tl.store(g_row + cols, tl.zeros((BLOCK,), tl.float32).to(G.dtype.element_ty), mask=mask)
@@ -212,7 +224,8 @@ def _ce_finish_kernel(
                 wx = tl.sum(tl.load(PART_WX + row.to(tl.int64) * n_tiles + t2, mask=t2 < n_tiles, other=0.0), axis=0)
                 loss = (1.0 - label_smoothing) * loss + eps * (w_sum * lse - wx)
             tl.store(LOSS + row, loss)
-            tl.store(ZLOSS + row, lse_square_scale * lse * lse)
+            if WRITE_Z:
+                tl.store(ZLOSS + row, lse_square_scale * lse * lse)
             tl.store(LSE + row, lse)
 
     if WRITE_GRAD:
@@ -230,8 +243,165 @@ def _ce_finish_kernel(
         tl.store(g_row + cols, grad.to(G.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _ce_row_kernel(
+    X,
+    x_row_stride,
+    BIAS,
+    Y,
+    W,
+    WSUM,
+    LSE,
+    LOSS,
+    ZLOSS,
+    n_cols,
+    ignore_index,
+    softcap,
+    label_smoothing,
+    lse_square_scale,
+    HAS_BIAS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    SMOOTH: tl.constexpr,
+    WRITE_Z: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    # One program per row: the whole vocabulary in BLOCK-wide steps with a running max and sum
+    # of exp, so the row's loss, lse (and z) are its only writes: no partials, no saved target logit.
+    row = tl.program_id(0)
+    y = tl.load(Y + row)
+    if y == ignore_index:
+        tl.store(LOSS + row, 0.0)
+        tl.store(LSE + row, 0.0)
+        if WRITE_Z:
+            tl.store(ZLOSS + row, 0.0)
+        return
+    x_row = X + _row_offset(row, x_row_stride)
+    # The target logit: one masked scalar load, issued before the stream (an out-of-range target,
+    # reported by the caller after the launch, reads nothing).
+    in_range = (y >= 0) & (y < n_cols)
+    x_y = tl.load(x_row + y, mask=in_range, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        x_y += tl.load(BIAS + y, mask=in_range, other=0.0).to(tl.float32)
+    x_y = _softcapped(x_y, softcap, HAS_SOFTCAP)
+
+    offs = tl.arange(0, BLOCK)
+    m = float("-inf")
+    s = 0.0
+    wx = 0.0
+    for start in range(0, n_cols, BLOCK):
+        cols = start + offs
+        mask = cols < n_cols
+        # Read once and never again by this kernel: evict_first keeps L2 for the small reused
+        # vectors (bias, class weights).
+        x = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        if HAS_BIAS:
+            x += tl.load(BIAS + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        x = _softcapped(x, softcap, HAS_SOFTCAP)
+        xm = tl.where(mask, x, float("-inf"))
+        m_new = tl.maximum(m, tl.max(xm, axis=0))
+        # A block of -inf logits (masked vocabulary) keeps m at -inf: shift by 0, not by -inf (NaN).
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        s = s * tl.exp(m - shift) + tl.sum(tl.exp(xm - shift), axis=0)
+        m = m_new
+        if SMOOTH:
+            if HAS_WEIGHT:
+                x = x * tl.load(W + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            wx += tl.sum(tl.where(mask, x, 0.0), axis=0)
+    lse = m + tl.log(s)
+
+    if HAS_WEIGHT:
+        w_y = tl.load(W + y, mask=in_range, other=0.0).to(tl.float32)
+        w_sum = tl.load(WSUM)
+    else:
+        w_y = 1.0
+        w_sum = n_cols * 1.0
+    loss = w_y * (lse - x_y)
+    if SMOOTH:
+        eps = label_smoothing / n_cols
+        loss = (1.0 - label_smoothing) * loss + eps * (w_sum * lse - wx)
+    tl.store(LOSS + row, loss)
+    tl.store(LSE + row, lse)
+    if WRITE_Z:
+        tl.store(ZLOSS + row, lse_square_scale * lse * lse)
+
+
+@triton.jit
+def _ce_target_stats_kernel(
+    Y,
+    W,
+    OUT,
+    n_rows,
+    n_cols,
+    ignore_index,
+    HAS_WEIGHT: tl.constexpr,
+    MEAN: tl.constexpr,
+    WEIGHT_TOTAL: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    # One program (a fixed summation order: deterministic; one launch, one 4-float output instead
+    # of a dozen row-sized temporaries): OUT = [scale of the loss terms, scale of the z-loss
+    # terms, count of bad targets, sum_j w_j].
+    offs = tl.arange(0, BLOCK)
+    n_acc = tl.zeros((BLOCK,), tl.int32)
+    bad_acc = tl.zeros((BLOCK,), tl.int32)
+    w_acc = tl.zeros((BLOCK,), tl.float32)
+    for start in range(0, n_rows, BLOCK):
+        r = start + offs
+        live = r < n_rows
+        y = tl.load(Y + r, mask=live, other=0)
+        valid = live & (y != ignore_index)
+        bad = valid & ((y < 0) | (y >= n_cols))
+        n_acc += valid.to(tl.int32)
+        bad_acc += bad.to(tl.int32)
+        if HAS_WEIGHT and MEAN:
+            w_acc += tl.load(W + y, mask=valid & (bad == 0), other=0.0).to(tl.float32)
+    n = tl.sum(n_acc, axis=0).to(tl.float32)
+    if MEAN:
+        # 1 / sum(w[y]) and 1 / n over the counted rows; 1 when there are none (all-ignored: 0, not NaN).
+        if HAS_WEIGHT:
+            wsum = tl.sum(w_acc, axis=0)
+        else:
+            wsum = n
+        tl.store(OUT, 1.0 / tl.where(wsum == 0.0, 1.0, wsum))
+        tl.store(OUT + 1, 1.0 / tl.maximum(n, 1.0))
+    else:
+        tl.store(OUT, 1.0)
+        tl.store(OUT + 1, 1.0)
+    tl.store(OUT + 2, tl.sum(bad_acc, axis=0).to(tl.float32))
+    if WEIGHT_TOTAL:
+        total = tl.zeros((BLOCK,), tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            c = start + offs
+            total += tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32)
+        tl.store(OUT + 3, tl.sum(total, axis=0))
+
+
+def ce_target_stats(
+    target: torch.Tensor,
+    weight: torch.Tensor | None,
+    ignore_index: int,
+    n_classes: int,
+    reduction: str,
+    weight_total: bool = False,
+) -> torch.Tensor:
+    """fp32 device tensor ``[scale of the summed loss terms, scale of the summed z-loss terms,
+    number of targets outside [0, n_classes) that are not ignore_index, sum_j weight_j]`` (the
+    last only with ``weight_total``). Mean: ``1 / sum(w[y])`` and ``1 / n`` over the counted rows
+    (1 when there are none); sum/none: 1. One launch; ``target``, ``weight`` contiguous."""
+    out = torch.empty(4, dtype=torch.float32, device=target.device)
+    has_weight = weight is not None
+    _ce_target_stats_kernel[(1,)](
+        target, weight if has_weight else out, out, target.numel(), n_classes, ignore_index,
+        HAS_WEIGHT=has_weight, MEAN=reduction == "mean", WEIGHT_TOTAL=has_weight and weight_total,
+        BLOCK=hardware.CE_STATS_BLOCK, num_warps=hardware.CE_STATS_NUM_WARPS,
+    )  # fmt: skip
+    return out
+
+
 class RowLoss:
-    """Per-row results of `ce_rows`: fp32 ``loss`` (without z-loss), ``z`` and ``lse``."""
+    """Per-row results of `ce_rows`: fp32 ``loss`` (without z-loss), ``z`` (None when not asked
+    for) and ``lse``."""
 
     __slots__ = ("loss", "z", "lse")
 
@@ -247,6 +417,20 @@ def tile_plan(n_cols: int) -> tuple[int, int, int]:
     return block, n_tiles, warps
 
 
+def row_plan(n_cols: int) -> tuple[int, int]:
+    """(block, warps) of the one-program-per-row forward over rows of ``n_cols`` logits."""
+    block = min(hardware.CE_ROW_BLOCK, triton.next_power_of_2(max(n_cols, 1)))
+    warps = max(1, min(hardware.CE_ROW_NUM_WARPS, block // 32))
+    return block, warps
+
+
+def use_row_programs(n_rows: int, device: torch.device) -> bool:
+    """One program per row when there are enough rows to fill every SM through the last wave
+    (``hardware.CE_ROW_PROGRAMS_MIN_ROWS_PER_SM``); otherwise (row, tile) programs."""
+    index = device.index if device.type == "cuda" else None
+    return n_rows >= hardware.CE_ROW_PROGRAMS_MIN_ROWS_PER_SM * hardware.sm_count(index)
+
+
 def ce_rows(
     logits: torch.Tensor,
     target: torch.Tensor,
@@ -260,47 +444,69 @@ def ce_rows(
     grad_out: torch.Tensor | None = None,
     upstream: torch.Tensor | None = None,
     scales: torch.Tensor | None = None,
+    want_z: bool = True,
 ) -> RowLoss:
     """Forward over (rows, vocab) ``logits`` (unit column stride): per-row loss, z-loss, lse.
 
+    Many rows (`use_row_programs`): one program per row, no buffers beyond the per-row results.
+    Few rows: (row, tile) programs with per-tile partials, so the GPU stays busy.
     With ``grad_out`` (may be ``logits`` itself: each program reads its tile before writing it,
-    and the target logits were saved by the first launch) also writes the gradient, scaled by
-    ``upstream`` (a 1-element or per-row tensor) times ``scales`` (a device tensor
-    ``[scale of the loss terms, scale of the z-loss terms]``, see `device_scales`).
+    and the target logits were read before any gradient is written) also writes the gradient,
+    scaled by ``upstream`` (a 1-element or per-row tensor) times ``scales`` (a device tensor
+    ``[scale of the loss terms, scale of the z-loss terms]``, see `ce_target_stats`).
+    ``want_z=False``: no z buffer (``RowLoss.z`` is None).
     """
     n_rows, n_cols = logits.shape
     dev = logits.device
-    block, n_tiles, warps = tile_plan(n_cols)
-    part_max = torch.empty((n_rows, n_tiles), dtype=torch.float32, device=dev)
-    part_sum = torch.empty_like(part_max)
-    smooth = label_smoothing > 0
-    part_wx = torch.empty_like(part_max) if smooth else part_max
-    xy = torch.empty(n_rows, dtype=torch.float32, device=dev)
+    write_grad = grad_out is not None
+    if write_grad and upstream is None:
+        raise ValueError("ce_rows: grad_out needs upstream")
     loss = torch.empty(n_rows, dtype=torch.float32, device=dev)
-    z = torch.empty_like(loss)
     lse = torch.empty_like(loss)
+    z = torch.empty_like(loss) if want_z else None
     if n_rows == 0:
         return RowLoss(loss, z, lse)
     flags = dict(
         HAS_BIAS=bias is not None,
         HAS_WEIGHT=weight is not None,
         HAS_SOFTCAP=softcap is not None,
-        SMOOTH=smooth,
+        SMOOTH=label_smoothing > 0,
+        WRITE_Z=want_z,
     )
     sc = float(softcap) if softcap is not None else 1.0
+    bias_ = bias if bias is not None else logits
+    weight_ = weight if weight is not None else logits
+    wsum_ = weight_total if weight_total is not None else loss
+    z_ = z if want_z else loss  # never written when not wanted
+
+    if use_row_programs(n_rows, dev):
+        block, warps = row_plan(n_cols)
+        _ce_row_kernel[(n_rows,)](
+            logits, logits.stride(0), bias_, target, weight_, wsum_, lse, loss, z_, n_cols, ignore_index, sc,
+            float(label_smoothing), float(lse_square_scale), BLOCK=block, num_warps=warps, **flags,
+        )  # fmt: skip
+        if write_grad:
+            # The forward has read every row in full before this launch writes: in place is safe.
+            ce_grad_from_lse(
+                logits, target, weight, weight_total, bias, lse, grad_out, upstream, ignore_index,
+                lse_square_scale, label_smoothing, softcap, scales,
+            )  # fmt: skip
+        return RowLoss(loss, z, lse)
+
+    block, n_tiles, warps = tile_plan(n_cols)
+    part_max = torch.empty((n_rows, n_tiles), dtype=torch.float32, device=dev)
+    part_sum = torch.empty_like(part_max)
+    part_wx = torch.empty_like(part_max) if label_smoothing > 0 else part_max
+    xy = torch.empty(n_rows, dtype=torch.float32, device=dev)
+    tile_flags = {k: v for k, v in flags.items() if k != "WRITE_Z"}
     _ce_partials_kernel[(n_rows, n_tiles)](
-        logits, logits.stride(0), bias if bias is not None else logits, target,
-        weight if weight is not None else logits, part_max, part_sum, part_wx, xy,
-        n_cols, n_tiles, ignore_index, sc, BLOCK=block, num_warps=warps, **flags,
+        logits, logits.stride(0), bias_, target, weight_, part_max, part_sum, part_wx, xy,
+        n_cols, n_tiles, ignore_index, sc, BLOCK=block, num_warps=warps, **tile_flags,
     )  # fmt: skip
-    write_grad = grad_out is not None
-    if write_grad and upstream is None:
-        raise ValueError("ce_rows: grad_out needs upstream")
     up = upstream if write_grad else loss
     _ce_finish_kernel[(n_rows, n_tiles if write_grad else 1)](
         logits, logits.stride(0), grad_out if write_grad else logits, grad_out.stride(0) if write_grad else 0,
-        bias if bias is not None else logits, target, weight if weight is not None else logits,
-        weight_total if weight_total is not None else loss, part_max, part_sum, part_wx, xy, lse, loss, z,
+        bias_, target, weight_, wsum_, part_max, part_sum, part_wx, xy, lse, loss, z_,
         up, 1 if write_grad and up.numel() > 1 else 0, n_cols, n_tiles, ignore_index, sc,
         float(label_smoothing), float(lse_square_scale), scales if write_grad else loss,
         LSE_FROM_PARTIALS=True, WRITE_LOSS=True, WRITE_GRAD=write_grad, BLOCK=block,
@@ -337,7 +543,7 @@ def ce_grad_from_lse(
         n_cols, n_tiles, ignore_index, float(softcap) if softcap is not None else 1.0,
         float(label_smoothing), float(lse_square_scale), scales,
         HAS_BIAS=bias is not None, HAS_WEIGHT=weight is not None, HAS_SOFTCAP=softcap is not None,
-        SMOOTH=label_smoothing > 0, LSE_FROM_PARTIALS=False, WRITE_LOSS=False, WRITE_GRAD=True,
+        SMOOTH=label_smoothing > 0, LSE_FROM_PARTIALS=False, WRITE_LOSS=False, WRITE_Z=False, WRITE_GRAD=True,
         BLOCK=block, BLOCK_TILES=2, num_warps=warps,
     )  # fmt: skip
 

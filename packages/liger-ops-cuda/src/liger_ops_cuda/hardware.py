@@ -108,12 +108,13 @@ CE_NUM_WARPS = 8
 # cross_entropy forward with many rows: one program per row streams its vocabulary in
 # CE_ROW_BLOCK-wide steps (running max / sum of exp), so the only buffers are the per-row loss
 # and lse (8 bytes a row, no (rows, tiles) partials: ~32 KiB at 4096 rows, under liger-kernel's
-# footprint). 8192 fp32 with 8 warps: 32 elements (8 x 16-byte loads) in flight per thread, ~2
-# programs resident per SM. A program per row needs rows to balance: with ~2 resident per SM,
-# CE_ROW_PROGRAMS_MIN_ROWS_PER_SM x SMs rows (1056 on an H100/H200) are >= 4 waves, so a ragged
-# last wave idles little; fewer rows (fused_linear_cross_entropy's 512-token chunks) keep the
-# (row, tile) programs, which fill every SM whatever the row count. Untuned starting points:
-# benchmarks/tune_losses.py sweeps all three.
+# footprint). 8192 fp32 with 8 warps: eight 16-byte loads per thread in flight (32 KiB per
+# program), 60 registers (sm_90): ~4 programs resident per SM. A program per row needs
+# rows to balance: CE_ROW_PROGRAMS_MIN_ROWS_PER_SM x SMs rows (1056 on an H100/H200) are >= 2
+# full waves, and in a ragged last wave one program an SM still keeps ~32 KiB in flight (more
+# than its share of bandwidth), so little idles; fewer rows (fused_linear_cross_entropy's
+# 512-token chunks) keep the (row, tile) programs, which fill every SM whatever the row count.
+# Untuned starting points: benchmarks/tune_losses.py --only ce-rows sweeps all three.
 CE_ROW_BLOCK = 8192
 CE_ROW_NUM_WARPS = 8
 CE_ROW_PROGRAMS_MIN_ROWS_PER_SM = 8
