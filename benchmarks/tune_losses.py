@@ -7,7 +7,13 @@ medians, peak memory above the inputs:
 
     PYTHONPATH=packages/liger-core/src:packages/liger-ops-cuda/src python benchmarks/tune_losses.py
 
-- CE_BLOCK x CE_NUM_WARPS: cross_entropy on fp32 logits (tokens x vocab);
+- CE_BLOCK x CE_NUM_WARPS: cross_entropy on fp32 logits (tokens x vocab): the (row, tile)
+  kernels, i.e. the backward at any row count and the forward below the row-program threshold;
+- CE_ROW_BLOCK x CE_ROW_NUM_WARPS: the one-program-per-row cross_entropy forward (forward alone
+  and the in-place full step, with its extra memory: the issue's target is liger-kernel 0.8.5's
+  53,760 bytes at 4096 x 128256 fp32);
+- CE_ROW_PROGRAMS_MIN_ROWS_PER_SM: row programs against (row, tile) programs at 128 to 4096 rows
+  (choose the smallest rows per SM from which the row path is not slower);
 - DIV_BLOCK x DIV_NUM_WARPS: kl_div, jsd, tvd on fp32 inputs;
 - FLCE_CHUNK_ELEMENTS: fused_linear_cross_entropy on bf16 (time against peak memory);
 - the in-place cross_entropy variant (gradient written into the logits; not reachable through
@@ -49,6 +55,13 @@ def main():
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--vocab", type=int, default=128256)
     ap.add_argument("--hidden", type=int, default=4096)
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        choices=("ce", "ce-rows", "div", "flce"),
+        default=("ce", "ce-rows", "div", "flce"),
+        help="sweeps to run (default: all); ce-rows: CE_ROW_* and the row/tile threshold",
+    )
     args = ap.parse_args()
     n, v, h = args.tokens, args.vocab, args.hidden
     dev = "cuda"
@@ -57,6 +70,64 @@ def main():
     target = torch.randint(0, v, (n,), device=dev)
     print(f"{torch.cuda.get_device_name()}: tokens {n}, vocab {v}, hidden {h}")
 
+    if "ce" in args.only:
+        tune_ce_tiles(logits, target, n, v)
+    if "ce-rows" in args.only:
+        tune_ce_rows(logits, target, n, v)
+    if "div" in args.only:
+        tune_divergences(n, v, dev)
+    if "flce" in args.only:
+        tune_flce(target, n, v, h, dev)
+
+
+def _ce_step(x, target, in_place):
+    LigerCrossEntropyFunction.apply(x, target, None, -100, 0.0, 0.0, "mean", None, in_place, False)[0].backward()
+
+
+def _ce_forward(x, target):
+    with torch.no_grad():
+        LigerCrossEntropyFunction.apply(x, target, None, -100, 0.0, 0.0, "mean", None, True, False)
+
+
+def tune_ce_rows(logits, target, n, v):
+    """CE_ROW_BLOCK x CE_ROW_NUM_WARPS at n rows (row path forced), then row programs against
+    (row, tile) programs by row count (CE_ROW_PROGRAMS_MIN_ROWS_PER_SM)."""
+    saved = hardware.CE_ROW_BLOCK, hardware.CE_ROW_NUM_WARPS, hardware.CE_ROW_PROGRAMS_MIN_ROWS_PER_SM
+    scratch = logits.detach().clone().requires_grad_()  # in place: the gradient lands here
+    sms = hardware.sm_count()
+    hardware.CE_ROW_PROGRAMS_MIN_ROWS_PER_SM = 0
+    print(f"cross_entropy fp32 row programs at {n} rows (CE_ROW_BLOCK, CE_ROW_NUM_WARPS); in-place full step:")
+    for block, warps in itertools.product((2048, 4096, 8192, 16384), (4, 8, 16)):
+        hardware.CE_ROW_BLOCK, hardware.CE_ROW_NUM_WARPS = block, warps
+        fwd, _ = measure(lambda: _ce_forward(scratch, target), [])
+        ms, mb = measure(lambda: _ce_step(scratch, target, True), [scratch])
+        print(
+            f"  {block:6d} x {warps:2d} warps: forward {fwd:7.3f} ms {n * v * 4 / fwd / 1e6:6.0f} GB/s, "
+            f"full {ms:7.3f} ms, extra {mb * 2**20:8.0f} B"
+        )
+    hardware.CE_ROW_BLOCK, hardware.CE_ROW_NUM_WARPS = saved[:2]
+    print(f"row programs vs (row, tile) programs ({sms} SMs; threshold now {saved[2]} rows/SM), in-place:")
+    for rows in (128, 256, 512, 1024, 2048, 4096):
+        if rows > n:
+            break
+        x = scratch.detach()[:rows].requires_grad_()  # a leaf view: in place writes into scratch
+        t = target[:rows]
+        res = {}
+        for name, per_sm in (("rows", 0), ("tiles", 10**9)):
+            hardware.CE_ROW_PROGRAMS_MIN_ROWS_PER_SM = per_sm
+            fwd, _ = measure(lambda: _ce_forward(x, t), [])
+            full, mb = measure(lambda: _ce_step(x, t, True), [x])
+            res[name] = (fwd, full, mb * 2**20)
+        (rf, rfull, rb), (tf, tfull, tb) = res["rows"], res["tiles"]
+        print(
+            f"  {rows:5d} rows ({rows / sms:5.1f}/SM): forward rows {rf * 1e3:7.1f} us tiles {tf * 1e3:7.1f} us"
+            f" ({rf / tf:5.2f}x); full rows {rfull:6.3f} ms tiles {tfull:6.3f} ms ({rfull / tfull:5.2f}x);"
+            f" extra rows {rb:7.0f} B tiles {tb:8.0f} B"
+        )
+    hardware.CE_ROW_PROGRAMS_MIN_ROWS_PER_SM = saved[2]
+
+
+def tune_ce_tiles(logits, target, n, v):
     print("cross_entropy fp32, full (CE_BLOCK, CE_NUM_WARPS):")
     for block, warps in itertools.product((2048, 4096, 8192, 16384), (4, 8, 16, 32)):
         hardware.CE_BLOCK, hardware.CE_NUM_WARPS = block, warps
@@ -77,6 +148,8 @@ def main():
     )
     print(f"  in-place variant (default plan): {ms:.3f} ms, {mb:.0f} MB")
 
+
+def tune_divergences(n, v, dev):
     y_pred = torch.log_softmax(torch.randn(n, v, device=dev), -1).requires_grad_()
     other = torch.log_softmax(torch.randn(n, v, device=dev), -1)
     p = other.exp()
@@ -94,6 +167,8 @@ def main():
         print(f"  {block:6d} x {warps:2d} warps: " + ", ".join(row))
     hardware.DIV_BLOCK, hardware.DIV_NUM_WARPS = 4096, 8
 
+
+def tune_flce(target, n, v, h, dev):
     x = torch.randn(n, h, device=dev, dtype=torch.bfloat16).requires_grad_()
     w = (torch.randn(v, h, device=dev) / h**0.5).to(torch.bfloat16).requires_grad_()
     print("fused_linear_cross_entropy bf16, full (FLCE_CHUNK_ELEMENTS):")
