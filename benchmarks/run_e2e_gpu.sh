@@ -15,6 +15,9 @@ cd "$(dirname "$0")/.."
 SITE=${LIGER_E2E_SITE:-/tmp/e2e-site}
 PY=${PYTHON:-python3}
 export PYTHONPATH="packages/liger-core/src:packages/liger-ops-cuda/src:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+# liger-ops-cuda from its source tree has no entry point: load it as if installed, in this
+# process and in the demo's and the benchmark's child processes.
+export LIGER_EXTRA_BACKENDS=liger_ops_cuda
 gpu() { $PY -c "import torch; n = torch.cuda.get_device_name(); print(next((g for g in ('H200', 'H100', 'B200', 'A100') if g in n), n.replace(' ', '_')))"; }
 case "${1:-}" in
     setup)

@@ -13,7 +13,7 @@ from liger_core.ops.rms_norm import reference as reference_rms_norm
 
 pytest_plugins = ["liger_core.conformance.plugin"]
 
-LIGER_ENV = ("LIGER_BACKEND", "LIGER_DISABLE_BACKENDS", "LIGER_STRICT")
+LIGER_ENV = ("LIGER_BACKEND", "LIGER_DISABLE_BACKENDS", "LIGER_STRICT", "LIGER_EXTRA_BACKENDS")
 
 
 def _fake_backend(**overrides) -> Backend:

@@ -231,3 +231,18 @@ def test_triton_runtime_names_the_first_installed_distribution():
     text = triton_runtime("no-such-triton-dist")
     assert "(not from no-such-triton-dist)" in text or text.startswith("no importable Triton")
     assert triton_runtime("no-such-triton-dist", "torch").startswith("torch ")
+
+
+def test_extra_backends_from_the_environment(clean_registry, make_dist, monkeypatch):
+    """LIGER_EXTRA_BACKENDS: a vendor package importable from a source tree, no entry point; the
+    variable reaches child processes (a registration in-process does not)."""
+    make_dist(entry_points={}, modules={"liger_test_srcvendor": BACKEND_MODULE})
+    monkeypatch.setenv("LIGER_EXTRA_BACKENDS", "liger_test_srcvendor, liger_test_no_such_src_module")
+    clean_registry.reset()
+    backends = clean_registry.backends()
+    module = sys.modules["liger_test_srcvendor"]
+    assert backends[module.BACKEND.name] is module.BACKEND
+    assert clean_registry.resolve("rms_norm", "xpu") is module.rms_norm
+    problem = clean_registry.problems()["liger_test_no_such_src_module"]
+    assert problem.source == "module liger_test_no_such_src_module (LIGER_EXTRA_BACKENDS)"
+    assert "No module named 'liger_test_no_such_src_module'" in problem.error

@@ -8,11 +8,15 @@ Environment:
     LIGER_BACKEND            force one backend for every device (``ascend``, ``reference``, ...),
                              e.g. to run a vendor's kernels in the Triton interpreter on CPU.
     LIGER_DISABLE_BACKENDS   comma-separated backend names to ignore (a broken install).
+    LIGER_EXTRA_BACKENDS     comma-separated modules exposing ``BACKEND``, loaded as if installed
+                             (a vendor package run from its source tree: ``liger_ops_cuda``); the
+                             environment reaches child processes, unlike `register_backend`.
     LIGER_STRICT             ``1``: no reference fallback; an unserved device is an error.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 import warnings
@@ -57,6 +61,10 @@ class BackendProblem:
     device_types: tuple[str, ...] = ()
 
 
+def _raise(e: Exception):
+    raise e
+
+
 def _env_list(name: str) -> set[str]:
     return {p.strip() for p in os.environ.get(name, "").split(",") if p.strip()}
 
@@ -99,6 +107,14 @@ class Registry:
             found.append((ep.name, source, ep.load))
         for b in self._extra:
             found.append((b.name, "registered in-process", lambda b=b: b))
+        for module in sorted(_env_list("LIGER_EXTRA_BACKENDS")):
+            source = f"module {module} (LIGER_EXTRA_BACKENDS)"
+            try:
+                backend = importlib.import_module(module).BACKEND
+            except Exception as e:  # noqa: BLE001 - reported as the module's problem, like an entry point's
+                found.append((module, source, lambda e=e: _raise(e)))
+                continue
+            found.append((getattr(backend, "name", module), source, lambda b=backend: b))
         return found
 
     def load(self) -> None:
