@@ -27,10 +27,18 @@ TOLERANCES = {
     torch.bfloat16: {"loss": (5e-2, 2e-2), "param": (5e-2, 2e-2), "logprob": (2e-1, 5e-2)},
 }
 TOP_K = 10
+# Mixture-of-experts families: top-k routing turns a last-bit difference in a router logit into
+# a different expert for that token, a discrete jump that no kernel tolerance can bound. At mid
+# size in fp32 on an H200, qwen3_moe's stock and patched runs agreed to ~2e-6 in loss for the
+# first steps and to 2e-4 over all 32, parameters to 1.6e-3, but the eval batch's top-k log-probs
+# differed by up to 0.13 where tokens had switched experts (mixtral: 2e-6 throughout). So their fp32
+# loss and parameter bounds are those of routing, and log-probs get bf16's bound.
+MOE_FAMILIES = ("mixtral", "qwen3_moe")
+MOE_FP32_TOLERANCES = {"loss": (2e-3, 1e-4), "param": (1e-2, 1e-3), "logprob": (2e-1, 5e-2)}
 
 
-def _compare(stock, patched, dtype):
-    tol = TOLERANCES[dtype]
+def _compare(stock, patched, dtype, model_type=""):
+    tol = MOE_FP32_TOLERANCES if dtype == torch.float32 and model_type in MOE_FAMILIES else TOLERANCES[dtype]
     losses_a, losses_b = torch.tensor(stock.losses), torch.tensor(patched.losses)
     assert torch.isfinite(losses_b).all(), patched.losses
     torch.testing.assert_close(losses_b, losses_a, atol=tol["loss"][0], rtol=tol["loss"][1], msg="per-step loss")
@@ -61,7 +69,7 @@ def _converge(model_type: str, size_name: str, dtype: torch.dtype, device: str):
     patched = train(patched_model, data, size.lr)
     # Learning happened (the data has structure), or agreeing losses would prove little.
     assert stock.losses[-1] < stock.losses[0] - 0.05, stock.losses
-    _compare(stock, patched, dtype)
+    _compare(stock, patched, dtype, model_type)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
