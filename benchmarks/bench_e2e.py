@@ -140,7 +140,7 @@ def _category(name: str) -> str:
 
 
 def _profile_steps(step, n: int) -> dict:
-    """Device time per step by kernel category and the 15 costliest kernels, over ``n`` steps."""
+    """Device time per step by kernel category and the 40 costliest kernels, over ``n`` steps."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -155,7 +155,7 @@ def _profile_steps(step, n: int) -> dict:
     cats: dict[str, float] = {}
     for name, ms in per_kernel.items():
         cats[_category(name)] = cats.get(_category(name), 0.0) + ms / n
-    top = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:15]
+    top = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:40]
     return {
         "steps": n,
         "device_ms_per_step": sum(cats.values()),
