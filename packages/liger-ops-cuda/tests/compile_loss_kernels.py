@@ -31,6 +31,7 @@ def main() -> int:
 
         from liger_ops_cuda import _ce_kernels as K
         from liger_ops_cuda import _div_kernels as D
+        from liger_ops_cuda import fused_linear_cross_entropy as F
     except Exception as e:  # noqa: BLE001 - any import failure means: cannot check here
         print(f"no Triton compiler: {e!r}", file=sys.stderr)
         return SKIP
@@ -58,6 +59,16 @@ def main() -> int:
                 mode = dict(LSE_FROM_PARTIALS=lp, WRITE_LOSS=wl, WRITE_Z=wl, WRITE_GRAD=wg, BLOCK_TILES=32)
                 jobs.append((K._ce_finish_kernel, ce, {**flags, **mode}))
             jobs.append((K._ce_row_kernel, ce, {**flags, "WRITE_Z": hs, "BLOCK": 8192}))
+        # fused_linear_cross_entropy's vocabulary-major kernels (logits in grad_weight's storage).
+        vt = {n: "*fp32" for n in ("BIAS", "W", "WSUM", "PART_MAX", "PART_SUM", "PART_WX", "LOSS", "ZLOSS", "LSE")}
+        vt.update({n: "*fp32" for n in ("SCALES", "UP")})
+        vt.update(LT=f"*{xdt}", Y="*i64", n_tokens="i32", n_vocab="i32", n_groups="i32", rows_per_group="i32")
+        vt.update(ignore_index="i32", softcap="fp32", label_smoothing="fp32", lse_square_scale="fp32")
+        for hb, hw, hs, sm in combos(4):
+            flags = dict(HAS_BIAS=hb, HAS_WEIGHT=hw, HAS_SOFTCAP=hs, SMOOTH=sm, BLOCK_T=64)
+            jobs.append((F._vt_partials_kernel, vt, {**flags, "BLOCK_V": 64}))
+            jobs.append((F._vt_finish_kernel, vt, {**flags, "BLOCK_G": 64}))
+            jobs.append((F._vt_grad_kernel, vt, {**flags, "BLOCK_V": 64}))
         for y in ("i64", "i32"):
             stats = dict(Y=f"*{y}", W=f"*{xdt}", OUT="*fp32", n_rows="i32", n_cols="i32", ignore_index="i32")
             for hw, mean, wt in combos(3):

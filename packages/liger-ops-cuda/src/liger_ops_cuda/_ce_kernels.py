@@ -56,6 +56,40 @@ def _tanh(x):
 
 
 @triton.jit
+def online_lse_step(m, s, xm):
+    """One step of a running (max, sum of exp) over axis 0 of ``xm`` (masked entries -inf): ``m``
+    and ``s`` are scalars for a row, or vectors over a tile's trailing axis (tokens)."""
+    m_new = tl.maximum(m, tl.max(xm, axis=0))
+    # A block of -inf logits (masked vocabulary) keeps m at -inf: shift by 0, not by -inf (NaN).
+    shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+    s = s * tl.exp(m - shift) + tl.sum(tl.exp(xm - shift), axis=0)
+    return m_new, s
+
+
+@triton.jit
+def target_weight(W, WSUM, y, in_range, n_cols, HAS_WEIGHT: tl.constexpr):
+    """(w[y], sum_j w_j): the class weights, or 1 and n_cols without them. Masked: an
+    out-of-range target (reported by the caller after the launch) reads nothing."""
+    if HAS_WEIGHT:
+        w_y = tl.load(W + y, mask=in_range, other=0.0).to(tl.float32)
+        w_sum = tl.load(WSUM)
+    else:
+        w_y = 1.0
+        w_sum = n_cols * 1.0
+    return w_y, w_sum
+
+
+@triton.jit
+def ce_loss_terms(lse, x_y, w_y, w_sum, wx, label_smoothing, eps, SMOOTH: tl.constexpr):
+    """A row's loss without z-loss: w_y (lse - x_y), label smoothing mixing in
+    eps (sum_j w_j lse - sum_j w_j x_j) (``wx``: that last sum; eps = smoothing / vocab)."""
+    loss = w_y * (lse - x_y)
+    if SMOOTH:
+        loss = (1.0 - label_smoothing) * loss + eps * (w_sum * lse - wx)
+    return loss
+
+
+@triton.jit
 def ce_grad_coefficients(up, scale_loss, scale_z, w_y, w_sum, lse, label_smoothing, lse_square_scale, eps, SMOOTH):
     """Per-row factors of the gradient (any shape: scalars, or vectors over a tile's rows).
 
@@ -206,23 +240,16 @@ def _ce_finish_kernel(
     else:
         lse = tl.load(LSE + row)
 
-    if HAS_WEIGHT:
-        # Masked: an out-of-range target (reported by the caller after the launch) reads nothing.
-        w_y = tl.load(W + y, mask=(y >= 0) & (y < n_cols), other=0.0).to(tl.float32)
-        w_sum = tl.load(WSUM)
-    else:
-        w_y = 1.0
-        w_sum = n_cols * 1.0
+    w_y, w_sum = target_weight(W, WSUM, y, (y >= 0) & (y < n_cols), n_cols, HAS_WEIGHT)
     eps = label_smoothing / n_cols
 
     if WRITE_LOSS:
         if tile == 0:
-            x_y = tl.load(XY + row)
-            loss = w_y * (lse - x_y)
+            wx = 0.0
             if SMOOTH:
                 t2 = tl.arange(0, BLOCK_TILES)
                 wx = tl.sum(tl.load(PART_WX + row.to(tl.int64) * n_tiles + t2, mask=t2 < n_tiles, other=0.0), axis=0)
-                loss = (1.0 - label_smoothing) * loss + eps * (w_sum * lse - wx)
+            loss = ce_loss_terms(lse, tl.load(XY + row), w_y, w_sum, wx, label_smoothing, eps, SMOOTH)
             tl.store(LOSS + row, loss)
             if WRITE_Z:
                 tl.store(ZLOSS + row, lse_square_scale * lse * lse)
@@ -298,28 +325,15 @@ def _ce_row_kernel(
         if HAS_BIAS:
             x += tl.load(BIAS + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
         x = _softcapped(x, softcap, HAS_SOFTCAP)
-        xm = tl.where(mask, x, float("-inf"))
-        m_new = tl.maximum(m, tl.max(xm, axis=0))
-        # A block of -inf logits (masked vocabulary) keeps m at -inf: shift by 0, not by -inf (NaN).
-        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        s = s * tl.exp(m - shift) + tl.sum(tl.exp(xm - shift), axis=0)
-        m = m_new
+        m, s = online_lse_step(m, s, tl.where(mask, x, float("-inf")))
         if SMOOTH:
             if HAS_WEIGHT:
                 x = x * tl.load(W + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
             wx += tl.sum(tl.where(mask, x, 0.0), axis=0)
     lse = m + tl.log(s)
 
-    if HAS_WEIGHT:
-        w_y = tl.load(W + y, mask=in_range, other=0.0).to(tl.float32)
-        w_sum = tl.load(WSUM)
-    else:
-        w_y = 1.0
-        w_sum = n_cols * 1.0
-    loss = w_y * (lse - x_y)
-    if SMOOTH:
-        eps = label_smoothing / n_cols
-        loss = (1.0 - label_smoothing) * loss + eps * (w_sum * lse - wx)
+    w_y, w_sum = target_weight(W, WSUM, y, in_range, n_cols, HAS_WEIGHT)
+    loss = ce_loss_terms(lse, x_y, w_y, w_sum, wx, label_smoothing, label_smoothing / n_cols, SMOOTH)
     tl.store(LOSS + row, loss)
     tl.store(LSE + row, lse)
     if WRITE_Z:

@@ -35,8 +35,11 @@ from liger_ops_cuda._ce_kernels import (
     ce_grad_coefficients,
     ce_grad_from_lse,
     ce_grad_values,
+    ce_loss_terms,
     ce_rows,
+    online_lse_step,
     scale_unless_one,
+    target_weight,
 )
 from liger_ops_cuda.cross_entropy import device_scales, reduce_rows
 
@@ -150,11 +153,7 @@ def _vt_partials_kernel(
         if HAS_BIAS:
             x += tl.load(BIAS + vs, mask=vmask, other=0.0).to(tl.float32)[:, None]
         x = _softcapped(x, softcap, HAS_SOFTCAP)
-        xm = tl.where(mask, x, float("-inf"))
-        m_new = tl.maximum(m, tl.max(xm, axis=0))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # masked-out token lanes
-        s = s * tl.exp(m - m_safe) + tl.sum(tl.exp(xm - m_safe[None, :]), axis=0)
-        m = m_new
+        m, s = online_lse_step(m, s, tl.where(mask, x, float("-inf")))
         if SMOOTH:
             if HAS_WEIGHT:
                 x = x * tl.load(W + vs, mask=vmask, other=0.0).to(tl.float32)[:, None]
@@ -193,16 +192,11 @@ def _vt_finish_kernel(
     if HAS_BIAS:
         x_y += tl.load(BIAS + y, mask=in_range, other=0.0).to(tl.float32)
     x_y = _softcapped(x_y, softcap, HAS_SOFTCAP)
-    if HAS_WEIGHT:
-        w_y = tl.load(W + y, mask=in_range, other=0.0).to(tl.float32)
-        w_sum = tl.load(WSUM)
-    else:
-        w_y = 1.0
-        w_sum = n_vocab * 1.0
-    loss = w_y * (lse - x_y)
+    w_y, w_sum = target_weight(W, WSUM, y, in_range, n_vocab, HAS_WEIGHT)
+    wx = 0.0
     if SMOOTH:
         wx = tl.sum(tl.load(PART_WX + offs, mask=pmask, other=0.0), axis=0)
-        loss = (1.0 - label_smoothing) * loss + (label_smoothing / n_vocab) * (w_sum * lse - wx)
+    loss = ce_loss_terms(lse, x_y, w_y, w_sum, wx, label_smoothing, label_smoothing / n_vocab, SMOOTH)
     tl.store(LOSS + toks, tl.where(valid, loss, 0.0), mask=tmask)
     tl.store(ZLOSS + toks, tl.where(valid, lse_square_scale * lse * lse, 0.0), mask=tmask)
     tl.store(LSE + toks, tl.where(valid, lse, 0.0), mask=tmask)
@@ -225,12 +219,7 @@ def _vt_grad_kernel(
     y = tl.load(Y + toks, mask=tmask, other=ignore_index)
     valid = y != ignore_index
     lse = tl.load(LSE + toks, mask=tmask, other=0.0)
-    if HAS_WEIGHT:
-        w_y = tl.load(W + y, mask=tmask & valid & (y >= 0) & (y < n_vocab), other=0.0).to(tl.float32)
-        w_sum = tl.load(WSUM)
-    else:
-        w_y = 1.0
-        w_sum = n_vocab * 1.0
+    w_y, w_sum = target_weight(W, WSUM, y, tmask & valid & (y >= 0) & (y < n_vocab), n_vocab, HAS_WEIGHT)
     eps = label_smoothing / n_vocab
     up = tl.load(UP).to(tl.float32) + tl.zeros((BLOCK_T,), tl.float32)  # per token, like lse
     a, c_y, c_p = ce_grad_coefficients(
