@@ -95,18 +95,11 @@ def _patch(variant: str) -> dict:
         return {}
     import torch
 
-    from liger_core.registry import REGISTRY, register_backend
+    from liger_core.registry import REGISTRY
 
-    try:
-        from importlib.metadata import entry_points
-
-        installed = any(ep.name == "cuda" for ep in entry_points(group="liger.backends"))
-    except Exception:  # noqa: BLE001
-        installed = False
-    if not installed:  # source tree: no entry point
-        from liger_ops_cuda import BACKEND
-
-        register_backend(BACKEND)
+    # From the source tree liger-ops-cuda has no entry point: the registry loads it from here.
+    os.environ.setdefault("LIGER_EXTRA_BACKENDS", "liger_ops_cuda")
+    REGISTRY.reset()
     from liger_core.transformers import apply_liger_kernel_to_llama
 
     apply_liger_kernel_to_llama()
