@@ -26,12 +26,17 @@ from importlib.metadata import entry_points
 
 import torch
 
-from liger_core.backend import ENTRY_POINT_GROUP, Backend, LigerBackendError, validate
+from liger_core.backend import (
+    ENTRY_POINT_GROUP,
+    Backend,
+    LigerBackendError,
+    validate,
+    vendor_for_device,
+    vendor_named,
+)
 from liger_core.interface import CATALOGUE, INTERFACE_VERSION, format_version
 
 REFERENCE = "reference"
-
-VENDOR_DISTRIBUTIONS = {"cuda": "liger-ops-cuda", "npu": "liger-ops-ascend", "xpu": "liger-ops-xpu"}
 
 
 class LigerFallbackWarning(UserWarning):
@@ -158,7 +163,7 @@ class Registry:
         if forced:
             return self._named(forced)
         for problem in self.problems.values():
-            if device_type in (problem.device_types or _declared_devices(problem.name)):
+            if device_type in (problem.device_types or declared_devices(problem.name)):
                 raise LigerBackendError(
                     f"the Liger backend {problem.name!r} for device {device_type!r} is unusable: "
                     f"{problem.error} (set LIGER_DISABLE_BACKENDS={problem.name} to fall back "
@@ -196,7 +201,7 @@ class Registry:
             raise KeyError(f"unknown op {op!r}; the catalogue has {sorted(CATALOGUE)}")
         device_type = device if isinstance(device, str) else torch.device(device).type
         backend = self.backend_for_device(device_type)
-        fn = backend.ops.get(op) if backend is not None else None
+        fn = backend.op(op) if backend is not None else None
         if fn is None:
             fn = self._fallback(op, device_type, backend)
         self.cache[(op, device)] = fn
@@ -213,9 +218,9 @@ class Registry:
             fix = f"pip install -U {backend.distribution}"
         else:
             why = f"no installed Liger backend serves device {device_type!r}"
-            dist = VENDOR_DISTRIBUTIONS.get(device_type)
-            fix = f"pip install {dist}" if dist else "no vendor package targets this device"
-        if _env_flag("LIGER_STRICT"):
+            vendor = vendor_for_device(device_type)
+            fix = f"pip install {vendor.distribution}" if vendor else "no vendor package targets this device"
+        if strict():
             raise LigerBackendError(f"{why} and LIGER_STRICT is set, so op {op!r} cannot run ({fix})")
         warnings.warn(
             f"{why}; op {op!r} runs on the slower PyTorch reference implementation ({fix})",
@@ -223,11 +228,6 @@ class Registry:
             stacklevel=4,
         )
         return CATALOGUE[op].reference
-
-
-def _declared_devices(name: str) -> tuple[str, ...]:
-    # A broken backend never gave us its device types; vendor names map to devices.
-    return {"cuda": ("cuda",), "ascend": ("npu",), "xpu": ("xpu",)}.get(name, ())
 
 
 REGISTRY = Registry()
@@ -253,3 +253,43 @@ def get_backend(name: str) -> Backend:
 
 def reset() -> None:
     REGISTRY.reset()
+
+
+def strict() -> bool:
+    """LIGER_STRICT is set: no reference fallback."""
+    return _env_flag("LIGER_STRICT")
+
+
+def declared_devices(name: str) -> tuple[str, ...]:
+    """The device types backend ``name`` serves, without importing a vendor package that is not
+    loaded yet (so TRITON_INTERPRET can still be set before its kernels are defined)."""
+    for b in REGISTRY._extra:
+        if b.name == name:
+            return tuple(b.device_types)
+    if REGISTRY._loaded and name in REGISTRY.backends:
+        return tuple(REGISTRY.backends[name].device_types)
+    vendor = vendor_named(name)
+    return (vendor.device_type,) if vendor else ()
+
+
+@dataclass(frozen=True)
+class Serving:
+    """Who serves an op on a device, as dispatch would decide, without calling it."""
+
+    backend: str | None  # None: nobody (see error)
+    fallback: bool  # the PyTorch reference runs, with a warning
+    error: str | None
+
+
+def serving(op: str, device_type: str) -> Serving:
+    """Which backend serves ``op`` on ``device_type`` (no fallback warning is emitted)."""
+    try:
+        backend = REGISTRY.backend_for_device(device_type)
+    except LigerBackendError as e:
+        return Serving(None, False, str(e))
+    if backend is not None and op in backend.ops:
+        return Serving(backend.name, False, None)
+    if strict():
+        why = f"{backend.name} predates op {op!r}" if backend is not None else f"no backend serves {device_type!r}"
+        return Serving(None, False, f"{why} and LIGER_STRICT is set")
+    return Serving(REFERENCE, True, None)

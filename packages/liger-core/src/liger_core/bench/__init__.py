@@ -4,30 +4,42 @@
     result = run_bench(ops=["rms_norm"], config="llama-3-8b", sweep=("tokens", [1024, 4096]))
     write_results(result, "bench-results/H100")
 
-See `liger_core.bench.runner.run_bench` for the options, `liger_core.bench.specs` for what
-each op's benchmark builds and whom it compares with (`specs.specs()`: the ops benchable now).
+Each op's benchmark is part of its declaration (``liger_core/ops/<op>.py``, a
+`liger_core.bench.spec.BenchSpec`); `spec.specs()` lists the ops benchable now. The modules by
+job: `spec` (what a benchmark is), `providers` (this project and its peers as callables),
+`timing` (the timers), `runner` (the loop), `report` (JSON, CSV, plots, tables), `cli`.
+
+The names below are imported on first use: the op declarations import `spec` while the
+catalogue is being built, before the runner (which needs the catalogue) can be imported.
 """
 
-from liger_core.bench.configs import AXES, MODEL_CONFIGS, ModelShape
-from liger_core.bench.report import plot_folder, read_json, render_summary, write_csv, write_json, write_results
-from liger_core.bench.runner import FIELDS, PROVIDERS, BenchResult, run_bench
-from liger_core.bench.specs import ALL_SPECS, MODES, BenchSpec
+from __future__ import annotations
 
-__all__ = [
-    "ALL_SPECS",
-    "AXES",
-    "FIELDS",
-    "MODEL_CONFIGS",
-    "MODES",
-    "PROVIDERS",
-    "BenchResult",
-    "BenchSpec",
-    "ModelShape",
-    "plot_folder",
-    "read_json",
-    "render_summary",
-    "run_bench",
-    "write_csv",
-    "write_json",
-    "write_results",
-]
+import importlib
+
+_EXPORTS = {
+    "AXES": "configs",
+    "MODEL_CONFIGS": "configs",
+    "ModelShape": "configs",
+    "MODES": "spec",
+    "BenchSpec": "spec",
+    "specs": "spec",
+    "PROVIDERS": "providers",
+    "FIELDS": "runner",
+    "BenchResult": "runner",
+    "run_bench": "runner",
+    "plot_folder": "report",
+    "read_json": "report",
+    "render_summary": "report",
+    "write_csv": "report",
+    "write_json": "report",
+    "write_results": "report",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"liger_core.bench.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'liger_core.bench' has no attribute {name!r}")

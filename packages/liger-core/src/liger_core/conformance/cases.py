@@ -1,20 +1,49 @@
-"""Every conformance case; a vendor's tests/test_conformance.py star-imports this."""
+"""Every conformance case, generated from the op catalogue; a vendor's tests/test_conformance.py
+star-imports this module.
 
-from liger_core.conformance.cross_entropy import *  # noqa: F403
-from liger_core.conformance.dyt import *  # noqa: F403
-from liger_core.conformance.fused_add_rms_norm import *  # noqa: F403
-from liger_core.conformance.fused_linear_cross_entropy import *  # noqa: F403
-from liger_core.conformance.fused_linear_jsd import *  # noqa: F403
-from liger_core.conformance.geglu import *  # noqa: F403
-from liger_core.conformance.group_norm import *  # noqa: F403
-from liger_core.conformance.jsd import *  # noqa: F403
-from liger_core.conformance.kl_div import *  # noqa: F403
-from liger_core.conformance.layer_norm import *  # noqa: F403
-from liger_core.conformance.poly_norm import *  # noqa: F403
-from liger_core.conformance.qwen2vl_mrope import *  # noqa: F403
-from liger_core.conformance.rms_norm import *  # noqa: F403
-from liger_core.conformance.rope import *  # noqa: F403
-from liger_core.conformance.softmax import *  # noqa: F403
-from liger_core.conformance.sparsemax import *  # noqa: F403
-from liger_core.conformance.swiglu import *  # noqa: F403
-from liger_core.conformance.tvd import *  # noqa: F403
+Per op ``<op>`` there are two tests: ``test_<op>[<sample>]`` runs each declared sample through
+`liger_core.conformance.check.check` (forward and every gradient against the float64 oracle),
+``test_<op>_bad_input[<case>]`` each declared bad input (the error type and message). A backend
+whose interface predates an op skips that op's tests, saying so.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from liger_core.conformance import require_op
+from liger_core.conformance.check import check_sample
+from liger_core.interface import CATALOGUE
+from liger_core.op import Op
+
+
+def _tests(decl: Op) -> dict:
+    samples = list(decl.samples())
+    ids = [s.id for s in samples]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{decl.name}: two samples share an id: {sorted(i for i in ids if ids.count(i) > 1)}")
+
+    @pytest.mark.parametrize("sample", samples, ids=ids)
+    def test_samples(conformance_backend, conformance_device, sample):
+        require_op(conformance_backend, decl.name)
+        check_sample(conformance_backend, decl, sample, conformance_device)
+
+    @pytest.mark.parametrize("bad", decl.errors, ids=[b.name for b in decl.errors])
+    def test_bad_input(conformance_backend, conformance_device, bad):
+        fn = require_op(conformance_backend, decl.name)
+        args = decl.bind(bad.apply(decl.error_sample.args(conformance_device)))
+        with pytest.raises(bad.error, match=bad.match):
+            fn(*args.values())
+
+    tests = {f"test_{decl.name}": test_samples, f"test_{decl.name}_bad_input": test_bad_input}
+    for name, fn in tests.items():
+        fn.__name__ = fn.__qualname__ = name
+        fn.__doc__ = f"`{decl.name}` against its declaration (liger_core.ops.{decl.name})."
+    return tests
+
+
+__all__: list[str] = []
+for _decl in CATALOGUE.values():
+    _generated = _tests(_decl)
+    globals().update(_generated)
+    __all__ += list(_generated)

@@ -25,3 +25,35 @@ def check_same_device(op: str, **tensors: torch.Tensor) -> None:
                 f"{op}: all tensors must be on one device; {first_name} is on {first.device} "
                 f"but {name} is on {t.device}"
             )
+
+
+def check_rows(op: str, x: torch.Tensor, name: str = "x") -> None:
+    """A floating tensor of at least one dimension, normalised or activated over its last."""
+    check_floating(name, x)
+    if x.dim() == 0:
+        raise ValueError(f"{op}: {name} must have at least 1 dimension (..., hidden); got a 0-d tensor")
+
+
+def check_param(
+    op: str, name: str, p: torch.Tensor | None, x: torch.Tensor, axis: int = -1, what: str = "hidden"
+) -> None:
+    """An optional per-feature parameter: floating, on x's device, of shape ``(x.shape[axis],)``."""
+    if p is None:
+        return
+    check_floating(name, p)
+    check_same_device(op, x=x, **{name: p})
+    if p.shape != (x.shape[axis],):
+        raise ValueError(
+            f"{op}: {name} must have shape ({what},) = ({x.shape[axis]},) to match x.shape[{axis}]; "
+            f"got {name}.shape={tuple(p.shape)}"
+        )
+
+
+def check_eps(op: str, eps: float) -> None:
+    if not isinstance(eps, (int, float)) or not eps >= 0:
+        raise ValueError(f"{op}: eps must be a number >= 0; got {eps!r}")
+
+
+def check_flag(op: str, name: str, value: bool) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{op}: {name} must be True or False; got {value!r}")

@@ -125,6 +125,7 @@ def is_float(t) -> bool:
 
 
 __all__ = [
+    "grad_scale_through",
     "CE_REDUCTIONS",
     "DIV_REDUCTIONS",
     "ce_options_ok",
@@ -138,3 +139,11 @@ __all__ = [
     "label_count",
     "label_stats",
 ]
+
+
+def grad_scale_through(grad_out: torch.Tensor, operand: torch.Tensor) -> float:
+    """The size of the terms summed in ``grad_out @ operand`` before they cancel: the atol scale
+    for a gradient that is such a product (float64 tensors)."""
+    if grad_out.numel() == 0 or operand.numel() == 0:
+        return 1.0
+    return float((grad_out.abs() @ operand.abs()).max())

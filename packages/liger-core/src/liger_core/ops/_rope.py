@@ -1,9 +1,13 @@
-"""Argument checks and math shared by the rotary embeddings (`rope`, `qwen2vl_mrope`)."""
+"""What the rotary embeddings (`rope`, `qwen2vl_mrope`) share: argument checks, the rotation,
+sample q/k and tables, bad inputs, the benchmark layouts."""
 
 from __future__ import annotations
 
 import torch
 
+from liger_core.bench import spec as B
+from liger_core.op import Checks, bad, on_other_device
+from liger_core.ops import _samples as S
 from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device
 
 UNSQUEEZE_DIMS = (1, 2)
@@ -88,3 +92,126 @@ def apply_rotation(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tor
     xc = x.to(compute)
     out = xc * cos.detach().to(compute) + rotate_half(xc) * sin.detach().to(compute)
     return out.to(x.dtype)
+
+
+def rotate_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int):
+    """``(q_out, k_out)`` for per-position tables ``(batch or 1, seq, head_dim)``."""
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    return apply_rotation(q, cos, sin), apply_rotation(k, cos, sin)
+
+
+# -- declarations ------------------------------------------------------------------------------
+
+
+def qk(batch, q_heads, k_heads, seq, dim, dtype, device, unsqueeze_dim=1, transposed=False, k_dtype=None, g=None):
+    """q and k laid out for ``unsqueeze_dim``; ``transposed`` stores them with heads and seq
+    swapped (LLaMA's ``view(b, s, h, d).transpose(1, 2)``)."""
+
+    def one(heads, dt):
+        logical = (batch, heads, seq, dim) if unsqueeze_dim == 1 else (batch, seq, heads, dim)
+        if not transposed:
+            return S.to(device, dt, S.normal(logical, g))
+        stored = (logical[0], logical[2], logical[1], logical[3])
+        return S.to(device, dt, S.normal(stored, g)).transpose(1, 2)
+
+    return one(q_heads, dtype), one(k_heads, k_dtype or dtype)
+
+
+def tables(lead, seq, dim, dtype, device, kind="llama", g=None):
+    """cos/sin of shape ``(*lead, seq, dim)``. ``kind="llama"``: cat(freqs, freqs) of distinct
+    positions per leading row; ``"random"``: unrelated halves (the contract uses both)."""
+    if kind == "random":
+        return S.to(device, dtype, S.normal((*lead, seq, dim), g)), S.to(device, dtype, S.normal((*lead, seq, dim), g))
+    rows = 1
+    for n in lead:
+        rows *= n
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    pos = torch.arange(seq, dtype=torch.float64)[None, :] * (1 + torch.arange(rows)[:, None])
+    emb = torch.cat((pos[..., None] * inv_freq,) * 2, dim=-1).reshape(*lead, seq, dim)
+    return S.to(device, dtype, emb.cos()), S.to(device, dtype, emb.sin())
+
+
+def fused_qkv(batch, q_heads, k_heads, seq, dim, device, unsqueeze_dim, g):
+    """q and k sliced out of one ``(batch, seq, (q_heads + 2 * k_heads) * dim)`` projection."""
+    qkv = S.to(device, torch.float32, S.normal((batch, seq, (q_heads + 2 * k_heads) * dim), g))
+    q = qkv[..., : q_heads * dim].view(batch, seq, q_heads, dim)
+    k = qkv[..., q_heads * dim : (q_heads + k_heads) * dim].view(batch, seq, k_heads, dim)
+    return (q.transpose(1, 2), k.transpose(1, 2)) if unsqueeze_dim == 1 else (q, k)
+
+
+def bad_inputs(op: str, cos_ndim: int) -> tuple:
+    """The bad inputs both rotary ops share (base: batch 2, 4 q heads, 2 k heads, seq 6, dim 16)."""
+    lead = "3, " if cos_ndim == 4 else ""
+    return (
+        bad("unsqueeze_dim", ValueError, r"unsqueeze_dim must be 1 .* or 2 .*; got 0", unsqueeze_dim=0),
+        bad(
+            "q_3d",
+            ValueError,
+            r"q must be 4-D \(batch, heads, seq, head_dim\); got q.shape=\(2, 4, 6\)",
+            q=lambda q: q[..., 0],
+        ),
+        bad(
+            "odd_head_dim",
+            ValueError,
+            r"head_dim must be even",
+            q=lambda t: t[..., :15],
+            k=lambda t: t[..., :15],
+            cos=lambda t: t[..., :15],
+            sin=lambda t: t[..., :15],
+        ),
+        bad(
+            "k_seq",
+            ValueError,
+            r"k must match q in batch, seq and head_dim.*k.shape=\(2, 2, 5, 16\)",
+            k=lambda k: k[:, :, :5],
+        ),
+        bad(
+            "cos_shape",
+            ValueError,
+            rf"cos must have shape \({lead}batch or 1, seq, head_dim\) = \({lead}2 or 1, 6, 16\); got",
+            cos=lambda c: c[..., :8],
+        ),
+        bad("mixed_devices", ValueError, r"one device.*q is on .*sin is on", sin=on_other_device),
+        bad("int_dtype", TypeError, r"k must have dtype float32, bfloat16, float16; got int64", k=lambda k: k.long()),
+        bad("float64", TypeError, r"q must have dtype .*got float64", q=lambda q: q.double()),
+    )
+
+
+# q's results are as exact as q and the tables, k's as k and the tables (their dtypes may differ).
+CHECKS = Checks(
+    out_dtypes=lambda a: (a["q"].dtype, a["k"].dtype),
+    tolerance_from={
+        "q_out": ("q", "cos", "sin"),
+        "grad_q": ("q", "cos", "sin"),
+        "k_out": ("k", "cos", "sin"),
+        "grad_k": ("k", "cos", "sin"),
+    },
+)
+
+
+def bench_layouts(tables_for, **extra) -> dict:
+    """``transposed``: q/k as LLaMA's attention passes them (``proj(x).view(b, s, h, d).transpose(1, 2)``),
+    the default; ``contiguous``: ``(batch, heads, seq, head_dim)`` tensors of their own. ``extra``:
+    further arguments, each a function of the shape."""
+
+    def build(transposed: bool):
+        def layout(s, dt, dev, gen):
+            q, k = B.attention_qk(s, dt, dev, gen, transposed)
+            cos, sin = tables_for(s, dt, dev)
+            return dict(q=q, k=k, cos=cos, sin=sin, **{name: fn(s) for name, fn in extra.items()})
+
+        return layout
+
+    return {"transposed": build(True), "contiguous": build(False)}
+
+
+def torch_rotation(q, k, cos, sin, unsqueeze_dim):
+    """transformers' apply_rotary_pos_emb on per-position tables."""
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def traffic(s, e, table_rows: int):
+    """Read q, k and the tables, write the two results (forward and backward alike)."""
+    n = 2 * s.batch * s.seq * s.head_dim * (s.heads + s.kv_heads) * e + 2 * table_rows * s.seq * s.head_dim * e
+    return n, n

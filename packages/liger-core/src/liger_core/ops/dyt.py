@@ -1,11 +1,13 @@
-"""The `dyt` op (Dynamic Tanh, a normalisation-free replacement for LayerNorm): its
-contract, argument checks and PyTorch reference."""
+"""The `dyt` op (Dynamic Tanh, a normalisation-free replacement for LayerNorm), declared once."""
 
 from __future__ import annotations
 
 import torch
 
-from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device
+from liger_core.bench import spec as B
+from liger_core.op import Checks, Op, bad, on_other_device, sample
+from liger_core.ops import _samples as S
+from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_param, check_rows, check_same_device
 
 
 def dyt(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None) -> torch.Tensor:
@@ -24,7 +26,8 @@ def dyt(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.T
         ``grad_alpha`` (``alpha``'s dtype and shape), ``grad_gamma`` and ``grad_beta``
         (their parameters' dtypes).
     """
-    raise NotImplementedError("contract only: call liger_core.functional.liger_dyt")
+    check_args(x, alpha, gamma, beta)
+    return math(x, alpha, gamma, beta)
 
 
 def check_args(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None) -> None:
@@ -53,26 +56,13 @@ def check_args(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: 
             return
     except (AttributeError, TypeError):
         pass
-    _raise_bad_args(x, alpha, gamma, beta)
-
-
-def _raise_bad_args(x, alpha, gamma, beta) -> None:
-    check_floating("x", x)
     check_floating("alpha", alpha)
-    check_floating("gamma", gamma)
-    if beta is not None:
-        check_floating("beta", beta)
-    if x.dim() == 0:
-        raise ValueError("dyt: x must have at least 1 dimension (..., hidden); got a 0-d tensor")
+    check_rows("dyt", x)
     check_same_device("dyt", x=x, alpha=alpha, gamma=gamma, beta=beta)
     if alpha.shape not in ((1,), ()):
         raise ValueError(f"dyt: alpha must have shape (1,) or (); got alpha.shape={tuple(alpha.shape)}")
-    for name, p in (("gamma", gamma), ("beta", beta)):
-        if p is not None and p.shape != (x.shape[-1],):
-            raise ValueError(
-                f"dyt: {name} must have shape (hidden,) = ({x.shape[-1]},) to match x.shape[-1]; "
-                f"got {name}.shape={tuple(p.shape)}"
-            )
+    check_param("dyt", "gamma", gamma, x)
+    check_param("dyt", "beta", beta, x)
 
 
 def math(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None) -> torch.Tensor:
@@ -84,6 +74,82 @@ def math(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.
     return y.to(x.dtype)
 
 
-def reference(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None) -> torch.Tensor:
-    check_args(x, alpha, gamma, beta)
-    return math(x, alpha, gamma, beta)
+# -- declaration ---------------------------------------------------------------------------------
+
+
+def args(device, shape=(4, 16), dtype=torch.float32, beta=True, param_dtype=None, alpha_shape=(1,), strided=False):
+    """x around 0.3 and alpha 0.7, so tanh's argument crosses its bend; gamma around 1."""
+    g = S.gen(0)
+    x = S.strided(shape, g, device, dtype, 2, 0.3) if strided else S.to(device, dtype, S.normal(shape, g, 2, 0.3))
+    alpha = S.to(device, param_dtype or dtype, torch.full(alpha_shape, 0.7))
+    gamma = S.to(device, param_dtype or dtype, S.normal(shape[-1], g, 0.5, 1))
+    b = S.to(device, param_dtype or dtype, S.normal(shape[-1], g, 0.5)) if beta else None
+    return dict(x=x, alpha=alpha, gamma=gamma, beta=b)
+
+
+def samples():
+    yield from S.grid(args, dict(dtype=S.DTYPES, shape=S.ROW_SHAPES))
+    yield from S.grid(args, dict(dtype=S.OPTION_DTYPES, beta=(True, False), alpha_shape=((1,), ())), shape=(37, 96))
+    yield sample(args, shape=(9, 130), dtype=torch.bfloat16, param_dtype=torch.float32)
+    yield sample(args, shape=(33, 40), strided=True)
+
+
+def _scales(a, upstream):
+    # grad_alpha sums dy * gamma * x * (1 - tanh^2) over every element: random signs cancel, so
+    # its error is measured against the sum of the magnitudes over sqrt(elements).
+    x = a["x"]
+    if not x.numel():
+        return {}
+    t = torch.tanh(a["alpha"].reshape(()) * x)
+    terms = (upstream["y"] * a["gamma"] * x * (1 - t * t)).abs().sum()
+    return {"grad_alpha": float(terms) / x.numel() ** 0.5}
+
+
+OP = Op(
+    dyt,
+    since=(1, 1),
+    math=math,
+    grads=("x", "alpha", "gamma", "beta"),
+    samples=samples,
+    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
+    error_sample=sample(args),
+    errors=(
+        bad("mixed_devices", ValueError, r"one device.*x is on .*gamma is on", gamma=on_other_device),
+        bad(
+            "alpha_shape",
+            ValueError,
+            r"alpha must have shape \(1,\) or \(\); got alpha.shape=\(2,\)",
+            alpha=lambda a: torch.cat([a, a]),
+        ),
+        bad("gamma_shape", ValueError, r"gamma must have shape \(hidden,\) = \(16,\).*\(15,\)", gamma=lambda g: g[:15]),
+        bad(
+            "beta_shape",
+            ValueError,
+            r"beta must have shape \(hidden,\) = \(16,\).*\(17,\)",
+            beta=lambda b: torch.cat([b, b[:1]]),
+        ),
+        bad("int_dtype", TypeError, r"x must have dtype float32, bfloat16, float16; got int64", x=lambda x: x.long()),
+        bad("alpha_dtype", TypeError, r"alpha must have dtype .*got float64", alpha=lambda a: a.double()),
+        bad("scalar", ValueError, r"at least 1 dimension", x=lambda x: x[0, 0]),
+    ),
+    checks=Checks(atol_scales=_scales),
+    bench=B.BenchSpec(
+        group="norms",
+        axes=("tokens", "hidden"),
+        layouts={
+            "rows": lambda s, dt, dev, gen: dict(
+                x=B.normal((s.tokens, s.hidden), dt, dev, gen),
+                alpha=torch.tensor([0.5], device=dev, dtype=dt).requires_grad_(),
+                gamma=B.normal((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
+                beta=B.normal((s.hidden,), dt, dev, gen, scale=0.1),
+            )
+        },
+        torch_fn=lambda x, alpha, gamma, beta: gamma * torch.tanh(alpha * x) + (0 if beta is None else beta),
+        traffic=lambda s, e: (
+            2 * s.tokens * s.hidden * e + 2 * s.hidden * e,
+            3 * s.tokens * s.hidden * e + 4 * s.hidden * e,
+        ),
+        describe=B.rows_text,
+        peers={B.LIGER_KERNEL: B.liger_kernel("liger_dyt", "x", "alpha", "gamma", "beta")},
+    ),
+)

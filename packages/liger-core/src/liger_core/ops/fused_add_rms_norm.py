@@ -1,12 +1,14 @@
-"""The `fused_add_rms_norm` op: residual add + RMSNorm of a pre-norm block, its contract,
-argument checks and PyTorch reference."""
+"""The `fused_add_rms_norm` op: the residual add and RMSNorm of a pre-norm block, declared once."""
 
 from __future__ import annotations
 
 import torch
 
+from liger_core.bench import spec as B
+from liger_core.op import Checks, Op, bad, on_other_device, sample
+from liger_core.ops import _samples as S
 from liger_core.ops import rms_norm as _rms_norm
-from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device
+from liger_core.ops._checks import FLOAT_DTYPES, check_eps, check_floating, check_param, check_rows, check_same_device
 
 CASTING_MODES = _rms_norm.CASTING_MODES
 
@@ -43,7 +45,8 @@ def fused_add_rms_norm(
         gradient; ``grad_x`` has ``x.dtype``, ``grad_residual`` ``residual.dtype``,
         ``grad_weight`` ``weight.dtype``.
     """
-    raise NotImplementedError("contract only: call liger_core.functional.liger_fused_add_rms_norm")
+    check_args(x, residual, weight, eps, offset, casting_mode, in_place)
+    return math(x, residual, weight, eps, offset, casting_mode, in_place)
 
 
 def check_args(
@@ -53,6 +56,7 @@ def check_args(
     eps: float,
     offset: float,
     casting_mode: str,
+    in_place: bool,
 ) -> None:
     """Raise a clear error for arguments outside the contract (one cheap predicate first)."""
     try:
@@ -78,33 +82,20 @@ def check_args(
             return
     except (AttributeError, TypeError):
         pass
-    _raise_bad_args(x, residual, weight, eps, offset, casting_mode)
-
-
-def _raise_bad_args(x, residual, weight, eps, offset, casting_mode) -> None:
+    op = "fused_add_rms_norm"
     check_floating("x", x)
     check_floating("residual", residual)
-    if x.dim() == 0:
-        raise ValueError("fused_add_rms_norm: x must have at least 1 dimension (..., hidden); got a 0-d tensor")
-    check_same_device("fused_add_rms_norm", x=x, residual=residual, weight=weight)
+    check_rows(op, x)
+    check_same_device(op, x=x, residual=residual, weight=weight)
     if residual.shape != x.shape:
         raise ValueError(
-            f"fused_add_rms_norm: residual must have x's shape {tuple(x.shape)}; got residual.shape="
-            f"{tuple(residual.shape)}"
+            f"{op}: residual must have x's shape {tuple(x.shape)}; got residual.shape={tuple(residual.shape)}"
         )
-    if weight is not None:
-        check_floating("weight", weight)
-        if weight.shape != (x.shape[-1],):
-            raise ValueError(
-                f"fused_add_rms_norm: weight must have shape (hidden,) = ({x.shape[-1]},) to match "
-                f"x.shape[-1]; got weight.shape={tuple(weight.shape)}"
-            )
-    if casting_mode not in CASTING_MODES:
-        raise ValueError(f"fused_add_rms_norm: casting_mode must be one of {CASTING_MODES}; got {casting_mode!r}")
-    if not isinstance(eps, (int, float)) or not eps >= 0:
-        raise ValueError(f"fused_add_rms_norm: eps must be a number >= 0; got {eps!r}")
+    check_param(op, "weight", weight, x)
+    _rms_norm.check_casting_mode(op, casting_mode)
+    check_eps(op, eps)
     if not isinstance(offset, (int, float)):
-        raise TypeError(f"fused_add_rms_norm: offset must be a float; got {type(offset).__name__}")
+        raise TypeError(f"{op}: offset must be a float; got {type(offset).__name__}")
 
 
 def math(
@@ -114,23 +105,143 @@ def math(
     eps: float,
     offset: float,
     casting_mode: str,
+    in_place: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The formula, differentiable by autograd, for any floating dtype (float64 for the oracle)."""
     if x.dtype == torch.float64:
         s = x + residual.to(x.dtype)
     else:
         s = (x.float() + residual.float()).to(x.dtype)
-    return _rms_norm.math(s, weight, eps, offset, casting_mode), s
+    return _rms_norm.math(s, weight, eps, offset, casting_mode, in_place), s
 
 
-def reference(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    eps: float = 1e-6,
-    offset: float = 0.0,
-    casting_mode: str = "llama",
-    in_place: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    check_args(x, residual, weight, eps, offset, casting_mode)
-    return math(x, residual, weight, eps, offset, casting_mode)
+# -- declaration ---------------------------------------------------------------------------------
+
+
+def args(device, shape=(4, 16), dtype=torch.float32, weight=True, weight_dtype=None, residual_dtype=None, **options):
+    """x around 0.3, the residual around -0.2 and wider (``residual_dtype`` or x's), weight around 1."""
+    g = S.gen(0)
+    x = S.to(device, dtype, S.normal(shape, g, 2, 0.3))
+    residual = S.to(device, residual_dtype or dtype, S.normal(shape, g, 3, -0.2))
+    w = S.to(device, weight_dtype or dtype, S.normal(shape[-1], g, 0.5, 1)) if weight else None
+    return dict(x=x, residual=residual, weight=w, **options)
+
+
+def strided_args(device):
+    """x a (33, 40) column view, the residual every other column of a wider matrix, transposed."""
+    g = S.gen(0)
+    x = S.strided((33, 40), g, device, torch.float32, 2, 0.3)
+    r = S.to(device, torch.float32, S.normal((40, 66), g, 3, -0.2))[:, ::2][:, :33].t()
+    return dict(x=x, residual=r, weight=S.to(device, torch.float32, S.normal(40, g, 0.5, 1)))
+
+
+def samples():
+    yield from S.grid(args, dict(dtype=S.DTYPES, shape=S.ROW_SHAPES))
+    yield from S.grid(
+        args,
+        dict(
+            dtype=S.OPTION_DTYPES,
+            casting_mode=CASTING_MODES,
+            offset=(0.0, 1.0),
+            weight=(True, False),
+            in_place=(False, True),
+        ),
+        shape=(37, 96),
+        eps=1e-5,
+    )
+    # new_residual feeds nothing: no gradient of its own, grad_x is RMSNorm's alone.
+    for in_place in (False, True):
+        yield sample(args, unused_outputs=("new_residual",), shape=(9, 70), in_place=in_place)
+    # float32 weight and residual stream with bf16 activations.
+    yield from S.grid(
+        args,
+        dict(casting_mode=CASTING_MODES),
+        shape=(9, 130),
+        dtype=torch.bfloat16,
+        weight_dtype=torch.float32,
+        residual_dtype=torch.float32,
+        offset=1.0,
+    )
+    yield sample(strided_args)
+
+
+def _scales(a, upstream):
+    # The RMSNorm part cancels (see rms_norm), plus the residual's own incoming gradient.
+    s = a["x"] + a["residual"]
+    terms = _rms_norm.rms_grad_scale(s, a["weight"], a["eps"], a["offset"], upstream["y"])
+    if upstream["new_residual"] is not None:
+        terms = terms + upstream["new_residual"].abs()
+    return {"grad_x": S.peak(terms), "grad_residual": S.peak(terms)}
+
+
+def _torch_fused_add_rms_norm(x, residual, weight=None, eps=1e-6, offset=0.0, casting_mode="llama", in_place=False):
+    s = x + residual
+    return _rms_norm.OP.bench.torch_fn(s, weight, eps, offset), s
+
+
+OP = Op(
+    fused_add_rms_norm,
+    since=(1, 1),
+    math=math,
+    grads=("x", "residual", "weight"),
+    outputs=("y", "new_residual"),
+    samples=samples,
+    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
+    error_sample=sample(args, shape=(4, 16)),
+    errors=(
+        bad("mixed_devices", ValueError, r"one device.*x is on .*weight is on", weight=on_other_device),
+        bad("residual_device", ValueError, r"one device.*x is on .*residual is on", residual=on_other_device),
+        bad(
+            "residual_shape",
+            ValueError,
+            r"residual must have x's shape \(4, 16\); got residual.shape=\(4, 15\)",
+            residual=lambda r: r[:, :15],
+        ),
+        bad(
+            "weight_shape",
+            ValueError,
+            r"weight must have shape \(hidden,\) = \(16,\).*\(15,\)",
+            weight=lambda w: w[:15],
+        ),
+        bad("int_dtype", TypeError, r"x must have dtype float32, bfloat16, float16; got int64", x=lambda x: x.long()),
+        bad("residual_dtype", TypeError, r"residual must have dtype .*got float64", residual=lambda r: r.double()),
+        bad("casting_mode", ValueError, r"casting_mode must be one of .*'llama'.*got 'bogus'", casting_mode="bogus"),
+        bad("negative_eps", ValueError, r"eps must be a number >= 0; got -1", eps=-1),
+        bad("scalar", ValueError, r"at least 1 dimension", x=lambda x: x[0, 0], residual=lambda r: r[0, 0]),
+    ),
+    checks=Checks(
+        out_dtypes=lambda a: (a["x"].dtype, a["x"].dtype),
+        atol_scales=_scales,
+        tolerance_from={"new_residual": ("x", "residual")},
+        overwritable=lambda a: ("grad_y",) if a["in_place"] else (),
+    ),
+    bench=B.BenchSpec(
+        group="norms",
+        axes=("tokens", "hidden"),
+        layouts={
+            "rows": lambda s, dt, dev, gen: dict(
+                x=B.normal((s.tokens, s.hidden), dt, dev, gen),
+                residual=B.normal((s.tokens, s.hidden), dt, dev, gen),
+                weight=B.normal((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
+            )
+        },
+        torch_fn=_torch_fused_add_rms_norm,
+        # forward: read x, residual, weight; write y, x + residual, rstd. backward: read the two
+        # incoming gradients, the sum, weight, rstd; write one gradient (x's and residual's are equal).
+        traffic=lambda s, e: (
+            4 * s.tokens * s.hidden * e + s.hidden * e + 4 * s.tokens,
+            4 * s.tokens * s.hidden * e + 2 * s.hidden * e + 4 * s.tokens,
+        ),
+        describe=B.rows_text,
+        peers={
+            B.LIGER_KERNEL: B.liger_kernel(
+                "liger_fused_add_rms_norm", "x", "residual", "weight", "eps", "offset", "casting_mode", B.const(False)
+            ),
+            B.TORCH_NPU: B.torch_npu(
+                lambda m, x, residual, weight, eps, **_: (lambda out: (out[0], out[2]))(
+                    m.npu_add_rms_norm(x, residual, weight, epsilon=eps)
+                )
+            ),
+        },
+    ),
+)

@@ -1,13 +1,18 @@
-"""The `geglu` op: its contract, argument checks and PyTorch reference.
-
-The gated activation of the Gemma MLPs: ``down_proj(geglu(gate_proj(x), up_proj(x)))``.
-"""
+"""The `geglu` op, declared once: the gated activation of the Gemma MLPs,
+``down_proj(geglu(gate_proj(x), up_proj(x)))``."""
 
 from __future__ import annotations
 
-import torch
+import functools
 
-from liger_core.ops._glu import check_glu_args
+import torch
+import torch.nn.functional as F
+
+from liger_core.bench import spec as B
+from liger_core.op import Op
+from liger_core.ops import _glu
+
+gelu_tanh = functools.partial(F.gelu, approximate="tanh")
 
 
 def geglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
@@ -30,21 +35,38 @@ def geglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Ten
     Returns:
         ``gelu_tanh(a) * b`` with ``a``'s shape and dtype. Backward gives ``grad_a`` and ``grad_b``.
     """
-    raise NotImplementedError("contract only: call liger_core.functional.liger_geglu")
+    check_args(a, b, in_place)
+    return math(a, b, in_place)
 
 
 def check_args(a: torch.Tensor, b: torch.Tensor, in_place: bool) -> None:
     """Raise a clear error for arguments outside the contract. Backends call this first."""
-    check_glu_args("geglu", a, b, in_place)
+    _glu.check_glu_args("geglu", a, b, in_place)
 
 
-def math(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def math(a: torch.Tensor, b: torch.Tensor, in_place: bool) -> torch.Tensor:
     """The formula, differentiable by autograd, for any floating dtype (float64 for the oracle)."""
-    dtype = a.dtype
-    compute = a if dtype == torch.float64 else a.float()
-    return torch.nn.functional.gelu(compute, approximate="tanh").to(dtype) * b
+    return _glu.glu_math(gelu_tanh, a, b)
 
 
-def reference(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
-    check_args(a, b, in_place)
-    return math(a, b)
+OP = Op(
+    geglu,
+    since=(1, 2),
+    math=math,
+    grads=("a", "b"),
+    samples=_glu.samples,
+    smoke=_glu.SMOKE,
+    error_sample=_glu.ERROR_SAMPLE,
+    errors=_glu.ERRORS,
+    checks=_glu.CHECKS,
+    bench=_glu.bench_spec(
+        gelu_tanh,
+        {
+            B.LIGER_KERNEL: B.liger_kernel("liger_geglu", "a", "b"),
+            # approximate=1: tanh GELU; activate_left: the GELU applies to the first half (a).
+            B.TORCH_NPU: B.torch_npu(
+                lambda m, ab: m.npu_geglu(ab, dim=-1, approximate=1, activate_left=True)[0], _glu.cat_ab
+            ),
+        },
+    ),
+)

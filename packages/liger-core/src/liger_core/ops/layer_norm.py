@@ -1,10 +1,14 @@
-"""The `layer_norm` op: its contract, argument checks and PyTorch reference."""
+"""The `layer_norm` op: layer normalisation over the last dimension, declared once."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device
+from liger_core.bench import spec as B
+from liger_core.op import Checks, Op, bad, on_other_device, sample
+from liger_core.ops import _samples as S
+from liger_core.ops._checks import FLOAT_DTYPES, check_eps, check_param, check_rows
 
 
 def layer_norm(
@@ -28,46 +32,34 @@ def layer_norm(
         ``y`` with ``x``'s shape and dtype. Backward gives ``grad_x`` (``x.dtype``),
         ``grad_weight`` (``weight.dtype``) and ``grad_bias`` (``bias.dtype``).
     """
-    raise NotImplementedError("contract only: call liger_core.functional.liger_layer_norm")
+    check_args(x, weight, bias, eps)
+    return math(x, weight, bias, eps)
 
 
-def _param_ok(p: torch.Tensor | None, x: torch.Tensor) -> bool:
-    return p is None or (p.dtype in FLOAT_DTYPES and p.ndim == 1 and p.shape[0] == x.shape[-1] and p.device == x.device)
+def param_ok(p: torch.Tensor | None, x: torch.Tensor, axis: int = -1) -> bool:
+    """The fast-path test of an optional per-feature parameter (see `check_param`)."""
+    return p is None or (
+        p.dtype in FLOAT_DTYPES and p.ndim == 1 and p.shape[0] == x.shape[axis] and p.device == x.device
+    )
 
 
 def check_args(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float) -> None:
     """Raise a clear error for arguments outside the contract (one cheap predicate first)."""
     try:
-        if x.dtype in FLOAT_DTYPES and x.ndim > 0 and eps >= 0 and _param_ok(weight, x) and _param_ok(bias, x):
+        if x.dtype in FLOAT_DTYPES and x.ndim > 0 and eps >= 0 and param_ok(weight, x) and param_ok(bias, x):
             return
     except (AttributeError, TypeError):
         pass
-    _raise_bad_args(x, weight, bias, eps)
-
-
-def _raise_bad_args(x, weight, bias, eps) -> None:
-    check_floating("x", x)
-    if x.dim() == 0:
-        raise ValueError("layer_norm: x must have at least 1 dimension (..., hidden); got a 0-d tensor")
-    for name, p in (("weight", weight), ("bias", bias)):
-        if p is None:
-            continue
-        check_floating(name, p)
-        check_same_device("layer_norm", x=x, **{name: p})
-        if p.shape != (x.shape[-1],):
-            raise ValueError(
-                f"layer_norm: {name} must have shape (hidden,) = ({x.shape[-1]},) to match x.shape[-1]; "
-                f"got {name}.shape={tuple(p.shape)}"
-            )
-    if not isinstance(eps, (int, float)) or not eps >= 0:
-        raise ValueError(f"layer_norm: eps must be a number >= 0; got {eps!r}")
+    check_rows("layer_norm", x)
+    check_param("layer_norm", "weight", weight, x)
+    check_param("layer_norm", "bias", bias, x)
+    check_eps("layer_norm", eps)
 
 
 def math(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
     """The formula, differentiable by autograd, for any floating dtype (float64 for the oracle)."""
     compute = x if x.dtype == torch.float64 else x.float()
-    mean = compute.mean(-1, keepdim=True)
-    centered = compute - mean
+    centered = compute - compute.mean(-1, keepdim=True)
     y = centered * torch.rsqrt(centered.pow(2).mean(-1, keepdim=True) + eps)
     if weight is not None:
         y = y * weight.to(compute.dtype)
@@ -76,11 +68,96 @@ def math(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None
     return y.to(x.dtype)
 
 
-def reference(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    eps: float = 1e-5,
-) -> torch.Tensor:
-    check_args(x, weight, bias, eps)
-    return math(x, weight, bias, eps)
+def centred_grad_scale(grouped: torch.Tensor, eps: float, g: torch.Tensor) -> torch.Tensor:
+    """The size of a centred norm's grad_x terms before they cancel: ``rstd * |g|`` with ``rstd``
+    per group of the last axis of ``grouped`` and ``g = dy * weight`` (broadcast to it)."""
+    var = (grouped - grouped.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True)
+    return (torch.rsqrt(var + eps) * g).abs()
+
+
+# -- declaration ---------------------------------------------------------------------------------
+
+
+def args(
+    device,
+    shape=(4, 16),
+    dtype=torch.float32,
+    weight=True,
+    bias=True,
+    param_dtype=None,
+    mean=1.5,
+    strided=False,
+    **options,
+):
+    """x with a mean offset (centring matters), weight around 1, bias around 0."""
+    g = S.gen(0)
+    x = S.strided(shape, g, device, dtype, 2, mean) if strided else S.to(device, dtype, S.normal(shape, g, 2, mean))
+    w = S.to(device, param_dtype or dtype, S.normal(shape[-1], g, 0.5, 1)) if weight else None
+    b = S.to(device, param_dtype or dtype, S.normal(shape[-1], g, 0.5)) if bias else None
+    return dict(x=x, weight=w, bias=b, **options)
+
+
+def samples():
+    yield from S.grid(args, dict(dtype=S.DTYPES, shape=S.ROW_SHAPES))
+    yield from S.grid(
+        args, dict(dtype=S.OPTION_DTYPES, weight=(True, False), bias=(True, False)), shape=(37, 96), eps=1e-6
+    )
+    yield sample(args, shape=(9, 130), dtype=torch.bfloat16, param_dtype=torch.float32)
+    # A mean far above the spread: a one-pass E[x^2] - E[x]^2 variance would cancel.
+    yield sample(args, shape=(6, 300), mean=101.5)
+    yield sample(args, shape=(33, 40), strided=True)
+
+
+def _scales(a, upstream):
+    g = upstream["y"] * (a["weight"] if a["weight"] is not None else 1.0)
+    return {"grad_x": S.peak(centred_grad_scale(a["x"], a["eps"], g))}
+
+
+OP = Op(
+    layer_norm,
+    since=(1, 1),
+    math=math,
+    grads=("x", "weight", "bias"),
+    samples=samples,
+    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
+    error_sample=sample(args, shape=(4, 16)),
+    errors=(
+        bad("mixed_devices", ValueError, r"one device.*x is on .*weight is on", weight=on_other_device),
+        bad("bias_device", ValueError, r"one device.*x is on .*bias is on", bias=on_other_device),
+        bad(
+            "weight_shape",
+            ValueError,
+            r"weight must have shape \(hidden,\) = \(16,\).*\(15,\)",
+            weight=lambda w: w[:15],
+        ),
+        bad(
+            "bias_shape",
+            ValueError,
+            r"bias must have shape \(hidden,\) = \(16,\).*\(2, 16\)",
+            bias=lambda b: b.expand(2, 16),
+        ),
+        bad("int_dtype", TypeError, r"x must have dtype float32, bfloat16, float16; got int64", x=lambda x: x.long()),
+        bad("bias_dtype", TypeError, r"bias must have dtype .*got float64", bias=lambda b: b.double()),
+        bad("negative_eps", ValueError, r"eps must be a number >= 0; got -1", eps=-1),
+        bad("scalar", ValueError, r"at least 1 dimension", x=lambda x: x[0, 0]),
+    ),
+    checks=Checks(atol_scales=_scales),
+    bench=B.BenchSpec(
+        group="norms",
+        axes=("tokens", "hidden"),
+        layouts={
+            "rows": lambda s, dt, dev, gen: dict(
+                x=B.normal((s.tokens, s.hidden), dt, dev, gen),
+                weight=B.normal((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
+                bias=B.normal((s.hidden,), dt, dev, gen, scale=0.1),
+            )
+        },
+        torch_fn=lambda x, weight=None, bias=None, eps=1e-5: F.layer_norm(x, (x.shape[-1],), weight, bias, eps),
+        traffic=lambda s, e: (
+            2 * s.tokens * s.hidden * e + 2 * s.hidden * e + 8 * s.tokens,
+            3 * s.tokens * s.hidden * e + 4 * s.hidden * e + 8 * s.tokens,
+        ),
+        describe=B.rows_text,
+        peers={B.LIGER_KERNEL: B.liger_kernel("liger_layer_norm", "x", "weight", "bias", "eps")},
+    ),
+)

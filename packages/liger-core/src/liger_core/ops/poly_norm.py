@@ -1,11 +1,13 @@
-"""The `poly_norm` op (PolyNorm of the PolyCom paper): its contract, argument checks and
-PyTorch reference."""
+"""The `poly_norm` op (PolyNorm of the PolyCom paper), declared once."""
 
 from __future__ import annotations
 
 import torch
 
-from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device
+from liger_core.bench import spec as B
+from liger_core.op import Checks, Op, bad, on_other_device, sample
+from liger_core.ops import _samples as S
+from liger_core.ops._checks import FLOAT_DTYPES, check_eps, check_floating, check_rows, check_same_device
 
 
 def poly_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -24,7 +26,8 @@ def poly_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
         ``y`` with ``x``'s shape and dtype. Backward gives ``grad_x`` (``x.dtype``),
         ``grad_weight`` (``weight.dtype``) and ``grad_bias`` (``bias``'s dtype and shape).
     """
-    raise NotImplementedError("contract only: call liger_core.functional.liger_poly_norm")
+    check_args(x, weight, bias, eps)
+    return math(x, weight, bias, eps)
 
 
 def check_args(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> None:
@@ -44,22 +47,15 @@ def check_args(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
             return
     except (AttributeError, TypeError):
         pass
-    _raise_bad_args(x, weight, bias, eps)
-
-
-def _raise_bad_args(x, weight, bias, eps) -> None:
-    check_floating("x", x)
     check_floating("weight", weight)
     check_floating("bias", bias)
-    if x.dim() == 0:
-        raise ValueError("poly_norm: x must have at least 1 dimension (..., hidden); got a 0-d tensor")
+    check_rows("poly_norm", x)
     check_same_device("poly_norm", x=x, weight=weight, bias=bias)
     if weight.shape != (3,):
         raise ValueError(f"poly_norm: weight must have shape (3,); got weight.shape={tuple(weight.shape)}")
     if bias.shape not in ((1,), ()):
         raise ValueError(f"poly_norm: bias must have shape (1,) or (); got bias.shape={tuple(bias.shape)}")
-    if not isinstance(eps, (int, float)) or not eps >= 0:
-        raise ValueError(f"poly_norm: eps must be a number >= 0; got {eps!r}")
+    check_eps("poly_norm", eps)
 
 
 def math(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
@@ -74,6 +70,90 @@ def math(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) 
     return y.to(x.dtype)
 
 
-def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    check_args(x, weight, bias, eps)
-    return math(x, weight, bias, eps)
+# -- declaration ---------------------------------------------------------------------------------
+
+
+def args(device, shape=(4, 16), dtype=torch.float32, param_dtype=None, bias_shape=(1,), strided=False, **options):
+    """x around 0.2; weights away from PolyCom's equal 1/3s so each term counts."""
+    g = S.gen(0)
+    x = S.strided(shape, g, device, dtype, 1.5, 0.2) if strided else S.to(device, dtype, S.normal(shape, g, 1.5, 0.2))
+    w = S.to(device, param_dtype or dtype, torch.tensor([0.4, -0.7, 1.1]))
+    b = S.to(device, param_dtype or dtype, torch.full(bias_shape, 0.3))
+    return dict(x=x, weight=w, bias=b, **options)
+
+
+def samples():
+    yield from S.grid(args, dict(dtype=S.DTYPES, shape=S.ROW_SHAPES))
+    yield from S.grid(args, dict(eps=(1e-6, 1e-2), bias_shape=((1,), ())), shape=(37, 96))
+    yield sample(args, shape=(9, 130), dtype=torch.bfloat16, param_dtype=torch.float32)
+    yield sample(args, shape=(33, 40), strided=True)
+
+
+def _scales(a, upstream):
+    # Each term's gradient cancels like RMSNorm's: grad_x's error is measured against the sum
+    # over the terms of |w_i| * rstd_i * |dy| * |d(x^i)/dx|.
+    x, dy, eps = a["x"], upstream["y"].abs(), a["eps"]
+    terms = torch.zeros_like(x)
+    for i, wi in zip((3, 2, 1), a["weight"].tolist()):
+        rstd = torch.rsqrt(x.pow(i).pow(2).mean(-1, keepdim=True) + eps)
+        terms = terms + abs(wi) * rstd * dy * i * x.abs().pow(i - 1)
+    return {"grad_x": S.peak(terms)}
+
+
+def _torch_poly_norm(x, weight, bias, eps=1e-6):
+    def n(u):
+        return u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + eps)
+
+    return weight[0] * n(x**3) + weight[1] * n(x**2) + weight[2] * n(x) + bias
+
+
+OP = Op(
+    poly_norm,
+    since=(1, 1),
+    math=math,
+    grads=("x", "weight", "bias"),
+    samples=samples,
+    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
+    error_sample=sample(args),
+    errors=(
+        bad("mixed_devices", ValueError, r"one device.*x is on .*weight is on", weight=on_other_device),
+        bad(
+            "weight_shape",
+            ValueError,
+            r"weight must have shape \(3,\); got weight.shape=\(2,\)",
+            weight=lambda w: w[:2],
+        ),
+        bad(
+            "bias_shape",
+            ValueError,
+            r"bias must have shape \(1,\) or \(\); got bias.shape=\(2,\)",
+            bias=lambda b: torch.cat([b, b]),
+        ),
+        bad("int_dtype", TypeError, r"x must have dtype float32, bfloat16, float16; got int64", x=lambda x: x.long()),
+        bad("weight_dtype", TypeError, r"weight must have dtype .*got float64", weight=lambda w: w.double()),
+        bad("negative_eps", ValueError, r"eps must be a number >= 0; got -1", eps=-1),
+        bad("scalar", ValueError, r"at least 1 dimension", x=lambda x: x[0, 0]),
+    ),
+    checks=Checks(atol_scales=_scales),
+    bench=B.BenchSpec(
+        group="norms",
+        axes=("tokens", "hidden"),
+        layouts={
+            "rows": lambda s, dt, dev, gen: dict(
+                x=B.normal((s.tokens, s.hidden), dt, dev, gen),
+                weight=torch.tensor([0.3, 0.4, 0.5], device=dev, dtype=dt).requires_grad_(),
+                bias=torch.tensor([0.1], device=dev, dtype=dt).requires_grad_(),
+            )
+        },
+        torch_fn=_torch_poly_norm,
+        traffic=lambda s, e: (2 * s.tokens * s.hidden * e + 12 * s.tokens, 3 * s.tokens * s.hidden * e + 12 * s.tokens),
+        describe=B.rows_text,
+        peers={
+            # liger-kernel's LigerPolyNorm defaults: in_place=True; its bias is 0-d (a (1,) bias
+            # gets a 0-d gradient back, which autograd rejects), so it gets a 0-d view.
+            B.LIGER_KERNEL: B.liger_kernel(
+                "liger_poly_norm", "x", "weight", lambda kw: kw["bias"].view(()), "eps", B.const(True)
+            )
+        },
+    ),
+)

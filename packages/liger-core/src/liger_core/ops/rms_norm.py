@@ -1,15 +1,18 @@
-"""The `rms_norm` op: its contract, argument checks and PyTorch reference.
+"""The `rms_norm` op: root-mean-square normalisation (LLaMA, Mistral, Qwen, Gemma), declared once.
 
-Every backend's `rms_norm` has exactly the signature of `rms_norm` below and the
-semantics of its docstring; `reference` is the oracle the conformance suite checks
-kernels against and the fallback where no vendor backend serves a device.
+Every backend's `rms_norm` takes exactly the parameters of `rms_norm` below and has the
+semantics of its docstring; the function itself is the PyTorch reference (the fallback where
+no vendor backend serves a device), `math` the float64 oracle of the conformance suite.
 """
 
 from __future__ import annotations
 
 import torch
 
-from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device
+from liger_core.bench import spec as B
+from liger_core.op import Checks, Op, bad, on_other_device, sample
+from liger_core.ops import _samples as S
+from liger_core.ops._checks import FLOAT_DTYPES, check_eps, check_param, check_rows
 
 CASTING_MODES = ("llama", "gemma", "none")
 
@@ -46,15 +49,12 @@ def rms_norm(
         ``y`` with ``x``'s shape and dtype. Backward gives ``grad_x`` (``x.dtype``) and
         ``grad_weight`` (``weight.dtype``).
     """
-    raise NotImplementedError("contract only: call liger_core.functional.liger_rms_norm")
+    check_args(x, weight, eps, offset, casting_mode, in_place)
+    return math(x, weight, eps, offset, casting_mode, in_place)
 
 
 def check_args(
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    eps: float,
-    offset: float,
-    casting_mode: str,
+    x: torch.Tensor, weight: torch.Tensor | None, eps: float, offset: float, casting_mode: str, in_place: bool
 ) -> None:
     """Raise a clear error for arguments outside the contract. Backends call this first.
 
@@ -81,36 +81,22 @@ def check_args(
             return
     except (AttributeError, TypeError):
         pass
-    _raise_bad_args(x, weight, eps, offset, casting_mode)
-
-
-def _raise_bad_args(x, weight, eps, offset, casting_mode) -> None:
-    check_floating("x", x)
-    if x.dim() == 0:
-        raise ValueError("rms_norm: x must have at least 1 dimension (..., hidden); got a 0-d tensor")
-    if weight is not None:
-        check_floating("weight", weight)
-        check_same_device("rms_norm", x=x, weight=weight)
-        if weight.shape != (x.shape[-1],):
-            raise ValueError(
-                f"rms_norm: weight must have shape (hidden,) = ({x.shape[-1]},) to match "
-                f"x.shape[-1]; got weight.shape={tuple(weight.shape)}"
-            )
-    if casting_mode not in CASTING_MODES:
-        raise ValueError(f"rms_norm: casting_mode must be one of {CASTING_MODES}; got {casting_mode!r}")
-    if not isinstance(eps, (int, float)) or not eps >= 0:
-        raise ValueError(f"rms_norm: eps must be a number >= 0; got {eps!r}")
+    check_rows("rms_norm", x)
+    check_param("rms_norm", "weight", weight, x)
+    check_casting_mode("rms_norm", casting_mode)
+    check_eps("rms_norm", eps)
     if not isinstance(offset, (int, float)):
         raise TypeError(f"rms_norm: offset must be a float; got {type(offset).__name__}")
     # Nothing wrong after all (an unusual but valid type the fast path did not expect).
 
 
+def check_casting_mode(op: str, casting_mode: str) -> None:
+    if casting_mode not in CASTING_MODES:
+        raise ValueError(f"{op}: casting_mode must be one of {CASTING_MODES}; got {casting_mode!r}")
+
+
 def math(
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    eps: float,
-    offset: float,
-    casting_mode: str,
+    x: torch.Tensor, weight: torch.Tensor | None, eps: float, offset: float, casting_mode: str, in_place: bool
 ) -> torch.Tensor:
     """The formula, differentiable by autograd, for any floating dtype (float64 for the oracle)."""
     dtype = x.dtype
@@ -125,13 +111,110 @@ def math(
     return (x_hat * (offset + weight).to(dtype)).to(dtype)
 
 
-def reference(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    eps: float = 1e-6,
-    offset: float = 0.0,
-    casting_mode: str = "llama",
-    in_place: bool = False,
-) -> torch.Tensor:
-    check_args(x, weight, eps, offset, casting_mode)
-    return math(x, weight, eps, offset, casting_mode)
+def rms_grad_scale(x: torch.Tensor, weight: torch.Tensor | None, eps: float, offset: float, dy: torch.Tensor):
+    """The size of grad_x's terms before they cancel: ``rstd * |dy * (offset + weight)|`` (its
+    two terms cancel fully when hidden == 1). Float64 tensors in."""
+    rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return (rstd * dy * ((offset + weight) if weight is not None else 1.0)).abs()
+
+
+# -- declaration ---------------------------------------------------------------------------------
+
+
+def args(device, shape=(4, 16), dtype=torch.float32, weight=True, weight_dtype=None, strided=False, seed=0, **options):
+    """x of ``shape`` (spread around 0.3), weight around 1 (``weight_dtype`` or x's; ``weight=False``:
+    None), ``options`` as contract arguments. ``strided``: x a non-contiguous 2-D view."""
+    g = S.gen(seed)
+    x = S.strided(shape, g, device, dtype, 2, 0.3) if strided else S.to(device, dtype, S.normal(shape, g, 2, 0.3))
+    w = S.to(device, weight_dtype or dtype, S.normal(shape[-1], g, 0.5, 1)) if weight else None
+    return dict(x=x, weight=w, **options)
+
+
+def samples():
+    shapes = ((1, 1), (5, 1), (3, 5), (2, 7, 33), (130, 64), (4, 1000), (3, 20000), (0, 48))
+    yield from S.grid(args, dict(dtype=S.DTYPES, shape=shapes))
+    yield from S.grid(
+        args,
+        dict(
+            dtype=S.OPTION_DTYPES,
+            casting_mode=CASTING_MODES,
+            offset=(0.0, 1.0),
+            weight=(True, False),
+            in_place=(False, True),
+        ),
+        shape=(37, 96),
+        eps=1e-5,
+    )
+    # float32 weights with bf16 activations.
+    yield from S.grid(
+        args,
+        dict(casting_mode=CASTING_MODES),
+        shape=(9, 130),
+        dtype=torch.bfloat16,
+        weight_dtype=torch.float32,
+        offset=1.0,
+    )
+    yield sample(args, shape=(33, 40), strided=True)
+
+
+def _scales(a, upstream):
+    return {"grad_x": S.peak(rms_grad_scale(a["x"], a["weight"], a["eps"], a["offset"], upstream["y"]))}
+
+
+def _torch_rms_norm(x, weight=None, eps=1e-6, offset=0.0, casting_mode="llama", in_place=False):
+    # transformers' LlamaRMSNorm (casting_mode "llama").
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return (offset + weight) * h.to(x.dtype)
+
+
+OP = Op(
+    rms_norm,
+    since=(1, 0),
+    math=math,
+    grads=("x", "weight"),
+    samples=samples,
+    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
+    error_sample=sample(args, shape=(4, 16)),
+    errors=(
+        bad("mixed_devices", ValueError, r"one device.*x is on .*weight is on", weight=on_other_device),
+        bad(
+            "weight_shape",
+            ValueError,
+            r"weight must have shape \(hidden,\) = \(16,\).*\(15,\)",
+            weight=lambda w: w[:15],
+        ),
+        bad("int_dtype", TypeError, r"x must have dtype float32, bfloat16, float16; got int64", x=lambda x: x.long()),
+        bad("float64", TypeError, r"x must have dtype .*got float64", x=lambda x: x.double()),
+        bad("casting_mode", ValueError, r"casting_mode must be one of .*'llama'.*got 'bogus'", casting_mode="bogus"),
+        bad("negative_eps", ValueError, r"eps must be a number >= 0; got -1", eps=-1),
+        bad("scalar", ValueError, r"at least 1 dimension", x=lambda x: x[0, 0]),
+    ),
+    checks=Checks(
+        atol_scales=_scales,
+        overwritable=lambda a: ("grad_y",) if a["in_place"] else (),
+    ),
+    bench=B.BenchSpec(
+        group="norms",
+        axes=("tokens", "hidden"),
+        layouts={
+            "rows": lambda s, dt, dev, gen: dict(
+                x=B.normal((s.tokens, s.hidden), dt, dev, gen),
+                weight=B.normal((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
+            )
+        },
+        torch_fn=_torch_rms_norm,
+        traffic=lambda s, e: (
+            2 * s.tokens * s.hidden * e + s.hidden * e + 4 * s.tokens,
+            3 * s.tokens * s.hidden * e + 2 * s.hidden * e + 4 * s.tokens,
+        ),
+        describe=B.rows_text,
+        peers={
+            # liger-kernel's LigerRMSNorm defaults: in_place=True.
+            B.LIGER_KERNEL: B.liger_kernel(
+                "liger_rms_norm", "x", "weight", "eps", "offset", "casting_mode", B.const(True)
+            ),
+            B.TORCH_NPU: B.torch_npu(lambda m, x, weight, eps, **_: m.npu_rms_norm(x, weight, epsilon=eps)[0]),
+        },
+    ),
+)

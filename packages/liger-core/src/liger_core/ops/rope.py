@@ -1,10 +1,13 @@
-"""The `rope` op: its contract, argument checks and PyTorch reference."""
+"""The `rope` op: rotate-half rotary position embedding (LLaMA, Mistral, Qwen...), declared once."""
 
 from __future__ import annotations
 
 import torch
 
-from liger_core.ops._rope import apply_rotation, raise_bad_rope_args, rope_shapes_ok
+from liger_core.bench import spec as B
+from liger_core.op import Op, bad, sample
+from liger_core.ops import _rope
+from liger_core.ops import _samples as S
 
 
 def rope(
@@ -37,7 +40,8 @@ def rope(
         ``(q_out, k_out)``: the shapes and dtypes of ``q`` and ``k``, computed in float32.
         ``q`` and ``k`` are not modified. Backward gives ``grad_q`` and ``grad_k``.
     """
-    raise NotImplementedError("contract only: call liger_core.functional.liger_rope")
+    check_args(q, k, cos, sin, position_ids, unsqueeze_dim)
+    return math(q, k, cos, sin, position_ids, unsqueeze_dim)
 
 
 def check_args(
@@ -50,33 +54,129 @@ def check_args(
 ) -> None:
     """Raise a clear error for arguments outside the contract. Backends call this first."""
     try:
-        if rope_shapes_ok(q, k, cos, sin, unsqueeze_dim, 3) and (
+        if _rope.rope_shapes_ok(q, k, cos, sin, unsqueeze_dim, 3) and (
             position_ids is None or isinstance(position_ids, torch.Tensor)
         ):
             return
     except (AttributeError, TypeError):
         pass
-    raise_bad_rope_args("rope", q, k, cos, sin, unsqueeze_dim, 3)
+    _rope.raise_bad_rope_args("rope", q, k, cos, sin, unsqueeze_dim, 3)
     if position_ids is not None and not isinstance(position_ids, torch.Tensor):
         raise TypeError(f"rope: position_ids must be a torch.Tensor or None; got {type(position_ids).__name__}")
 
 
 def math(
-    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The formula, differentiable by autograd in q and k, for any floating dtype (float64 for the oracle)."""
-    cos = cos.unsqueeze(unsqueeze_dim)
-    sin = sin.unsqueeze(unsqueeze_dim)
-    return apply_rotation(q, cos, sin), apply_rotation(k, cos, sin)
-
-
-def reference(
     q: torch.Tensor,
     k: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    position_ids: torch.Tensor | None = None,
-    unsqueeze_dim: int = 1,
+    position_ids: torch.Tensor | None,
+    unsqueeze_dim: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    check_args(q, k, cos, sin, position_ids, unsqueeze_dim)
-    return math(q, k, cos, sin, unsqueeze_dim)
+    """The formula, differentiable by autograd in q and k, for any floating dtype (float64 for the oracle)."""
+    return _rope.rotate_qk(q, k, cos, sin, unsqueeze_dim)
+
+
+# -- declaration ---------------------------------------------------------------------------------
+
+
+def args(
+    device,
+    shape=(2, 4, 2, 6, 16),
+    dtype=torch.float32,
+    unsqueeze_dim=1,
+    transposed=False,
+    cos_batch=1,
+    cos_dtype=None,
+    table="llama",
+    k_dtype=None,
+    position_ids=False,
+):
+    """q and k of ``shape`` = (batch, q_heads, k_heads, seq, head_dim) laid out for
+    ``unsqueeze_dim`` (``transposed``: LLaMA's strided views), cos/sin ``(cos_batch, seq, dim)``."""
+    batch, qh, kh, seq, dim = shape
+    q, k = _rope.qk(batch, qh, kh, seq, dim, dtype, device, unsqueeze_dim, transposed, k_dtype, S.gen(0))
+    cos, sin = _rope.tables((cos_batch,), seq, dim, cos_dtype or dtype, device, table, S.gen(1))
+    ids = torch.arange(seq, device=device).flip(0).expand(batch, seq) if position_ids else None
+    return dict(q=q, k=k, cos=cos, sin=sin, position_ids=ids, unsqueeze_dim=unsqueeze_dim)
+
+
+def fused_qkv_args(device, unsqueeze_dim=1):
+    """q and k as views of one fused qkv projection's output (batch 2, 4 q / 2 k heads, seq 5, dim 16)."""
+    q, k = _rope.fused_qkv(2, 4, 2, 5, 16, device, unsqueeze_dim, S.gen(3))
+    cos, sin = _rope.tables((2,), 5, 16, torch.float32, device, "llama", S.gen(1))
+    return dict(q=q, k=k, cos=cos, sin=sin, unsqueeze_dim=unsqueeze_dim)
+
+
+def samples():
+    # A single pair, grouped-query (fewer k heads), LLaMA-3-8B's heads, heads and half head_dim
+    # that are not powers of two, one k head (MQA), an empty sequence; LLaMA's transposed views.
+    shapes = (
+        (1, 1, 1, 1, 2),
+        (2, 4, 2, 7, 16),
+        (1, 32, 8, 3, 128),
+        (2, 3, 3, 9, 24),
+        (3, 6, 1, 17, 64),
+        (2, 4, 2, 0, 8),
+    )
+    yield from S.grid(args, dict(dtype=S.DTYPES, shape=shapes), transposed=True)
+    yield from S.grid(
+        args,
+        dict(unsqueeze_dim=(1, 2), transposed=(False, True), cos_batch=(1, 2)),
+        shape=(2, 8, 2, 11, 32),
+        dtype=torch.bfloat16,
+    )
+    # transformers ignores position_ids: cos/sin are already per position.
+    yield from S.grid(args, dict(unsqueeze_dim=(1, 2)), position_ids=True)
+    # Both halves of cos/sin are used as given, not only the first.
+    yield sample(args, shape=(2, 4, 2, 5, 16), table="random")
+    yield from S.grid(
+        args, dict(dtype=(torch.bfloat16, torch.float16)), shape=(1, 4, 4, 7, 32), cos_dtype=torch.float32
+    )
+    yield sample(args, shape=(1, 4, 2, 7, 32), k_dtype=torch.bfloat16)
+    yield from S.grid(fused_qkv_args, dict(unsqueeze_dim=(1, 2)))
+
+
+OP = Op(
+    rope,
+    since=(1, 2),
+    math=math,
+    grads=("q", "k"),
+    outputs=("q_out", "k_out"),
+    samples=samples,
+    # (batch, q_heads, k_heads, seq, head_dim); q/k stored as LLaMA's transposed views.
+    smoke=(sample(args, shape=(1, 2, 1, 3, 8), transposed=True), sample(args, shape=(2, 8, 2, 5, 64), transposed=True)),
+    error_sample=sample(args),
+    errors=(
+        *_rope.bad_inputs("rope", 3),
+        bad(
+            "sin_batch",
+            ValueError,
+            r"sin must have shape .*got sin.shape=\(3, 6, 16\)",
+            sin=lambda s: s.expand(3, 6, 16),
+        ),
+        bad(
+            "position_ids", TypeError, r"position_ids must be a torch.Tensor or None; got list", position_ids=[0, 1, 2]
+        ),
+    ),
+    checks=_rope.CHECKS,
+    bench=B.BenchSpec(
+        group="activations",
+        axes=("tokens", "batch", "heads", "kv_heads", "head_dim"),
+        layouts=_rope.bench_layouts(lambda s, dt, dev: B.rotary_tables((1,), s, dt, dev)),
+        torch_fn=lambda q, k, cos, sin, position_ids=None, unsqueeze_dim=1: _rope.torch_rotation(
+            q, k, cos, sin, unsqueeze_dim
+        ),
+        traffic=lambda s, e: _rope.traffic(s, e, 1),
+        describe=B.heads_text,
+        peers={
+            B.LIGER_KERNEL: B.liger_kernel("liger_rope", "q", "k", "cos", "sin", "position_ids", "unsqueeze_dim"),
+            B.TORCH_NPU: B.torch_npu(
+                lambda m, q, k, cos, sin, unsqueeze_dim, **_: (
+                    m.npu_rotary_mul(q, cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)),
+                    m.npu_rotary_mul(k, cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)),
+                )
+            ),
+        },
+    ),
+)

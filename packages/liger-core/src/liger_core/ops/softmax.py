@@ -1,10 +1,13 @@
-"""The `softmax` op: its contract, argument checks and PyTorch reference."""
+"""The `softmax` op: softmax over the last dimension, declared once."""
 
 from __future__ import annotations
 
 import torch
 
-from liger_core.ops._checks import FLOAT_DTYPES, check_floating
+from liger_core.bench import spec as B
+from liger_core.op import Checks, Op, bad, sample
+from liger_core.ops import _samples as S
+from liger_core.ops._checks import FLOAT_DTYPES, check_rows
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
@@ -17,7 +20,8 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     Returns:
         ``x``'s shape and dtype. Backward gives ``grad_x = y * (grad_y - sum(grad_y * y, -1))``.
     """
-    raise NotImplementedError("contract only: call liger_core.functional.liger_softmax")
+    check_args(x)
+    return math(x)
 
 
 def check_args(x: torch.Tensor) -> None:
@@ -27,9 +31,7 @@ def check_args(x: torch.Tensor) -> None:
             return
     except (AttributeError, TypeError):
         pass
-    check_floating("x", x)
-    if x.ndim == 0:
-        raise ValueError("softmax: x must have at least 1 dimension (..., n); got a 0-d tensor")
+    check_rows("softmax", x)
 
 
 def math(x: torch.Tensor) -> torch.Tensor:
@@ -38,6 +40,55 @@ def math(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(compute, dim=-1).to(x.dtype)
 
 
-def reference(x: torch.Tensor) -> torch.Tensor:
-    check_args(x)
-    return math(x)
+# -- declaration ---------------------------------------------------------------------------------
+
+
+def args(device, shape=(4, 16), dtype=torch.float32, strided=False, scale=3.0, masked=False):
+    """Logits spread wide enough that rows are peaked; ``masked``: every 7th column -inf."""
+    g = S.gen(0)
+    x = S.strided(shape, g, device, dtype, scale, 1) if strided else S.to(device, dtype, S.normal(shape, g, scale, 1))
+    if masked:
+        x = x.clone()
+        x[:, ::7] = float("-inf")
+    return dict(x=x)
+
+
+def samples():
+    # A single element, odd rows, several programs' worth of short rows, 3-D input, rows wider
+    # than any vendor's single tile, an empty batch.
+    shapes = ((1,), (5, 1), (3, 5), (2, 7, 33), (130, 64), (4, 1000), (3, 40000), (0, 48))
+    yield from S.grid(args, dict(dtype=S.DTYPES, shape=shapes))
+    yield sample(args, shape=(33, 40), strided=True)
+    # Logits far beyond exp's range; masked (-inf) entries get zero.
+    yield sample(args, shape=(6, 50), scale=300.0, masked=True)
+
+
+def _scales(a, upstream):
+    # grad_x = y * (dy - sum(dy * y)): the sum cancels; measure against max(y * |dy|).
+    return {"grad_x": S.peak(math(a["x"]) * upstream["y"])}
+
+
+OP = Op(
+    softmax,
+    since=(1, 2),
+    math=math,
+    grads=("x",),
+    samples=samples,
+    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
+    error_sample=sample(args),
+    errors=(
+        bad("int_dtype", TypeError, r"x must have dtype float32, bfloat16, float16; got int64", x=lambda x: x.long()),
+        bad("float64", TypeError, r"x must have dtype .*got float64", x=lambda x: x.double()),
+        bad("scalar", ValueError, r"at least 1 dimension", x=lambda x: x[0, 0]),
+    ),
+    checks=Checks(atol_scales=_scales),
+    bench=B.BenchSpec(
+        group="activations",
+        axes=("tokens", "hidden"),
+        layouts={"rows": lambda s, dt, dev, gen: dict(x=B.normal((s.tokens, s.hidden), dt, dev, gen))},
+        torch_fn=lambda x: torch.softmax(x, dim=-1),
+        traffic=lambda s, e: (2 * s.tokens * s.hidden * e, 3 * s.tokens * s.hidden * e),
+        describe=B.rows_text,
+        peers={B.LIGER_KERNEL: B.liger_kernel("liger_softmax", "x")},
+    ),
+)

@@ -1,13 +1,14 @@
-"""The `swiglu` op: its contract, argument checks and PyTorch reference.
-
-The gated activation of the LLaMA-family MLPs: ``down_proj(swiglu(gate_proj(x), up_proj(x)))``.
-"""
+"""The `swiglu` op, declared once: the gated activation of the LLaMA-family MLPs,
+``down_proj(swiglu(gate_proj(x), up_proj(x)))``."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-from liger_core.ops._glu import check_glu_args
+from liger_core.bench import spec as B
+from liger_core.op import Op
+from liger_core.ops import _glu
 
 
 def swiglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
@@ -29,21 +30,35 @@ def swiglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Te
     Returns:
         ``silu(a) * b`` with ``a``'s shape and dtype. Backward gives ``grad_a`` and ``grad_b``.
     """
-    raise NotImplementedError("contract only: call liger_core.functional.liger_swiglu")
+    check_args(a, b, in_place)
+    return math(a, b, in_place)
 
 
 def check_args(a: torch.Tensor, b: torch.Tensor, in_place: bool) -> None:
     """Raise a clear error for arguments outside the contract. Backends call this first."""
-    check_glu_args("swiglu", a, b, in_place)
+    _glu.check_glu_args("swiglu", a, b, in_place)
 
 
-def math(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def math(a: torch.Tensor, b: torch.Tensor, in_place: bool) -> torch.Tensor:
     """The formula, differentiable by autograd, for any floating dtype (float64 for the oracle)."""
-    dtype = a.dtype
-    compute = a if dtype == torch.float64 else a.float()
-    return torch.nn.functional.silu(compute).to(dtype) * b
+    return _glu.glu_math(F.silu, a, b)
 
 
-def reference(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
-    check_args(a, b, in_place)
-    return math(a, b)
+OP = Op(
+    swiglu,
+    since=(1, 2),
+    math=math,
+    grads=("a", "b"),
+    samples=_glu.samples,
+    smoke=_glu.SMOKE,
+    error_sample=_glu.ERROR_SAMPLE,
+    errors=_glu.ERRORS,
+    checks=_glu.CHECKS,
+    bench=_glu.bench_spec(
+        F.silu,
+        {
+            B.LIGER_KERNEL: B.liger_kernel("liger_swiglu", "a", "b"),
+            B.TORCH_NPU: B.torch_npu(lambda m, ab: m.npu_swiglu(ab, dim=-1), _glu.cat_ab),
+        },
+    ),
+)

@@ -1,10 +1,14 @@
-"""The `tvd` op (total variation distance): its contract, argument checks and PyTorch reference."""
+"""The `tvd` op (total variation distance, liger-kernel's semantics), declared once."""
 
 from __future__ import annotations
 
 import torch
 
+from liger_core.bench import spec as B
+from liger_core.op import Checks, Op, bad, sample
 from liger_core.ops import _losses as L
+from liger_core.ops import _samples as S
+from liger_core.ops.jsd import check_ignore_index, labels_ok
 
 REDUCTIONS = L.DIV_REDUCTIONS
 
@@ -34,10 +38,14 @@ def tvd(
         float32: a scalar, or ``(tokens, vocab)`` for ``"none"``. Backward gives ``grad_p``
         (``p.dtype``): ``0.5 * sign(p - q)`` scaled like the loss.
     """
-    raise NotImplementedError("contract only: call liger_core.functional.liger_tvd")
+    check_args(p, q, shift_labels, reduction, ignore_index)
+    return math(p, q, shift_labels, reduction, ignore_index).float()
 
 
-def check_args(p, q, shift_labels, reduction, ignore_index) -> None:
+def check_args(
+    p: torch.Tensor, q: torch.Tensor, shift_labels: torch.Tensor | None, reduction: str, ignore_index: int
+) -> None:
+    """Raise a clear error for arguments outside the contract (one cheap predicate first)."""
     try:
         if (
             L.is_float(p)
@@ -45,24 +53,13 @@ def check_args(p, q, shift_labels, reduction, ignore_index) -> None:
             and p.ndim == 2
             and q.shape == p.shape
             and q.device == p.device
-            and (
-                shift_labels is None
-                or (
-                    shift_labels.dtype in L.INDEX_DTYPES
-                    and shift_labels.shape == p.shape[:1]
-                    and shift_labels.device == p.device
-                )
-            )
+            and labels_ok(shift_labels, p)
             and reduction in REDUCTIONS
             and type(ignore_index) is int
         ):
             return
     except (AttributeError, TypeError):
         pass
-    _raise_bad_args(p, q, shift_labels, reduction, ignore_index)
-
-
-def _raise_bad_args(p, q, shift_labels, reduction, ignore_index) -> None:
     op = "tvd"
     L.check_matrix(op, "p", p)
     L.check_matrix(op, "q", q)
@@ -72,11 +69,12 @@ def _raise_bad_args(p, q, shift_labels, reduction, ignore_index) -> None:
     if shift_labels is not None:
         L.check_labels(op, "shift_labels", shift_labels, p.shape[0], p.device)
     L.check_reduction(op, reduction, REDUCTIONS)
-    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
-        raise TypeError(f"{op}: ignore_index must be an int; got {ignore_index!r}")
+    check_ignore_index(op, ignore_index)
 
 
-def math(p, q, shift_labels, reduction, ignore_index) -> torch.Tensor:
+def math(
+    p: torch.Tensor, q: torch.Tensor, shift_labels: torch.Tensor | None, reduction: str, ignore_index: int
+) -> torch.Tensor:
     """The formula, differentiable in ``p`` (float64 for the oracle, else float32)."""
     compute = torch.float64 if p.dtype == torch.float64 else torch.float32
     x = p.to(compute)
@@ -98,12 +96,69 @@ def math(p, q, shift_labels, reduction, ignore_index) -> torch.Tensor:
     return total
 
 
-def reference(
-    p: torch.Tensor,
-    q: torch.Tensor,
-    shift_labels: torch.Tensor | None = None,
-    reduction: str = "batchmean",
-    ignore_index: int = -100,
-) -> torch.Tensor:
-    check_args(p, q, shift_labels, reduction, ignore_index)
-    return math(p, q, shift_labels, reduction, ignore_index).float()
+# -- declaration ---------------------------------------------------------------------------------
+
+
+def args(device, shape=(4, 10), dtype=torch.float32, seed=0, labels=True, ignored=0.25, **options):
+    """Two rows of probabilities with a tie in the first column (where |p - q|'s gradient is 0)."""
+    n, vocab = shape
+    g = S.gen(seed)
+    p = torch.softmax(S.normal(shape, g, 2), -1).to(dtype)
+    q = torch.softmax(S.normal(shape, g, 2), -1).to(dtype)
+    q[:, :1] = p[:, :1]
+    lab = S.labels(n, vocab, seed, options.get("ignore_index", -100), ignored).to(device) if labels else None
+    return dict(p=p.to(device), q=q.to(device), shift_labels=lab, **options)
+
+
+def samples():
+    yield from S.grid(args, dict(dtype=S.DTYPES, shape=((1, 1), (4, 7), (9, 33), (33, 130), (3, 40000))))
+    yield from S.grid(
+        args,
+        dict(dtype=S.OPTION_DTYPES, labels=(False, True), reduction=REDUCTIONS),
+        grad_scalar=2.0,
+        shape=(21, 300),
+        seed=3,
+    )
+    yield from S.grid(args, dict(reduction=REDUCTIONS), shape=(5, 40), ignored="all")
+    yield sample(args, shape=(12, 30), seed=5, ignore_index=3, reduction="mean")
+
+
+OP = Op(
+    tvd,
+    since=(1, 3),
+    math=math,
+    outputs=("loss",),
+    grads=("p",),
+    samples=samples,
+    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(6, 3000))),
+    error_sample=sample(args),
+    errors=(
+        bad("shape", ValueError, r"q must have p's shape \(4, 10\); got \(4, 9\)", q=lambda q: q[:, :9]),
+        bad(
+            "labels_shape",
+            ValueError,
+            r"shift_labels must have shape \(tokens,\) = \(4,\); got \(3,\)",
+            shift_labels=lambda t: t[:3],
+        ),
+        bad("labels_float", TypeError, r"shift_labels must have an integer dtype", shift_labels=lambda t: t.float()),
+        bad("reduction", ValueError, r"reduction must be one of", reduction="avg"),
+        bad("p_int", TypeError, r"p must have dtype", p=lambda p: p.long()),
+    ),
+    checks=Checks(out_dtypes=lambda a: (torch.float32,)),
+    bench=B.BenchSpec(
+        group="losses",
+        axes=("tokens", "vocab"),
+        layouts={
+            "rows": lambda s, dt, dev, gen: dict(
+                p=B.probs(s.tokens, s.vocab, dt, dev, gen, True),
+                q=B.probs(s.tokens, s.vocab, dt, dev, gen, False),
+            )
+        },
+        torch_fn=lambda p, q, shift_labels=None, reduction="batchmean", ignore_index=-100: (
+            0.5 * (p.float() - q.float()).abs().sum() / p.shape[0]
+        ),
+        traffic=lambda s, e: (2 * s.tokens * s.vocab * e, 3 * s.tokens * s.vocab * e),
+        describe=B.vocab_text,
+        peers={B.LIGER_KERNEL: B.liger_kernel("liger_tvd", "p", "q", "shift_labels", "reduction", "ignore_index")},
+    ),
+)

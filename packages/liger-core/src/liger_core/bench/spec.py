@@ -1,0 +1,267 @@
+"""What an op's benchmark is: the `BenchSpec` an op declares (``liger_core/ops/<op>.py``, its
+``OP.bench``), and the helpers the declarations build their specs from.
+
+A spec builds the op's arguments as keyword arguments named as in the op's contract, at a model
+shape and in the layout the model passes them (LLaMA's q/k are transposed views), so the same
+dict feeds this project's op (dispatched, or one backend's), the PyTorch formula as the models
+write it, its ``torch.compile`` and every peer adapter. A peer that needs its inputs in another
+layout (torch_npu's fused SwiGLU wants ``cat([a, b], -1)``) gets a ``prepare`` step, run outside
+the timed region. Random inputs come from a generator of their own seeded by op and shape
+(`input_generator`): the same tensors for every provider and every run, and the global RNG
+(which a failed CUDA-graph capture can leave unusable on CUDA) is never read.
+
+Bytes moved are the ideal traffic of a fused kernel (each input read once, each output written
+once; the same for every provider of a row), so GB/s compare providers on one scale. FLOPs are
+given for the ops that contain a matmul (the fused linear losses).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from liger_core.bench.configs import ModelShape
+
+Kwargs = dict[str, Any]
+Builder = Callable[[ModelShape, torch.dtype, torch.device, torch.Generator], Kwargs]
+MODES = ("forward", "backward", "full")
+GROUPS = ("norms", "activations", "losses")
+
+LIGER_KERNEL = "liger-kernel"
+CUT_CROSS_ENTROPY = "cut-cross-entropy"
+TORCH_NPU = "torch_npu"
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A provider outside this project for one op.
+
+    ``load()`` imports the peer and returns a callable taking the spec's keyword arguments
+    (after ``prepare``); ImportError means the peer is not installed.
+    """
+
+    load: Callable[[], Callable[..., Any]]
+    prepare: Callable[[Kwargs], Kwargs] | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """An op's benchmark.
+
+    Attributes:
+        group: ``norms``, ``activations`` or ``losses`` (``liger bench --ops <group>``).
+        axes: the ModelShape fields the input shapes depend on (what a sweep can vary).
+        layouts: layout name -> builder ``(shape, dtype, device, generator) -> the op's keyword
+            arguments``, every random input drawn from the generator. The first is the layout the
+            models pass and the default; others (``contiguous`` q/k for RoPE) are for comparison.
+        torch_fn: the PyTorch formula as the models write it (torch eager and torch.compile run it).
+        traffic: ideal bytes moved ``(forward, backward)`` at a shape and element size.
+        describe: the shape in words for the rows.
+        flops: ``(forward, backward)`` FLOPs, for the ops containing a matmul.
+        peers: provider name -> `Peer`.
+        op: the op's name (set from its declaration by `specs`).
+    """
+
+    group: str
+    axes: tuple[str, ...]
+    layouts: dict[str, Builder]
+    torch_fn: Callable[..., Any]
+    traffic: Callable[[ModelShape, int], tuple[int, int]]
+    describe: Callable[[ModelShape], str]
+    flops: Callable[[ModelShape], tuple[int, int]] | None = None
+    peers: dict[str, Peer] = field(default_factory=dict)
+    op: str = ""
+
+    @property
+    def layout(self) -> str:
+        """The default layout: the one the models pass."""
+        return next(iter(self.layouts))
+
+    @property
+    def build(self) -> Builder:
+        return self.layouts[self.layout]
+
+    def with_layout(self, layout: str | None) -> BenchSpec:
+        """This spec building its inputs in ``layout`` (None: the default)."""
+        if layout is None or layout == self.layout:
+            return self
+        if layout not in self.layouts:
+            raise ValueError(f"{self.op}: layout must be one of {', '.join(self.layouts)}; got {layout!r}")
+        return replace(self, layouts={layout: self.layouts[layout]})
+
+    def inputs(self, shape: ModelShape, dtype: torch.dtype, device: torch.device | str) -> Kwargs:
+        """The op's arguments at ``shape``: the same tensors on every call (see `input_generator`)."""
+        return self.build(shape, dtype, torch.device(device), input_generator(self.op, shape, device))
+
+    def bytes_moved(self, shape: ModelShape, dtype: torch.dtype, mode: str) -> int:
+        fwd, bwd = self.traffic(shape, torch.empty((), dtype=dtype).element_size())
+        return {"forward": fwd, "backward": bwd, "full": fwd + bwd}[mode]
+
+    def flop_count(self, shape: ModelShape, mode: str) -> int | None:
+        if self.flops is None:
+            return None
+        fwd, bwd = self.flops(shape)
+        return {"forward": fwd, "backward": bwd, "full": fwd + bwd}[mode]
+
+
+def specs() -> dict[str, BenchSpec]:
+    """The spec of every catalogue op that declares one, in catalogue order."""
+    from liger_core.interface import CATALOGUE
+
+    return {name: replace(op.bench, op=name) for name, op in CATALOGUE.items() if op.bench is not None}
+
+
+def missing_specs() -> list[str]:
+    """Catalogue ops without a bench spec (they cannot be benchmarked until their declaration has one)."""
+    from liger_core.interface import CATALOGUE
+
+    return [name for name, op in CATALOGUE.items() if op.bench is None]
+
+
+def groups() -> dict[str, tuple[str, ...]]:
+    """Group name -> its ops (for ``--ops norms``)."""
+    all_specs = specs()
+    return {g: tuple(name for name, s in all_specs.items() if s.group == g) for g in GROUPS}
+
+
+# -- inputs ------------------------------------------------------------------------------------
+
+
+def seeded_generator(seed: int, device: torch.device | str) -> torch.Generator:
+    """A generator of its own on ``device`` (the CPU's where the device has none), seeded ``seed``."""
+    try:
+        gen = torch.Generator(device=device)
+    except RuntimeError:  # a device plugin without generators: draw on the CPU, then copy over
+        gen = torch.Generator()
+    return gen.manual_seed(seed)
+
+
+def input_generator(op: str, shape: ModelShape, device: torch.device | str) -> torch.Generator:
+    """The generator every random input of ``op`` at ``shape`` is drawn from.
+
+    Seeded from the op and the shape's sizes, so each provider (this project, torch, every peer)
+    and the reference output get the same inputs, run after run. Never PyTorch's default
+    generator: a CUDA-graph capture that fails (a peer syncing with the host inside the timed
+    call) leaves the default CUDA generator unusable for eager random ops, and a benchmark must
+    not consume or depend on the caller's global RNG either.
+    """
+    sizes = ",".join(f"{k}={v}" for k, v in shape.as_dict().items() if k != "name")
+    return seeded_generator(zlib.crc32(f"{op}:{sizes}".encode()), device)
+
+
+def randn(shape, gen: torch.Generator, device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Standard normal float32 draws from ``gen`` (on its device), as ``dtype`` on ``device``."""
+    return torch.randn(shape, generator=gen, device=gen.device, dtype=torch.float32).to(device=device, dtype=dtype)
+
+
+def normal(shape, dtype, device, gen, grad=True, scale=1.0, shift=0.0) -> torch.Tensor:
+    """``scale * N(0, 1) + shift`` as ``dtype``, a leaf that requires grad unless ``grad=False``."""
+    t = randn(shape, gen, device) * scale + shift
+    return t.to(dtype).requires_grad_(grad)
+
+
+def log_probs(rows, cols, dtype, device, gen, grad) -> torch.Tensor:
+    return randn((rows, cols), gen, device).log_softmax(-1).to(dtype).requires_grad_(grad)
+
+
+def probs(rows, cols, dtype, device, gen, grad) -> torch.Tensor:
+    return randn((rows, cols), gen, device).softmax(-1).to(dtype).requires_grad_(grad)
+
+
+def targets(rows, vocab, device, gen) -> torch.Tensor:
+    return torch.randint(0, vocab, (rows,), generator=gen, device=gen.device).to(device)
+
+
+def lm_head(shape: ModelShape, dtype, device, gen, grad=True) -> torch.Tensor:
+    """A ``(vocab, hidden)`` projection giving O(1) logits from unit-variance hidden states."""
+    return normal((shape.vocab, shape.hidden), dtype, device, gen, grad, scale=1 / math.sqrt(shape.hidden))
+
+
+def dims(*pairs: tuple[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in pairs)
+
+
+def rows_text(s: ModelShape) -> str:
+    return dims(("tokens", s.tokens), ("hidden", s.hidden))
+
+
+def vocab_text(s: ModelShape) -> str:
+    return dims(("tokens", s.tokens), ("vocab", s.vocab))
+
+
+def linear_text(s: ModelShape) -> str:
+    return dims(("tokens", s.tokens), ("hidden", s.hidden), ("vocab", s.vocab))
+
+
+def heads_text(s: ModelShape) -> str:
+    return dims(
+        ("batch", s.batch), ("seq", s.seq), ("heads", s.heads), ("kv_heads", s.kv_heads), ("head_dim", s.head_dim)
+    )
+
+
+def attention_qk(s: ModelShape, dtype, device, gen, transposed: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """q and k as attention holds them: ``(batch, heads, seq, head_dim)``; ``transposed`` is LLaMA's
+    layout, ``proj(x).view(batch, seq, heads, head_dim).transpose(1, 2)`` (strided, not a copy)."""
+
+    def one(heads: int) -> torch.Tensor:
+        if not transposed:
+            return normal((s.batch, heads, s.seq, s.head_dim), dtype, device, gen)
+        stored = normal((s.batch, s.seq, heads * s.head_dim), dtype, device, gen, grad=False)
+        # A non-leaf view, as in the model (the projection's output): gradients reach `stored`.
+        return stored.requires_grad_().view(s.batch, s.seq, heads, s.head_dim).transpose(1, 2)
+
+    return one(s.heads), one(s.kv_heads)
+
+
+def rotary_tables(lead: tuple[int, ...], s: ModelShape, dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of real rotary angles, ``(*lead, seq, head_dim)`` (a rotation keeps q and k's
+    scale, so peers that rotate in place do not drift to inf over thousands of timed calls)."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, s.head_dim, 2, device=device, dtype=torch.float32) / s.head_dim))
+    pos = torch.arange(s.seq, device=device, dtype=torch.float32)
+    angles = torch.outer(pos, inv_freq).repeat(1, 2)  # (seq, head_dim), the halves duplicated
+    angles = angles.expand(*lead, s.seq, s.head_dim).contiguous()
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+# -- peers -------------------------------------------------------------------------------------
+
+
+def const(value: Any) -> Callable[[Kwargs], Any]:
+    """A peer argument that is always ``value`` (liger-kernel's own default where ours differs)."""
+    return lambda kw: value
+
+
+def liger_kernel(name: str, *args: str | Callable[[Kwargs], Any], **keywords: str) -> Peer:
+    """liger-kernel 0.8.5's functional entry point ``name`` (imported when first used), called with
+    ``args`` in order (a spec argument's name, or a function of the spec's arguments), then
+    ``keywords`` (liger-kernel's name = the spec argument's name)."""
+
+    def load():
+        from liger_kernel.transformers import functional as lkf
+
+        fn = getattr(lkf, name)
+
+        def call(**kw):
+            positional = [kw[a] if isinstance(a, str) else a(kw) for a in args]
+            return fn(*positional, **{theirs: kw[ours] for theirs, ours in keywords.items()})
+
+        return call
+
+    return Peer(load)
+
+
+def torch_npu(call: Callable[..., Any], prepare: Callable[[Kwargs], Kwargs] | None = None) -> Peer:
+    """torch_npu's fused op: ``call(torch_npu, **kwargs)``."""
+
+    def load():
+        import torch_npu as module
+
+        return lambda **kw: call(module, **kw)
+
+    return Peer(load, prepare, note="torch_npu's fused op (written from its documented API; untested without an NPU)")

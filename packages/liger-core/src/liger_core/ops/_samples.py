@@ -1,0 +1,64 @@
+"""What the op declarations build their conformance samples from: seeded CPU draws moved to the
+test device, the dtypes and shapes every op family is checked at, labels with ignored rows."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+
+import torch
+
+from liger_core.op import Sample, sample
+
+# Every dtype a kernel must serve, and the two the option grids run in.
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+OPTION_DTYPES = (torch.float32, torch.bfloat16)
+
+# Rows of a last-dimension op: odd sizes, one column, several programs' worth of short rows,
+# 3-D input, rows wider than any vendor's single tile, an empty batch.
+ROW_SHAPES = ((1, 1), (3, 5), (2, 7, 33), (130, 64), (4, 1000), (1, 16500), (0, 48))
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def normal(shape, g: torch.Generator, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
+    """``scale * N(0, 1) + shift`` in float32 on the CPU (cast and move it afterwards)."""
+    return torch.randn(shape, generator=g) * scale + shift
+
+
+def to(device, dtype, t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
+
+
+def peak(t: torch.Tensor) -> float:
+    """The largest magnitude in ``t`` (1.0 for an empty tensor): an atol scale."""
+    return float(t.abs().max()) if t.numel() else 1.0
+
+
+def labels(n: int, vocab: int, seed: int, ignore_index: int = -100, ignored: float | str = 0.25) -> torch.Tensor:
+    """``n`` class indices in ``[0, vocab)``; a fraction ``ignored`` (or ``"all"``) set to ``ignore_index``."""
+    g = gen(seed + 101)
+    t = torch.randint(0, vocab, (n,), generator=g)
+    if ignored == "all":
+        return torch.full((n,), ignore_index, dtype=torch.int64)
+    drop = torch.rand(n, generator=g) < float(ignored)
+    if n >= 2 and ignored:
+        drop[1] = True  # at least one ignored row whenever some are wanted
+    return torch.where(drop, torch.full_like(t, ignore_index), t)
+
+
+def strided(shape: tuple[int, int], g: torch.Generator, device, dtype, scale=1.0, shift=0.0) -> torch.Tensor:
+    """A ``shape`` (rows, cols) view whose rows are columns of a wider stored matrix: strides
+    ``(1, rows + 33)``, not contiguous, the layout a transposed projection output has."""
+    rows, cols = shape
+    stored = normal((cols, rows + 33), g, scale, shift).to(device=device, dtype=dtype)
+    return stored.t()[:rows]
+
+
+def grid(build: Callable[..., dict], vary: dict[str, Iterable], grad_scalar: float = 1.0, **fixed) -> Iterator[Sample]:
+    """A sample for every combination of the ``vary`` values, each with the ``fixed`` parameters."""
+    names = list(vary)
+    for values in itertools.product(*vary.values()):
+        yield sample(build, grad_scalar=grad_scalar, **fixed, **dict(zip(names, values)))
