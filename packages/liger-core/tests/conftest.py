@@ -9,7 +9,8 @@ import torch
 
 from liger_core import registry
 from liger_core.backend import Backend
-from liger_core.ops.rms_norm import reference as reference_rms_norm
+from liger_core.op import Op, sample
+from liger_core.ops.rms_norm import rms_norm as reference_rms_norm
 
 pytest_plugins = ["liger_core.conformance.plugin"]
 
@@ -83,13 +84,27 @@ def make_dist(tmp_path, monkeypatch):
         sys.modules.pop(mod, None)
 
 
-def _scale_contract(x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
+def scale(x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
     """A simulated op added by the interface minor after core's current one: ``x * scale``."""
-    raise NotImplementedError
-
-
-def _scale_reference(x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
     return x * scale
+
+
+def _scale_args(device, shape=(3, 5), dtype=torch.float32):
+    return dict(x=torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(device, dtype))
+
+
+def scale_op(since: tuple[int, int]) -> Op:
+    """The declaration of the simulated op ``scale``."""
+    return Op(
+        scale,
+        since=since,
+        math=lambda x, s: x * s,
+        grads=("x",),
+        samples=lambda: [sample(_scale_args)],
+        smoke=(sample(_scale_args, shape=(3, 5)), sample(_scale_args, shape=(2, 7, 9))),
+        error_sample=sample(_scale_args),
+        errors=(),
+    )
 
 
 @pytest.fixture
@@ -101,7 +116,7 @@ def interface_next(monkeypatch, clean_registry):
     nxt = (interface.INTERFACE_VERSION[0], interface.INTERFACE_VERSION[1] + 1)
     for module in (interface, backend, registry, cli):
         monkeypatch.setattr(module, "INTERFACE_VERSION", nxt)
-    spec = interface.OpSpec("scale", nxt, _scale_contract, _scale_reference)
+    spec = scale_op(nxt)
     monkeypatch.setitem(interface.CATALOGUE, "scale", spec)
     registry.reset()
     yield spec

@@ -142,13 +142,13 @@ def _sparsemax_bisection(z: torch.Tensor) -> torch.Tensor:
 def test_sparsemax_reference_is_the_simplex_projection():
     torch.manual_seed(0)
     x = torch.randn(6, 9, dtype=torch.float64) * torch.tensor([0.05, 0.3, 1, 2, 5, 20], dtype=torch.float64)[:, None]
-    y = sparsemax_op.math(x)
+    y = sparsemax_op.math(x, -1)
     torch.testing.assert_close(y, _sparsemax_bisection(x))
     torch.testing.assert_close(y.sum(-1), torch.ones(6, dtype=torch.float64))
     # Gradient: on the support, grad_y minus its mean over the support; zero elsewhere.
     x = x.requires_grad_()
     dy = torch.randn(6, 9, dtype=torch.float64)
-    sparsemax_op.math(x).backward(dy)
+    sparsemax_op.math(x, -1).backward(dy)
     support = y > 0
     mean = (dy * support).sum(-1, keepdim=True) / support.sum(-1, keepdim=True)
     torch.testing.assert_close(x.grad, torch.where(support, dy - mean, torch.zeros_like(dy)))

@@ -12,7 +12,7 @@ import torch
 from liger_core import LigerBackendError, LigerFallbackWarning, __version__, liger_rms_norm
 from liger_core.backend import validate
 from liger_core.interface import CATALOGUE, INTERFACE_VERSION, format_version
-from liger_core.ops.rms_norm import reference as reference_rms_norm
+from liger_core.ops.rms_norm import rms_norm as reference_rms_norm
 
 pytestmark = pytest.mark.usefixtures("clean_registry")
 
@@ -155,7 +155,7 @@ def test_disabled_broken_backend_falls_back_with_one_warning(fake_backend, clean
 
 BACKEND_MODULE = """
     from liger_core.backend import Backend
-    from liger_core.ops.rms_norm import reference
+    from liger_core.ops.rms_norm import rms_norm as reference
 
     CALLS = []
 

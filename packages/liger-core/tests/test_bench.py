@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import inspect
 import json
 import sys
@@ -10,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from liger_core.bench import FIELDS, MODEL_CONFIGS, read_json, run_bench, runner, specs, timing, write_results
+from liger_core.bench import FIELDS, MODEL_CONFIGS, providers, read_json, run_bench, runner, spec, timing, write_results
 from liger_core.bench.configs import custom_shape, get_config
 from liger_core.bench.report import summary_rows
 from liger_core.cli import main
@@ -18,27 +19,7 @@ from liger_core.interface import CATALOGUE
 
 pytestmark = pytest.mark.usefixtures("clean_registry")
 
-# Every op of interfaces 1.0-1.3 (the team plan); each needs a bench spec.
-PLANNED_OPS = {
-    "rms_norm",
-    "fused_add_rms_norm",
-    "layer_norm",
-    "group_norm",
-    "poly_norm",
-    "dyt",
-    "swiglu",
-    "geglu",
-    "rope",
-    "qwen2vl_mrope",
-    "softmax",
-    "sparsemax",
-    "cross_entropy",
-    "fused_linear_cross_entropy",
-    "kl_div",
-    "jsd",
-    "fused_linear_jsd",
-    "tvd",
-}
+SPECS = spec.specs()
 TINY = get_config("tiny")
 CPU = torch.device("cpu")
 
@@ -52,73 +33,68 @@ def bench_main(capsys, *argv):
 # -- specs ---------------------------------------------------------------------------------------
 
 
-def test_a_spec_for_every_planned_and_catalogue_op():
-    assert set(specs.ALL_SPECS) == PLANNED_OPS
-    assert specs.missing_specs() == [], "catalogue ops without a bench spec: add them to liger_core/bench/specs.py"
-    assert list(specs.specs()) == [op for op in CATALOGUE if op in PLANNED_OPS]
+def test_every_catalogue_op_declares_a_spec():
+    assert spec.missing_specs() == [], "catalogue ops without a bench spec: give their declaration one"
+    assert list(SPECS) == list(CATALOGUE)
+    for name, s in SPECS.items():
+        assert s.op == name and s.group in spec.GROUPS and s.layouts, name
 
 
-@pytest.mark.parametrize("op", sorted(PLANNED_OPS))
+@pytest.mark.parametrize("op", list(SPECS))
 def test_spec_inputs_follow_the_contract(op):
-    if op not in CATALOGUE:
-        pytest.skip(f"{op} is not in the catalogue yet")
-    spec = specs.ALL_SPECS[op]
-    kwargs = spec.inputs(TINY, torch.float32, CPU)
-    # Every argument by its contract name, every contract parameter given.
-    bound = inspect.signature(CATALOGUE[op].contract).bind(**kwargs)
-    assert set(bound.arguments) == set(inspect.signature(CATALOGUE[op].contract).parameters)
+    for layout in SPECS[op].layouts:
+        kwargs = SPECS[op].with_layout(layout).inputs(TINY, torch.float32, CPU)
+        # Every argument by its contract name, every contract parameter given.
+        bound = inspect.signature(CATALOGUE[op].contract).bind(**kwargs)
+        assert set(bound.arguments) == set(inspect.signature(CATALOGUE[op].contract).parameters)
 
 
-@pytest.mark.parametrize("op", sorted(PLANNED_OPS))
+@pytest.mark.parametrize("op", list(SPECS))
 def test_torch_formula_matches_the_reference(op):
     """The torch-eager peer computes what the op's contract says (float32, forward and gradients)."""
-    if op not in CATALOGUE:
-        pytest.skip(f"{op} is not in the catalogue yet")
-    spec = specs.ALL_SPECS[op]
+    s = SPECS[op]
 
     def run(fn):
-        gen = specs.input_generator(op, TINY, CPU)
-        kwargs = spec.build(TINY, torch.float32, CPU, gen)
-        leaves = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor) and v.requires_grad}
+        gen = spec.input_generator(op, TINY, CPU)
+        kwargs = s.arguments(TINY, torch.float32, CPU, gen)
+        leaves = runner.grad_leaves(kwargs)
         outs = runner._grad_tensors(fn(**kwargs))
-        grads = [specs.randn(t.shape, gen, t.device, t.dtype) for t in outs]
+        grads = [spec.randn(t.shape, gen, t.device, t.dtype) for t in outs]
         torch.autograd.backward(outs, grads)
-        return [t.detach() for t in outs], {k: v.grad for k, v in leaves.items()}
+        return [t.detach() for t in outs], [v.grad for v in leaves]
 
-    got, got_grads = run(spec.torch_fn)
+    got, got_grads = run(s.torch_fn)
     want, want_grads = run(CATALOGUE[op].reference)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
-    assert set(got_grads) == set(want_grads)
-    for name in want_grads:
-        torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-4, atol=1e-5, msg=f"grad of {name}")
+    assert len(got_grads) == len(want_grads)
+    for i, (g, w) in enumerate(zip(got_grads, want_grads)):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5, msg=f"grad of leaf {i}")
 
 
 def _tensors(kwargs):
     return {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
 
 
-@pytest.mark.parametrize("op", sorted(PLANNED_OPS))
+@pytest.mark.parametrize("op", list(SPECS))
 def test_spec_inputs_are_deterministic_and_leave_the_global_rng_alone(op):
     """Inputs come from a generator seeded by op and shape: the same tensors every time, whatever
     the global RNG holds, which they neither read nor advance (a failed CUDA-graph capture leaves
     the default CUDA generator unusable, so the bench must not need it)."""
-    if op not in CATALOGUE:
-        pytest.skip(f"{op} is not in the catalogue yet")
-    spec = specs.ALL_SPECS[op]
+    s = SPECS[op]
     torch.manual_seed(0)
     state = torch.random.get_rng_state()
-    first = _tensors(spec.inputs(TINY, torch.float32, CPU))
+    first = _tensors(s.inputs(TINY, torch.float32, CPU))
     assert torch.equal(torch.random.get_rng_state(), state), "building inputs consumed the global RNG"
     torch.manual_seed(1234)  # another global state: the same inputs
-    second = _tensors(spec.inputs(TINY, torch.float32, CPU))
+    second = _tensors(s.inputs(TINY, torch.float32, CPU))
     assert first.keys() == second.keys() and first
     for name in first:
         assert torch.equal(first[name], second[name]), name
         assert first[name].requires_grad == second[name].requires_grad, name
     # Another shape, other draws (a seed per op and shape, not one for all).
-    bigger = _tensors(spec.inputs(custom_shape(TINY, tokens=TINY.tokens + 2), torch.float32, CPU))
+    bigger = _tensors(s.inputs(custom_shape(TINY, tokens=TINY.tokens + 2), torch.float32, CPU))
     assert any(first[k].shape != bigger[k].shape or not torch.equal(first[k], bigger[k]) for k in first)
 
 
@@ -133,10 +109,10 @@ def test_upstream_gradients_and_the_whole_run_leave_the_global_rng_alone(monkeyp
     # measure draws the upstream gradients from the generator it is given: the same ones each time.
     seen = []
     monkeypatch.setattr(torch.autograd, "backward", lambda outs, grads, **kw: seen.append([g.clone() for g in grads]))
-    spec = specs.ALL_SPECS["rms_norm"]
+    rms = SPECS["rms_norm"]
     for _ in range(2):
-        gen = specs.input_generator("rms_norm", TINY, CPU)
-        runner.measure(spec.torch_fn, spec.build(TINY, torch.float32, CPU, gen), ["full"], "wall", "cpu", 1, gen)
+        gen = spec.input_generator("rms_norm", TINY, CPU)
+        runner.measure(rms.torch_fn, rms.arguments(TINY, torch.float32, CPU, gen), ["full"], "wall", "cpu", 1, gen)
     assert torch.equal(torch.random.get_rng_state(), state)
     assert torch.equal(seen[0][0], seen[-1][0])
     assert timing.restore_default_generator("cpu") is False  # nothing to restore off CUDA
@@ -144,22 +120,24 @@ def test_upstream_gradients_and_the_whole_run_leave_the_global_rng_alone(monkeyp
 
 def test_bytes_and_flops():
     s = MODEL_CONFIGS["llama-3-8b"]
-    rms = specs.ALL_SPECS["rms_norm"]
+    rms = SPECS["rms_norm"]
     fwd = 2 * 4096 * 4096 * 2 + 4096 * 2 + 4 * 4096
     assert rms.bytes_moved(s, torch.bfloat16, "forward") == fwd
     bwd = rms.bytes_moved(s, torch.bfloat16, "backward")
     assert rms.bytes_moved(s, torch.bfloat16, "full") == fwd + bwd
     assert rms.bytes_moved(s, torch.float32, "forward") > fwd
     assert rms.flop_count(s, "forward") is None
-    flce = specs.ALL_SPECS["fused_linear_cross_entropy"]
+    flce = SPECS["fused_linear_cross_entropy"]
     assert flce.flop_count(s, "forward") == 2 * 4096 * 4096 * 128256
     assert flce.flop_count(s, "full") == 6 * 4096 * 4096 * 128256
 
 
 def test_mrope_section_sums_to_half_the_head():
-    assert specs._mrope_section(128) == [16, 24, 24]
+    from liger_core.ops.qwen2vl_mrope import default_section
+
+    assert default_section(128) == [16, 24, 24]
     for d in (16, 64, 96, 256):
-        assert sum(specs._mrope_section(d)) == d // 2
+        assert sum(default_section(d)) == d // 2
 
 
 # -- the harness ------------------------------------------------------------------------------------
@@ -170,7 +148,7 @@ def test_run_every_op_on_cpu():
     result = run_bench(
         providers=["liger", "torch"], config="tiny", dtype="float32", device="cpu", rep_ms=1, progress=False
     )
-    ops = list(specs.specs())
+    ops = list(SPECS)
     assert [r["op"] for r in result.rows] == [op for op in ops for _ in range(6)]
     bad = [(r["op"], r["provider"], r["mode"], r["note"]) for r in result.rows if r["status"] != "ok"]
     assert not bad
@@ -184,7 +162,8 @@ def test_run_every_op_on_cpu():
         assert r["ratio_to_liger"] == pytest.approx(r["ms_p50"] / mine["ms_p50"])
         # Both compute the op's formula in float32.
         assert r["max_rel_diff"] is not None and r["max_rel_diff"] < 1e-4, (r["op"], r["provider"])
-        assert (r["tflops"] is not None) == (specs.ALL_SPECS[r["op"]].flops is not None)
+        assert (r["tflops"] is not None) == (SPECS[r["op"]].flops is not None)
+        assert r["layout"] == SPECS[r["op"]].layout
     assert result.meta["timer"] == "wall"
     assert result.meta["versions"]["torch"] == torch.__version__
 
@@ -209,8 +188,14 @@ def test_ratios():
     assert "ratio_to_liger" not in rows[5]
 
 
+def _not_installed(package):
+    import dataclasses
+
+    return dataclasses.replace(package, module="liger_kernel_not_installed_here")
+
+
 def test_missing_provider_is_reported(monkeypatch):
-    monkeypatch.setitem(runner.PEER_MODULE, "liger-kernel", "liger_kernel_not_installed_here")
+    monkeypatch.setitem(providers.PEERS, "liger-kernel", _not_installed(providers.PEERS["liger-kernel"]))
     result = run_bench(
         ops=["rms_norm"], providers=["liger", "liger-kernel"], config="tiny", device="cpu", rep_ms=1, progress=False
     )
@@ -218,7 +203,7 @@ def test_missing_provider_is_reported(monkeypatch):
     assert [r["mode"] for r in lk] == ["forward", "backward", "full"]
     for r in lk:
         assert r["status"] == "not installed"
-        assert "pip install liger-kernel==0.8.5" in r["note"]
+        assert r["note"] == "not installed (pip install liger-kernel==0.8.5)"
         assert r["ms_p50"] is None and r["ratio_to_liger"] is None
 
 
@@ -235,11 +220,11 @@ def test_peer_without_the_op_adds_no_rows():
 
 
 def test_default_providers():
-    flce, rms = specs.ALL_SPECS["fused_linear_cross_entropy"], specs.ALL_SPECS["rms_norm"]
-    assert runner.default_providers(rms, "cuda") == ["liger", "torch", "torch.compile", "liger-kernel"]
-    assert "cut-cross-entropy" in runner.default_providers(flce, "cuda")
-    assert "torch_npu" in runner.default_providers(rms, "npu")
-    assert "torch_npu" not in runner.default_providers(rms, "cuda")
+    flce, rms = SPECS["fused_linear_cross_entropy"], SPECS["rms_norm"]
+    assert providers.default_providers(rms, "cuda") == ["liger", "torch", "torch.compile", "liger-kernel"]
+    assert "cut-cross-entropy" in providers.default_providers(flce, "cuda")
+    assert "torch_npu" in providers.default_providers(rms, "npu")
+    assert "torch_npu" not in providers.default_providers(rms, "cuda")
 
 
 def test_sweep_and_an_op_that_does_not_depend_on_the_axis():
@@ -262,8 +247,10 @@ def test_provider_errors_are_rows_not_crashes(monkeypatch):
     def broken(**kwargs):
         raise RuntimeError("kernel exploded")
 
-    spec = specs.ALL_SPECS["rms_norm"]
-    monkeypatch.setitem(specs.ALL_SPECS, "rms_norm", specs.BenchSpec(**{**spec.__dict__, "torch_fn": broken}))
+    op = CATALOGUE["rms_norm"]
+    monkeypatch.setitem(
+        CATALOGUE, "rms_norm", dataclasses.replace(op, bench=dataclasses.replace(op.bench, torch_fn=broken))
+    )
     result = run_bench(
         ops=["rms_norm"], providers=["liger", "torch"], config="tiny", device="cpu", rep_ms=1, progress=False
     )
@@ -309,7 +296,7 @@ def test_plain_progress_without_tqdm(monkeypatch, capsys):
 
 
 def test_cli_smoke(capsys, tmp_path, monkeypatch):
-    monkeypatch.setitem(runner.PEER_MODULE, "liger-kernel", "liger_kernel_not_installed_here")
+    monkeypatch.setitem(providers.PEERS, "liger-kernel", _not_installed(providers.PEERS["liger-kernel"]))
     out = tmp_path / "res"
     rc, text, _ = bench_main(
         capsys,
@@ -402,31 +389,46 @@ def test_summary_pivot():
     assert table == [["rms_norm", "forward", "tokens=8", "1", "100", "2", "3 (3x)", "not installed"]]
 
 
-def test_a_vendor_backend_from_a_source_tree_is_registered(tmp_path, monkeypatch):
-    """GPU hosts run from source trees (PYTHONPATH, no entry points): bench registers the package."""
-    (tmp_path / "liger_ops_benchvendor.py").write_text(
-        "from liger_core.backend import Backend\n"
-        "from liger_core.interface import CATALOGUE, INTERFACE_VERSION, format_version\n"
-        "BACKEND = Backend(name='benchvendor', distribution='liger-ops-benchvendor', version='0.0.1',\n"
-        "    device_types=('xpu',), interface_version=format_version(INTERFACE_VERSION),\n"
-        "    ops={n: s.reference for n, s in CATALOGUE.items()}, runtime=lambda: 'none')\n"
-    )
+def test_a_vendor_package_importable_but_not_loaded_gets_a_hint(tmp_path, monkeypatch):
+    """A source tree on PYTHONPATH without an entry point is loaded by LIGER_EXTRA_BACKENDS alone;
+    the bench says so instead of loading it another way."""
+    import liger_core.backend as core_backend
+
+    (tmp_path / "liger_ops_benchvendor.py").write_text("raise RuntimeError('not to be imported')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    result = run_bench(
-        ops=["rms_norm"], providers=["liger"], modes=["forward"], config="tiny", device="cpu",
-        backend="benchvendor", rep_ms=1, progress=False,
-    )  # fmt: skip
-    assert "registered backend 'benchvendor' from liger_ops_benchvendor" in result.meta["backend_note"]
-    assert result.rows[0]["implementation"] == "benchvendor liger-ops-benchvendor 0.0.1"
-    assert result.rows[0]["status"] == "ok"
-    sys.modules.pop("liger_ops_benchvendor", None)
+    vendor = core_backend.Vendor("benchvendor", "liger-ops-benchvendor", "liger_ops_benchvendor", "cpu")
+    monkeypatch.setattr(providers, "vendor_for_device", lambda d: vendor if d == "cpu" else None)
+    result = run_bench(ops=["rms_norm"], providers=["liger"], modes=["forward"], config="tiny", device="cpu",
+                       rep_ms=1, progress=False)  # fmt: skip
+    assert "set LIGER_EXTRA_BACKENDS=liger_ops_benchvendor" in " ".join(result.meta["notes"])
+    assert result.rows[0]["implementation"].startswith("reference")
+
+
+def test_cpu_runs_say_their_times_mean_nothing():
+    result = run_bench(ops=["softmax"], providers=["liger"], modes=["forward"], config="tiny", device="cpu",
+                       rep_ms=1, progress=False)  # fmt: skip
+    assert any("say nothing about GPU speed" in n for n in result.meta["notes"])
+
+
+def test_layouts():
+    rope = SPECS["rope"]
+    assert list(rope.layouts) == ["transposed", "contiguous"]
+    q = rope.inputs(TINY, torch.float32, CPU)["q"]
+    assert not q.is_contiguous() and q.transpose(1, 2).is_contiguous()  # LLaMA's view(b, s, h, d).transpose(1, 2)
+    assert rope.with_layout("contiguous").inputs(TINY, torch.float32, CPU)["q"].is_contiguous()
+    result = run_bench(ops=["rope", "softmax"], providers=["liger"], modes=["full"], config="tiny", device="cpu",
+                       rep_ms=1, progress=False, layout="contiguous")  # fmt: skip
+    assert [(r["op"], r["layout"]) for r in result.rows] == [("rope", "contiguous"), ("softmax", "rows")]
+    with pytest.raises(ValueError, match="no selected op has layout 'bogus'"):
+        run_bench(ops=["rope"], config="tiny", device="cpu", layout="bogus", progress=False)
 
 
 def test_op_groups():
-    assert set().union(*specs.GROUPS.values()) == PLANNED_OPS
+    groups = spec.groups()
+    assert sorted(op for ops in groups.values() for op in ops) == sorted(CATALOGUE)
     result = run_bench(ops=["norms"], providers=["liger"], modes=["forward"], config="tiny", device="cpu",
                        rep_ms=1, progress=False)  # fmt: skip
-    assert [r["op"] for r in result.rows] == [op for op in specs.GROUPS["norms"] if op in CATALOGUE]
+    assert [r["op"] for r in result.rows] == list(groups["norms"])
 
 
 def test_readme_table(tmp_path, capsys):
@@ -450,12 +452,12 @@ def test_cuda_graph_fallback_keeps_row_groups_on_one_timer(monkeypatch):
     """A provider a CUDA graph cannot capture is timed with do_bench, and so is the rest of its
     row group; backward under the graph timer is full minus forward. (Triton's timers faked.)"""
     state = {"capturing": False}
-    spec = specs.ALL_SPECS["rms_norm"]
+    rms = SPECS["rms_norm"]
 
     def torch_fn(**kw):
         if state["capturing"]:
             raise RuntimeError("operation not permitted when stream is capturing")
-        return spec.torch_fn(**kw)
+        return rms.torch_fn(**kw)
 
     def fake_triton_time(call, timer, leaves, warmup_ms=25, rep_ms=100):
         if timer == "cudagraph":
@@ -469,24 +471,24 @@ def test_cuda_graph_fallback_keeps_row_groups_on_one_timer(monkeypatch):
         return (10.0, 20.0, 30.0)
 
     monkeypatch.setattr(runner.timing, "triton_time", fake_triton_time)
-    broken = specs.BenchSpec(**{**spec.__dict__, "torch_fn": torch_fn})
+    broken = dataclasses.replace(rms, torch_fn=torch_fn)
     rows = runner._bench_point(
-        broken, ["liger", "torch"], TINY, torch.float32, CPU, list(specs.MODES), "cudagraph", None, 1,
+        broken, ["liger", "torch"], TINY, torch.float32, CPU, list(spec.MODES), "cudagraph", None, 1,
         runner.Progress(0, enabled=False),
     )  # fmt: skip
     by = {(r["provider"], r["mode"]): r for r in rows}
-    for mode in specs.MODES:
+    for mode in spec.MODES:
         assert by["torch", mode]["timer"] == "do_bench" and by["torch", mode]["ms_p50"] == 20.0
         assert by["liger", mode]["timer"] == "do_bench" and by["liger", mode]["ms_p50"] == 20.0
     assert "CUDA graph capture failed" in by["torch", "forward"]["note"]
     assert "CUDA-graph p50 2 ms" in by["liger", "forward"]["note"]
     # Alone, liger stays on the graph timer and its backward is full minus forward.
     rows = runner._bench_point(
-        broken, ["liger"], TINY, torch.float32, CPU, list(specs.MODES), "cudagraph", None, 1,
+        broken, ["liger"], TINY, torch.float32, CPU, list(spec.MODES), "cudagraph", None, 1,
         runner.Progress(0, enabled=False),
     )  # fmt: skip
     by = {r["mode"]: r for r in rows}
-    assert [by[m]["timer"] for m in specs.MODES] == ["cudagraph"] * 3
+    assert [by[m]["timer"] for m in spec.MODES] == ["cudagraph"] * 3
     assert (by["backward"]["ms_p20"], by["backward"]["ms_p50"], by["backward"]["ms_p80"]) == (2.0, 3.0, 4.0)
     assert "full minus forward" in by["backward"]["note"]
 

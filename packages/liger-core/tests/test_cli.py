@@ -14,10 +14,9 @@ import torch
 
 from liger_core import __version__
 from liger_core.cli import main
-from liger_core.conformance.smoke import SMOKE, Smoke
 from liger_core.device import DEVICE_TYPES, device_available, infer_device
 from liger_core.interface import CATALOGUE, INTERFACE_VERSION, format_version
-from liger_core.ops.rms_norm import reference as reference_rms_norm
+from liger_core.ops.rms_norm import rms_norm as reference_rms_norm
 
 pytestmark = pytest.mark.usefixtures("clean_registry")
 
@@ -183,14 +182,14 @@ def test_no_command_prints_help(capsys):
 # -- liger check -----------------------------------------------------------------------------
 
 
-def test_smoke_table_covers_the_catalogue():
-    assert set(SMOKE) == set(CATALOGUE)
-    for smoke in SMOKE.values():
-        assert len(smoke.shapes) >= 2
+def test_every_op_declares_smoke_samples():
+    for name, op in CATALOGUE.items():
+        assert len(op.smoke) >= 2, name
+        assert all("shape" in s.params and "dtype" not in s.params for s in op.smoke), name
 
 
 def expected_cases():
-    return sum(3 * len(SMOKE[op].shapes) for op in CATALOGUE)
+    return sum(3 * len(op.smoke) for op in CATALOGUE.values())
 
 
 def test_check_reference_passes(capsys):
@@ -246,14 +245,14 @@ def test_check_reports_kernel_exceptions(fake_backend, clean_registry, capsys):
     assert rc == 1
     assert "RuntimeError: kernel exploded" in out
     # The backend (interface 1.0) has rms_norm alone: every newer op is skipped.
-    assert f"0 passed, {3 * len(SMOKE['rms_norm'].shapes)} failed" in out
+    assert f"0 passed, {3 * len(CATALOGUE['rms_norm'].smoke)} failed" in out
 
 
 INTERPRETED_BACKEND = """
     import os
 
     from liger_core.backend import Backend
-    from liger_core.ops.rms_norm import reference
+    from liger_core.ops.rms_norm import rms_norm as reference
 
     SEEN_TRITON_INTERPRET = os.environ.get("TRITON_INTERPRET")
 
@@ -324,22 +323,11 @@ def test_check_older_backend_skips_newer_op(fake_backend, clean_registry, interf
     assert re.search(r"\d+ passed, 0 failed, \d+ skipped", out)
 
 
-def test_check_new_op_needs_one_smoke_entry(fake_backend, clean_registry, interface_next, monkeypatch, capsys):
-    # Dispatch sends the new op to the reference (the backend predates it): without a smoke
-    # entry that is a failure; one entry in SMOKE makes it run.
+def test_check_runs_a_new_ops_declared_smoke_samples(fake_backend, clean_registry, interface_next, capsys):
+    # Dispatch sends the new op to the reference (the backend predates it); its declaration's
+    # smoke samples are what `liger check` runs, in every dtype.
     clean_registry.register_backend(fake_backend(device_types=("cpu",)))
     rc, out, _ = run_main(capsys, "check", "--device", "cpu")
-    assert rc == 1
-    assert "no smoke check for 'scale': add one to liger_core.conformance.smoke.SMOKE" in out
-
-    def run_scale(backend, device, dtype, shape):
-        from liger_core.conformance import assert_close
-
-        x = torch.randn(shape, dtype=dtype, device=device)
-        assert_close(backend.ops["scale"](x, 3.0), x.double() * 3.0, dtype, "scale output")
-
-    monkeypatch.setitem(SMOKE, "scale", Smoke(shapes=((4,), (2, 3)), run=run_scale))
-    rc, out, _ = run_main(capsys, "check", "--device", "cpu")
     assert rc == 0, out
-    assert re.search(r"^  scale\s+reference\s+bfloat16\s+2x3\s+PASS", out, re.M), out
+    assert re.search(r"^  scale\s+reference\s+bfloat16\s+2x7x9\s+PASS", out, re.M), out
     assert re.search(r"^  rms_norm\s+fakevendor\s+float32\s+3x5\s+PASS", out, re.M), out

@@ -56,7 +56,7 @@ def _check_module(module, inputs, math_fn):
 def test_fused_add_rms_norm_module():
     module = LigerFusedAddRMSNorm(24, eps=1e-5, offset=1.0, casting_mode="gemma", init_fn="zeros")
     x, r = torch.randn(3, 5, 24), torch.randn(3, 5, 24)
-    _check_module(module, (x, r), lambda x, r, w: fused_add_rms_norm.math(x, r, w, 1e-5, 1.0, "gemma"))
+    _check_module(module, (x, r), lambda x, r, w: fused_add_rms_norm.math(x, r, w, 1e-5, 1.0, "gemma", False))
     assert module.extra_repr() == "24, eps=1e-05, offset=1.0, casting_mode='gemma', in_place=False"
     assert torch.equal(LigerFusedAddRMSNorm(4).weight, torch.ones(4))
     with pytest.raises(ValueError, match="init_fn must be 'ones' or 'zeros'; got 'twos'"):
@@ -124,7 +124,7 @@ def test_functional_api_dispatches_and_checks():
     x, r, w = torch.randn(3, 8), torch.randn(3, 8), torch.rand(8) + 0.5
     y, s = liger_fused_add_rms_norm(x, r, w)
     torch.testing.assert_close(s, x + r)
-    torch.testing.assert_close(y, fused_add_rms_norm.math(x, r, w, 1e-6, 0.0, "llama")[0])
+    torch.testing.assert_close(y, fused_add_rms_norm.math(x, r, w, 1e-6, 0.0, "llama", False)[0])
     torch.testing.assert_close(liger_layer_norm(x, w, w), torch.nn.functional.layer_norm(x, (8,), w, w, 1e-5))
     xg = torch.randn(2, 8, 3)
     torch.testing.assert_close(liger_group_norm(xg, w, w, 8, 2), torch.nn.functional.group_norm(xg, 2, w, w, 1e-5))

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -23,7 +24,7 @@ from liger_core.__about__ import __version__
 from liger_core.backend import Backend, LigerBackendError
 from liger_core.device import DEVICE_TYPES, device_available, infer_device
 from liger_core.interface import CATALOGUE, INTERFACE_VERSION, format_version, parse_version
-from liger_core.registry import REFERENCE, REGISTRY
+from liger_core.registry import REFERENCE
 
 # What each environment variable does, for `liger info`.
 ENV_VARS = {
@@ -79,18 +80,8 @@ def _runtime(backend: Backend) -> str:
 
 
 def _serving(op: str, device_type: str) -> dict[str, Any]:
-    """Which backend serves ``op`` on ``device_type``, as dispatch would decide, without calling
-    it (so without a fallback warning): {"backend", "fallback", "error"}."""
-    try:
-        backend = REGISTRY.backend_for_device(device_type)
-    except LigerBackendError as e:
-        return {"backend": None, "fallback": False, "error": str(e)}
-    if backend is not None and op in backend.ops:
-        return {"backend": backend.name, "fallback": False, "error": None}
-    if registry._env_flag("LIGER_STRICT"):
-        why = f"{backend.name} predates op {op!r}" if backend is not None else f"no backend serves {device_type!r}"
-        return {"backend": None, "fallback": False, "error": f"{why} and LIGER_STRICT is set"}
-    return {"backend": REFERENCE, "fallback": True, "error": None}
+    """Which backend serves ``op`` on ``device_type``: {"backend", "fallback", "error"}."""
+    return dataclasses.asdict(registry.serving(op, device_type))
 
 
 # -- liger info ------------------------------------------------------------------------------
@@ -198,22 +189,12 @@ def cmd_info(args: argparse.Namespace) -> int:
 # -- liger check -----------------------------------------------------------------------------
 
 
-def _declared_device_types(name: str) -> tuple[str, ...]:
-    """The devices backend ``name`` serves, without importing a vendor package."""
-    for b in REGISTRY._extra:
-        if b.name == name:
-            return tuple(b.device_types)
-    if REGISTRY._loaded and name in REGISTRY.backends:
-        return tuple(REGISTRY.backends[name].device_types)
-    return registry._declared_devices(name)
-
-
 def _prepare_device(chosen: str | None, device: str | None) -> tuple[str, str | None]:
     """Pick the input device; set TRITON_INTERPRET=1 when ``chosen``'s kernels must run on a device
     they do not serve natively. Runs before any registry call, so before vendor imports."""
     if not chosen or chosen == REFERENCE:
         return device or infer_device(), None
-    declared = _declared_device_types(chosen)
+    declared = registry.declared_devices(chosen)
     if device is None:
         device = next((d for d in declared if device_available(d)), "cpu")
     if declared and device not in declared and os.environ.get("TRITON_INTERPRET") != "1":
@@ -235,6 +216,14 @@ def _parse_ops(text: str | None, parser: argparse.ArgumentParser) -> list[str]:
     return ops
 
 
+def _shape_text(smoke) -> str:
+    """A smoke sample's shape (its id without the dtype where it names none)."""
+    if smoke is None:
+        return "-"
+    shape = smoke.params.get("shape")
+    return "x".join(map(str, shape)) if shape is not None else smoke.with_params(dtype=None).id
+
+
 def _first_line(text: str, width: int = 100) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= width else line[: width - 3] + "..."
@@ -242,7 +231,7 @@ def _first_line(text: str, width: int = 100) -> str:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from liger_core.conformance import DTYPES
-    from liger_core.conformance.smoke import SMOKE
+    from liger_core.conformance.check import check_sample
 
     ops = _parse_ops(args.ops, args.parser)
     chosen = args.backend or os.environ.get("LIGER_BACKEND", "").strip() or None
@@ -284,19 +273,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     cases = []
     for op in ops:
         backend, why, status = plan[op]
-        smoke = SMOKE.get(op)
-        if backend is not None and smoke is None:
-            why, status = f"no smoke check for {op!r}: add one to liger_core.conformance.smoke.SMOKE", "FAIL"
         if why:
             cases.append((op, backend, None, None, why, status))
             continue
-        cases += [(op, backend, dtype, shape, None, "") for dtype in DTYPES for shape in smoke.shapes]
+        cases += [
+            (op, backend, dtype, s.with_params(dtype=dtype), None, "") for dtype in DTYPES for s in CATALOGUE[op].smoke
+        ]
 
     rows, failures = [], []
-    for i, (op, backend, dtype, shape, why, status) in enumerate(cases, 1):
+    for i, (op, backend, dtype, smoke, why, status) in enumerate(cases, 1):
         bname = backend.name if backend is not None else "-"
         dname = _dtype_name(dtype) if dtype is not None else "-"
-        sname = "x".join(map(str, shape)) if shape is not None else "-"
+        sname = _shape_text(smoke)
         label = f"[{i}/{len(cases)}] {op} {dname} {sname} on {bname}/{device}"
         print(f"{label} ...", end=" ", flush=True)
         start = time.perf_counter()
@@ -304,7 +292,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             result, error = status, why
         else:
             try:
-                SMOKE[op].run(backend, device, dtype, shape)
+                check_sample(backend, op, smoke, device)
                 result, error = "PASS", ""
             except Exception as e:  # noqa: BLE001 - a kernel may fail any way; report and go on
                 result = "FAIL"

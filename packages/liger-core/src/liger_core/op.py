@@ -152,7 +152,7 @@ class Checks:
     """How the conformance check reads an op's results (all optional; defaults in brackets).
 
     - ``out_dtypes(args)``: each output's dtype [the first tensor argument's].
-    - ``atol_scales(args64, upstream64)``: per output or gradient name (``"y"``, ``"grad_x"``),
+    - ``atol_scales(args64, upstream64)``: per output or gradient name (``"output"``, ``"grad_x"``),
       the magnitude of the terms the math cancels, for the absolute tolerance [the expected
       value's own magnitude]. ``args64`` are the float64 arguments, ``upstream64`` the upstream
       gradients by output name (None where unused).
@@ -199,7 +199,7 @@ class Op:
     smoke: tuple[Sample, ...]
     error_sample: Sample
     errors: tuple[BadInput, ...]
-    outputs: tuple[str, ...] = ("y",)
+    outputs: tuple[str, ...] = ("output",)
     no_grad_outputs: tuple[str, ...] = ()
     checks: Checks = field(default_factory=Checks)
     bench: Any = None  # liger_core.bench.spec.BenchSpec (not imported here: the bench is optional)

@@ -33,8 +33,8 @@ Examples:
 
 def add_parser(sub) -> argparse.ArgumentParser:
     from liger_core.bench.configs import AXES, MODEL_CONFIGS
-    from liger_core.bench.runner import PROVIDERS
-    from liger_core.bench.specs import MODES
+    from liger_core.bench.providers import PROVIDERS
+    from liger_core.bench.spec import MODES
     from liger_core.bench.timing import TIMERS
     from liger_core.device import DEVICE_TYPES
 
@@ -62,6 +62,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "--sweep", metavar="AXIS=V1,V2", help=f"vary one axis ({', '.join(AXES)}), e.g. tokens=1024,2048,4096"
     )
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    p.add_argument(
+        "--layout",
+        metavar="NAME",
+        help="build inputs in this layout of each op's spec where it has one (e.g. contiguous q/k for RoPE); "
+        "default: the layout the models pass (see --list)",
+    )
     p.add_argument("--device", choices=DEVICE_TYPES, help="device type (default: this machine's accelerator, else cpu)")
     p.add_argument(
         "--backend",
@@ -93,19 +99,22 @@ def _split(text: str | None) -> list[str] | None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from liger_core.bench import report
     from liger_core.bench.configs import AXES, MODEL_CONFIGS
-    from liger_core.bench.runner import PROVIDERS, run_bench
-    from liger_core.bench.specs import ALL_SPECS, GROUPS, missing_specs, specs
+    from liger_core.bench.providers import PROVIDERS
+    from liger_core.bench.runner import run_bench
+    from liger_core.bench.spec import groups, missing_specs, specs
 
     parser = args.parser
     if args.list:
         have = specs()
         print("ops:", ", ".join(have) or "none")
-        waiting = [op for op in ALL_SPECS if op not in have]
-        if waiting:
-            print("specs waiting for their op to enter the catalogue:", ", ".join(waiting))
         if missing_specs():
             print("catalogue ops without a bench spec:", ", ".join(missing_specs()))
-        print("groups:", "; ".join(f"{g}: {', '.join(o)}" for g, o in GROUPS.items()))
+        print("groups:", "; ".join(f"{g}: {', '.join(o)}" for g, o in groups().items()))
+        layouts = {op: list(s.layouts) for op, s in have.items() if len(s.layouts) > 1}
+        print(
+            "layouts (first: the models' own, the default):",
+            "; ".join(f"{o}: {', '.join(v)}" for o, v in layouts.items()),
+        )
         print("providers:", ", ".join(PROVIDERS))
         print("configs:")
         for c in MODEL_CONFIGS.values():
@@ -157,9 +166,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
             timer=args.timer,
             rep_ms=args.rep_ms,
             progress=not args.no_progress,
+            layout=args.layout,
         )
     except ValueError as e:
         parser.error(str(e))
+    for note in result.meta.get("notes", []):
+        print(f"note: {note}", file=sys.stderr)
     print(report.render_summary(result))
     written = report.write_results(result, args.out, plots=not args.no_plots)
     print(f"\nwrote {len(written)} file(s) to {os.fspath(Path(args.out))}/ (summary: {written[-1].name})")

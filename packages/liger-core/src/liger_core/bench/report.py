@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from liger_core.bench.runner import FIELDS, LIGER, OK, BenchResult
-from liger_core.bench.specs import ALL_SPECS
+from liger_core.bench.providers import LIGER, OK
+from liger_core.bench.runner import FIELDS, BenchResult
+from liger_core.interface import CATALOGUE
 
 
 def write_json(result: BenchResult, path: str | Path) -> None:
@@ -63,7 +64,7 @@ def load_folder(folder: str | Path) -> list[BenchResult]:
         if isinstance(data, dict) and isinstance(data.get("meta"), dict) and isinstance(data.get("rows"), list):
             out.append(BenchResult(data["meta"], data["rows"]))
     # Catalogue order (ops the catalogue no longer has last).
-    order = {op: i for i, op in enumerate(ALL_SPECS)}
+    order = {op: i for i, op in enumerate(CATALOGUE)}
     return sorted(out, key=lambda r: order.get(r.rows[0]["op"] if r.rows else "", len(order)))
 
 
@@ -145,7 +146,8 @@ def render_summary(result: BenchResult) -> str:
         f"{k} {v}" for k, v in m["versions"].items()
     )
     headers, rows = summary_rows(result.rows)
-    out = [head, f"liger: {m.get('liger') or '-'}" + (f" ({m['backend_note']})" if m.get("backend_note") else "")]
+    out = [head, f"liger: {m.get('liger') or '-'}"]
+    out += [f"note: {note}" for note in m.get("notes", [])]
     out.append(text_table(headers, rows))
     issues = problems(result.rows)
     if issues:

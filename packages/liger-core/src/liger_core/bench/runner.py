@@ -1,4 +1,6 @@
-"""The benchmark loop: every (op, sweep point, provider, mode) measured in one process on one device.
+"""The benchmark loop: every (op, sweep point, provider, mode) measured in one process on one device
+(who the providers are: `liger_core.bench.providers`; what each op's benchmark builds: its
+declaration's `liger_core.bench.spec.BenchSpec`).
 
 Each row holds the p20/p50/p80 time, the timer used, effective bandwidth (the spec's ideal
 bytes moved over the p50 time), TFLOP/s for the ops with a matmul, peak memory, and the
@@ -10,53 +12,30 @@ cannot run on the device gets rows that say so.
 from __future__ import annotations
 
 import datetime
-import importlib
-import importlib.util
-import os
-import platform
 import sys
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as dist_version
 from typing import Any
 
 import torch
 
-from liger_core import registry
-from liger_core.__about__ import __version__
 from liger_core.bench import timing
 from liger_core.bench.configs import AXES, ModelShape, custom_shape, get_config
-from liger_core.bench.specs import (
-    CUT_CROSS_ENTROPY,
-    GROUPS,
-    LIGER_KERNEL,
-    MODES,
-    TORCH_NPU,
-    BenchSpec,
-    input_generator,
-    randn,
-    seeded_generator,
-    specs,
+from liger_core.bench.providers import (
+    ERROR,
+    LIGER,
+    OK,
+    PEERS,
+    PROVIDERS,
+    Provider,
+    collect_versions,
+    default_providers,
+    liger_provider,
+    make_provider,
+    source_tree_hint,
 )
+from liger_core.bench.spec import MODES, BenchSpec, groups, input_generator, randn, seeded_generator, specs
 from liger_core.device import infer_device
-
-LIGER = "liger"
-TORCH = "torch"
-COMPILE = "torch.compile"
-PROVIDERS = (LIGER, TORCH, COMPILE, LIGER_KERNEL, CUT_CROSS_ENTROPY, TORCH_NPU)
-# Where a peer comes from and what it needs.
-PEER_DIST = {LIGER_KERNEL: "liger-kernel", CUT_CROSS_ENTROPY: "cut-cross-entropy", TORCH_NPU: "torch-npu"}
-PEER_MODULE = {LIGER_KERNEL: "liger_kernel", CUT_CROSS_ENTROPY: "cut_cross_entropy", TORCH_NPU: "torch_npu"}
-PEER_INSTALL = {
-    LIGER_KERNEL: "pip install liger-kernel==0.8.5",
-    CUT_CROSS_ENTROPY: "pip install cut-cross-entropy==25.1.1",
-    TORCH_NPU: "pip install torch-npu (with CANN)",
-}
-PEER_DEVICES = {LIGER_KERNEL: ("cuda", "xpu", "npu"), CUT_CROSS_ENTROPY: ("cuda",), TORCH_NPU: ("npu",)}
-
-OK, ERROR, NOT_INSTALLED, UNAVAILABLE = "ok", "error", "not installed", "unavailable"
 
 # Row fields, in CSV column order.
 FIELDS = (
@@ -80,6 +59,7 @@ FIELDS = (
     "flops",
     "config",
     "shape",
+    "layout",
     "dtype",
     "device",
     "implementation",
@@ -95,141 +75,6 @@ class BenchResult:
 
     def for_op(self, op: str) -> BenchResult:
         return BenchResult(dict(self.meta, ops=[op]), [r for r in self.rows if r["op"] == op])
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return dist_version(dist)
-    except PackageNotFoundError:
-        return None
-
-
-def collect_versions(device_type: str, backend_name: str | None) -> dict[str, str]:
-    out = {"python": platform.python_version(), "torch": torch.__version__, "liger-core": __version__}
-    for dist in ("triton", "pytorch-triton", "triton-ascend", "triton-xpu", *PEER_DIST.values()):
-        v = _version(dist)
-        if v:
-            out[dist] = v
-    if "liger-kernel" not in out and importlib.util.find_spec("liger_kernel") is not None:
-        out["liger-kernel"] = "source"
-    if backend_name and backend_name != registry.REFERENCE:
-        try:
-            b = registry.get_backend(backend_name)
-            out[b.distribution] = b.version
-        except Exception:  # noqa: BLE001 - versions are labels
-            pass
-    if device_type == "cuda" and torch.version.cuda:
-        out["cuda"] = torch.version.cuda
-    return out
-
-
-# -- providers --------------------------------------------------------------------------------
-
-
-@dataclass
-class Provider:
-    name: str
-    status: str
-    fn: Callable[..., Any] | None = None
-    prepare: Callable[[dict], dict] | None = None
-    implementation: str = ""
-    reason: str = ""
-
-
-# The vendor package serving each device, by backend name and import name.
-SOURCE_BACKENDS = {
-    "cuda": ("cuda", "liger_ops_cuda"),
-    "npu": ("ascend", "liger_ops_ascend"),
-    "xpu": ("xpu", "liger_ops_xpu"),
-}
-
-
-def register_source_backend(device_type: str, backend: str | None) -> str | None:
-    """Register a vendor backend importable from a source tree (PYTHONPATH) but not installed, so
-    without its ``liger.backends`` entry point: the way the lab's GPU hosts run the project.
-    Returns a note when it registered one."""
-    if backend:
-        name, module = backend, f"liger_ops_{backend}"
-    elif device_type in SOURCE_BACKENDS:
-        name, module = SOURCE_BACKENDS[device_type]
-    else:
-        return None
-    if os.environ.get("LIGER_BACKEND") or name in registry.backends() or name in registry.problems():
-        return None
-    if name == registry.REFERENCE or importlib.util.find_spec(module) is None:
-        return None
-    obj = importlib.import_module(module)
-    registry.register_backend(obj.BACKEND)
-    return f"registered backend {name!r} from {module} ({obj.__file__}): not installed, so no entry point"
-
-
-def _liger_provider(op: str, device_type: str, backend: str | None) -> Provider:
-    try:
-        if backend:
-            b = registry.get_backend(backend)
-            fn = b.ops.get(op)
-            if fn is None:
-                return Provider(LIGER, UNAVAILABLE, reason=f"backend {backend!r} ({b.interface_version}) lacks {op!r}")
-            return Provider(LIGER, OK, fn, implementation=f"{b.name} {b.distribution} {b.version}")
-        served = registry.REGISTRY.backend_for_device(device_type)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", registry.LigerFallbackWarning)
-            fn = registry.resolve(op, device_type)
-        if served is not None and op in served.ops:
-            return Provider(LIGER, OK, fn, implementation=f"{served.name} {served.distribution} {served.version}")
-        return Provider(LIGER, OK, fn, implementation=f"{registry.REFERENCE} (PyTorch fallback: no backend serves it)")
-    except Exception as e:  # noqa: BLE001 - a broken backend is reported in its rows
-        return Provider(LIGER, ERROR, reason=f"{type(e).__name__}: {e}")
-
-
-def _compiled(spec: BenchSpec) -> Provider:
-    # A fresh Dynamo cache per shape: recompiles past the cache limit would silently run eager,
-    # and "automatic dynamic" shapes would time a generic kernel.
-    torch._dynamo.reset()
-    # Backward mode replays one graph's backward (retain_graph=True), which compiled graphs with
-    # donated buffers refuse; donation only frees saved tensors early.
-    if hasattr(torch._functorch.config, "donated_buffer"):
-        torch._functorch.config.donated_buffer = False
-    impl = f"torch.compile (inductor, donated_buffer off) {torch.__version__}"
-    return Provider(COMPILE, OK, torch.compile(spec.torch_fn), implementation=impl)
-
-
-def make_provider(name: str, spec: BenchSpec, device_type: str, backend: str | None) -> Provider | None:
-    """The provider ``name`` for ``spec``'s op, or None when that peer has no such op."""
-    if name == LIGER:
-        return _liger_provider(spec.op, device_type, backend)
-    if name == TORCH:
-        return Provider(TORCH, OK, spec.torch_fn, implementation=f"PyTorch eager {torch.__version__}")
-    if name == COMPILE:
-        return _compiled(spec)
-    if name not in PEER_DIST:
-        raise ValueError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS)}")
-    peer = spec.peers.get(name)
-    if peer is None:
-        return None
-    if importlib.util.find_spec(PEER_MODULE[name]) is None:
-        return Provider(name, NOT_INSTALLED, reason=f"{PEER_DIST[name]} is not installed ({PEER_INSTALL[name]})")
-    # Under TRITON_INTERPRET=1 Triton peers run on CPU tensors (slowly): how CI checks the adapters.
-    interpreted = device_type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1" and name != TORCH_NPU
-    if device_type not in PEER_DEVICES[name] and not interpreted:
-        return Provider(name, UNAVAILABLE, reason=f"{name} runs on {'/'.join(PEER_DEVICES[name])}, not {device_type}")
-    try:
-        fn = peer.load()
-    except Exception as e:  # noqa: BLE001 - an import that fails is reported, not fatal
-        return Provider(name, NOT_INSTALLED, reason=f"import failed: {type(e).__name__}: {e}")
-    version = _version(PEER_DIST[name]) or "?"
-    impl = f"{PEER_DIST[name]} {version}" + (f" ({peer.note})" if peer.note else "")
-    return Provider(name, OK, fn, peer.prepare, implementation=impl)
-
-
-def default_providers(spec: BenchSpec, device_type: str) -> list[str]:
-    """liger, torch, torch.compile, liger-kernel, and the op's other peers where they apply."""
-    names = [LIGER, TORCH, COMPILE, LIGER_KERNEL]
-    if CUT_CROSS_ENTROPY in spec.peers:
-        names.append(CUT_CROSS_ENTROPY)
-    if TORCH_NPU in spec.peers and device_type == "npu":
-        names.append(TORCH_NPU)
-    return names
 
 
 # -- one measurement ------------------------------------------------------------------------------
@@ -249,6 +94,19 @@ def _first_tensor(out: Any) -> torch.Tensor | None:
     if not ts and isinstance(out, (tuple, list)):
         ts = [o for o in out if isinstance(o, torch.Tensor)]
     return ts[0] if ts else None
+
+
+def grad_leaves(kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """The leaves whose ``.grad`` a timed call fills: the tensor arguments that require grad, or,
+    for a view (LLaMA's transposed q/k), the tensor it views; nulled between calls so no
+    accumulation kernel is timed."""
+    found: dict[int, torch.Tensor] = {}
+    for v in kwargs.values():
+        if isinstance(v, torch.Tensor) and v.requires_grad:
+            leaf = v if v.is_leaf else v._base
+            if leaf is not None and leaf.is_leaf:
+                found[id(leaf)] = leaf
+    return list(found.values())
 
 
 def _short(e: BaseException, width: int = 300) -> str:
@@ -313,7 +171,7 @@ def measure(
     """Time ``fn(**kwargs)`` in each mode. Backward under the CUDA-graph timer is full minus
     forward (autograd's retain_graph backward cannot be captured). Upstream gradients are drawn
     from ``gen`` (default: one seeded 0), never from the global RNG."""
-    leaves = [v for v in kwargs.values() if isinstance(v, torch.Tensor) and v.requires_grad]
+    leaves = grad_leaves(kwargs)
     out = fn(**kwargs)  # also the first warm-up (compiles, autotunes)
     outs = _grad_tensors(out)
     if gen is None and outs:
@@ -439,14 +297,15 @@ def _select_ops(ops: Iterable[str] | None) -> list[BenchSpec]:
     available = specs()
     if ops is None:
         return list(available.values())
-    # A group name (norms, activations, losses) stands for its ops that are in the catalogue now.
-    ops = [o for name in ops for o in ([x for x in GROUPS[name] if x in available] if name in GROUPS else [name])]
+    # A group name (norms, activations, losses) stands for its ops.
+    by_group = groups()
+    ops = [o for name in ops for o in (by_group[name] if name in by_group else [name])]
     ops = list(dict.fromkeys(ops))
     unknown = [o for o in ops if o not in available]
     if unknown:
         raise ValueError(
             f"no bench spec for op(s) {', '.join(unknown)}; benchable ops: {', '.join(available)} "
-            f"(groups: {', '.join(GROUPS)})"
+            f"(groups: {', '.join(by_group)})"
         )
     if not ops:
         raise ValueError("no op selected: the named groups have no op in the catalogue yet")
@@ -467,6 +326,7 @@ def run_bench(
     rep_ms: int = 100,
     progress: bool = True,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    layout: str | None = None,
 ) -> BenchResult:
     """Benchmark ops against their peers on one device; see the module docstring.
 
@@ -481,6 +341,8 @@ def run_bench(
         device: device type (default: this machine's accelerator, else cpu).
         backend: run this backend's kernels for the ``liger`` provider instead of dispatch.
         timer: auto, cudagraph, do_bench or wall (see ``liger_core.bench.timing``).
+        layout: build each op's inputs in this layout of its spec (``contiguous`` q/k for RoPE);
+            default: the layout the models pass. Ops without that layout keep their default.
     """
     bad_modes = [m for m in modes if m not in MODES]
     if bad_modes or not modes:
@@ -490,7 +352,10 @@ def run_bench(
         unknown = [p for p in providers if p not in PROVIDERS]
         if unknown:
             raise ValueError(f"unknown provider(s) {', '.join(unknown)}; known: {', '.join(PROVIDERS)}")
-    selected = _select_ops(ops)
+    selected = [spec.with_layout(layout if layout in spec.layouts else None) for spec in _select_ops(ops)]
+    if layout is not None and not any(layout in spec.layouts for spec in selected):
+        known = sorted({name for spec in selected for name in spec.layouts})
+        raise ValueError(f"no selected op has layout {layout!r}; their layouts: {', '.join(known)}")
     base = get_config(config) if isinstance(config, str) else config
     base = custom_shape(base, **(sizes or {}))
     axis, values = sweep if sweep else ("tokens", [base.tokens])
@@ -501,14 +366,19 @@ def run_bench(
     device_type = device or infer_device()
     dev = torch.device(device_type)
     used_timer = timing.resolve_timer(timer, device_type)
-    source_note = register_source_backend(device_type, backend)
+    notes = [n for n in (source_tree_hint(device_type) if not backend else "",) if n]
+    if device_type == "cpu":
+        notes.append(
+            "timed on the CPU: the Triton kernels run in the interpreter (or the PyTorch reference runs), so the "
+            "times and ratios say nothing about GPU speed; CPU runs check that the harness works"
+        )
     plans = []
     for spec in selected:
         names = list(providers) if providers is not None else default_providers(spec, device_type)
         # this project's row first: the others' ratios refer to it
         names = ([LIGER] if LIGER in names else []) + [n for n in names if n != LIGER]
         plans.append((spec, names))
-    liger_impl = _liger_provider(selected[0].op, device_type, backend).implementation if selected else ""
+    liger_impl = liger_provider(selected[0].op, device_type, backend).implementation if selected else ""
     versions = collect_versions(device_type, (liger_impl.split() or [None])[0])
     dev_name = timing.device_name(dev)
     meta = {
@@ -525,7 +395,7 @@ def run_bench(
         "rep_ms": rep_ms,
         "backend": backend or "dispatch",
         "liger": liger_impl,
-        "backend_note": source_note,
+        "notes": notes,
         "versions": versions,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "ops": [s.op for s in selected],
@@ -534,7 +404,7 @@ def run_bench(
     version_text = ";".join(f"{k}={v}" for k, v in versions.items())
     result = BenchResult(meta)
     total = sum(
-        sum(1 for n in names if n not in PEER_DIST or n in spec.peers) * len(values) * len(modes)
+        sum(1 for n in names if n not in PEERS or n in spec.peers) * len(values) * len(modes)
         for spec, names in plans
         if axis in spec.axes or len(values) == 1
     )
@@ -550,6 +420,7 @@ def run_bench(
                 for r in rows:
                     r.update(axis=axis, x=x, config=base.name, device=dev_name, versions=version_text)
                     r["shape"] = spec.describe(shape)
+                    r["layout"] = spec.layout
                     r["dtype"] = meta["dtype"]
                 _add_ratios(rows)
                 for r in rows:
@@ -577,7 +448,7 @@ def _run_provider(provider, spec, shape, dt, dev, modes, timer, rep_ms, want):
         # Every provider gets the same inputs and upstream gradients: drawn from a generator seeded
         # by the op and shape (the upstream gradients after the inputs), not from the global RNG.
         gen = input_generator(spec.op, shape, dev)
-        kwargs = spec.build(shape, dt, dev, gen)
+        kwargs = spec.arguments(shape, dt, dev, gen)
         if provider.prepare is not None:
             kwargs = provider.prepare(kwargs)
         with torch.no_grad():

@@ -77,6 +77,9 @@ class BenchSpec:
     flops: Callable[[ModelShape], tuple[int, int]] | None = None
     peers: dict[str, Peer] = field(default_factory=dict)
     op: str = ""
+    # The op's `Op.bind`: the built arguments with the contract's defaults filled in, so every
+    # provider gets every argument (set by `specs`).
+    bind: Callable[[Kwargs], Kwargs] = dict
 
     @property
     def layout(self) -> str:
@@ -95,9 +98,13 @@ class BenchSpec:
             raise ValueError(f"{self.op}: layout must be one of {', '.join(self.layouts)}; got {layout!r}")
         return replace(self, layouts={layout: self.layouts[layout]})
 
+    def arguments(self, shape: ModelShape, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> Kwargs:
+        """Every argument of the op at ``shape`` (built in this spec's layout, defaults filled in)."""
+        return self.bind(self.build(shape, dtype, device, gen))
+
     def inputs(self, shape: ModelShape, dtype: torch.dtype, device: torch.device | str) -> Kwargs:
         """The op's arguments at ``shape``: the same tensors on every call (see `input_generator`)."""
-        return self.build(shape, dtype, torch.device(device), input_generator(self.op, shape, device))
+        return self.arguments(shape, dtype, torch.device(device), input_generator(self.op, shape, device))
 
     def bytes_moved(self, shape: ModelShape, dtype: torch.dtype, mode: str) -> int:
         fwd, bwd = self.traffic(shape, torch.empty((), dtype=dtype).element_size())
@@ -114,7 +121,7 @@ def specs() -> dict[str, BenchSpec]:
     """The spec of every catalogue op that declares one, in catalogue order."""
     from liger_core.interface import CATALOGUE
 
-    return {name: replace(op.bench, op=name) for name, op in CATALOGUE.items() if op.bench is not None}
+    return {name: replace(op.bench, op=name, bind=op.bind) for name, op in CATALOGUE.items() if op.bench is not None}
 
 
 def missing_specs() -> list[str]:

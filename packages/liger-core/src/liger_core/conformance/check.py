@@ -118,12 +118,20 @@ def check(
     # The oracle: the same formula in float64 on the CPU, the same upstream gradients.
     args64 = {k: _float64(v, k in differentiable) for k, v in bound.items()}
     outs64 = _as_tuple(decl.math(*args64.values()))[: len(outs)]
-    pairs64 = [(o, upstream[n].detach().cpu().double()) for n, o in zip(names, outs64) if upstream[n] is not None]
+    # The upstream gradients as they were before backward (an opted-in op may have overwritten them).
+    pairs64 = [(o, given[n].cpu().double()) for n, o in zip(names, outs64) if n in given]
     if pairs64:
         torch.autograd.backward([o for o, _ in pairs64], [g for _, g in pairs64])
 
+    # Nothing the caller did not opt in to may change (checked first: a kernel that writes into its
+    # inputs also corrupts what its backward reads): inputs, and upstream gradients.
+    for k, leaf in leaves.items():
+        assert torch.equal(leaf.detach(), before[k]), f"{name} modified its input {k}"
+    for out_name, g in given.items():
+        if f"grad_{out_name}" not in overwritable:
+            assert torch.equal(upstream[out_name], g), f"{name} modified the incoming gradient of {out_name}"
     detached64 = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in args64.items()}
-    up64 = {n: (g.detach().cpu().double() if g is not None else None) for n, g in upstream.items()}
+    up64 = {n: (given[n].cpu().double() if n in given else None) for n in upstream}
     scales = checks.atol_scales(detached64, up64) if checks.atol_scales else {}
     floating = {k: v.dtype for k, v in tensors.items() if v.is_floating_point()}
 
@@ -151,12 +159,6 @@ def check(
         assert_close(got, want, tolerance(what), f"{name} {what}", scale=scales.get(what))
         grads[k] = got
 
-    # Nothing the caller did not opt in to may change: inputs, and upstream gradients.
-    for k, leaf in leaves.items():
-        assert torch.equal(leaf.detach(), before[k]), f"{name} modified its input {k}"
-    for out_name, g in given.items():
-        if f"grad_{out_name}" not in overwritable:
-            assert torch.equal(upstream[out_name], g), f"{name} modified the incoming gradient of {out_name}"
     return dict(zip(names, outs)), grads
 
 

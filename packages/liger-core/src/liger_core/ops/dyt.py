@@ -101,7 +101,7 @@ def _scales(a, upstream):
     if not x.numel():
         return {}
     t = torch.tanh(a["alpha"].reshape(()) * x)
-    terms = (upstream["y"] * a["gamma"] * x * (1 - t * t)).abs().sum()
+    terms = (upstream["output"] * a["gamma"] * x * (1 - t * t)).abs().sum()
     return {"grad_alpha": float(terms) / x.numel() ** 0.5}
 
 

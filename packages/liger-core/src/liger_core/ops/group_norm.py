@@ -159,7 +159,7 @@ def _scales(a, upstream):
     if not x.numel():
         return {}
     per_channel = (a["num_channels"],) + (1,) * (x.dim() - 2)
-    g = upstream["y"] * (a["weight"].reshape(per_channel) if a["weight"] is not None else 1.0)
+    g = upstream["output"] * (a["weight"].reshape(per_channel) if a["weight"] is not None else 1.0)
     grouped = x.reshape(x.shape[0], groups, -1)
     return {"grad_x": S.peak(centred_grad_scale(grouped, a["eps"], g.reshape(grouped.shape)))}
 

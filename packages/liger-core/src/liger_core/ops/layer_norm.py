@@ -109,7 +109,7 @@ def samples():
 
 
 def _scales(a, upstream):
-    g = upstream["y"] * (a["weight"] if a["weight"] is not None else 1.0)
+    g = upstream["output"] * (a["weight"] if a["weight"] is not None else 1.0)
     return {"grad_x": S.peak(centred_grad_scale(a["x"], a["eps"], g))}
 
 

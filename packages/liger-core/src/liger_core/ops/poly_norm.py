@@ -92,7 +92,7 @@ def samples():
 def _scales(a, upstream):
     # Each term's gradient cancels like RMSNorm's: grad_x's error is measured against the sum
     # over the terms of |w_i| * rstd_i * |dy| * |d(x^i)/dx|.
-    x, dy, eps = a["x"], upstream["y"].abs(), a["eps"]
+    x, dy, eps = a["x"], upstream["output"].abs(), a["eps"]
     terms = torch.zeros_like(x)
     for i, wi in zip((3, 2, 1), a["weight"].tolist()):
         rstd = torch.rsqrt(x.pow(i).pow(2).mean(-1, keepdim=True) + eps)

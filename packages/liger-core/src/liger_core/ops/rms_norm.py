@@ -158,7 +158,7 @@ def samples():
 
 
 def _scales(a, upstream):
-    return {"grad_x": S.peak(rms_grad_scale(a["x"], a["weight"], a["eps"], a["offset"], upstream["y"]))}
+    return {"grad_x": S.peak(rms_grad_scale(a["x"], a["weight"], a["eps"], a["offset"], upstream["output"]))}
 
 
 def _torch_rms_norm(x, weight=None, eps=1e-6, offset=0.0, casting_mode="llama", in_place=False):
@@ -192,7 +192,7 @@ OP = Op(
     ),
     checks=Checks(
         atol_scales=_scales,
-        overwritable=lambda a: ("grad_y",) if a["in_place"] else (),
+        overwritable=lambda a: ("grad_output",) if a["in_place"] else (),
     ),
     bench=B.BenchSpec(
         group="norms",

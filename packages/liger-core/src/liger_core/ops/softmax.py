@@ -65,7 +65,7 @@ def samples():
 
 def _scales(a, upstream):
     # grad_x = y * (dy - sum(dy * y)): the sum cancels; measure against max(y * |dy|).
-    return {"grad_x": S.peak(math(a["x"]) * upstream["y"])}
+    return {"grad_x": S.peak(math(a["x"]) * upstream["output"])}
 
 
 OP = Op(

@@ -88,7 +88,7 @@ def samples():
 
 
 def _scales(a, upstream):
-    return {"grad_x": S.peak(upstream["y"])}
+    return {"grad_x": S.peak(upstream["output"])}
 
 
 def _torch_sparsemax(x, dim=-1):
