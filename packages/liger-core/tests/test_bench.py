@@ -203,7 +203,7 @@ def test_missing_provider_is_reported(monkeypatch):
     assert [r["mode"] for r in lk] == ["forward", "backward", "full"]
     for r in lk:
         assert r["status"] == "not installed"
-        assert r["note"] == "not installed (pip install liger-kernel==0.8.5)"
+        assert r["note"] == "pip install liger-kernel==0.8.5"
         assert r["ms_p50"] is None and r["ratio_to_liger"] is None
 
 
@@ -404,10 +404,10 @@ def test_a_vendor_package_importable_but_not_loaded_gets_a_hint(tmp_path, monkey
     assert result.rows[0]["implementation"].startswith("reference")
 
 
-def test_cpu_runs_say_their_times_mean_nothing():
-    result = run_bench(ops=["softmax"], providers=["liger"], modes=["forward"], config="tiny", device="cpu",
-                       rep_ms=1, progress=False)  # fmt: skip
+def test_cpu_runs_say_their_times_mean_nothing_and_default_to_tiny_shapes():
+    result = run_bench(ops=["softmax"], providers=["liger"], modes=["forward"], device="cpu", rep_ms=1, progress=False)
     assert any("say nothing about GPU speed" in n for n in result.meta["notes"])
+    assert result.meta["config"] == "tiny"
 
 
 def test_layouts():

@@ -1,94 +1,29 @@
-"""liger-core: the Liger op interface, dispatch, reference implementations and integrations."""
+"""liger-core: the Liger op interface, dispatch, reference implementations and integrations.
 
+The public API: the nn modules (``LigerRMSNorm``...) and functional entry points
+(``liger_rms_norm``...) under Liger Kernel's names, the catalogue of op declarations, and what a
+vendor package needs (``Backend``).
+"""
+
+from liger_core import functional as _functional
+from liger_core import nn as _nn
 from liger_core.__about__ import __version__
 from liger_core.backend import Backend, LigerBackendError
 from liger_core.device import infer_device
-from liger_core.functional import (
-    liger_cross_entropy,
-    liger_dyt,
-    liger_fused_add_rms_norm,
-    liger_fused_linear_cross_entropy,
-    liger_fused_linear_jsd,
-    liger_geglu,
-    liger_group_norm,
-    liger_jsd,
-    liger_kl_div,
-    liger_layer_norm,
-    liger_multimodal_rotary_pos_emb,
-    liger_poly_norm,
-    liger_qwen2vl_mrope,
-    liger_rms_norm,
-    liger_rope,
-    liger_rotary_pos_emb,
-    liger_softmax,
-    liger_sparsemax,
-    liger_swiglu,
-    liger_tvd,
-)
+from liger_core.functional import *  # noqa: F403 (liger_<op>: every functional entry point)
 from liger_core.interface import CATALOGUE, INTERFACE_VERSION
-from liger_core.nn import (
-    LigerCrossEntropyLoss,
-    LigerDyT,
-    LigerFusedAddRMSNorm,
-    LigerFusedLinearCrossEntropyLoss,
-    LigerFusedLinearJSD,
-    LigerGEGLUMLP,
-    LigerGroupNorm,
-    LigerJSD,
-    LigerKLDIVLoss,
-    LigerLayerNorm,
-    LigerPolyNorm,
-    LigerRMSNorm,
-    LigerSoftmax,
-    LigerSparsemax,
-    LigerSwiGLUMLP,
-    LigerTVDLoss,
-)
+from liger_core.nn import *  # noqa: F403 (Liger<Module>: every nn module)
 from liger_core.registry import LigerFallbackWarning, register_backend
 
 __all__ = [
-    "LigerCrossEntropyLoss",
-    "LigerFusedLinearCrossEntropyLoss",
-    "LigerFusedLinearJSD",
-    "LigerJSD",
-    "LigerKLDIVLoss",
-    "LigerTVDLoss",
-    "liger_cross_entropy",
-    "liger_fused_linear_cross_entropy",
-    "liger_fused_linear_jsd",
-    "liger_jsd",
-    "liger_kl_div",
-    "liger_tvd",
     "CATALOGUE",
     "INTERFACE_VERSION",
     "Backend",
     "LigerBackendError",
-    "LigerDyT",
     "LigerFallbackWarning",
-    "LigerFusedAddRMSNorm",
-    "LigerGEGLUMLP",
-    "LigerGroupNorm",
-    "LigerLayerNorm",
-    "LigerPolyNorm",
-    "LigerRMSNorm",
-    "LigerSoftmax",
-    "LigerSparsemax",
-    "LigerSwiGLUMLP",
     "__version__",
     "infer_device",
-    "liger_dyt",
-    "liger_fused_add_rms_norm",
-    "liger_geglu",
-    "liger_group_norm",
-    "liger_layer_norm",
-    "liger_multimodal_rotary_pos_emb",
-    "liger_poly_norm",
-    "liger_qwen2vl_mrope",
-    "liger_rms_norm",
-    "liger_rope",
-    "liger_rotary_pos_emb",
-    "liger_softmax",
-    "liger_sparsemax",
-    "liger_swiglu",
     "register_backend",
+    *_functional.__all__,
+    *_nn.__all__,
 ]

@@ -87,17 +87,9 @@ def liger_rope(
     return resolve("rope", q.device)(q, k, cos, sin, position_ids, unsqueeze_dim)
 
 
-def liger_rotary_pos_emb(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    position_ids: torch.Tensor | None = None,
-    unsqueeze_dim: int = 1,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Drop-in for transformers' ``apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1)``
-    (LLaMA, Mistral, Qwen2...): the `rope` op."""
-    return resolve("rope", q.device)(q, k, cos, sin, position_ids, unsqueeze_dim)
+# Drop-in for transformers' ``apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1)``
+# (LLaMA, Mistral, Qwen2...), under its liger-kernel name.
+liger_rotary_pos_emb = liger_rope
 
 
 def liger_qwen2vl_mrope(
@@ -112,16 +104,8 @@ def liger_qwen2vl_mrope(
     return resolve("qwen2vl_mrope", q.device)(q, k, cos, sin, mrope_section, unsqueeze_dim)
 
 
-def liger_multimodal_rotary_pos_emb(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    mrope_section: list[int],
-    unsqueeze_dim: int = 1,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Drop-in for transformers' Qwen2-VL ``apply_multimodal_rotary_pos_emb``: the `qwen2vl_mrope` op."""
-    return resolve("qwen2vl_mrope", q.device)(q, k, cos, sin, mrope_section, unsqueeze_dim)
+# Drop-in for transformers' Qwen2-VL ``apply_multimodal_rotary_pos_emb``, under its liger-kernel name.
+liger_multimodal_rotary_pos_emb = liger_qwen2vl_mrope
 
 
 def liger_softmax(x: torch.Tensor) -> torch.Tensor:
@@ -241,3 +225,6 @@ def liger_tvd(
 ) -> torch.Tensor:
     """Total variation distance; see `liger_core.ops.tvd.tvd` for the contract."""
     return resolve("tvd", p.device)(p, q, shift_labels, reduction, ignore_index)
+
+
+__all__ = sorted(name for name in dir() if name.startswith("liger_"))

@@ -54,7 +54,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     )
     p.add_argument("--modes", metavar="A,B", default=",".join(MODES), help=f"from {', '.join(MODES)} (default: all)")
     p.add_argument(
-        "--config", default="llama-3-8b", help=f"model shapes: {', '.join(MODEL_CONFIGS)} (default llama-3-8b)"
+        "--config",
+        help=f"model shapes: {', '.join(MODEL_CONFIGS)} (default: llama-3-8b on an accelerator, tiny on the CPU)",
     )
     for axis in AXES:
         p.add_argument(f"--{axis.replace('_', '-')}", dest=axis, type=int, metavar="N", help=f"set {axis}")

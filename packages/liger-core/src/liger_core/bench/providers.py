@@ -149,7 +149,7 @@ def make_provider(name: str, spec: BenchSpec, device_type: str, backend: str | N
         return None
     package = PEERS[name]
     if importlib.util.find_spec(package.module) is None:
-        return Provider(name, NOT_INSTALLED, reason=f"not installed ({package.install})")
+        return Provider(name, NOT_INSTALLED, reason=package.install)
     # Under TRITON_INTERPRET=1 Triton peers run on CPU tensors (slowly): how CI checks the adapters.
     interpreted = device_type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1" and name != TORCH_NPU
     if device_type not in package.devices and not interpreted:

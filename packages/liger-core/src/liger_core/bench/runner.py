@@ -316,7 +316,7 @@ def run_bench(
     ops: Iterable[str] | None = None,
     providers: Sequence[str] | None = None,
     modes: Sequence[str] = MODES,
-    config: str | ModelShape = "llama-3-8b",
+    config: str | ModelShape | None = None,
     sizes: dict[str, int] | None = None,
     sweep: tuple[str, Sequence[int]] | None = None,
     dtype: str | torch.dtype = "bfloat16",
@@ -336,6 +336,8 @@ def run_bench(
             plus cut-cross-entropy for fused linear cross-entropy and torch_npu on an NPU).
         modes: any of forward, backward, full.
         config: a name from ``MODEL_CONFIGS`` or a ``ModelShape``; ``sizes`` overrides fields.
+            Default: ``llama-3-8b`` on an accelerator, ``tiny`` on the CPU (where timings only
+            check the harness: LLaMA shapes on the PyTorch reference take minutes).
         sweep: ``(axis, values)``: one run per value of that ModelShape field; else one point
             on the ``tokens`` axis.
         device: device type (default: this machine's accelerator, else cpu).
@@ -356,6 +358,9 @@ def run_bench(
     if layout is not None and not any(layout in spec.layouts for spec in selected):
         known = sorted({name for spec in selected for name in spec.layouts})
         raise ValueError(f"no selected op has layout {layout!r}; their layouts: {', '.join(known)}")
+    device_type = device or infer_device()
+    if config is None:
+        config = "tiny" if device_type == "cpu" else "llama-3-8b"
     base = get_config(config) if isinstance(config, str) else config
     base = custom_shape(base, **(sizes or {}))
     axis, values = sweep if sweep else ("tokens", [base.tokens])
@@ -363,7 +368,6 @@ def run_bench(
         raise ValueError(f"sweep axis must be one of {', '.join(AXES)}; got {axis!r}")
     values = [int(v) for v in values]
     dt = _parse_dtype(dtype)
-    device_type = device or infer_device()
     dev = torch.device(device_type)
     used_timer = timing.resolve_timer(timer, device_type)
     notes = [n for n in (source_tree_hint(device_type) if not backend else "",) if n]

@@ -117,6 +117,11 @@ class BenchSpec:
         return {"forward": fwd, "backward": bwd, "full": fwd + bwd}[mode]
 
 
+def rows(group: str, build: Builder, torch_fn, traffic, peers: dict[str, Peer], axes=("tokens", "hidden")) -> BenchSpec:
+    """The spec of an op over rows of a (tokens, hidden) activation, the norms' and softmax's layout."""
+    return BenchSpec(group, axes, {"rows": build}, torch_fn, traffic, rows_text, peers=peers)
+
+
 def specs() -> dict[str, BenchSpec]:
     """The spec of every catalogue op that declares one, in catalogue order."""
     from liger_core.interface import CATALOGUE

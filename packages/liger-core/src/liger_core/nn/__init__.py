@@ -1,7 +1,6 @@
 """Drop-in `torch.nn.Module`s over the functional API."""
 
 from liger_core.nn.dyt import LigerDyT
-from liger_core.nn.fused_add_rms_norm import LigerFusedAddRMSNorm
 from liger_core.nn.group_norm import LigerGroupNorm
 from liger_core.nn.layer_norm import LigerLayerNorm
 from liger_core.nn.losses import (
@@ -14,24 +13,7 @@ from liger_core.nn.losses import (
 )
 from liger_core.nn.mlp import LigerGEGLUMLP, LigerSwiGLUMLP
 from liger_core.nn.poly_norm import LigerPolyNorm
-from liger_core.nn.rms_norm import LigerRMSNorm
+from liger_core.nn.rms_norm import LigerFusedAddRMSNorm, LigerRMSNorm
 from liger_core.nn.softmax import LigerSoftmax, LigerSparsemax
 
-__all__ = [
-    "LigerCrossEntropyLoss",
-    "LigerFusedLinearCrossEntropyLoss",
-    "LigerFusedLinearJSD",
-    "LigerJSD",
-    "LigerKLDIVLoss",
-    "LigerTVDLoss",
-    "LigerDyT",
-    "LigerFusedAddRMSNorm",
-    "LigerGEGLUMLP",
-    "LigerGroupNorm",
-    "LigerLayerNorm",
-    "LigerPolyNorm",
-    "LigerRMSNorm",
-    "LigerSoftmax",
-    "LigerSparsemax",
-    "LigerSwiGLUMLP",
-]
+__all__ = sorted(name for name in dir() if name.startswith("Liger"))

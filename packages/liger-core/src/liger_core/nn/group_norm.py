@@ -4,6 +4,7 @@ import torch
 from torch import nn
 
 from liger_core.functional import liger_group_norm
+from liger_core.nn._params import init_bias, init_weight
 
 
 class LigerGroupNorm(nn.Module):
@@ -24,8 +25,6 @@ class LigerGroupNorm(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if init_fn not in ("ones", "zeros"):
-            raise ValueError(f"LigerGroupNorm: init_fn must be 'ones' or 'zeros'; got {init_fn!r}")
         if num_groups <= 0 or num_channels % num_groups != 0:
             raise ValueError(
                 f"LigerGroupNorm: num_groups must be > 0 and divide num_channels={num_channels}; "
@@ -33,12 +32,9 @@ class LigerGroupNorm(nn.Module):
             )
         self.num_channels = num_channels
         self.num_groups = num_groups
-        self.eps = eps
-        self.variance_epsilon = eps
-        init = torch.ones if init_fn == "ones" else torch.zeros
-        self.weight = nn.Parameter(init(num_channels, device=device, dtype=dtype))
-        make_bias = torch.randn if bias else torch.zeros
-        self.bias = nn.Parameter(make_bias(num_channels, device=device, dtype=dtype))
+        self.eps = self.variance_epsilon = eps
+        self.weight = init_weight("LigerGroupNorm", num_channels, init_fn, device, dtype)
+        self.bias = init_bias(num_channels, bias, device, dtype)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return liger_group_norm(

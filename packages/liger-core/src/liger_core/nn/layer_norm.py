@@ -4,6 +4,7 @@ import torch
 from torch import nn
 
 from liger_core.functional import liger_layer_norm
+from liger_core.nn._params import init_bias, init_weight
 
 
 class LigerLayerNorm(nn.Module):
@@ -24,15 +25,10 @@ class LigerLayerNorm(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if init_fn not in ("ones", "zeros"):
-            raise ValueError(f"LigerLayerNorm: init_fn must be 'ones' or 'zeros'; got {init_fn!r}")
         self.hidden_size = hidden_size
-        self.eps = eps
-        self.variance_epsilon = eps
-        init = torch.ones if init_fn == "ones" else torch.zeros
-        self.weight = nn.Parameter(init(hidden_size, device=device, dtype=dtype))
-        make_bias = torch.randn if bias else torch.zeros
-        self.bias = nn.Parameter(make_bias(hidden_size, device=device, dtype=dtype))
+        self.eps = self.variance_epsilon = eps
+        self.weight = init_weight("LigerLayerNorm", hidden_size, init_fn, device, dtype)
+        self.bias = init_bias(hidden_size, bias, device, dtype)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return liger_layer_norm(hidden_states, self.weight, self.bias, self.variance_epsilon)

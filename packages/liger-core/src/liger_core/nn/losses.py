@@ -17,14 +17,43 @@ from liger_core.ops import _losses as L
 from liger_core.ops.fused_linear_cross_entropy import ACCUM_DTYPES
 
 
-def _check_ce_module(name, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss):
-    try:
-        L.check_ce_options(name, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss)
-    except (TypeError, ValueError) as e:
-        raise type(e)(str(e)) from None
+class _CrossEntropyOptions(nn.Module):
+    """The cross-entropy options the CE modules share (liger-kernel's names), checked once."""
+
+    def __init__(self, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss) -> None:
+        super().__init__()
+        try:
+            L.check_ce_options(
+                type(self).__name__, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss
+            )
+        except (TypeError, ValueError) as e:
+            raise type(e)(str(e)) from None
+        self.ignore_index = ignore_index
+        self.lse_square_scale = lse_square_scale
+        self.label_smoothing = label_smoothing
+        self.reduction = reduction
+        self.softcap = softcap
+        self.return_z_loss = return_z_loss
+
+    def ce_options(self) -> tuple:
+        """The options in the ops' argument order (after the class weights)."""
+        return (
+            self.ignore_index,
+            self.lse_square_scale,
+            self.label_smoothing,
+            self.reduction,
+            self.softcap,
+            self.return_z_loss,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, label_smoothing={self.label_smoothing}, "
+            f"lse_square_scale={self.lse_square_scale}, softcap={self.softcap}"
+        )
 
 
-class LigerCrossEntropyLoss(nn.Module):
+class LigerCrossEntropyLoss(_CrossEntropyOptions):
     """Cross-entropy over ``(tokens, vocab)`` logits, a drop-in for ``torch.nn.CrossEntropyLoss``
     plus z-loss (``lse_square_scale``) and Gemma-2 softcapping. ``forward(logits, target)`` gives
     the loss, or ``(loss, z_loss)`` with ``return_z_loss``. The logits are never modified unless
@@ -42,43 +71,20 @@ class LigerCrossEntropyLoss(nn.Module):
         return_z_loss: bool = False,
         in_place: bool = False,
     ) -> None:
-        super().__init__()
-        _check_ce_module(
-            "LigerCrossEntropyLoss", ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss
-        )
+        super().__init__(ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss)
         if type(in_place) is not bool:
             raise TypeError(f"LigerCrossEntropyLoss: in_place must be True or False; got {in_place!r}")
         self.weight = weight
-        self.ignore_index = ignore_index
-        self.lse_square_scale = lse_square_scale
-        self.label_smoothing = label_smoothing
-        self.reduction = reduction
-        self.softcap = softcap
-        self.return_z_loss = return_z_loss
         self.in_place = in_place
 
     def forward(self, _input: torch.Tensor, target: torch.Tensor):
-        return liger_cross_entropy(
-            _input,
-            target,
-            self.weight,
-            self.ignore_index,
-            self.lse_square_scale,
-            self.label_smoothing,
-            self.reduction,
-            self.softcap,
-            self.return_z_loss,
-            self.in_place,
-        )
+        return liger_cross_entropy(_input, target, self.weight, *self.ce_options(), self.in_place)
 
     def extra_repr(self) -> str:
-        return (
-            f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, label_smoothing={self.label_smoothing}, "
-            f"lse_square_scale={self.lse_square_scale}, softcap={self.softcap}, in_place={self.in_place}"
-        )
+        return f"{super().extra_repr()}, in_place={self.in_place}"
 
 
-class LigerFusedLinearCrossEntropyLoss(nn.Module):
+class LigerFusedLinearCrossEntropyLoss(_CrossEntropyOptions):
     """lm_head projection + cross-entropy without materialising the logits.
     ``forward(lin_weight, _input, target, bias=None)`` (liger-kernel's argument order)."""
 
@@ -93,44 +99,18 @@ class LigerFusedLinearCrossEntropyLoss(nn.Module):
         return_z_loss: bool = False,
         accum_dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__()
-        _check_ce_module(
-            "LigerFusedLinearCrossEntropyLoss",
-            ignore_index,
-            lse_square_scale,
-            label_smoothing,
-            reduction,
-            softcap,
-            return_z_loss,
-        )
+        super().__init__(ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss)
         if accum_dtype not in ACCUM_DTYPES:
             raise ValueError(
                 f"LigerFusedLinearCrossEntropyLoss: accum_dtype must be None, torch.float32, torch.bfloat16 or "
                 f"torch.float16; got {accum_dtype!r}"
             )
         self.ce_weight = ce_weight
-        self.ignore_index = ignore_index
-        self.lse_square_scale = lse_square_scale
-        self.label_smoothing = label_smoothing
-        self.reduction = reduction
-        self.softcap = softcap
-        self.return_z_loss = return_z_loss
         self.accum_dtype = accum_dtype
 
     def forward(self, lin_weight: torch.Tensor, _input: torch.Tensor, target: torch.Tensor, bias=None):
         return liger_fused_linear_cross_entropy(
-            _input,
-            lin_weight,
-            target,
-            bias,
-            self.ce_weight,
-            self.ignore_index,
-            self.lse_square_scale,
-            self.label_smoothing,
-            self.reduction,
-            self.softcap,
-            self.return_z_loss,
-            self.accum_dtype,
+            _input, lin_weight, target, bias, self.ce_weight, *self.ce_options(), self.accum_dtype
         )
 
 

@@ -57,3 +57,10 @@ def check_eps(op: str, eps: float) -> None:
 def check_flag(op: str, name: str, value: bool) -> None:
     if not isinstance(value, bool):
         raise TypeError(f"{op}: {name} must be True or False; got {value!r}")
+
+
+def param_ok(p: torch.Tensor | None, x: torch.Tensor, axis: int = -1) -> bool:
+    """The fast-path test of an optional per-feature parameter (see `check_param`)."""
+    return p is None or (
+        p.dtype in FLOAT_DTYPES and p.ndim == 1 and p.shape[0] == x.shape[axis] and p.device == x.device
+    )

@@ -141,6 +141,22 @@ __all__ = [
 ]
 
 
+# Named option sets the cross-entropy samples run (cross_entropy and the fused linear one): the
+# builders' arguments (``weighted``: class weights; ``bias``: an lm_head bias, fused linear only)
+# and the contract's.
+CE_OPTIONS = {
+    "plain": {},
+    "bias": dict(bias=True),
+    "class_weight": dict(weighted=True),
+    "smoothing": dict(label_smoothing=0.1),
+    "zloss": dict(lse_square_scale=1e-2, return_z_loss=True),
+    "softcap": dict(softcap=4.0),
+    "everything": dict(
+        weighted=True, bias=True, label_smoothing=0.2, lse_square_scale=1e-3, return_z_loss=True, softcap=5.0
+    ),
+}
+
+
 def grad_scale_through(grad_out: torch.Tensor, operand: torch.Tensor) -> float:
     """The size of the terms summed in ``grad_out @ operand`` before they cancel: the atol scale
     for a gradient that is such a product (float64 tensors)."""

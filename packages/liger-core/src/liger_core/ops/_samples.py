@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
-from liger_core.op import Sample, sample
+from liger_core.op import BadInput, Sample, bad, on_other_device, sample
 
 # Every dtype a kernel must serve, and the two the option grids run in.
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -62,3 +62,20 @@ def grid(build: Callable[..., dict], vary: dict[str, Iterable], grad_scalar: flo
     names = list(vary)
     for values in itertools.product(*vary.values()):
         yield sample(build, grad_scalar=grad_scalar, **fixed, **dict(zip(names, values)))
+
+
+# Bad inputs many ops share (their valid arguments: an ``x`` of (4, 16) and per-feature parameters).
+X_INT = bad("int_dtype", TypeError, r"x must have dtype float32, bfloat16, float16; got int64", x=lambda x: x.long())
+X_FLOAT64 = bad("float64", TypeError, r"x must have dtype .*got float64", x=lambda x: x.double())
+X_SCALAR = bad("scalar", ValueError, r"at least 1 dimension", x=lambda x: x[0, 0])
+NEGATIVE_EPS = bad("negative_eps", ValueError, r"eps must be a number >= 0; got -1", eps=-1)
+
+
+def elsewhere(param: str, name: str = "mixed_devices") -> BadInput:
+    """``param`` on another device than ``x``."""
+    return bad(name, ValueError, rf"one device.*x is on .*{param} is on", **{param: on_other_device})
+
+
+def too_short(param: str, want: str, n: int = 15) -> BadInput:
+    """``param`` cut to ``n`` elements: the error names the expected shape ``want`` and the actual one."""
+    return bad(f"{param}_shape", ValueError, rf"{param} must have shape {want}.*\({n},\)", **{param: lambda t: t[:n]})

@@ -226,29 +226,13 @@ def args(
     return dict(logits=logits, target=target, weight=weight, **options)
 
 
-# weighted, label_smoothing, lse_square_scale, softcap
-OPTIONS = {
-    "plain": (False, 0.0, 0.0, None),
-    "weight": (True, 0.0, 0.0, None),
-    "smoothing": (False, 0.1, 0.0, None),
-    "zloss": (False, 0.0, 1e-2, None),
-    "softcap": (False, 0.0, 0.0, 4.0),
-    "everything": (True, 0.2, 1e-3, 5.0),
-}
+# The shared option sets, without the lm_head bias cross_entropy does not have.
+OPTIONS = {name: {k: v for k, v in o.items() if k != "bias"} for name, o in L.CE_OPTIONS.items() if name != "bias"}
 
 
 def option_args(device, option="plain", **params):
     """`args` with one of the named option sets (class weights, smoothing, z-loss, softcap)."""
-    weighted, smoothing, zscale, softcap = OPTIONS[option]
-    return args(
-        device,
-        weighted=weighted,
-        label_smoothing=smoothing,
-        lse_square_scale=zscale,
-        softcap=softcap,
-        return_z_loss=zscale > 0,
-        **params,
-    )
+    return args(device, **OPTIONS[option], **params)
 
 
 def samples():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from liger_core.bench import spec as B
-from liger_core.op import Checks, Op, bad, on_other_device, sample
+from liger_core.op import Checks, Op, bad, sample
 from liger_core.ops import _samples as S
-from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_param, check_rows, check_same_device
+from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_param, check_rows, check_same_device, param_ok
 
 
 def dyt(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None) -> torch.Tensor:
@@ -39,24 +39,15 @@ def check_args(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: 
             and alpha.dtype in FLOAT_DTYPES
             and alpha.shape in ((1,), ())
             and alpha.device == x.device
-            and gamma.dtype in FLOAT_DTYPES
-            and gamma.ndim == 1
-            and gamma.shape[0] == x.shape[-1]
-            and gamma.device == x.device
-            and (
-                beta is None
-                or (
-                    beta.dtype in FLOAT_DTYPES
-                    and beta.ndim == 1
-                    and beta.shape[0] == x.shape[-1]
-                    and beta.device == x.device
-                )
-            )
+            and gamma is not None
+            and param_ok(gamma, x)
+            and param_ok(beta, x)
         ):
             return
     except (AttributeError, TypeError):
         pass
     check_floating("alpha", alpha)
+    check_floating("gamma", gamma)
     check_rows("dyt", x)
     check_same_device("dyt", x=x, alpha=alpha, gamma=gamma, beta=beta)
     if alpha.shape not in ((1,), ()):
@@ -114,7 +105,7 @@ OP = Op(
     smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
     error_sample=sample(args),
     errors=(
-        bad("mixed_devices", ValueError, r"one device.*x is on .*gamma is on", gamma=on_other_device),
+        S.elsewhere("gamma"),
         bad(
             "alpha_shape",
             ValueError,
@@ -128,28 +119,24 @@ OP = Op(
             r"beta must have shape \(hidden,\) = \(16,\).*\(17,\)",
             beta=lambda b: torch.cat([b, b[:1]]),
         ),
-        bad("int_dtype", TypeError, r"x must have dtype float32, bfloat16, float16; got int64", x=lambda x: x.long()),
+        S.X_INT,
         bad("alpha_dtype", TypeError, r"alpha must have dtype .*got float64", alpha=lambda a: a.double()),
-        bad("scalar", ValueError, r"at least 1 dimension", x=lambda x: x[0, 0]),
+        S.X_SCALAR,
     ),
     checks=Checks(atol_scales=_scales),
-    bench=B.BenchSpec(
-        group="norms",
-        axes=("tokens", "hidden"),
-        layouts={
-            "rows": lambda s, dt, dev, gen: dict(
-                x=B.normal((s.tokens, s.hidden), dt, dev, gen),
-                alpha=torch.tensor([0.5], device=dev, dtype=dt).requires_grad_(),
-                gamma=B.normal((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
-                beta=B.normal((s.hidden,), dt, dev, gen, scale=0.1),
-            )
-        },
-        torch_fn=lambda x, alpha, gamma, beta: gamma * torch.tanh(alpha * x) + (0 if beta is None else beta),
-        traffic=lambda s, e: (
+    bench=B.rows(
+        "norms",
+        lambda s, dt, dev, gen: dict(
+            x=B.normal((s.tokens, s.hidden), dt, dev, gen),
+            alpha=torch.tensor([0.5], device=dev, dtype=dt).requires_grad_(),
+            gamma=B.normal((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
+            beta=B.normal((s.hidden,), dt, dev, gen, scale=0.1),
+        ),
+        lambda x, alpha, gamma, beta: gamma * torch.tanh(alpha * x) + (0 if beta is None else beta),
+        lambda s, e: (
             2 * s.tokens * s.hidden * e + 2 * s.hidden * e,
             3 * s.tokens * s.hidden * e + 4 * s.hidden * e,
         ),
-        describe=B.rows_text,
-        peers={B.LIGER_KERNEL: B.liger_kernel("liger_dyt", "x", "alpha", "gamma", "beta")},
+        {B.LIGER_KERNEL: B.liger_kernel("liger_dyt", "x", "alpha", "gamma", "beta")},
     ),
 )

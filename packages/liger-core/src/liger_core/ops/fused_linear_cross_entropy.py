@@ -159,7 +159,7 @@ def math(
 # -- declaration ---------------------------------------------------------------------------------
 
 
-def args(device, shape=(4, 8, 20), dtype=torch.float32, seed=0, ignored=0.25, bias=False, ce_weight=False, **options):
+def args(device, shape=(4, 8, 20), dtype=torch.float32, seed=0, ignored=0.25, bias=False, weighted=False, **options):
     """input (tokens, hidden), an lm_head weight (vocab, hidden) giving O(3) logits, targets with
     some rows ignored, optional bias and class weights."""
     n, hidden, vocab = shape
@@ -168,36 +168,13 @@ def args(device, shape=(4, 8, 20), dtype=torch.float32, seed=0, ignored=0.25, bi
     w = S.to(device, dtype, S.normal((vocab, hidden), g, 3.0 / max(hidden, 1) ** 0.5))
     target = S.labels(n, vocab, seed, options.get("ignore_index", -100), ignored).to(device)
     b = S.to(device, dtype, S.normal(vocab, g, 0.5)) if bias else None
-    cw = S.to(device, dtype, torch.rand(vocab, generator=g) + 0.5) if ce_weight else None
+    cw = S.to(device, dtype, torch.rand(vocab, generator=g) + 0.5) if weighted else None
     return dict(input=x, weight=w, target=target, bias=b, ce_weight=cw, **options)
 
 
-# ce_weight, bias, label_smoothing, lse_square_scale, softcap
-OPTIONS = {
-    "plain": (False, False, 0.0, 0.0, None),
-    "bias": (False, True, 0.0, 0.0, None),
-    "ce_weight": (True, False, 0.0, 0.0, None),
-    "smoothing": (False, False, 0.1, 0.0, None),
-    "zloss": (False, False, 0.0, 1e-2, None),
-    "softcap": (False, False, 0.0, 0.0, 4.0),
-    "everything": (True, True, 0.2, 1e-3, 5.0),
-}
-
-
 def option_args(device, option="plain", tokens=37, **params):
-    """`args` at (tokens, 24, 130) with one of the named option sets."""
-    ce_weight, bias, smoothing, zscale, softcap = OPTIONS[option]
-    return args(
-        device,
-        shape=(tokens, 24, 130),
-        bias=bias,
-        ce_weight=ce_weight,
-        label_smoothing=smoothing,
-        lse_square_scale=zscale,
-        softcap=softcap,
-        return_z_loss=zscale > 0,
-        **params,
-    )
+    """`args` at (tokens, 24, 130) with one of the named option sets (`_losses.CE_OPTIONS`)."""
+    return args(device, shape=(tokens, 24, 130), **L.CE_OPTIONS[option], **params)
 
 
 def samples():
@@ -208,7 +185,7 @@ def samples():
     # they fit in grad_weight's storage (tokens <= hidden).
     yield from S.grid(
         option_args,
-        dict(tokens=(37, 19), dtype=S.OPTION_DTYPES, reduction=REDUCTIONS, option=OPTIONS),
+        dict(tokens=(37, 19), dtype=S.OPTION_DTYPES, reduction=REDUCTIONS, option=L.CE_OPTIONS),
         seed=3,
     )
     yield from S.grid(
@@ -226,7 +203,7 @@ def samples():
         shape=(6, 8, 20),
         ignored="all",
         bias=True,
-        ce_weight=True,
+        weighted=True,
         lse_square_scale=0.1,
     )
     # input without requires_grad (a frozen trunk): only the lm_head gets gradients.
@@ -277,7 +254,7 @@ OP = Op(
     samples=samples,
     # (tokens, hidden, vocab)
     smoke=(sample(args, shape=(3, 8, 5), bias=True), sample(args, shape=(20, 16, 700), bias=True)),
-    error_sample=sample(args, ignored=0.0, bias=True, ce_weight=True),
+    error_sample=sample(args, ignored=0.0, bias=True, weighted=True),
     errors=(
         bad("target_range", ValueError, r"target must be in \[0, 20\).*first: 21", target=set_item(1, 21)),
         bad(

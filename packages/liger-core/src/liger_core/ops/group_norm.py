@@ -7,10 +7,10 @@ import torch.nn.functional as F
 
 from liger_core.bench import spec as B
 from liger_core.bench.configs import ModelShape
-from liger_core.op import Checks, Op, bad, on_other_device, sample
+from liger_core.op import Checks, Op, bad, sample
 from liger_core.ops import _samples as S
-from liger_core.ops._checks import FLOAT_DTYPES, check_eps, check_floating, check_param
-from liger_core.ops.layer_norm import centred_grad_scale, param_ok
+from liger_core.ops._checks import FLOAT_DTYPES, check_eps, check_floating, check_param, param_ok
+from liger_core.ops.layer_norm import centred_grad_scale
 
 
 def group_norm(
@@ -205,7 +205,7 @@ OP = Op(
     smoke=(sample(args, shape=(3, 4, 5), groups=2), sample(args, shape=(2, 8, 700), groups=2)),
     error_sample=sample(args),
     errors=(
-        bad("mixed_devices", ValueError, r"one device.*x is on .*weight is on", weight=on_other_device),
+        S.elsewhere("weight"),
         bad(
             "weight_shape", ValueError, r"weight must have shape \(channels,\) = \(6,\).*\(5,\)", weight=lambda w: w[:5]
         ),
@@ -224,9 +224,9 @@ OP = Op(
         ),
         bad("groups_zero", ValueError, r"num_groups must be > 0 .*got num_groups=0", num_groups=0),
         bad("groups_type", TypeError, r"num_groups must be an int; got float", num_groups=3.0),
-        bad("int_dtype", TypeError, r"x must have dtype float32, bfloat16, float16; got int64", x=lambda x: x.long()),
+        S.X_INT,
         bad("weight_dtype", TypeError, r"weight must have dtype .*got float64", weight=lambda w: w.double()),
-        bad("negative_eps", ValueError, r"eps must be a number >= 0; got -1", eps=-1),
+        S.NEGATIVE_EPS,
         bad("one_dim", ValueError, r"at least 2-D; got 1-D", x=lambda x: x[0, 0]),
     ),
     checks=Checks(atol_scales=_scales),

@@ -6,9 +6,9 @@ import torch
 import torch.nn.functional as F
 
 from liger_core.bench import spec as B
-from liger_core.op import Checks, Op, bad, on_other_device, sample
+from liger_core.op import Checks, Op, bad, sample
 from liger_core.ops import _samples as S
-from liger_core.ops._checks import FLOAT_DTYPES, check_eps, check_param, check_rows
+from liger_core.ops._checks import FLOAT_DTYPES, check_eps, check_param, check_rows, param_ok
 
 
 def layer_norm(
@@ -34,13 +34,6 @@ def layer_norm(
     """
     check_args(x, weight, bias, eps)
     return math(x, weight, bias, eps)
-
-
-def param_ok(p: torch.Tensor | None, x: torch.Tensor, axis: int = -1) -> bool:
-    """The fast-path test of an optional per-feature parameter (see `check_param`)."""
-    return p is None or (
-        p.dtype in FLOAT_DTYPES and p.ndim == 1 and p.shape[0] == x.shape[axis] and p.device == x.device
-    )
 
 
 def check_args(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float) -> None:
@@ -122,8 +115,8 @@ OP = Op(
     smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
     error_sample=sample(args, shape=(4, 16)),
     errors=(
-        bad("mixed_devices", ValueError, r"one device.*x is on .*weight is on", weight=on_other_device),
-        bad("bias_device", ValueError, r"one device.*x is on .*bias is on", bias=on_other_device),
+        S.elsewhere("weight"),
+        S.elsewhere("bias", "bias_device"),
         bad(
             "weight_shape",
             ValueError,
@@ -136,28 +129,24 @@ OP = Op(
             r"bias must have shape \(hidden,\) = \(16,\).*\(2, 16\)",
             bias=lambda b: b.expand(2, 16),
         ),
-        bad("int_dtype", TypeError, r"x must have dtype float32, bfloat16, float16; got int64", x=lambda x: x.long()),
+        S.X_INT,
         bad("bias_dtype", TypeError, r"bias must have dtype .*got float64", bias=lambda b: b.double()),
-        bad("negative_eps", ValueError, r"eps must be a number >= 0; got -1", eps=-1),
-        bad("scalar", ValueError, r"at least 1 dimension", x=lambda x: x[0, 0]),
+        S.NEGATIVE_EPS,
+        S.X_SCALAR,
     ),
     checks=Checks(atol_scales=_scales),
-    bench=B.BenchSpec(
-        group="norms",
-        axes=("tokens", "hidden"),
-        layouts={
-            "rows": lambda s, dt, dev, gen: dict(
-                x=B.normal((s.tokens, s.hidden), dt, dev, gen),
-                weight=B.normal((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
-                bias=B.normal((s.hidden,), dt, dev, gen, scale=0.1),
-            )
-        },
-        torch_fn=lambda x, weight=None, bias=None, eps=1e-5: F.layer_norm(x, (x.shape[-1],), weight, bias, eps),
-        traffic=lambda s, e: (
+    bench=B.rows(
+        "norms",
+        lambda s, dt, dev, gen: dict(
+            x=B.normal((s.tokens, s.hidden), dt, dev, gen),
+            weight=B.normal((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
+            bias=B.normal((s.hidden,), dt, dev, gen, scale=0.1),
+        ),
+        lambda x, weight=None, bias=None, eps=1e-5: F.layer_norm(x, (x.shape[-1],), weight, bias, eps),
+        lambda s, e: (
             2 * s.tokens * s.hidden * e + 2 * s.hidden * e + 8 * s.tokens,
             3 * s.tokens * s.hidden * e + 4 * s.hidden * e + 8 * s.tokens,
         ),
-        describe=B.rows_text,
-        peers={B.LIGER_KERNEL: B.liger_kernel("liger_layer_norm", "x", "weight", "bias", "eps")},
+        {B.LIGER_KERNEL: B.liger_kernel("liger_layer_norm", "x", "weight", "bias", "eps")},
     ),
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from liger_core.bench import spec as B
-from liger_core.op import Checks, Op, bad, on_other_device, sample
+from liger_core.op import Checks, Op, bad, sample
 from liger_core.ops import _samples as S
 from liger_core.ops._checks import FLOAT_DTYPES, check_eps, check_floating, check_rows, check_same_device
 
@@ -116,7 +116,7 @@ OP = Op(
     smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
     error_sample=sample(args),
     errors=(
-        bad("mixed_devices", ValueError, r"one device.*x is on .*weight is on", weight=on_other_device),
+        S.elsewhere("weight"),
         bad(
             "weight_shape",
             ValueError,
@@ -129,26 +129,22 @@ OP = Op(
             r"bias must have shape \(1,\) or \(\); got bias.shape=\(2,\)",
             bias=lambda b: torch.cat([b, b]),
         ),
-        bad("int_dtype", TypeError, r"x must have dtype float32, bfloat16, float16; got int64", x=lambda x: x.long()),
+        S.X_INT,
         bad("weight_dtype", TypeError, r"weight must have dtype .*got float64", weight=lambda w: w.double()),
-        bad("negative_eps", ValueError, r"eps must be a number >= 0; got -1", eps=-1),
-        bad("scalar", ValueError, r"at least 1 dimension", x=lambda x: x[0, 0]),
+        S.NEGATIVE_EPS,
+        S.X_SCALAR,
     ),
     checks=Checks(atol_scales=_scales),
-    bench=B.BenchSpec(
-        group="norms",
-        axes=("tokens", "hidden"),
-        layouts={
-            "rows": lambda s, dt, dev, gen: dict(
-                x=B.normal((s.tokens, s.hidden), dt, dev, gen),
-                weight=torch.tensor([0.3, 0.4, 0.5], device=dev, dtype=dt).requires_grad_(),
-                bias=torch.tensor([0.1], device=dev, dtype=dt).requires_grad_(),
-            )
-        },
-        torch_fn=_torch_poly_norm,
-        traffic=lambda s, e: (2 * s.tokens * s.hidden * e + 12 * s.tokens, 3 * s.tokens * s.hidden * e + 12 * s.tokens),
-        describe=B.rows_text,
-        peers={
+    bench=B.rows(
+        "norms",
+        lambda s, dt, dev, gen: dict(
+            x=B.normal((s.tokens, s.hidden), dt, dev, gen),
+            weight=torch.tensor([0.3, 0.4, 0.5], device=dev, dtype=dt).requires_grad_(),
+            bias=torch.tensor([0.1], device=dev, dtype=dt).requires_grad_(),
+        ),
+        _torch_poly_norm,
+        lambda s, e: (2 * s.tokens * s.hidden * e + 12 * s.tokens, 3 * s.tokens * s.hidden * e + 12 * s.tokens),
+        {
             # liger-kernel's LigerPolyNorm defaults: in_place=True; its bias is 0-d (a (1,) bias
             # gets a 0-d gradient back, which autograd rejects), so it gets a 0-d view.
             B.LIGER_KERNEL: B.liger_kernel(

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 
 from liger_core.bench import spec as B
-from liger_core.op import Checks, Op, bad, on_other_device, sample
+from liger_core.op import Checks, Op, bad, sample
 from liger_core.ops import _samples as S
-from liger_core.ops._checks import FLOAT_DTYPES, check_eps, check_param, check_rows
+from liger_core.ops._checks import FLOAT_DTYPES, check_eps, check_param, check_rows, param_ok
 
 CASTING_MODES = ("llama", "gemma", "none")
 
@@ -68,15 +68,7 @@ def check_args(
             and casting_mode in CASTING_MODES
             and eps >= 0
             and isinstance(offset, (float, int))
-            and (
-                weight is None
-                or (
-                    weight.dtype in FLOAT_DTYPES
-                    and weight.ndim == 1
-                    and weight.shape[0] == x.shape[-1]
-                    and weight.device == x.device
-                )
-            )
+            and param_ok(weight, x)
         ):
             return
     except (AttributeError, TypeError):
@@ -177,39 +169,30 @@ OP = Op(
     smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
     error_sample=sample(args, shape=(4, 16)),
     errors=(
-        bad("mixed_devices", ValueError, r"one device.*x is on .*weight is on", weight=on_other_device),
-        bad(
-            "weight_shape",
-            ValueError,
-            r"weight must have shape \(hidden,\) = \(16,\).*\(15,\)",
-            weight=lambda w: w[:15],
-        ),
-        bad("int_dtype", TypeError, r"x must have dtype float32, bfloat16, float16; got int64", x=lambda x: x.long()),
-        bad("float64", TypeError, r"x must have dtype .*got float64", x=lambda x: x.double()),
+        S.elsewhere("weight"),
+        S.too_short("weight", r"\(hidden,\) = \(16,\)"),
+        S.X_INT,
+        S.X_FLOAT64,
         bad("casting_mode", ValueError, r"casting_mode must be one of .*'llama'.*got 'bogus'", casting_mode="bogus"),
-        bad("negative_eps", ValueError, r"eps must be a number >= 0; got -1", eps=-1),
-        bad("scalar", ValueError, r"at least 1 dimension", x=lambda x: x[0, 0]),
+        S.NEGATIVE_EPS,
+        S.X_SCALAR,
     ),
     checks=Checks(
         atol_scales=_scales,
         overwritable=lambda a: ("grad_output",) if a["in_place"] else (),
     ),
-    bench=B.BenchSpec(
-        group="norms",
-        axes=("tokens", "hidden"),
-        layouts={
-            "rows": lambda s, dt, dev, gen: dict(
-                x=B.normal((s.tokens, s.hidden), dt, dev, gen),
-                weight=B.normal((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
-            )
-        },
-        torch_fn=_torch_rms_norm,
-        traffic=lambda s, e: (
+    bench=B.rows(
+        "norms",
+        lambda s, dt, dev, gen: dict(
+            x=B.normal((s.tokens, s.hidden), dt, dev, gen),
+            weight=B.normal((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
+        ),
+        _torch_rms_norm,
+        lambda s, e: (
             2 * s.tokens * s.hidden * e + s.hidden * e + 4 * s.tokens,
             3 * s.tokens * s.hidden * e + 2 * s.hidden * e + 4 * s.tokens,
         ),
-        describe=B.rows_text,
-        peers={
+        {
             # liger-kernel's LigerRMSNorm defaults: in_place=True.
             B.LIGER_KERNEL: B.liger_kernel(
                 "liger_rms_norm", "x", "weight", "eps", "offset", "casting_mode", B.const(True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from liger_core.bench import spec as B
-from liger_core.op import Checks, Op, bad, sample
+from liger_core.op import Checks, Op, sample
 from liger_core.ops import _samples as S
 from liger_core.ops._checks import FLOAT_DTYPES, check_rows
 
@@ -77,18 +77,16 @@ OP = Op(
     smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
     error_sample=sample(args),
     errors=(
-        bad("int_dtype", TypeError, r"x must have dtype float32, bfloat16, float16; got int64", x=lambda x: x.long()),
-        bad("float64", TypeError, r"x must have dtype .*got float64", x=lambda x: x.double()),
-        bad("scalar", ValueError, r"at least 1 dimension", x=lambda x: x[0, 0]),
+        S.X_INT,
+        S.X_FLOAT64,
+        S.X_SCALAR,
     ),
     checks=Checks(atol_scales=_scales),
-    bench=B.BenchSpec(
-        group="activations",
-        axes=("tokens", "hidden"),
-        layouts={"rows": lambda s, dt, dev, gen: dict(x=B.normal((s.tokens, s.hidden), dt, dev, gen))},
-        torch_fn=lambda x: torch.softmax(x, dim=-1),
-        traffic=lambda s, e: (2 * s.tokens * s.hidden * e, 3 * s.tokens * s.hidden * e),
-        describe=B.rows_text,
-        peers={B.LIGER_KERNEL: B.liger_kernel("liger_softmax", "x")},
+    bench=B.rows(
+        "activations",
+        lambda s, dt, dev, gen: dict(x=B.normal((s.tokens, s.hidden), dt, dev, gen)),
+        lambda x: torch.softmax(x, dim=-1),
+        lambda s, e: (2 * s.tokens * s.hidden * e, 3 * s.tokens * s.hidden * e),
+        {B.LIGER_KERNEL: B.liger_kernel("liger_softmax", "x")},
     ),
 )

@@ -111,19 +111,17 @@ OP = Op(
     smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
     error_sample=sample(args),
     errors=(
-        bad("int_dtype", TypeError, r"x must have dtype float32, bfloat16, float16; got int64", x=lambda x: x.long()),
-        bad("scalar", ValueError, r"at least 1 dimension", x=lambda x: x[0, 0]),
+        S.X_INT,
+        S.X_SCALAR,
         bad("dim_range", IndexError, r"dim must be in \[-2, 1\] for x of 2 dimensions; got 2", dim=2),
         bad("dim_type", TypeError, r"dim must be an int; got float", dim=1.0),
     ),
     checks=Checks(atol_scales=_scales),
-    bench=B.BenchSpec(
-        group="activations",
-        axes=("tokens", "hidden"),
-        layouts={"rows": lambda s, dt, dev, gen: dict(x=B.normal((s.tokens, s.hidden), dt, dev, gen))},
-        torch_fn=_torch_sparsemax,
-        traffic=lambda s, e: (2 * s.tokens * s.hidden * e, 3 * s.tokens * s.hidden * e),
-        describe=B.rows_text,
-        peers={B.LIGER_KERNEL: B.liger_kernel("liger_sparsemax", "x", "dim")},
+    bench=B.rows(
+        "activations",
+        lambda s, dt, dev, gen: dict(x=B.normal((s.tokens, s.hidden), dt, dev, gen)),
+        _torch_sparsemax,
+        lambda s, e: (2 * s.tokens * s.hidden * e, 3 * s.tokens * s.hidden * e),
+        {B.LIGER_KERNEL: B.liger_kernel("liger_sparsemax", "x", "dim")},
     ),
 )
