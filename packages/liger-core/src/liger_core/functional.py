@@ -108,6 +108,11 @@ def liger_qwen2vl_mrope(
 liger_multimodal_rotary_pos_emb = liger_qwen2vl_mrope
 
 
+def liger_relu_squared(x: torch.Tensor) -> torch.Tensor:
+    """``relu(x) ** 2`` (Nemotron's activation); see `liger_core.ops.relu_squared.relu_squared` for the contract."""
+    return resolve("relu_squared", x.device)(x)
+
+
 def liger_softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dimension; see `liger_core.ops.softmax.softmax` for the contract."""
     return resolve("softmax", x.device)(x)

@@ -25,6 +25,7 @@ from liger_core.ops import (
     layer_norm,
     poly_norm,
     qwen2vl_mrope,
+    relu_squared,
     rms_norm,
     rope,
     softmax,
@@ -59,6 +60,8 @@ CATALOGUE: dict[str, Op] = {
         jsd.OP,
         fused_linear_jsd.OP,
         tvd.OP,
+        # 1.4: the rest of liger-kernel's ops.
+        relu_squared.OP,
     )
 }
 

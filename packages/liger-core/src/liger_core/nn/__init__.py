@@ -1,5 +1,6 @@
 """Drop-in `torch.nn.Module`s over the functional API."""
 
+from liger_core.nn.activation import LigerReLUSquared
 from liger_core.nn.dyt import LigerDyT
 from liger_core.nn.group_norm import LigerGroupNorm
 from liger_core.nn.layer_norm import LigerLayerNorm
