@@ -24,6 +24,8 @@ if [ -n "$PEERS" ] && ! PYTHONPATH=$SITE $PY -c "import liger_kernel, cut_cross_
     $PY -m pip install -q --no-deps --no-index --target "$SITE" $PEERS
 fi
 export PYTHONPATH="packages/liger-core/src:packages/liger-ops-cuda/src:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+# The source tree's backend has no entry point: this is the one way to load it.
+export LIGER_EXTRA_BACKENDS=liger_ops_cuda
 if [ -z "${BENCH_OUT:-}" ]; then
     GPU=$($PY -c "import torch; n = torch.cuda.get_device_name(); print(next((g for g in ('H200', 'H100', 'B200', 'A100', 'L40S') if g in n), n.replace(' ', '_')))")
 fi
