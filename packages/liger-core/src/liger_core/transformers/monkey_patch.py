@@ -2,8 +2,10 @@
 
 A patch replaces, in the family's ``modeling_<family>`` module, the RMSNorm and MLP classes
 by their Liger subclasses (`liger_core.transformers.layers`), ``apply_rotary_pos_emb`` by the
-Liger RoPE, and sets ``<Family>ForCausalLM.forward`` to the fused-linear-cross-entropy forward
-(`liger_core.transformers.causal_lm`). Models built afterwards use Liger's layers. Given
+Liger RoPE (in front of the stock function), and wraps ``<Family>ForCausalLM.forward`` in the
+fused-linear-cross-entropy forward (`liger_core.transformers.causal_lm`). Each of them runs the
+stock computation wherever Liger's does not fit, so every config the stock classes build still
+builds and runs. Models built afterwards use Liger's layers. Given
 ``model=``, the patch also converts that live model's modules (its norms, MLPs and experts)
 and its forward.
 
@@ -202,7 +204,7 @@ def _apply(
         layers.require_op("liger_cross_entropy")
     if fused_linear_cross_entropy:
         layers.require_op("liger_fused_linear_cross_entropy")
-        forward = make_forward(fam.logits)
+        forward = make_forward(fam.logits, _stock_value(causal_lm, "forward"))
 
     for stock, liger in swaps.items():
         _set(mod, stock.__name__, liger)
