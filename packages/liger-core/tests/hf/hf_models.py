@@ -6,7 +6,9 @@ sequence 24) and ``mid`` (an H100/H200: hidden 1024, 4 layers, vocab 32000, sequ
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -187,3 +189,21 @@ def train(model, data, lr: float) -> Run:
 
 def initial_state(model) -> dict:
     return copy.deepcopy(model.state_dict())
+
+
+@contextlib.contextmanager
+def stock_transformers(reapply: Callable[[], None]) -> Iterator[None]:
+    """Stock transformers inside the block, ``reapply()`` (the test's patch) after it.
+
+    A class-level patch also changes models built before it: ``<Family>ForCausalLM.forward`` and the
+    module-level ``apply_rotary_pos_emb`` are looked up at call time. A stock reference must therefore
+    run (forward, generate) with the patches reverted, and so must its backward under gradient
+    checkpointing, which runs the forward again.
+    """
+    from liger_core.transformers import revert_liger_kernel_patches
+
+    revert_liger_kernel_patches()
+    try:
+        yield
+    finally:
+        reapply()
