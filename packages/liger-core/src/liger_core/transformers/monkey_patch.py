@@ -293,6 +293,10 @@ def _make_apply(model_type: str, mlp_flag: str) -> Callable:
         rms_norm: swap {", ".join(fam.norms)} for Liger's RMSNorm.
         {mlp_flag}: swap {", ".join(fam.mlps + fam.experts)} for Liger's {mlp_flag}.
         model: a model already built: its modules and forward are converted too.
+
+    Every config the stock classes serve still builds and runs: a module whose config or inputs Liger's
+    kernel does not fit (another activation, float64, the meta device) runs the stock computation and
+    warns once per reason (``LigerStockFallbackWarning``).
     """
     return wrapper
 
