@@ -167,12 +167,15 @@ def test_every_head_builds_and_matches_stock(model_type, variant, head):
         with torch.no_grad():
             ref = _outputs(head, stock.eval()(**inputs))
         ref_out = stock.train()(**inputs, **targets)
-    with torch.no_grad():
-        out = _outputs(head, patched.eval()(**inputs))
-    for name in ref:
-        torch.testing.assert_close(out[name], ref[name], **OUT_TOL, msg=name)
-
-    out = patched.train()(**inputs, **targets)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            out = _outputs(head, patched.eval()(**inputs))
+        for name in ref:
+            torch.testing.assert_close(out[name], ref[name], **OUT_TOL, msg=name)
+        out = patched.train()(**inputs, **targets)
+    # Nothing fell back at run time: the norms, RoPE (and the MLPs of "kernel") ran Liger's kernels.
+    assert [str(w.message) for w in caught if w.category is LigerStockFallbackWarning] == []
     if head == "causal_lm":
         assert ref_out.logits is not None, "the reference ran patched"
         assert out.logits is None, "training with labels: the fused loss, no logits"
