@@ -6,7 +6,9 @@ sequence 24) and ``mid`` (an H100/H200: hidden 1024, 4 layers, vocab 32000, sequ
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -78,8 +80,8 @@ SIZES = {
 }
 
 
-def mini_config(model_type: str, size: Size):
-    """A small config of ``model_type`` exercising each family's particular paths."""
+def mini_config(model_type: str, size: Size, **overrides):
+    """A small config of ``model_type`` exercising each family's particular paths; ``overrides`` last."""
     kw = dict(
         hidden_size=size.hidden,
         intermediate_size=size.intermediate,
@@ -123,7 +125,53 @@ def mini_config(model_type: str, size: Size):
         kw.update(partial_rotary_factor=0.5)  # Phi-3's partial RoPE path
     if model_type == "granite":
         kw.update(logits_scaling=4.0, embedding_multiplier=2.0, residual_multiplier=0.5, attention_multiplier=0.1)
+    kw.update(overrides)
     return AutoConfig.for_model(model_type, **kw)
+
+
+# Non-default configs of each family, for the tests that patched classes serve every config stock serves:
+# "kernel" keeps the activation Liger's MLP computes, "other_act" swaps it (the MLP then runs the stock
+# forward); both flip tied/untied embeddings from mini_config's and set the family's sliding window and partial
+# RoPE where it has them. Window 4 is shorter than the test sequences, so the window masks something.
+VARIANTS = ("kernel", "other_act")
+_SLIDING = {
+    "mistral": {"sliding_window": 4},
+    "mixtral": {"sliding_window": 4},
+    "phi3": {"sliding_window": 4},
+    # Layers from max_window_layers on use the window: layer 0 full, layer 1 sliding.
+    "qwen2": {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1},
+    "qwen3": {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1},
+    "qwen3_moe": {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1},
+    "gemma2": {"sliding_window": 4},
+    "gemma3_text": {"sliding_window": 4},
+}
+
+
+def variant_config(model_type: str, variant: str, size: Size):
+    """``mini_config`` of ``model_type`` changed as ``variant`` (one of VARIANTS) says."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}; got {variant!r}")
+    gemma = model_type.startswith("gemma")
+    kw = dict(_SLIDING.get(model_type, {}))
+    kw["tie_word_embeddings"] = not gemma  # mini_config ties gemma's only
+    if model_type == "gemma3_text":
+        kw["layer_types"] = ["sliding_attention", "full_attention"]  # both RoPE tables (local and global)
+    if model_type == "phi3":
+        kw["partial_rotary_factor"] = 0.75  # head_dim 8: rotates 6 of 8 dims (mini_config's 0.5 rotates 4)
+    if model_type in ("llama", "granite"):
+        kw["mlp_bias"] = True  # biased projections into the fused MLP
+    if model_type in ("llama", "granite", "qwen3", "olmo2"):
+        kw["attention_bias"] = True
+    if variant == "other_act":
+        # silu families get gelu (exact erf); gemma's tanh-GELU families get silu (Gemma reads hidden_act,
+        # Gemma 2/3 hidden_activation).
+        kw["hidden_act"] = "silu" if gemma else "gelu"
+        if gemma:
+            kw["hidden_activation"] = "silu"
+    kw["classifier_dropout"] = 0.0  # token classification heads: no dropout, so stock and patched runs agree
+    config = mini_config(model_type, size, **kw)
+    config._attn_implementation = "eager"
+    return config
 
 
 def build(model_type: str, size: Size, dtype: torch.dtype, device: str, state: dict | None = None):
@@ -187,3 +235,21 @@ def train(model, data, lr: float) -> Run:
 
 def initial_state(model) -> dict:
     return copy.deepcopy(model.state_dict())
+
+
+@contextlib.contextmanager
+def stock_transformers(reapply: Callable[[], None]) -> Iterator[None]:
+    """Stock transformers inside the block, ``reapply()`` (the test's patch) after it.
+
+    A class-level patch also changes models built before it: ``<Family>ForCausalLM.forward`` and the
+    module-level ``apply_rotary_pos_emb`` are looked up at call time. A stock reference must therefore
+    run (forward, generate) with the patches reverted, and so must its backward under gradient
+    checkpointing, which runs the forward again.
+    """
+    from liger_core.transformers import revert_liger_kernel_patches
+
+    revert_liger_kernel_patches()
+    try:
+        yield
+    finally:
+        reapply()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_models import SIZES, build, initial_state
+from hf_models import SIZES, build, initial_state, stock_transformers
 
 from liger_core.transformers import MODEL_TYPE_TO_APPLY_LIGER_FN
 
@@ -13,14 +13,33 @@ TINY = SIZES["tiny"]
 FORWARD_FAMILIES = ["llama", "gemma2", "granite", "mixtral", "qwen3_moe"]
 
 
-def _pair(model_type: str, device: str):
-    """(stock model, model with only the forward patched), same weights, fp32."""
-    stock = build(model_type, TINY, torch.float32, device)
+def _forward_only(model_type: str) -> None:
     MODEL_TYPE_TO_APPLY_LIGER_FN[model_type](
         rope=False, rms_norm=False, model=None, **{("geglu" if model_type.startswith("gemma") else "swiglu"): False}
     )
+
+
+class _Stock:
+    """A model called as stock transformers: the patch (class-level, so it reaches this model too) is reverted
+    around each call and applied again after."""
+
+    def __init__(self, model, model_type: str):
+        self.model, self.model_type = model, model_type
+
+    def __call__(self, **kwargs):
+        with stock_transformers(lambda: _forward_only(self.model_type)):
+            return self.model(**kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def _pair(model_type: str, device: str):
+    """(stock model, model with only the forward patched), same weights, fp32."""
+    stock = build(model_type, TINY, torch.float32, device)
+    _forward_only(model_type)
     patched = build(model_type, TINY, torch.float32, device, initial_state(stock))
-    return stock, patched
+    return _Stock(stock, model_type), patched
 
 
 def _data(device: str, ignore_prefix: int = 3):
@@ -45,13 +64,14 @@ def test_training_loss_matches_stock_without_logits(model_type, num_items, devic
     stock.train(), patched.train()
     ref = stock(input_ids=ids, labels=labels, **kw)
     out = patched(input_ids=ids, labels=labels, **kw)
+    assert ref.logits is not None, "the reference ran patched"
     assert out.logits is None, "training with labels must not materialise logits"
     torch.testing.assert_close(out.loss, ref.loss, atol=2e-6, rtol=2e-6)
     if model_type in ("mixtral", "qwen3_moe"):
         torch.testing.assert_close(out.aux_loss, ref.aux_loss)
     ref.loss.backward()
     out.loss.backward()
-    g_ref, g_out = _grads(stock), _grads(patched)
+    g_ref, g_out = _grads(stock.model), _grads(patched)
     assert g_ref.keys() == g_out.keys()
     for name in g_ref:
         torch.testing.assert_close(g_out[name], g_ref[name], atol=2e-6, rtol=1e-4, msg=name)
@@ -101,7 +121,8 @@ def test_return_dict_false_gives_a_tuple(device):
     patched.train()
     out = patched(input_ids=ids, labels=labels, return_dict=False)
     assert isinstance(out, tuple)
-    torch.testing.assert_close(out[0], stock.train()(input_ids=ids, labels=labels).loss, atol=2e-6, rtol=2e-6)
+    stock.train()
+    torch.testing.assert_close(out[0], stock(input_ids=ids, labels=labels).loss, atol=2e-6, rtol=2e-6)
 
 
 def test_all_labels_ignored_gives_zero_loss(device):
@@ -115,16 +136,86 @@ def test_all_labels_ignored_gives_zero_loss(device):
     assert all(torch.count_nonzero(p.grad) == 0 for p in patched.parameters() if p.grad is not None)
 
 
-def test_gradient_checkpointing(device):
-    """The patched layers under transformers' gradient checkpointing (as the e2e benchmark runs)."""
-    stock = build("llama", TINY, torch.float32, device)
-    MODEL_TYPE_TO_APPLY_LIGER_FN["llama"]()
-    patched = build("llama", TINY, torch.float32, device, initial_state(stock))
+# Gradient checkpointing: test_families.test_gradient_checkpointing, every family and config.
+
+
+def test_signature_is_the_stock_one_plus_skip_logits(device):
+    """generate() and the trainers read the forward's signature (logits_to_keep, columns to keep)."""
+    import inspect
+
+    stock, patched = _pair("llama", device)
+    with stock_transformers(lambda: _forward_only("llama")):
+        expected = inspect.signature(stock.model.forward)
+    params = inspect.signature(patched.forward).parameters
+    assert [n for n in params if n != "skip_logits"] == list(expected.parameters)
+    assert params["skip_logits"].kind is inspect.Parameter.KEYWORD_ONLY and params["skip_logits"].default is None
+
+
+def test_positional_arguments_and_stock_keywords(device):
+    """Positional calls bind as the stock forward's; keywords the fused path passes on reach the base model."""
+    stock, patched = _pair("llama", device)
     ids, labels = _data(device)
-    for m in (stock, patched):
-        m.gradient_checkpointing_enable()
-        m.train()
-        m(input_ids=ids, labels=labels).loss.backward()
-    g_ref, g_out = _grads(stock), _grads(patched)
-    for name in g_ref:
-        torch.testing.assert_close(g_out[name], g_ref[name], atol=2e-5, rtol=1e-3, msg=name)
+    stock.train(), patched.train()
+    ref = stock(input_ids=ids, labels=labels, output_hidden_states=True, output_attentions=True)
+    # (input_ids, attention_mask, position_ids, past_key_values, inputs_embeds, labels)
+    out = patched(ids, None, None, None, None, labels, output_hidden_states=True, output_attentions=True)
+    assert out.logits is None
+    torch.testing.assert_close(out.loss, ref.loss, atol=2e-6, rtol=2e-6)
+    assert len(out.hidden_states) == len(ref.hidden_states) and len(out.attentions) == len(ref.attentions)
+    for a, b in zip(out.hidden_states + out.attentions, ref.hidden_states + ref.attentions):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+    with pytest.raises(TypeError):  # the stock forward's own error for a duplicated argument
+        patched(ids, input_ids=ids)
+
+
+def test_return_dict_false_when_delegating(device):
+    stock, patched = _pair("llama", device)
+    ids, _ = _data(device)
+    stock.eval(), patched.eval()
+    with torch.no_grad():
+        out = patched(input_ids=ids, return_dict=False)
+        ref = stock(input_ids=ids, return_dict=False)
+    assert isinstance(out, tuple) and isinstance(ref, tuple) and len(out) == len(ref)
+    torch.testing.assert_close(out[0], ref[0], atol=0, rtol=0)
+
+
+class _ScaledHead(torch.nn.Module):
+    """An LM head that is not a plain nn.Linear (as a LoRA or quantized layer is): weight @ h is not its output."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        self.linear = linear
+
+    def forward(self, h):
+        return 2 * self.linear(h)
+
+
+@pytest.mark.parametrize("what", ["wrapped_head", "custom_loss"])
+def test_what_fusion_cannot_reproduce_runs_stock(what, device):
+    """A wrapped lm_head or a custom loss_function: training with labels runs the stock forward (logits and all);
+    skip_logits=True is refused with the reason."""
+    stock, patched = _pair("llama", device)
+    ids, labels = _data(device)
+    for model in (stock.model, patched):
+        if what == "wrapped_head":
+            model.lm_head = _ScaledHead(model.lm_head)
+        else:
+            model.loss_function = lambda logits, labels, vocab_size, **kw: logits.float().square().mean()
+    stock.train(), patched.train()
+    ref = stock(input_ids=ids, labels=labels)
+    out = patched(input_ids=ids, labels=labels)
+    assert out.logits is not None
+    torch.testing.assert_close(out.loss, ref.loss, atol=1e-6, rtol=1e-6)
+    reason = "lm_head is a _ScaledHead" if what == "wrapped_head" else "loss_function is not transformers'"
+    with pytest.raises(ValueError, match=f"skip_logits=True: .*{reason}"):
+        patched(input_ids=ids, labels=labels, skip_logits=True)
+
+
+def test_skip_logits_false_is_the_stock_forward(device):
+    stock, patched = _pair("gemma2", device)
+    ids, labels = _data(device)
+    stock.train(), patched.train()
+    out = patched(input_ids=ids, labels=labels, skip_logits=False)
+    ref = stock(input_ids=ids, labels=labels)
+    torch.testing.assert_close(out.logits, ref.logits, atol=0, rtol=0)
+    torch.testing.assert_close(out.loss, ref.loss, atol=0, rtol=0)

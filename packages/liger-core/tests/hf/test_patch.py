@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import warnings
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from hf_models import FAMILIES, SIZES, build, initial_state
 
 from liger_core.transformers import MODEL_TYPE_TO_APPLY_LIGER_FN, revert_liger_kernel_patches
 from liger_core.transformers import monkey_patch as mp
-from liger_core.transformers.layers import is_liger_class, liger_partial_rope, liger_rope, stock_class
+from liger_core.transformers.layers import is_liger_class, rope_function, stock_class
 
 TINY = SIZES["tiny"]
 
@@ -69,7 +70,9 @@ def test_class_level_patch(model_type):
     for name, cls in stock.items():
         patched = getattr(mod, name)
         assert is_liger_class(patched) and issubclass(patched, cls), name
-    assert mod.apply_rotary_pos_emb is (liger_partial_rope if fam.partial_rope else liger_rope)
+    # Liger's RoPE in front of the family's own (which runs where Liger's does not fit).
+    assert mod.apply_rotary_pos_emb._liger_stock is stock_rope
+    assert mod.apply_rotary_pos_emb is rope_function(stock_rope, fam.partial_rope)
     assert getattr(getattr(mod, fam.causal_lm).forward, "_liger_forward", False)
 
     model = build(model_type, TINY, torch.float32, "cpu")
@@ -149,19 +152,36 @@ def test_cross_entropy_flag_routes_the_stock_loss(device):
     assert loss_utils.fixed_cross_entropy is stock_ce
 
 
-def test_wrong_activation_is_refused():
+def test_unserved_activation_runs_the_stock_mlp(monkeypatch):
+    """An activation the fused MLP does not compute: the module is still converted and runs the stock forward,
+    with one warning for that reason, whether built after the patch or converted live."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from liger_core.transformers import LigerStockFallbackWarning, layers
+
+    monkeypatch.setattr(layers, "_WARNED", set())
     config = AutoConfig.for_model(
-        "llama", hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, vocab_size=64
+        "llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=64
     )
     config.hidden_act = "relu"
-    model = AutoModelForCausalLM.from_config(config)
-    with pytest.raises(ValueError, match="needs the activation silu/swish; this model's is ReLU"):
-        MODEL_TYPE_TO_APPLY_LIGER_FN["llama"](model=model)
-    MODEL_TYPE_TO_APPLY_LIGER_FN["llama"]()
-    with pytest.raises(ValueError, match="swiglu=False"):
-        AutoModelForCausalLM.from_config(config)
+    ids = torch.randint(0, 64, (1, 7))
+    live = AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        expected = live(input_ids=ids).logits
+    with pytest.warns(LigerStockFallbackWarning, match="LigerLlamaMLP: activation ReLU, while Liger's swiglu computes"):
+        MODEL_TYPE_TO_APPLY_LIGER_FN["llama"](model=live)
+    assert {type(m).__name__ for m in live.modules()} >= {"LigerLlamaMLP", "LigerLlamaRMSNorm"}
+    assert all(m._liger_fallback for m in live.modules() if type(m).__name__ == "LigerLlamaMLP")
+    with torch.no_grad():
+        torch.testing.assert_close(live(input_ids=ids).logits, expected, atol=2e-5, rtol=1e-5)
+
+    with warnings.catch_warnings(record=True) as caught:  # that reason was given once already
+        warnings.simplefilter("always")
+        built = AutoModelForCausalLM.from_config(config)
+    assert not [w for w in caught if issubclass(w.category, LigerStockFallbackWarning)]
+    built.load_state_dict(live.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(built.eval()(input_ids=ids).logits, expected, atol=2e-5, rtol=1e-5)
 
 
 def test_model_must_be_a_module():

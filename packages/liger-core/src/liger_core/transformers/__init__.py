@@ -4,6 +4,7 @@ Needs ``transformers>=5.0`` (``pip install "liger-core[transformers]"``). Suppor
 llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, phi3, granite, olmo2.
 """
 
+from liger_core.transformers.layers import LigerStockFallbackWarning
 from liger_core.transformers.monkey_patch import (
     MIN_TRANSFORMERS,
     MODEL_TYPE_TO_APPLY_LIGER_FN,
@@ -36,6 +37,7 @@ __all__ = [
     "MIN_TRANSFORMERS",
     "MODEL_TYPE_TO_APPLY_LIGER_FN",
     "AutoLigerKernelForCausalLM",
+    "LigerStockFallbackWarning",
     "apply_liger_kernel_to_gemma",
     "apply_liger_kernel_to_gemma2",
     "apply_liger_kernel_to_gemma3_text",

@@ -1,27 +1,37 @@
 """The causal-LM forward the patch installs: fused linear cross-entropy instead of logits under training.
 
-Same inputs and outputs as the stock ``<Family>ForCausalLM.forward`` of transformers 5.x. With
-labels in training mode (or ``skip_logits=True``) the final hidden states go straight into
-``liger_fused_linear_cross_entropy`` with the LM head's weight, so the ``(tokens, vocab)``
-logits are never materialised; ``logits`` is then None. Otherwise (evaluation, generation,
-``skip_logits=False``) the logits are computed and the stock loss function is used.
+It wraps the family's stock ``<Family>ForCausalLM.forward`` and takes over one case only: a
+model in training mode given labels (or ``shift_labels``) and keeping every position
+(``logits_to_keep=0``). There the base model runs exactly as the stock forward calls it, and
+its final hidden states go straight into ``liger_fused_linear_cross_entropy`` with the LM
+head's weight, so the ``(tokens, vocab)`` logits are never materialised; ``logits`` is then
+None. ``skip_logits=True`` asks for that path, ``skip_logits=False`` refuses it.
 
-The loss matches the stock one: labels shifted left by one (or ``shift_labels`` as given),
-mean over non-ignored tokens, or the sum divided by ``num_items_in_batch`` when the trainer
-passes it (gradient accumulation). Gemma 2/3's final-logit soft-capping and Granite's logit
-scaling are applied inside the fused loss; MoE families add the router's load-balancing loss.
+Everything else (evaluation, generation, no labels, other ``logits_to_keep`` values, a
+customised loss or LM head, arguments the fused path does not know) is the stock forward
+itself, called with the caller's arguments: a transformers feature added there reaches the
+patched model unchanged.
+
+The fused loss matches the stock one: labels shifted left by one (or ``shift_labels`` as
+given), mean over non-ignored tokens, or the sum divided by ``num_items_in_batch`` when the
+trainer passes it (gradient accumulation). Gemma 2/3's final-logit soft-capping and Granite's
+logit scaling are applied inside the fused loss; MoE families add the router's load-balancing
+loss as their stock forward does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 from torch.nn import functional as torch_F
 
-from liger_core.transformers.layers import require_op
+from liger_core.transformers.layers import require_op, tensor_reason
 
 
 @dataclass(frozen=True)
@@ -33,44 +43,71 @@ class LogitsSpec:
     moe_module: str | None = None  # module holding load_balancing_loss_func (MoE families)
 
 
-def _slice(hidden_states: torch.Tensor, logits_to_keep: int | torch.Tensor) -> torch.Tensor:
-    if isinstance(logits_to_keep, int):
-        return hidden_states if logits_to_keep == 0 else hidden_states[:, -logits_to_keep:, :]
-    return hidden_states[:, logits_to_keep, :]
+# The stock forwards' named parameters (transformers 5.0 to 5.23) that they hand to the base
+# model unchanged; the fused path does the same. A stock forward naming a parameter outside
+# these and the head's own is delegated whenever that parameter is given.
+_MODEL_ARGS = frozenset(
+    (
+        "input_ids",
+        "attention_mask",
+        "position_ids",
+        "past_key_values",
+        "inputs_embeds",
+        "use_cache",
+        "cache_position",
+        "output_attentions",
+        "output_hidden_states",
+        "output_router_logits",
+    )
+)
+_HEAD_ARGS = frozenset(("labels", "logits_to_keep"))
 
 
-def _head_and_loss(
-    self,
-    spec: LogitsSpec,
-    hidden_states: torch.Tensor,
-    labels: torch.Tensor | None,
-    logits_to_keep: int | torch.Tensor,
-    skip_logits: bool | None,
-    kwargs: dict,
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    hidden_states = _slice(hidden_states, logits_to_keep)
-    shift_labels = kwargs.get("shift_labels")
-    has_targets = labels is not None or shift_labels is not None
-    if skip_logits is None:
-        skip_logits = self.training and has_targets
-    if skip_logits and not has_targets:
-        raise ValueError("skip_logits=True needs labels (or shift_labels): there is nothing else to return")
+def _slicer() -> Callable[[torch.Tensor, int | torch.Tensor], torch.Tensor]:
+    """transformers' own slicing of the final hidden states by ``logits_to_keep``."""
+    try:
+        # Newer transformers: int, 1-D positions, 2-D (batch, k) positions, 2-D boolean mask.
+        from transformers.modeling_utils import slice_logits_to_keep
 
+        return slice_logits_to_keep
+    except ImportError:
+        pass
+
+    def slice_like_stock(hidden_states: torch.Tensor, logits_to_keep: int | torch.Tensor) -> torch.Tensor:
+        # transformers releases before that helper: the two lines of their stock forwards.
+        slice_indices = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        return hidden_states[:, slice_indices, :]
+
+    return slice_like_stock
+
+
+def _keeps_all(logits_to_keep: object) -> bool:
+    return isinstance(logits_to_keep, int) and logits_to_keep == 0
+
+
+def _head_reason(model: nn.Module, causal_lm_loss: Callable) -> str | None:
+    """Why the fused loss would not equal this model's stock loss, or None."""
+    head = model.lm_head
+    # Exactly nn.Linear: a wrapped head (LoRA, a quantized layer) computes more than weight @ h.
+    if type(head) is not nn.Linear:
+        return f"lm_head is a {type(head).__name__}, not an nn.Linear"
+    weight = head.weight
+    if tensor_reason(weight) is not None or weight.shape != (head.out_features, head.in_features):
+        # A sharded or offloaded weight (ZeRO-3 partitions, meta) holds no full matrix here.
+        return "lm_head's weight is not a full float32/bfloat16/float16 matrix on a device"
+    if model.loss_function is not causal_lm_loss:
+        return "the model's loss_function is not transformers' ForCausalLMLoss"
+    return None
+
+
+def _loss(
+    self, spec: LogitsSpec, hidden_states: torch.Tensor, labels: torch.Tensor | None, kwargs: dict
+) -> torch.Tensor:
+    """The stock causal-LM loss of ``lm_head(hidden_states)``, without the logits."""
     softcap = getattr(self.config, spec.softcap_attr, None) if spec.softcap_attr else None
     scale = getattr(self.config, spec.scale_attr, None) if spec.scale_attr else None
-
-    if not skip_logits:
-        logits = self.lm_head(hidden_states)
-        if scale is not None:
-            logits = logits / scale
-        if softcap is not None:
-            logits = torch.tanh(logits / softcap) * softcap
-        loss = None
-        if has_targets:
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
-        return loss, logits
-
     ignore_index = kwargs.get("ignore_index", -100)
+    shift_labels = kwargs.get("shift_labels")
     if shift_labels is None:
         # As the stock loss: pad one ignored position and shift, so hidden states need no slicing copy.
         shift_labels = torch_F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
@@ -89,106 +126,89 @@ def _head_and_loss(
     )
     if num_items is not None:
         loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
-    return loss, None
+    return loss
 
 
-def _can_return_tuple(fn: Callable) -> Callable:
-    # The stock forwards turn the output into a tuple for return_dict=False; do the same.
-    try:
-        from transformers.utils.generic import can_return_tuple
-    except ImportError:  # pragma: no cover - every transformers 5.x has it
-        return fn
-    return can_return_tuple(fn)
-
-
-def make_forward(spec: LogitsSpec) -> Callable:
-    """The Liger causal-LM forward for one family (dense or MoE)."""
+def make_forward(spec: LogitsSpec, stock_forward: Callable) -> Callable:
+    """The Liger causal-LM forward around one family's ``stock_forward`` (the stock class's ``forward``)."""
+    from transformers.loss.loss_utils import ForCausalLMLoss
     from transformers.modeling_outputs import CausalLMOutputWithPast, MoeCausalLMOutputWithPast
+    from transformers.utils import ModelOutput
+    from transformers.utils.generic import can_return_tuple
 
-    if spec.moe_module is None:
+    stock_forward = getattr(stock_forward, "_liger_stock", stock_forward)
+    signature = inspect.signature(stock_forward)
+    params = list(signature.parameters.values())[1:]  # without self
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    named = {p.name: p.default for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    model_args = {name: default for name, default in named.items() if name not in _HEAD_ARGS}
+    unknown = [name for name in model_args if name not in _MODEL_ARGS]
+    slice_hidden = _slicer()
+    output_class = signature.return_annotation
+    if not (isinstance(output_class, type) and issubclass(output_class, ModelOutput)):
+        output_class = CausalLMOutputWithPast if spec.moe_module is None else MoeCausalLMOutputWithPast
+    output_fields = [f.name for f in dataclasses.fields(output_class)]
+    balancing_loss = (
+        importlib.import_module(spec.moe_module).load_balancing_loss_func if spec.moe_module is not None else None
+    )
 
-        def forward(
-            self,
-            input_ids: torch.LongTensor | None = None,
-            attention_mask: torch.Tensor | None = None,
-            position_ids: torch.LongTensor | None = None,
-            past_key_values=None,
-            inputs_embeds: torch.Tensor | None = None,
-            labels: torch.LongTensor | None = None,
-            use_cache: bool | None = None,
-            logits_to_keep: int | torch.Tensor = 0,
-            skip_logits: bool | None = None,
-            **kwargs,
-        ) -> CausalLMOutputWithPast:
-            outputs = self.model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                past_key_values=past_key_values,
-                inputs_embeds=inputs_embeds,
-                use_cache=use_cache,
-                **kwargs,
-            )
-            loss, logits = _head_and_loss(
-                self, spec, outputs.last_hidden_state, labels, logits_to_keep, skip_logits, kwargs
-            )
-            return CausalLMOutputWithPast(
-                loss=loss,
-                logits=logits,
-                past_key_values=outputs.past_key_values,
-                hidden_states=outputs.hidden_states,
-                attentions=outputs.attentions,
-            )
-
-    else:
-        balancing_loss = importlib.import_module(spec.moe_module).load_balancing_loss_func
-
-        def forward(
-            self,
-            input_ids: torch.LongTensor | None = None,
-            attention_mask: torch.Tensor | None = None,
-            position_ids: torch.LongTensor | None = None,
-            past_key_values=None,
-            inputs_embeds: torch.Tensor | None = None,
-            labels: torch.LongTensor | None = None,
-            use_cache: bool | None = None,
-            output_router_logits: bool | None = None,
-            logits_to_keep: int | torch.Tensor = 0,
-            skip_logits: bool | None = None,
-            **kwargs,
-        ) -> MoeCausalLMOutputWithPast:
-            if output_router_logits is None:
-                output_router_logits = self.config.output_router_logits
-            outputs = self.model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                past_key_values=past_key_values,
-                inputs_embeds=inputs_embeds,
-                use_cache=use_cache,
-                output_router_logits=output_router_logits,
-                **kwargs,
-            )
-            loss, logits = _head_and_loss(
-                self, spec, outputs.last_hidden_state, labels, logits_to_keep, skip_logits, kwargs
-            )
-            aux_loss = None
-            if output_router_logits:
-                aux_loss = balancing_loss(
-                    outputs.router_logits, self.num_experts, self.num_experts_per_tok, attention_mask
+    @can_return_tuple  # pops return_dict and turns the output into a tuple as the stock forwards do
+    def fused(self, **kwargs) -> ModelOutput:
+        labels = kwargs.pop("labels", None)
+        logits_to_keep = kwargs.pop("logits_to_keep", 0)
+        if "output_router_logits" in model_args and kwargs.get("output_router_logits") is None:
+            kwargs["output_router_logits"] = self.config.output_router_logits
+        # The base model gets what the stock forward gives it: its named arguments and every extra keyword.
+        outputs = self.model(**{**model_args, **kwargs})
+        hidden_states = outputs.last_hidden_state
+        if not _keeps_all(logits_to_keep):
+            hidden_states = slice_hidden(hidden_states, logits_to_keep)
+        result = {name: getattr(outputs, name, None) for name in output_fields if name not in ("loss", "logits")}
+        result["loss"] = _loss(self, spec, hidden_states, labels, kwargs)
+        if balancing_loss is not None:
+            result["aux_loss"] = None
+            if kwargs["output_router_logits"]:
+                aux = balancing_loss(
+                    outputs.router_logits, self.num_experts, self.num_experts_per_tok, kwargs.get("attention_mask")
                 )
-                if loss is not None:
-                    loss = loss + self.router_aux_loss_coef * aux_loss.to(loss.device)
-            return MoeCausalLMOutputWithPast(
-                loss=loss,
-                aux_loss=aux_loss,
-                logits=logits,
-                past_key_values=outputs.past_key_values,
-                hidden_states=outputs.hidden_states,
-                attentions=outputs.attentions,
-                router_logits=outputs.router_logits,
-            )
+                result["aux_loss"] = aux
+                result["loss"] = result["loss"] + self.router_aux_loss_coef * aux.to(result["loss"].device)
+        return output_class(**result)
 
-    forward = _can_return_tuple(forward)
+    def forward(self, *args, skip_logits: bool | None = None, **kwargs):
+        if skip_logits is False:
+            return stock_forward(self, *args, **kwargs)
+        if len(args) > len(positional) or any(name in kwargs for name in positional[: len(args)]):
+            return stock_forward(self, *args, **kwargs)  # a call the stock forward refuses; let it say so
+        given = {**dict(zip(positional, args)), **kwargs}
+        has_targets = given.get("labels") is not None or given.get("shift_labels") is not None
+        if skip_logits is None:
+            fuse = (
+                self.training
+                and has_targets
+                and _keeps_all(given.get("logits_to_keep", 0))
+                and all(given.get(name, model_args[name]) is model_args[name] for name in unknown)
+                and _head_reason(self, ForCausalLMLoss) is None
+            )
+            return fused(self, **given) if fuse else stock_forward(self, *args, **kwargs)
+        if not has_targets:
+            raise ValueError("skip_logits=True needs labels (or shift_labels): there is nothing else to return")
+        passed = [name for name in unknown if given.get(name, model_args[name]) is not model_args[name]]
+        reason = _head_reason(self, ForCausalLMLoss) or (
+            f"the fused path does not know the argument(s) {passed}" if passed else None
+        )
+        if reason is not None:
+            raise ValueError(f"skip_logits=True: the loss cannot be computed without logits here: {reason}")
+        return fused(self, **given)
+
+    # The stock signature plus skip_logits: generate() and the trainers inspect it for logits_to_keep etc.
+    extra = inspect.Parameter("skip_logits", inspect.Parameter.KEYWORD_ONLY, default=None, annotation="bool | None")
+    kinds = [p.kind for p in signature.parameters.values()]
+    at = kinds.index(inspect.Parameter.VAR_KEYWORD) if inspect.Parameter.VAR_KEYWORD in kinds else len(kinds)
+    new_params = list(signature.parameters.values())
+    new_params.insert(at, extra)
+    forward.__signature__ = signature.replace(parameters=new_params)
+    forward.__doc__ = stock_forward.__doc__
     forward._liger_forward = True
+    forward._liger_stock = stock_forward
     return forward

@@ -2,8 +2,10 @@
 
 A patch replaces, in the family's ``modeling_<family>`` module, the RMSNorm and MLP classes
 by their Liger subclasses (`liger_core.transformers.layers`), ``apply_rotary_pos_emb`` by the
-Liger RoPE, and sets ``<Family>ForCausalLM.forward`` to the fused-linear-cross-entropy forward
-(`liger_core.transformers.causal_lm`). Models built afterwards use Liger's layers. Given
+Liger RoPE (in front of the stock function), and wraps ``<Family>ForCausalLM.forward`` in the
+fused-linear-cross-entropy forward (`liger_core.transformers.causal_lm`). Each of them runs the
+stock computation wherever Liger's does not fit, so every config the stock classes build still
+builds and runs. Models built afterwards use Liger's layers. Given
 ``model=``, the patch also converts that live model's modules (its norms, MLPs and experts)
 and its forward.
 
@@ -128,7 +130,9 @@ _MISSING = object()
 def _stock_value(obj: object, name: str) -> object:
     """``obj.name`` as it was before any patch."""
     saved = _SAVED.get((id(obj), name))
-    return getattr(obj, name, None) if saved is None or saved[2] is _MISSING else saved[2]
+    value = getattr(obj, name, None) if saved is None or saved[2] is _MISSING else saved[2]
+    # An inherited attribute (nothing saved of its own) reads the patched value: Liger's records the stock one.
+    return getattr(value, "_liger_stock", value)
 
 
 def revert_liger_kernel_patches() -> None:
@@ -190,24 +194,24 @@ def _apply(
         for name in fam.experts:
             stock = layers.stock_class(getattr(mod, name))
             swaps[stock] = layers.experts_class(stock)
+    causal_lm = getattr(mod, fam.causal_lm)
+    stock_rope = _stock_value(mod, "apply_rotary_pos_emb")
     rope_fn = None
     if rope:
-        rope_fn = layers.liger_partial_rope if fam.partial_rope else layers.liger_rope
         layers.require_op("liger_rotary_pos_emb")
+        rope_fn = layers.rope_function(stock_rope, fam.partial_rope)
     if cross_entropy:
         layers.require_op("liger_cross_entropy")
     if fused_linear_cross_entropy:
         layers.require_op("liger_fused_linear_cross_entropy")
-        forward = make_forward(fam.logits)
+        forward = make_forward(fam.logits, _stock_value(causal_lm, "forward"))
 
-    stock_rope = _stock_value(mod, "apply_rotary_pos_emb")
     for stock, liger in swaps.items():
         _set(mod, stock.__name__, liger)
     if rope_fn is not None:
         _set(mod, "apply_rotary_pos_emb", rope_fn)
     if cross_entropy:
         _patch_cross_entropy()
-    causal_lm = getattr(mod, fam.causal_lm)
     if fused_linear_cross_entropy:
         _set(causal_lm, "forward", forward)
 
@@ -217,8 +221,8 @@ def _apply(
         for module in model.modules():
             liger = swaps.get(layers.stock_class(type(module)))
             if liger is not None and type(module) is not liger:
-                layers.check_live_activation(module, liger)
                 module.__class__ = liger
+                layers.prepare_live(module)  # what the Liger __init__ decides for a module built after the patch
             if rope_fn is not None and module.__dict__.get("rotary_fn") is stock_rope:
                 # transformers 5.0 attention modules keep a reference to the RoPE function (unused by
                 # forward); point it at Liger's, or pickling the model finds two functions by one name.
@@ -289,6 +293,10 @@ def _make_apply(model_type: str, mlp_flag: str) -> Callable:
         rms_norm: swap {", ".join(fam.norms)} for Liger's RMSNorm.
         {mlp_flag}: swap {", ".join(fam.mlps + fam.experts)} for Liger's {mlp_flag}.
         model: a model already built: its modules and forward are converted too.
+
+    Every config the stock classes serve still builds and runs: a module whose config or inputs Liger's
+    kernel does not fit (another activation, float64, the meta device) runs the stock computation and
+    warns once per reason (``LigerStockFallbackWarning``).
     """
     return wrapper
 
