@@ -63,7 +63,7 @@ def tensor_reason(*tensors: torch.Tensor) -> str | None:
             return f"{str(t.dtype).removeprefix('torch.')} tensors (Liger's kernels take float32, bfloat16, float16)"
         if t.layout is not torch.strided:
             return f"{t.layout} tensors (Liger's kernels take strided ones)"
-        if t.device.type == "meta":
+        if t.is_meta:
             return "meta tensors"
     return None
 
