@@ -1,17 +1,16 @@
-"""Cross-entropy for Ascend NPUs (z-loss, label smoothing, class weights, softcap), and the
-row kernels that fused_linear_cross_entropy runs on its logits chunks.
+"""The cross-entropy row kernels for Ascend NPUs (z-loss, label smoothing, class weights,
+softcap), shared by cross_entropy and fused_linear_cross_entropy (on its logits chunks).
 
-Vocabulary rows are walked in ``BLOCK_N`` chunks sized to the UB (`_tiling.row_plan`; a
+Vocabulary rows are walked in ``BLOCK_N`` chunks sized to the UB (`_tiling.plan_rows`; a
 262144-wide vocabulary is never one tile), several short rows per tile; one program per
 vector core walks the row blocks. The forward is one online pass per row (running max, sum
 of exponentials, and for label smoothing the weighted sum of logits) giving per-row loss,
 z-loss and ``lse``; the forward never modifies the logits. The backward is a second pass that
 rebuilds ``softmax = exp(x - lse)`` chunk by chunk and writes the gradient, each row scaled
 by its own coefficients (so every reduction, and fused_linear_cross_entropy's chunks, use
-the same kernel). With ``in_place=True`` (the caller's opt-in) it writes the gradient over
-the logits (each chunk is read before the same program writes it), so no logits-sized
-buffer is allocated in HBM; strided logits (copied first: the gradient lands in the copy)
-and padded rows get a separate buffer.
+the same kernel). The backward may write the gradient over the logits it reads (each chunk
+is read before the same program writes it): cross_entropy's opt-in ``in_place``, and the
+logits chunks fused_linear_cross_entropy owns.
 
 Per row, with ``p = softmax(x)``, ``w`` the class weights (ones without), ``s`` the label
 smoothing, ``V`` the vocabulary, ``a`` and ``b`` the upstream scales of the loss and z-loss:
@@ -21,28 +20,24 @@ times ``1 - (x_j / cap)^2`` under softcapping.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
-from liger_core.ops.cross_entropy import check_args, target_stats
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._tiling import FP32, MAX_BLOCK_M, RowPlan, elem_bytes, loaded, row_plan, rows_view
+from liger_ops_ascend._jit import online_lse_step, row_block, tanh
+from liger_ops_ascend._tiling import FP32, RowPlan, elem_bytes, loaded, plan_rows
 from liger_ops_ascend.launch import Tile, launch
-
-MAX_BLOCK_N = 65536
 
 
 @triton.jit
 def _softcapped(x, cap):
-    """cap * tanh(x / cap), tanh from exp (exact at both saturations)."""
-    return cap * (1.0 - 2.0 / (tl.exp(2.0 * x / cap) + 1.0))
+    """cap * tanh(x / cap)."""
+    return cap * tanh(x / cap)
 
 
 @triton.jit
-def _ce_forward_kernel(
+def _cross_entropy_forward_kernel(
     X, T, W, SUM_W, LOSS, Z, LSE, x_row_stride, n_rows, n_cols, n_blocks, n_chunks,
     ignore_index, lse_square_scale, label_smoothing, softcap,
     HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, SMOOTH: tl.constexpr,
@@ -53,9 +48,7 @@ def _ce_forward_kernel(
     m_idx = tl.arange(0, BLOCK_M)
     n_idx = tl.arange(0, BLOCK_N)
     for blk in range(pid, n_blocks, num_programs):
-        row0 = (pid * 0 + blk) * BLOCK_M
-        rows = row0 + m_idx
-        row_mask = rows < n_rows
+        row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         y = tl.load(T + rows, mask=row_mask, other=ignore_index)
         valid = row_mask & (y != ignore_index)
         y_safe = tl.where(valid, y, 0)
@@ -78,11 +71,7 @@ def _ce_forward_kernel(
                 else:
                     sx += tl.sum(tl.where(mask, x, 0.0), axis=1)
             x = tl.where(mask, x, -float("inf"))
-            m_new = tl.maximum(m, tl.max(x, axis=1))
-            # Rows of a block past the end stay at -inf: keep their rescale finite.
-            m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
-            d = d * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe[:, None]), axis=1)
-            m = m_new
+            m, d = online_lse_step(m, d, x)
         lse = tl.where(row_mask, m + tl.log(tl.where(row_mask, d, 1.0)), 0.0)
         x_y = tl.load(x_base + m_idx * x_row_stride + y_safe, mask=valid, other=0.0).to(tl.float32)
         if HAS_SOFTCAP:
@@ -102,7 +91,7 @@ def _ce_forward_kernel(
 
 
 @triton.jit
-def _ce_backward_kernel(
+def _cross_entropy_backward_kernel(
     X, T, W, SUM_W, LSE, A, B, DX, x_row_stride, dx_row_stride, n_rows, n_cols, n_blocks, n_chunks,
     ignore_index, lse_square_scale, label_smoothing, softcap,
     HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, SMOOTH: tl.constexpr,
@@ -114,9 +103,7 @@ def _ce_backward_kernel(
     m_idx = tl.arange(0, BLOCK_M)
     n_idx = tl.arange(0, BLOCK_N)
     for blk in range(pid, n_blocks, num_programs):
-        row0 = (pid * 0 + blk) * BLOCK_M
-        rows = row0 + m_idx
-        row_mask = rows < n_rows
+        row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         y = tl.load(T + rows, mask=row_mask, other=ignore_index)
         valid = row_mask & (y != ignore_index)
         y_safe = tl.where(valid, y, 0)
@@ -175,22 +162,17 @@ def backward_tiles(m: int, n: int, xb: int, wb: int) -> tuple[Tile, ...]:
     return tuple(tiles + [Tile(t, 1, m, FP32) for t in rows])
 
 
-@functools.lru_cache(maxsize=1024)
-def _plan(direction: str, n_rows: int, n_cols: int, xb: int, wb: int, hw: hardware.Hardware, max_block_n: int):
-    tiles = functools.partial(forward_tiles if direction == "forward" else backward_tiles, xb=xb, wb=wb)
-    kernels = ((f"cross_entropy_{direction}", tiles),)
-    min_n = max(hardware.min_block(b) for b in (xb, wb) if b)
-    return row_plan(f"cross_entropy {direction}", n_rows, n_cols, kernels, kernels, hw, min_n, MAX_BLOCK_M, max_block_n)
-
-
-def plan(
+def plan_tiles(
     direction: str, n_rows: int, n_cols: int, dtype: torch.dtype, w_dtype: torch.dtype | None, hw: hardware.Hardware
 ) -> RowPlan:
-    """Tile plan of the forward or backward pass over ``(tokens, vocab)`` logits."""
-    return _plan(direction, n_rows, n_cols, elem_bytes(dtype), elem_bytes(w_dtype), hw, MAX_BLOCK_N)
+    """Tile plan of the forward or backward pass over ``(tokens, vocab)`` logits (one kernel
+    serves whole and chunked rows)."""
+    kernels = ((f"cross_entropy_{direction}", forward_tiles if direction == "forward" else backward_tiles),)
+    sizes = {"xb": elem_bytes(dtype), "wb": elem_bytes(w_dtype)}
+    return plan_rows(f"cross_entropy {direction}", n_rows, n_cols, kernels, kernels, hw, sizes)
 
 
-# -- host side (shared with fused_linear_cross_entropy) ---------------------------------------
+# -- host side -------------------------------------------------------------------------------
 
 
 class CEOptions:
@@ -223,7 +205,7 @@ class CEOptions:
         return (self.ignore_index, self.lse_square_scale, self.label_smoothing, float(self.softcap or 1.0))
 
 
-def ce_forward_rows(
+def cross_entropy_forward(
     logits: torch.Tensor, target: torch.Tensor, opts: CEOptions, hw: hardware.Hardware
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per row: (loss without z-loss, z-loss, lse), fp32; 0 on ignored rows (lse excepted)."""
@@ -233,16 +215,16 @@ def ce_forward_rows(
     if n_rows == 0:
         return loss, z, lse
     w = opts.weight
-    p = plan("forward", n_rows, n_cols, logits.dtype, None if w is None else w.dtype, hw)
+    p = plan_tiles("forward", n_rows, n_cols, logits.dtype, None if w is None else w.dtype, hw)
     launch(
-        _ce_forward_kernel, p.kernels[0], hw, logits, target, logits if w is None else w, opts.sum_w_arg(n_cols, dev),
+        _cross_entropy_forward_kernel, p.kernels[0], hw, logits, target, logits if w is None else w, opts.sum_w_arg(n_cols, dev),
         loss, z, lse, logits.stride(0), n_rows, n_cols, p.n_blocks, p.n_chunks, *opts.scalars(),
         BLOCK_M=p.block_m, BLOCK_N=p.block_n, **opts.flags(),
     )  # fmt: skip
     return loss, z, lse
 
 
-def ce_backward_rows(
+def cross_entropy_backward(
     logits: torch.Tensor,
     target: torch.Tensor,
     lse: torch.Tensor,
@@ -259,16 +241,18 @@ def ce_backward_rows(
     if n_rows == 0:
         return dx
     w = opts.weight
-    p = plan("backward", n_rows, n_cols, logits.dtype, None if w is None else w.dtype, hw)
+    p = plan_tiles("backward", n_rows, n_cols, logits.dtype, None if w is None else w.dtype, hw)
     launch(
-        _ce_backward_kernel, p.kernels[0], hw, logits, target, logits if w is None else w,
+        _cross_entropy_backward_kernel, p.kernels[0], hw, logits, target, logits if w is None else w,
         opts.sum_w_arg(n_cols, logits.device), lse, a, b, dx, logits.stride(0), dx.stride(0), n_rows, n_cols,
         p.n_blocks, p.n_chunks, *opts.scalars(), BLOCK_M=p.block_m, BLOCK_N=p.block_n, **opts.flags(),
     )  # fmt: skip
     return dx
 
 
-def reduce_rows(loss_rows, z_rows, reduction, n_valid, weight_sum):
+def reduce_rows(
+    loss_rows: torch.Tensor, z_rows: torch.Tensor, reduction: str, n_valid: int, weight_sum: float
+) -> tuple[torch.Tensor, torch.Tensor, float, float]:
     """(loss, z_loss) reduced; and the per-row scales (a, b) of a unit upstream gradient."""
     if reduction == "none":
         return loss_rows + z_rows, z_rows, 1.0, 1.0
@@ -282,76 +266,6 @@ def reduce_rows(loss_rows, z_rows, reduction, n_valid, weight_sum):
 
 
 def prepare_target(target: torch.Tensor) -> torch.Tensor:
+    """The class indices as the kernels take them."""
     # int32 in the kernels: int64 vector compares run as scalar code on the vector cores.
     return target.to(torch.int32) if target.dtype != torch.int32 else target
-
-
-class LigerCrossEntropyFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(
-        ctx, logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, in_place=False
-    ):
-        n_valid, weight_sum = target_stats(logits, target, weight, ignore_index)
-        hw = hardware.current(logits.device)
-        x = rows_view(logits, logits.shape[1])
-        t = prepare_target(target)
-        opts = CEOptions(weight, ignore_index, lse_square_scale, label_smoothing, softcap)
-        loss_rows, z_rows, lse = ce_forward_rows(x, t, opts, hw)
-        loss, z, a, b = reduce_rows(loss_rows, z_rows, reduction, n_valid, weight_sum)
-        # In place: a detached alias, so the gradient returned in its memory is a tensor of its
-        # own (never the input itself) that autograd can keep as .grad.
-        ctx.save_for_backward(x.detach() if in_place else x, t, lse)
-        ctx.opts, ctx.hw, ctx.scales, ctx.reduction = opts, hw, (a, b), reduction
-        ctx.in_place = in_place
-        z = z.to(logits.dtype)
-        ctx.mark_non_differentiable(z)
-        return loss.to(logits.dtype), z
-
-    @staticmethod
-    def backward(ctx, d_loss, _dz):
-        x, t, lse = ctx.saved_tensors
-        a, b = ctx.scales
-        go = d_loss.float()
-        n_rows = x.shape[0]
-        if ctx.reduction == "none":
-            a_rows = b_rows = go.reshape(n_rows).contiguous()
-        else:
-            a_rows = (go * a).reshape(1).expand(n_rows).contiguous()
-            b_rows = (go * b).reshape(1).expand(n_rows).contiguous()
-        in_place = ctx.in_place and x.is_contiguous()
-        dx = ce_backward_rows(x, t, lse, a_rows, b_rows, ctx.opts, ctx.hw, out=x if in_place else None)
-        if in_place:
-            # The kernel overwrote the logits behind autograd's back: bump their version, so a node
-            # that also saved them (a misuse of in_place) raises instead of reading a gradient.
-            torch.autograd.graph.increment_version(dx)
-        return dx, None, None, None, None, None, None, None, None
-
-
-def cross_entropy(
-    logits: torch.Tensor,
-    target: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    ignore_index: int = -100,
-    lse_square_scale: float = 0.0,
-    label_smoothing: float = 0.0,
-    reduction: str = "mean",
-    softcap: float | None = None,
-    return_z_loss: bool = False,
-    in_place: bool = False,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    check_args(
-        logits,
-        target,
-        weight,
-        ignore_index,
-        lse_square_scale,
-        label_smoothing,
-        reduction,
-        softcap,
-        return_z_loss,
-        in_place,
-    )
-    loss, z = LigerCrossEntropyFunction.apply(
-        logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap, in_place
-    )
-    return (loss, z) if return_z_loss else loss

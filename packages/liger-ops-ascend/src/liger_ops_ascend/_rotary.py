@@ -1,4 +1,5 @@
-"""Rotary position embedding (rotate-half) for Ascend NPUs, also the kernel of qwen2vl_mrope.
+"""Rotary position embeddings (rotate-half RoPE, Qwen2-VL's M-RoPE) for Ascend NPUs: one
+kernel, its tile plan and the autograd Function both ops share.
 
 Work is flattened over the ``batch * seq`` positions: one program per vector core walks
 the positions ``pid, pid + programs, ...``. At each position it loads the cos/sin row once
@@ -21,34 +22,33 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from liger_core.ops.rope import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._tiling import FP32, MAX_BLOCK_M, elem_bytes, loaded
+from liger_ops_ascend._tiling import FP32, elem_bytes, loaded
 from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
 
 
 @triton.jit
 def _rotate_heads(
-    X, O, x_base, o_base, x_sh, o_sh, n_heads, c1, c2, sa, sb, d_idx, d_mask, BLOCK_H: tl.constexpr, half
+    X, XO, in_base, out_base, sh, osh, n_heads, c1, c2, sa, sb, cols, col_mask, BLOCK_H: tl.constexpr, half
 ):
     """o1 = x1 * c1 + x2 * sa, o2 = x2 * c2 + x1 * sb for every head at one position."""
     h_idx = tl.arange(0, BLOCK_H)
     for h0 in range(0, n_heads, BLOCK_H):
         heads = h0 + h_idx
-        mask = (heads < n_heads)[:, None] & d_mask[None, :]
-        x_ptr = X + x_base + heads[:, None] * x_sh + d_idx[None, :]
+        mask = (heads < n_heads)[:, None] & col_mask[None, :]
+        x_ptr = X + in_base + heads[:, None] * sh + cols[None, :]
         x1 = tl.load(x_ptr, mask=mask, other=0.0).to(tl.float32)
         x2 = tl.load(x_ptr + half, mask=mask, other=0.0).to(tl.float32)
         o1 = x1 * c1[None, :] + x2 * sa[None, :]
         o2 = x2 * c2[None, :] + x1 * sb[None, :]
-        o_ptr = O + o_base + heads[:, None] * o_sh + d_idx[None, :]
-        tl.store(o_ptr, o1.to(O.dtype.element_ty), mask=mask)
-        tl.store(o_ptr + half, o2.to(O.dtype.element_ty), mask=mask)
+        o_ptr = XO + out_base + heads[:, None] * osh + cols[None, :]
+        tl.store(o_ptr, o1.to(XO.dtype.element_ty), mask=mask)
+        tl.store(o_ptr + half, o2.to(XO.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _rope_kernel(
+def _rotary_kernel(
     Q,
     K,
     QO,
@@ -75,8 +75,8 @@ def _rope_kernel(
     s_ss,
     seq,
     n_pos,
-    q_heads,
-    k_heads,
+    n_qh,
+    n_kh,
     half,
     sec0,
     sec1,
@@ -87,26 +87,26 @@ def _rope_kernel(
 ):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
-    d_idx = tl.arange(0, BLOCK_D)
-    d_mask = d_idx < half
+    cols = tl.arange(0, BLOCK_D)
+    col_mask = cols < half
     if MROPE:
         # The table (temporal, height, width) each column of a half comes from.
-        section = (d_idx >= sec0).to(tl.int32) + (d_idx >= sec0 + sec1).to(tl.int32)
-        c_off = section * c_st + d_idx
-        s_off = section * s_st + d_idx
+        section = (cols >= sec0).to(tl.int32) + (cols >= sec0 + sec1).to(tl.int32)
+        c_off = section * c_st + cols
+        s_off = section * s_st + cols
     else:
-        c_off = d_idx
-        s_off = d_idx
+        c_off = cols
+        s_off = cols
     for pos_i in range(pid, n_pos, num_programs):
         pos = (pid * 0 + pos_i).to(tl.int64)
         b = pos // seq
         s = pos % seq
         c_base = COS + b * c_sb + s * c_ss
         s_base = SIN + b * s_sb + s * s_ss
-        c1 = tl.load(c_base + c_off, mask=d_mask, other=0.0).to(tl.float32)
-        c2 = tl.load(c_base + c_off + half, mask=d_mask, other=0.0).to(tl.float32)
-        s1 = tl.load(s_base + s_off, mask=d_mask, other=0.0).to(tl.float32)
-        s2 = tl.load(s_base + s_off + half, mask=d_mask, other=0.0).to(tl.float32)
+        c1 = tl.load(c_base + c_off, mask=col_mask, other=0.0).to(tl.float32)
+        c2 = tl.load(c_base + c_off + half, mask=col_mask, other=0.0).to(tl.float32)
+        s1 = tl.load(s_base + s_off, mask=col_mask, other=0.0).to(tl.float32)
+        s2 = tl.load(s_base + s_off + half, mask=col_mask, other=0.0).to(tl.float32)
         if BACKWARD:
             sa = s2
             sb = -s1
@@ -114,16 +114,16 @@ def _rope_kernel(
             sa = -s1
             sb = s2
         _rotate_heads(
-            Q, QO, b * q_sb + s * q_ss, b * qo_sb + s * qo_ss, q_sh, qo_sh, q_heads, c1, c2, sa, sb, d_idx, d_mask,
+            Q, QO, b * q_sb + s * q_ss, b * qo_sb + s * qo_ss, q_sh, qo_sh, n_qh, c1, c2, sa, sb, cols, col_mask,
             BLOCK_H, half,
         )  # fmt: skip
         _rotate_heads(
-            K, KO, b * k_sb + s * k_ss, b * ko_sb + s * ko_ss, k_sh, ko_sh, k_heads, c1, c2, sa, sb, d_idx, d_mask,
+            K, KO, b * k_sb + s * k_ss, b * ko_sb + s * ko_ss, k_sh, ko_sh, n_kh, c1, c2, sa, sb, cols, col_mask,
             BLOCK_H, half,
         )  # fmt: skip
 
 
-def rope_tiles(block_h: int, block_d: int, xb: int, cb: int) -> tuple[Tile, ...]:
+def rotary_tiles(block_h: int, block_d: int, xb: int, cb: int) -> tuple[Tile, ...]:
     """One head block of q or k (the larger dtype) and the four cos/sin half rows."""
     tiles = []
     for half in ("1", "2"):
@@ -136,7 +136,7 @@ def rope_tiles(block_h: int, block_d: int, xb: int, cb: int) -> tuple[Tile, ...]
 
 
 @dataclass(frozen=True)
-class RopePlan:
+class RotaryPlan:
     block_h: int
     block_d: int
     programs: int
@@ -144,26 +144,38 @@ class RopePlan:
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan(op: str, n_pos: int, heads: int, half: int, xb: int, cb: int, hw: hardware.Hardware) -> RopePlan:
+def _plan_rotary(
+    op: str, n_pos: int, heads: int, half: int, xb: int, cb: int, hw: hardware.Hardware, max_block_h: int
+) -> RotaryPlan:
     min_d = max(hardware.min_block(xb), hardware.min_block(cb))
     block_d = max(min_d, triton.next_power_of_2(max(half, 1)))
-    if sum(t.nbytes for t in rope_tiles(1, block_d, xb, cb)) > hw.ub_budget:
+    if sum(t.nbytes for t in rotary_tiles(1, block_d, xb, cb)) > hw.ub_budget:
         raise AscendLaunchError(
             f"liger-ops-ascend {op}: head_dim {2 * half} too wide for one tile; {hw.describe_budget()}"
         )
     block_h = 1
-    cap = min(MAX_BLOCK_M, triton.next_power_of_2(max(heads, 1)))
-    while block_h * 2 <= cap and sum(t.nbytes for t in rope_tiles(block_h * 2, block_d, xb, cb)) <= hw.ub_budget:
+    cap = min(max_block_h, triton.next_power_of_2(max(heads, 1)))
+    while block_h * 2 <= cap and sum(t.nbytes for t in rotary_tiles(block_h * 2, block_d, xb, cb)) <= hw.ub_budget:
         block_h *= 2
     programs = min(hw.vector_cores, max(n_pos, 1))
-    return RopePlan(block_h, block_d, programs, KernelPlan(op, (programs,), rope_tiles(block_h, block_d, xb, cb)))
+    return RotaryPlan(block_h, block_d, programs, KernelPlan(op, (programs,), rotary_tiles(block_h, block_d, xb, cb)))
 
 
-def plan(
-    op: str, n_pos: int, heads: int, head_dim: int, x_dtypes: Sequence[torch.dtype], cos_dtype: torch.dtype, hw
-) -> RopePlan:
+def plan_rotary(
+    op: str,
+    n_pos: int,
+    heads: int,
+    head_dim: int,
+    x_dtypes: Sequence[torch.dtype],
+    cos_dtype: torch.dtype,
+    hw: hardware.Hardware,
+) -> RotaryPlan:
     """Tile plan for ``n_pos`` positions of up to ``heads`` heads of ``head_dim``."""
-    return _plan(op, n_pos, heads, head_dim // 2, max(elem_bytes(d) for d in x_dtypes), elem_bytes(cos_dtype), hw)
+    xb = max(elem_bytes(d) for d in x_dtypes)
+    return _plan_rotary(op, n_pos, heads, head_dim // 2, xb, elem_bytes(cos_dtype), hw, hardware.MAX_BLOCK_M)
+
+
+# -- host side -------------------------------------------------------------------------------
 
 
 def _head_strides(t: torch.Tensor, unsqueeze_dim: int) -> tuple[torch.Tensor, int, int, int, int]:
@@ -174,7 +186,7 @@ def _head_strides(t: torch.Tensor, unsqueeze_dim: int) -> tuple[torch.Tensor, in
     return t, t.stride(0), t.stride(s_ax), t.stride(h_ax), t.shape[h_ax]
 
 
-def apply_rope(
+def rotary(
     q: torch.Tensor,
     k: torch.Tensor,
     cos: torch.Tensor,
@@ -185,8 +197,8 @@ def apply_rope(
     hw: hardware.Hardware,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate q and k (forward) or their gradients (backward); cos/sin 3-D, or 4-D for M-RoPE."""
-    q, q_sb, q_ss, q_sh, q_heads = _head_strides(q, unsqueeze_dim)
-    k, k_sb, k_ss, k_sh, k_heads = _head_strides(k, unsqueeze_dim)
+    q, q_sb, q_ss, q_sh, n_qh = _head_strides(q, unsqueeze_dim)
+    k, k_sb, k_ss, k_sh, n_kh = _head_strides(k, unsqueeze_dim)
     qo, ko = torch.empty_like(q), torch.empty_like(k)
     _, qo_sb, qo_ss, qo_sh, _ = _head_strides(qo, unsqueeze_dim)
     _, ko_sb, ko_ss, ko_sh, _ = _head_strides(ko, unsqueeze_dim)
@@ -205,9 +217,9 @@ def apply_rope(
     s_sb = sin.stride(-3) if sin.shape[-3] > 1 else 0
     sections = tuple(mrope_section) if mrope else (0, 0, 0)
     op = ("qwen2vl_mrope" if mrope else "rope") + ("_backward" if backward else "_forward")
-    p = plan(op, n_pos, max(q_heads, k_heads), dim, (q.dtype, k.dtype), cos.dtype, hw)
+    p = plan_rotary(op, n_pos, max(n_qh, n_kh), dim, (q.dtype, k.dtype), cos.dtype, hw)
     launch(
-        _rope_kernel,
+        _rotary_kernel,
         p.kernel,
         hw,
         q,
@@ -236,8 +248,8 @@ def apply_rope(
         sin.stride(-2),
         seq,
         n_pos,
-        q_heads,
-        k_heads,
+        n_qh,
+        n_kh,
         dim // 2,
         sections[0],
         sections[1],
@@ -249,11 +261,14 @@ def apply_rope(
     return qo, ko
 
 
-class LigerRopeFunction(torch.autograd.Function):
+class LigerRotaryFunction(torch.autograd.Function):
+    """Rotate q and k by cos/sin (``mrope_section`` None: RoPE). The ops' Functions
+    (`LigerRopeFunction`, `LigerQwen2VLMRopeFunction`) check their arguments and call `forward`."""
+
     @staticmethod
-    def forward(ctx, q, k, cos, sin, unsqueeze_dim, mrope_section):
+    def forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
         hw = hardware.current(q.device)
-        q_out, k_out = apply_rope(q, k, cos, sin, unsqueeze_dim, mrope_section, False, hw)
+        q_out, k_out = rotary(q, k, cos, sin, unsqueeze_dim, mrope_section, False, hw)
         ctx.save_for_backward(cos, sin)
         ctx.unsqueeze_dim, ctx.mrope_section, ctx.hw = unsqueeze_dim, mrope_section, hw
         return q_out, k_out
@@ -261,17 +276,5 @@ class LigerRopeFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dq, dk):
         cos, sin = ctx.saved_tensors
-        dq_in, dk_in = apply_rope(dq, dk, cos, sin, ctx.unsqueeze_dim, ctx.mrope_section, True, ctx.hw)
+        dq_in, dk_in = rotary(dq, dk, cos, sin, ctx.unsqueeze_dim, ctx.mrope_section, True, ctx.hw)
         return dq_in, dk_in, None, None, None, None
-
-
-def rope(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    position_ids: torch.Tensor | None = None,
-    unsqueeze_dim: int = 1,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    check_args(q, k, cos, sin, position_ids, unsqueeze_dim)
-    return LigerRopeFunction.apply(q, k, cos, sin, unsqueeze_dim, None)
