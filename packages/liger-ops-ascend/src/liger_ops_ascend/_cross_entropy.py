@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._jit import online_lse_step, row_block, tanh
+from liger_ops_ascend._jit import online_lse_step, row_block, tanh, tile_indices
 from liger_ops_ascend._tiling import FP32, RowPlan, elem_bytes, loaded, plan_rows
 from liger_ops_ascend.launch import Tile, launch
 
@@ -37,21 +37,34 @@ def _softcapped(x, cap):
 
 
 @triton.jit
+def _targets(T, rows, row_mask, ignore_index):
+    """``(valid, y_safe)`` of a row block: rows with a target to score, and the target (0 where none)."""
+    y = tl.load(T + rows, mask=row_mask, other=ignore_index)
+    valid = row_mask & (y != ignore_index)
+    return valid, tl.where(valid, y, 0)
+
+
+@triton.jit
+def _target_weight(W, y_safe, valid, HAS_WEIGHT: tl.constexpr):
+    """The class weight of each row's target (1 without class weights; 0 on rows without one)."""
+    if HAS_WEIGHT:
+        w_y = tl.load(W + y_safe, mask=valid, other=0.0).to(tl.float32)
+    else:
+        w_y = tl.where(valid, 1.0, 0.0)
+    return w_y
+
+
+@triton.jit
 def _cross_entropy_forward_kernel(
     X, T, W, SUM_W, LOSS, Z, LSE, x_row_stride, n_rows, n_cols, n_blocks, n_chunks,
     ignore_index, lse_square_scale, label_smoothing, softcap,
     HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, SMOOTH: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     for blk in range(pid, n_blocks, num_programs):
         row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
-        y = tl.load(T + rows, mask=row_mask, other=ignore_index)
-        valid = row_mask & (y != ignore_index)
-        y_safe = tl.where(valid, y, 0)
+        valid, y_safe = _targets(T, rows, row_mask, ignore_index)
         x_base = X + row0.to(tl.int64) * x_row_stride
         x_tile = x_base + m_idx[:, None] * x_row_stride
         m = tl.full((BLOCK_M,), -float("inf"), tl.float32)
@@ -76,10 +89,7 @@ def _cross_entropy_forward_kernel(
         x_y = tl.load(x_base + m_idx * x_row_stride + y_safe, mask=valid, other=0.0).to(tl.float32)
         if HAS_SOFTCAP:
             x_y = _softcapped(x_y, softcap)
-        if HAS_WEIGHT:
-            w_y = tl.load(W + y_safe, mask=valid, other=0.0).to(tl.float32)
-        else:
-            w_y = tl.where(valid, 1.0, 0.0)
+        w_y = _target_weight(W, y_safe, valid, HAS_WEIGHT)
         loss = (1.0 - label_smoothing) * w_y * (lse - x_y)
         if SMOOTH:
             sum_w = tl.load(SUM_W)
@@ -98,22 +108,14 @@ def _cross_entropy_backward_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """DX = d(a * loss + b * z)/dX per row; DX may be X itself (the logits buffer's owner)."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     for blk in range(pid, n_blocks, num_programs):
         row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
-        y = tl.load(T + rows, mask=row_mask, other=ignore_index)
-        valid = row_mask & (y != ignore_index)
-        y_safe = tl.where(valid, y, 0)
+        valid, y_safe = _targets(T, rows, row_mask, ignore_index)
         lse = tl.load(LSE + rows, mask=row_mask, other=0.0)
         a = tl.where(valid, tl.load(A + rows, mask=row_mask, other=0.0), 0.0)
         b = tl.where(valid, tl.load(B + rows, mask=row_mask, other=0.0), 0.0)
-        if HAS_WEIGHT:
-            w_y = tl.load(W + y_safe, mask=valid, other=0.0).to(tl.float32)
-        else:
-            w_y = tl.where(valid, 1.0, 0.0)
+        w_y = _target_weight(W, y_safe, valid, HAS_WEIGHT)
         coef_p = a * (1.0 - label_smoothing) * w_y + 2.0 * lse_square_scale * b * lse
         if SMOOTH:
             coef_p += a * label_smoothing / n_cols * tl.load(SUM_W)

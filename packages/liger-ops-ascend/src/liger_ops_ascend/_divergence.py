@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._jit import row_block
+from liger_ops_ascend._jit import row_block, tile_indices
 from liger_ops_ascend._tiling import FP32, RowPlan, elem_bytes, loaded, plan_rows
 from liger_ops_ascend.launch import Tile, launch
 
@@ -46,10 +46,7 @@ def _divergence_kernel(
 ):  # fmt: skip
     """OUT: per-element loss (ELEMENTWISE) or one partial sum per program. BETA_CASE (jsd):
     0 forward KL, 1 reverse KL, 2 general. ``param``: eps (kl_div) or beta (jsd)."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     acc = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for blk in range(pid, n_blocks, num_programs):
         row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)

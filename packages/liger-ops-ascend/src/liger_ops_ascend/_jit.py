@@ -45,3 +45,10 @@ def tile_ptrs(P, base, m_idx, row_stride, cols):
     int64 scalar, the offsets inside the tile stay int32 (int64 vector arithmetic runs as
     scalar code on the vector cores)."""
     return P + base * row_stride + m_idx[:, None] * row_stride + cols[None, :]
+
+
+@triton.jit
+def tile_indices(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``(pid, num_programs, m_idx, n_idx)`` of a grid-stride row kernel: this program, the
+    grid's size, and the row and column indices inside a ``BLOCK_M x BLOCK_N`` tile."""
+    return tl.program_id(0), tl.num_programs(0), tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_N)

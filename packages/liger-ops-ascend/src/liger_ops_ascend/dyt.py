@@ -18,7 +18,7 @@ from liger_core.backend import implements
 from liger_core.ops.dyt import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._jit import row_block, tanh, tile_ptrs
+from liger_ops_ascend._jit import row_block, tanh, tile_indices, tile_ptrs
 from liger_ops_ascend._tiling import FP32, RowPlan, as_rows, dtype_of, elem_bytes, loaded, plan_rows, sum_partials
 from liger_ops_ascend.launch import Tile, launch
 
@@ -40,10 +40,7 @@ def _dyt_forward_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     alpha = tl.load(ALPHA).to(tl.float32)
     for c in range(n_chunks):
         cols = c * BLOCK_N + n_idx
@@ -83,10 +80,7 @@ def _dyt_backward_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     alpha = tl.load(ALPHA).to(tl.float32)
     da_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for c in range(n_chunks):

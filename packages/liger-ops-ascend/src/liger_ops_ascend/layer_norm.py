@@ -21,7 +21,7 @@ from liger_core.backend import implements
 from liger_core.ops.layer_norm import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._jit import row_block, tile_ptrs
+from liger_ops_ascend._jit import row_block, tile_indices, tile_ptrs
 from liger_ops_ascend._tiling import FP32, RowPlan, as_rows, dtype_of, elem_bytes, loaded, plan_rows, sum_partials
 from liger_ops_ascend.launch import Tile, launch
 
@@ -47,10 +47,7 @@ def _layer_norm_forward_kernel(
     BLOCK_N: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     x_tile = m_idx[:, None] * x_row_stride
     y_tile = m_idx[:, None] * y_row_stride
     if SINGLE_PASS:
@@ -134,10 +131,7 @@ def _layer_norm_backward_kernel(
     BLOCK_N: tl.constexpr,
 ):
     """Whole rows in one tile: grad_x per row block, grad_weight/grad_bias summed in the UB."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     col_mask = n_idx < n_cols
     if HAS_WEIGHT:
         w = tl.load(W + n_idx, mask=col_mask, other=0.0).to(tl.float32)
@@ -190,10 +184,7 @@ def _layer_norm_backward_coef_kernel(
     BLOCK_N: tl.constexpr,
 ):
     """Chunked rows, stage 1: C1[row] = mean(g * x_hat), C2[row] = mean(g)."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     for blk in range(pid, n_blocks, num_programs):
         row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         base = row0.to(tl.int64)
@@ -242,10 +233,7 @@ def _layer_norm_backward_chunked_kernel(
     BLOCK_N: tl.constexpr,
 ):
     """Chunked rows, stage 2: column chunk outer, the program's rows inner."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     for c in range(n_chunks):
         cols = c * BLOCK_N + n_idx
         col_mask = cols < n_cols

@@ -21,7 +21,7 @@ from liger_core.backend import implements
 from liger_core.ops.poly_norm import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._jit import row_block
+from liger_ops_ascend._jit import row_block, tile_indices
 from liger_ops_ascend._tiling import FP32, RowPlan, as_rows, elem_bytes, loaded, plan_rows, row_kernels
 from liger_ops_ascend.launch import Tile, launch
 
@@ -45,10 +45,7 @@ def _poly_norm_forward_kernel(
     SINGLE_PASS: tl.constexpr,
 ):
     """RSTD[row] = (r1, r2, r3), the reciprocal RMS of x, x^2 and x^3."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     w0 = tl.load(W).to(tl.float32)
     w1 = tl.load(W + 1).to(tl.float32)
     w2 = tl.load(W + 2).to(tl.float32)
@@ -114,10 +111,7 @@ def _poly_norm_backward_kernel(
     SINGLE_PASS: tl.constexpr,
 ):
     """PARTIAL[pid] = (grad_w0, grad_w1, grad_w2, grad_b) over the program's rows."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     w0 = tl.load(W).to(tl.float32)
     w1 = tl.load(W + 1).to(tl.float32)
     w2 = tl.load(W + 2).to(tl.float32)

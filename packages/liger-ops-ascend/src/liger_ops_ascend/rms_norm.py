@@ -33,7 +33,7 @@ from liger_core.ops.fused_add_rms_norm import check_args as check_fused_add_args
 from liger_core.ops.rms_norm import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._jit import row_block, tile_ptrs
+from liger_ops_ascend._jit import row_block, tile_indices, tile_ptrs
 from liger_ops_ascend._tiling import FP32, RowPlan, as_rows, dtype_of, elem_bytes, plan_rows, sum_partials
 from liger_ops_ascend.launch import Tile, launch
 
@@ -72,10 +72,7 @@ def _rms_norm_forward_kernel(
 ):
     """y = rms_norm(x), or with HAS_RESIDUAL (fused_add_rms_norm) s = x + r rounded to x's
     dtype, stored, and y = rms_norm(s)."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     x_tile = m_idx[:, None] * x_row_stride
     y_tile = m_idx[:, None] * y_row_stride
     r_tile = m_idx[:, None] * r_row_stride
@@ -188,10 +185,7 @@ def _rms_norm_backward_kernel(
     HAS_DR: tl.constexpr,
 ):
     """Whole rows in one tile: grad_x per row block, grad_weight summed in the UB."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     col_mask = n_idx < n_cols
     if HAS_WEIGHT:
         w_eff = tl.load(W + n_idx, mask=col_mask, other=0.0).to(tl.float32) + offset
@@ -239,10 +233,7 @@ def _rms_norm_backward_coef_kernel(
     BLOCK_N: tl.constexpr,
 ):
     """Chunked rows, stage 1: MEAN_GX[row] = mean(g * x_hat) over the whole row."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     for blk in range(pid, n_blocks, num_programs):
         row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         base = row0.to(tl.int64)
@@ -293,10 +284,7 @@ def _rms_norm_backward_chunked_kernel(
 ):
     """Chunked rows, stage 2: column chunk outer, the program's rows inner, so one chunk of
     grad_weight is accumulated in the UB and written once per chunk."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     for c in range(n_chunks):
         cols = c * BLOCK_N + n_idx
         col_mask = cols < n_cols

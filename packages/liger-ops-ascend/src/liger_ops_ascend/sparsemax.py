@@ -21,7 +21,7 @@ from liger_core.backend import implements
 from liger_core.ops.sparsemax import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._jit import row_block
+from liger_ops_ascend._jit import row_block, tile_indices
 from liger_ops_ascend._tiling import FP32, RowPlan, as_rows, elem_bytes, launch_rows, loaded, plan_rows, row_kernels
 from liger_ops_ascend.launch import Tile
 
@@ -45,10 +45,7 @@ def _sparsemax_forward_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
     BISECTION_STEPS: tl.constexpr, REFINE_STEPS: tl.constexpr,
 ):  # fmt: skip
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     for blk in range(pid, n_blocks, num_programs):
         row0, _, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         x_base = X + row0.to(tl.int64) * x_row_stride + m_idx[:, None] * x_row_stride
@@ -115,10 +112,7 @@ def _sparsemax_backward_kernel(
     DY, Y, DX, dy_row_stride, y_row_stride, dx_row_stride, n_rows, n_cols, n_blocks, n_chunks,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
 ):  # fmt: skip
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     for blk in range(pid, n_blocks, num_programs):
         row0, _, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         base = row0.to(tl.int64)
