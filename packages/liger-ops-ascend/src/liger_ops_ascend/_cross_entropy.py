@@ -67,8 +67,8 @@ def _cross_entropy_forward_kernel(
         valid, y_safe = _targets(T, rows, row_mask, ignore_index)
         x_base = X + row0.to(tl.int64) * x_row_stride
         x_tile = x_base + m_idx[:, None] * x_row_stride
-        m = tl.full((BLOCK_M,), -float("inf"), tl.float32)
-        d = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        run_max = tl.full((BLOCK_M,), -float("inf"), tl.float32)
+        run_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
         sx = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for c in range(n_chunks):
             cols = c * BLOCK_N + n_idx
@@ -84,8 +84,8 @@ def _cross_entropy_forward_kernel(
                 else:
                     sx += tl.sum(tl.where(mask, x, 0.0), axis=1)
             x = tl.where(mask, x, -float("inf"))
-            m, d = online_lse_step(m, d, x)
-        lse = tl.where(row_mask, m + tl.log(tl.where(row_mask, d, 1.0)), 0.0)
+            run_max, run_sum = online_lse_step(run_max, run_sum, x)
+        lse = tl.where(row_mask, run_max + tl.log(tl.where(row_mask, run_sum, 1.0)), 0.0)
         x_y = tl.load(x_base + m_idx * x_row_stride + y_safe, mask=valid, other=0.0).to(tl.float32)
         if HAS_SOFTCAP:
             x_y = _softcapped(x_y, softcap)

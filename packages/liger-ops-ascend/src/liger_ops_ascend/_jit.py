@@ -18,14 +18,14 @@ def tanh(z):
 
 
 @triton.jit
-def online_lse_step(m, d, x):
+def online_lse_step(run_max, run_sum, x):
     """One chunk of an online logsumexp over the rows of ``x`` (masked entries -inf): the
-    running max ``m`` and sum of exponentials ``d`` (relative to ``m``) after the chunk."""
-    m_new = tl.maximum(m, tl.max(x, axis=1))
+    running max and sum of exponentials (relative to the max) after the chunk."""
+    new_max = tl.maximum(run_max, tl.max(x, axis=1))
     # Rows of a block past the end stay at -inf: keep their rescale finite.
-    m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
-    d = d * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe[:, None]), axis=1)
-    return m_new, d
+    safe = tl.where(new_max == -float("inf"), 0.0, new_max)
+    run_sum = run_sum * tl.exp(run_max - safe) + tl.sum(tl.exp(x - safe[:, None]), axis=1)
+    return new_max, run_sum
 
 
 @triton.jit

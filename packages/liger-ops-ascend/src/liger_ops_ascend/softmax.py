@@ -37,19 +37,19 @@ def _softmax_forward_kernel(
             y = e / tl.sum(e, axis=1)[:, None]
             tl.store(y_base + n_idx[None, :], y.to(Y.dtype.element_ty), mask=mask)
         else:
-            m = tl.full((BLOCK_M,), -float("inf"), tl.float32)
-            d = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            run_max = tl.full((BLOCK_M,), -float("inf"), tl.float32)
+            run_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
             for c in range(n_chunks):
                 cols = c * BLOCK_N + n_idx
                 mask = row_mask[:, None] & (cols < n_cols)[None, :]
                 x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
-                m, d = online_lse_step(m, d, x)
-            m_safe = tl.where(m == -float("inf"), 0.0, m)
+                run_max, run_sum = online_lse_step(run_max, run_sum, x)
+            safe = tl.where(run_max == -float("inf"), 0.0, run_max)
             for c in range(n_chunks):
                 cols = c * BLOCK_N + n_idx
                 mask = row_mask[:, None] & (cols < n_cols)[None, :]
                 x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
-                y = tl.exp(x - m_safe[:, None]) / d[:, None]
+                y = tl.exp(x - safe[:, None]) / run_sum[:, None]
                 tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
