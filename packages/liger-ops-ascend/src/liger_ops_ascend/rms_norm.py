@@ -8,7 +8,7 @@ work: triton-ascend's interpreter ignores the mask of a one-element store, so a 
 per-row store of a block of one row would land past the end of its buffer.
 
 Tiles: a program works on BLOCK_M rows x BLOCK_N columns at a time, sized so that every
-tile live at once fits the UB budget of the SoC (``plan_forward`` / ``plan_backward``):
+tile live at once fits the UB budget of the SoC (`plan_tiles`):
 - short rows: one tile holds several whole rows;
 - rows too wide for one tile: BLOCK_M = 1 and the row is processed in BLOCK_N-wide
   chunks, in two passes (sum of squares, then normalise).
