@@ -1,9 +1,10 @@
-"""The gated activations (swiglu, geglu) for Ascend NPUs: one elementwise kernel pair.
+"""The gated activations (swiglu, geglu) for Ascend NPUs: one elementwise kernel pair, the
+activation a constexpr, and the autograd Function both ops share.
 
 ``c = act(a) * b``, act computed in fp32 and rounded to the input dtype before the multiply
 (as the models' eager code does). The inputs are flattened and walked as blocks of
 ``BLOCK`` elements by one program per vector core (``range(pid, n_blocks, programs)``); the
-block is the largest power of two whose live tiles fit the UB budget (`_tiling.flat_plan`),
+block is the largest power of two whose live tiles fit the UB budget (`_tiling.plan_flat`),
 so a 14336-wide row or a whole batch is sub-blocked the same way.
 
 GELU (tanh approximation) is written with a sigmoid, ``0.5 * (1 + tanh(u)) = sigmoid(2u)``:
@@ -22,18 +23,18 @@ import triton
 import triton.language as tl
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._tiling import FP32, FlatPlan, elem_bytes, f32_copy, flat_plan
+from liger_ops_ascend._tiling import FP32, FlatPlan, elem_bytes, f32_copy, plan_flat
 from liger_ops_ascend.launch import Tile, launch
 
 SILU = 0
 GELU_TANH = 1
 _NAMES = {SILU: "swiglu", GELU_TANH: "geglu"}
-SQRT_2_OVER_PI = 0.7978845608028654
 
 
 @triton.jit
 def _act_and_grad(a, ACT: tl.constexpr):
-    """(act(a), d act / da) in fp32."""
+    """(act(a), d act / da) in fp32. 0.79788... = sqrt(2 / pi) and 0.044715 are GELU's tanh-form
+    constants, as literals: a compiled kernel may not read non-constexpr globals."""
     if ACT == 0:
         s = tl.sigmoid(a)
         return a * s, s * (1.0 + a * (1.0 - s))
@@ -46,7 +47,7 @@ def _act_and_grad(a, ACT: tl.constexpr):
 
 
 @triton.jit
-def _gated_forward_kernel(A, B, C, n, n_blocks, ACT: tl.constexpr, BLOCK: tl.constexpr):
+def _glu_forward_kernel(A, B, C, n, n_blocks, ACT: tl.constexpr, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     idx = tl.arange(0, BLOCK)
@@ -62,7 +63,7 @@ def _gated_forward_kernel(A, B, C, n, n_blocks, ACT: tl.constexpr, BLOCK: tl.con
 
 
 @triton.jit
-def _gated_backward_kernel(DC, A, B, DA, DB, n, n_blocks, ACT: tl.constexpr, BLOCK: tl.constexpr):
+def _glu_backward_kernel(DC, A, B, DA, DB, n, n_blocks, ACT: tl.constexpr, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     idx = tl.arange(0, BLOCK)
@@ -96,27 +97,52 @@ def backward_tiles(block: int, xb: int) -> tuple[Tile, ...]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan(act: int, direction: str, n: int, xb: int, hw: hardware.Hardware) -> FlatPlan:
+def _plan_tiles(act: int, direction: str, n: int, xb: int, hw: hardware.Hardware, max_block: int) -> FlatPlan:
     tiles = functools.partial(forward_tiles if direction == "forward" else backward_tiles, xb=xb)
     name = f"{_NAMES[act]}_{direction}"
-    return flat_plan(name, n, ((name, tiles),), hw, hardware.min_block(xb))
+    return plan_flat(name, n, ((name, tiles),), hw, hardware.min_block(xb), max_block)
 
 
-def plan(act: int, direction: str, n: int, dtype: torch.dtype, hw: hardware.Hardware) -> FlatPlan:
+def plan_tiles(act: int, direction: str, n: int, dtype: torch.dtype, hw: hardware.Hardware) -> FlatPlan:
     """Block and launch of ``direction`` over ``n`` elements of ``dtype``."""
-    return _plan(act, direction, n, elem_bytes(dtype), hw)
+    return _plan_tiles(act, direction, n, elem_bytes(dtype), hw, hardware.MAX_BLOCK_N)
 
 
-class LigerGatedFunction(torch.autograd.Function):
+# -- host side -------------------------------------------------------------------------------
+
+
+def glu_forward(a: torch.Tensor, b: torch.Tensor, act: int, hw: hardware.Hardware) -> torch.Tensor:
+    """``act(a) * b`` of contiguous ``a`` and ``b``."""
+    c = torch.empty_like(a)
+    n = a.numel()
+    if n:
+        p = plan_tiles(act, "forward", n, a.dtype, hw)
+        launch(_glu_forward_kernel, p.kernels[0], hw, a, b, c, n, p.n_blocks, ACT=act, BLOCK=p.block)
+    return c
+
+
+def glu_backward(
+    dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, act: int, in_place: bool, hw: hardware.Hardware
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(grad_a, grad_b)`` of contiguous tensors; ``in_place``: written over ``a`` and ``b``."""
+    da, db = (a, b) if in_place else (torch.empty_like(a), torch.empty_like(b))
+    n = a.numel()
+    if n:
+        p = plan_tiles(act, "backward", n, a.dtype, hw)
+        launch(_glu_backward_kernel, p.kernels[0], hw, dc, a, b, da, db, n, p.n_blocks, ACT=act, BLOCK=p.block)
+    return da, db
+
+
+class LigerGLUFunction(torch.autograd.Function):
+    """``act(a) * b`` for the activation ``act`` (SILU, GELU_TANH). The ops' Functions
+    (`LigerSwiGLUFunction`, `LigerGEGLUFunction`) check their arguments and call `forward`
+    with their activation; the backward is this one (autograd drops its trailing None)."""
+
     @staticmethod
     def forward(ctx, a, b, act, in_place):
         hw = hardware.current(a.device)
         a_c, b_c = a.contiguous(), b.contiguous()
-        c = torch.empty_like(a_c)
-        n = a_c.numel()
-        if n:
-            p = plan(act, "forward", n, a.dtype, hw)
-            launch(_gated_forward_kernel, p.kernels[0], hw, a_c, b_c, c, n, p.n_blocks, ACT=act, BLOCK=p.block)
+        c = glu_forward(a_c, b_c, act, hw)
         ctx.save_for_backward(a_c, b_c)
         ctx.act, ctx.in_place, ctx.hw = act, in_place, hw
         return c
@@ -124,24 +150,5 @@ class LigerGatedFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dc):
         a_c, b_c = ctx.saved_tensors
-        hw = ctx.hw
-        dc = dc.contiguous()
-        da, db = (a_c, b_c) if ctx.in_place else (torch.empty_like(a_c), torch.empty_like(b_c))
-        n = a_c.numel()
-        if n:
-            p = plan(ctx.act, "backward", n, a_c.dtype, hw)
-            launch(
-                _gated_backward_kernel,
-                p.kernels[0],
-                hw,
-                dc,
-                a_c,
-                b_c,
-                da,
-                db,
-                n,
-                p.n_blocks,
-                ACT=ctx.act,
-                BLOCK=p.block,
-            )
+        da, db = glu_backward(dc.contiguous(), a_c, b_c, ctx.act, ctx.in_place, ctx.hw)
         return da, db, None, None
