@@ -42,6 +42,8 @@ MAX_FUSED_BLOCK_HEAVY = 8192
 # program's index math.
 ELEMENTWISE_BLOCK = 8192
 ELEMENTWISE_NUM_WARPS = 16
+# Smaller blocks get fewer sub-groups, so that each lane still holds at least this many elements.
+ELEMENTWISE_MIN_ELEMENTS_PER_LANE = 4
 # Columns per program of the 2-D elementwise kernels with a per-column parameter (dyt).
 ELEMENTWISE_COL_BLOCK = 1024
 # RoPE: elements of one [heads x half head_dim] tile (each program rotates one position's
@@ -66,6 +68,8 @@ MATMUL_BLOCK_M = 256
 MATMUL_BLOCK_N = 256
 MATMUL_BLOCK_K = 32
 MATMUL_NUM_WARPS = 32
+# tl.dot wants every tile dimension >= 16.
+MIN_DOT_BLOCK = 16
 
 # --- threads and sub-groups ------------------------------------------------------------------
 # Triton's default sub-group width on XPU; every Intel GPU Triton targets supports it.

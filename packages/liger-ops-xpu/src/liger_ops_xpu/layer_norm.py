@@ -15,10 +15,19 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
 from liger_core.ops.layer_norm import check_args
 
-from liger_ops_xpu import hardware
-from liger_ops_xpu._tiling import TilePlan, as_rows, backward_grid, plan_tiles, static_trips
+from liger_ops_xpu._tiling import (
+    TilePlan,
+    as_rows,
+    backward_grid,
+    launch_row_tiles,
+    plan_tiles,
+    static_trips,
+    sum_partials,
+    zeros_or_none,
+)
 
 
 @triton.jit
@@ -210,8 +219,11 @@ def layer_norm_forward(x2d, weight, bias, eps: float, plan: TilePlan):
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
     if x2d.numel() == 0:
         return y, mean, rstd
-    kernel = _layer_norm_forward_kernel
-    kernel[(triton.cdiv(n_rows, plan.block_m),)](
+    launch_row_tiles(
+        _layer_norm_forward_kernel,
+        triton.cdiv(n_rows, plan.block_m),
+        plan,
+        x2d.device,
         x2d,
         weight if weight is not None else x2d,  # never read without HAS_WEIGHT
         bias if bias is not None else x2d,  # never read without HAS_BIAS
@@ -225,10 +237,6 @@ def layer_norm_forward(x2d, weight, bias, eps: float, plan: TilePlan):
         eps,
         HAS_WEIGHT=weight is not None,
         HAS_BIAS=bias is not None,
-        BLOCK_M=plan.block_m,
-        BLOCK_N=plan.block_n,
-        N_CHUNKS=plan.n_chunks,
-        **hardware.launch_kwargs(kernel, x2d.device, plan.num_warps),
     )
     return y, mean, rstd
 
@@ -239,15 +247,17 @@ def layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, plan: TilePlan):
     has_weight, has_bias = weight is not None, bias is not None
     dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     if x2d.numel() == 0:
-        zeros = lambda p: None if p is None else torch.zeros_like(p)
-        return dx, zeros(weight), zeros(bias)
+        return dx, zeros_or_none(weight), zeros_or_none(bias)
     programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device)
     # One fp32 row per program and parameter; chunked plans accumulate, so they start at zero.
     alloc = torch.zeros if plan.chunked else torch.empty
     partial = lambda on: alloc((programs, n_cols), dtype=torch.float32, device=x2d.device) if on else mean
     dw_partial, db_partial = partial(has_weight), partial(has_bias)
-    kernel = _layer_norm_backward_kernel
-    kernel[(programs,)](
+    launch_row_tiles(
+        _layer_norm_backward_kernel,
+        programs,
+        plan,
+        x2d.device,
         dy2d,
         x2d,
         weight if has_weight else x2d,
@@ -264,24 +274,20 @@ def layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, plan: TilePlan):
         tiles_per_program,
         HAS_WEIGHT=has_weight,
         HAS_BIAS=has_bias,
-        BLOCK_M=plan.block_m,
-        BLOCK_N=plan.block_n,
-        N_CHUNKS=plan.n_chunks,
-        STATIC_TILES=static_trips(kernel, tiles_per_program),
-        **hardware.launch_kwargs(kernel, x2d.device, plan.num_warps),
+        STATIC_TILES=static_trips(_layer_norm_backward_kernel, tiles_per_program),
     )
-    dw = dw_partial.sum(0).to(weight.dtype) if has_weight else None
-    db = db_partial.sum(0).to(bias.dtype) if has_bias else None
-    return dx, dw, db
+    return dx, sum_partials(dw_partial, weight), sum_partials(db_partial, bias)
 
 
+@implements("layer_norm")
 class LigerLayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
+        check_args(x, weight, bias, eps)
         n_cols = x.shape[-1]
         x2d = as_rows(x, n_cols)
         plan = plan_tiles(n_cols, x.device)
-        y, mean, rstd = layer_norm_forward(x2d, weight, bias, eps, plan)
+        y, mean, rstd = layer_norm_forward(x2d, weight, bias, float(eps), plan)
         ctx.save_for_backward(x2d, weight, bias, mean, rstd)
         ctx.plan = plan
         return y.view(x.shape)
@@ -292,14 +298,3 @@ class LigerLayerNormFunction(torch.autograd.Function):
         dy2d = as_rows(dy, x2d.shape[1])
         dx, dw, db = layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, ctx.plan)
         return dx.view(dy.shape), dw, db, None
-
-
-def layer_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    eps: float = 1e-5,
-) -> torch.Tensor:
-    """The interface's ``layer_norm`` (see ``liger_core.ops.layer_norm``) on Intel GPUs."""
-    check_args(x, weight, bias, eps)
-    return LigerLayerNormFunction.apply(x, weight, bias, float(eps))

@@ -17,10 +17,11 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
 from liger_core.ops.poly_norm import check_args
 
 from liger_ops_xpu import hardware
-from liger_ops_xpu._tiling import TilePlan, as_rows, backward_grid, plan_tiles, static_trips
+from liger_ops_xpu._tiling import TilePlan, as_rows, backward_grid, launch_row_tiles, plan_tiles, static_trips
 
 # Partial sums per backward program: grad_w0 (cubic), grad_w1 (square), grad_w2 (linear), grad_b.
 _N_PARTIALS = 4
@@ -189,37 +190,77 @@ def _poly_norm_backward_kernel(
     tl.store(out + 3, tl.sum(acc_b, axis=0))
 
 
-def _plan(n_cols: int, device: torch.device) -> TilePlan:
+def plan_poly_norm(n_cols: int, device: torch.device | str | None = None) -> TilePlan:
+    """Row tiles as for RMSNorm, fused only up to MAX_FUSED_BLOCK_HEAVY (three live powers of x)."""
     return plan_tiles(n_cols, device, max_fused_block=hardware.MAX_FUSED_BLOCK_HEAVY)
 
 
+def poly_norm_forward(x2d, weight, bias, eps: float, plan: TilePlan):
+    """Launch the forward kernel; returns ``(y, rstd)``, rstd ``(n_rows, 3)`` in fp32."""
+    n_rows, n_cols = x2d.shape
+    y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
+    rstd = torch.empty((n_rows, 3), dtype=torch.float32, device=x2d.device)
+    if x2d.numel() == 0:
+        return y, rstd
+    launch_row_tiles(
+        _poly_norm_forward_kernel,
+        triton.cdiv(n_rows, plan.block_m),
+        plan,
+        x2d.device,
+        x2d,
+        weight,
+        bias,
+        y,
+        rstd,
+        x2d.stride(0),
+        y.stride(0),
+        n_rows,
+        n_cols,
+        eps,
+    )
+    return y, rstd
+
+
+def poly_norm_backward(dy2d, x2d, weight, bias, rstd, plan: TilePlan):
+    """Launch the backward kernel; returns ``(grad_x, grad_weight, grad_bias)``."""
+    n_rows, n_cols = x2d.shape
+    dx = torch.empty_like(x2d)
+    if x2d.numel() == 0:
+        return dx, torch.zeros_like(weight), torch.zeros_like(bias)
+    programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device)
+    partial = torch.empty((programs, _N_PARTIALS), dtype=torch.float32, device=x2d.device)
+    launch_row_tiles(
+        _poly_norm_backward_kernel,
+        programs,
+        plan,
+        x2d.device,
+        dy2d,
+        x2d,
+        weight,
+        rstd,
+        dx,
+        partial,
+        dy2d.stride(0),
+        x2d.stride(0),
+        dx.stride(0),
+        n_rows,
+        n_cols,
+        tiles_per_program,
+        STATIC_TILES=static_trips(_poly_norm_backward_kernel, tiles_per_program),
+    )
+    sums = partial.sum(0)
+    return dx, sums[:3].to(weight.dtype), sums[3].to(bias.dtype).reshape(bias.shape)
+
+
+@implements("poly_norm")
 class LigerPolyNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
+        check_args(x, weight, bias, eps)
         n_cols = x.shape[-1]
         x2d = as_rows(x, n_cols)
-        n_rows = x2d.shape[0]
-        plan = _plan(n_cols, x.device)
-        y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-        rstd = torch.empty((n_rows, 3), dtype=torch.float32, device=x.device)
-        if x2d.numel():
-            kernel = _poly_norm_forward_kernel
-            kernel[(triton.cdiv(n_rows, plan.block_m),)](
-                x2d,
-                weight,
-                bias,
-                y,
-                rstd,
-                x2d.stride(0),
-                y.stride(0),
-                n_rows,
-                n_cols,
-                eps,
-                BLOCK_M=plan.block_m,
-                BLOCK_N=plan.block_n,
-                N_CHUNKS=plan.n_chunks,
-                **hardware.launch_kwargs(kernel, x.device, plan.num_warps),
-            )
+        plan = plan_poly_norm(n_cols, x.device)
+        y, rstd = poly_norm_forward(x2d, weight, bias, float(eps), plan)
         ctx.save_for_backward(x2d, weight, bias, rstd)
         ctx.plan = plan
         return y.view(x.shape)
@@ -227,41 +268,6 @@ class LigerPolyNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, bias, rstd = ctx.saved_tensors
-        plan = ctx.plan
-        n_rows, n_cols = x2d.shape
-        dx = torch.empty_like(x2d)
-        if x2d.numel() == 0:
-            return dx.view(dy.shape), torch.zeros_like(weight), torch.zeros_like(bias), None
-        dy2d = as_rows(dy, n_cols)
-        programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device)
-        partial = torch.empty((programs, _N_PARTIALS), dtype=torch.float32, device=x2d.device)
-        kernel = _poly_norm_backward_kernel
-        kernel[(programs,)](
-            dy2d,
-            x2d,
-            weight,
-            rstd,
-            dx,
-            partial,
-            dy2d.stride(0),
-            x2d.stride(0),
-            dx.stride(0),
-            n_rows,
-            n_cols,
-            tiles_per_program,
-            BLOCK_M=plan.block_m,
-            BLOCK_N=plan.block_n,
-            N_CHUNKS=plan.n_chunks,
-            STATIC_TILES=static_trips(kernel, tiles_per_program),
-            **hardware.launch_kwargs(kernel, x2d.device, plan.num_warps),
-        )
-        sums = partial.sum(0)
-        dw = sums[:3].to(weight.dtype)
-        db = sums[3].to(bias.dtype).reshape(bias.shape)
+        dy2d = as_rows(dy, x2d.shape[1])
+        dx, dw, db = poly_norm_backward(dy2d, x2d, weight, bias, rstd, ctx.plan)
         return dx.view(dy.shape), dw, db, None
-
-
-def poly_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """The interface's ``poly_norm`` (see ``liger_core.ops.poly_norm``) on Intel GPUs."""
-    check_args(x, weight, bias, eps)
-    return LigerPolyNormFunction.apply(x, weight, bias, float(eps))

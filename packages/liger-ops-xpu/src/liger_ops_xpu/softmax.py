@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
 from liger_core.ops.softmax import check_args
 
-from liger_ops_xpu import hardware
-from liger_ops_xpu._tiling import as_rows, plan_tiles
+from liger_ops_xpu._tiling import TilePlan, as_rows, launch_row_tiles, plan_tiles
 
 
 @triton.jit
@@ -108,26 +108,32 @@ def _softmax_backward_kernel(
             tl.store(dx_rows + c[None, :], (y * (dy - dot[:, None])).to(DX.dtype.element_ty), mask=mask)
 
 
-def _launch(kernel, n_rows: int, plan, device, *args) -> None:
-    kernel[(triton.cdiv(n_rows, plan.block_m),)](
-        *args,
-        BLOCK_M=plan.block_m,
-        BLOCK_N=plan.block_n,
-        N_CHUNKS=plan.n_chunks,
-        **hardware.launch_kwargs(kernel, device, plan.num_warps),
-    )
+def softmax_forward(x2d: torch.Tensor, plan: TilePlan) -> torch.Tensor:
+    n_rows, n_cols = x2d.shape
+    y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
+    if y.numel():
+        args = (x2d, y, x2d.stride(0), y.stride(0), n_rows, n_cols)
+        launch_row_tiles(_softmax_forward_kernel, triton.cdiv(n_rows, plan.block_m), plan, x2d.device, *args)
+    return y
 
 
+def softmax_backward(dy2d: torch.Tensor, y: torch.Tensor, plan: TilePlan) -> torch.Tensor:
+    n_rows, n_cols = y.shape
+    dx = torch.empty_like(y)
+    if dx.numel():
+        args = (dy2d, y, dx, dy2d.stride(0), y.stride(0), dx.stride(0), n_rows, n_cols)
+        launch_row_tiles(_softmax_backward_kernel, triton.cdiv(n_rows, plan.block_m), plan, y.device, *args)
+    return dx
+
+
+@implements("softmax")
 class LigerSoftmaxFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
+        check_args(x)
         n_cols = x.shape[-1]
-        x2d = as_rows(x, n_cols)
-        n_rows = x2d.shape[0]
         plan = plan_tiles(n_cols, x.device)
-        y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-        if y.numel():
-            _launch(_softmax_forward_kernel, n_rows, plan, x.device, x2d, y, x2d.stride(0), y.stride(0), n_rows, n_cols)
+        y = softmax_forward(as_rows(x, n_cols), plan)
         ctx.save_for_backward(y)
         ctx.plan = plan
         return y.view(x.shape)
@@ -135,16 +141,5 @@ class LigerSoftmaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        n_rows, n_cols = y.shape
-        dy2d = as_rows(dy, n_cols)
-        dx = torch.empty_like(y)
-        if dx.numel():
-            args = (dy2d, y, dx, dy2d.stride(0), y.stride(0), dx.stride(0), n_rows, n_cols)
-            _launch(_softmax_backward_kernel, n_rows, ctx.plan, y.device, *args)
+        dx = softmax_backward(as_rows(dy, y.shape[1]), y, ctx.plan)
         return dx.view(dy.shape)
-
-
-def softmax(x: torch.Tensor) -> torch.Tensor:
-    """The interface's ``softmax`` (see ``liger_core.ops.softmax``) on Intel GPUs."""
-    check_args(x)
-    return LigerSoftmaxFunction.apply(x)
