@@ -7,8 +7,8 @@ Xe-core. Register-heavy kernels (the norms) compile with the large register file
 GRF per thread), which halves the resident threads per EU and caps a work-group at 32
 sub-groups.
 
-The tile sizes below are starting points derived from the register-file size (256 GRF x 64
-bytes per thread); they have not been tuned on Intel hardware yet.
+Where each tuned size comes from (and which are still untuned starting points):
+benchmarks/results/tuning-xpu.md in the repository.
 """
 
 from __future__ import annotations
@@ -55,15 +55,15 @@ SPARSEMAX_BISECTION_STEPS = 24
 SPARSEMAX_MICHELOT_STEPS = 2
 
 # --- losses: one row of logits per program, the vocabulary walked in blocks -------------------
-# Vocabulary block of the cross-entropy-style kernels; CUDA uses up to 32768, but an Intel
-# thread spills beyond a few fp32 values per lane (with 256 GRF: 128 per SIMD32 lane).
+# Vocabulary block of the cross-entropy-style kernels: an Intel thread spills beyond a few fp32
+# values per lane (with 256 GRF: 128 per SIMD32 lane).
 LOSS_VOCAB_BLOCK = 4096
 LOSS_NUM_WARPS = 32
 # Rows of the fused-linear losses' logits materialised at once: chunks of about this many
 # logits (rows x vocab) bound the extra memory (fp32 4 bytes each: 256 MiB).
 FUSED_LINEAR_CHUNK_ELEMENTS = 1 << 26
-# Tiles of the 16-bit GEMM with float32 output (fused_linear_jsd's logits): the shape Intel's
-# Triton matmul examples use on Xe-HPC with the large register file; untuned here.
+# Tiles of the 16-bit GEMM with float32 output (fused_linear_jsd's logits), for the large
+# register file.
 MATMUL_BLOCK_M = 256
 MATMUL_BLOCK_N = 256
 MATMUL_BLOCK_K = 32
