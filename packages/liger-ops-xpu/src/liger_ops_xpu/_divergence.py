@@ -59,8 +59,12 @@ def _loss_and_grad(x, y, beta, eps, KIND: tl.constexpr, LOG_TARGET: tl.constexpr
 
 
 @triton.jit
-def _tile(pid_m, pid_n, LABELS, n_rows, n_cols, ignore_index, HAS_LABELS: tl.constexpr, BLOCK_M: tl.constexpr,
-          BLOCK_N: tl.constexpr):  # fmt: skip
+def _load_tile(
+    X, Y, LABELS, x_row_stride, y_row_stride, n_rows, n_cols, ignore_index, pid_m, pid_n,
+    HAS_LABELS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """The [BLOCK_M rows x BLOCK_N columns] tile (pid_m, pid_n): ``(rows, cols, mask, x, y)``,
+    rows as int64, mask the elements that count (in range, row not ignored), x and y in fp32."""
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n_rows
@@ -68,7 +72,10 @@ def _tile(pid_m, pid_n, LABELS, n_rows, n_cols, ignore_index, HAS_LABELS: tl.con
         labels = tl.load(LABELS + rows, mask=row_ok, other=ignore_index)
         row_ok = row_ok & (labels != ignore_index)
     mask = row_ok[:, None] & (cols < n_cols)[None, :]
-    return rows.to(tl.int64), cols, mask
+    rows = rows.to(tl.int64)
+    x = tl.load(X + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    y = tl.load(Y + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    return rows, cols, mask, x, y
 
 
 @triton.jit
@@ -95,9 +102,10 @@ def _divergence_forward_kernel(
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    rows, cols, mask = _tile(pid_m, pid_n, LABELS, n_rows, n_cols, ignore_index, HAS_LABELS, BLOCK_M, BLOCK_N)
-    x = tl.load(X + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    y = tl.load(Y + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    rows, cols, mask, x, y = _load_tile(
+        X, Y, LABELS, x_row_stride, y_row_stride, n_rows, n_cols, ignore_index, pid_m, pid_n,
+        HAS_LABELS, BLOCK_M, BLOCK_N,
+    )  # fmt: skip
     loss, _ = _loss_and_grad(x, y, beta, eps, KIND, LOG_TARGET)
     loss = tl.where(mask, loss, 0.0)
     if STORE_ELEMENTS:
@@ -133,9 +141,10 @@ def _divergence_backward_kernel(
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    rows, cols, mask = _tile(pid_m, pid_n, LABELS, n_rows, n_cols, ignore_index, HAS_LABELS, BLOCK_M, BLOCK_N)
-    x = tl.load(X + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    y = tl.load(Y + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    rows, cols, mask, x, y = _load_tile(
+        X, Y, LABELS, x_row_stride, y_row_stride, n_rows, n_cols, ignore_index, pid_m, pid_n,
+        HAS_LABELS, BLOCK_M, BLOCK_N,
+    )  # fmt: skip
     g_out = tl.load(GRAD_OUT + rows[:, None] * g_row_stride + cols[None, :] * g_col_stride, mask=mask, other=0.0)
     _, grad = _loss_and_grad(x, y, beta, eps, KIND, LOG_TARGET)
     dx = tl.where(mask, grad * scale * g_out.to(tl.float32), 0.0)

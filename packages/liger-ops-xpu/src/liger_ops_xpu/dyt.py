@@ -17,7 +17,7 @@ from liger_core.backend import implements
 from liger_core.ops.dyt import check_args
 
 from liger_ops_xpu import hardware
-from liger_ops_xpu._jit import tanh
+from liger_ops_xpu._jit import row_tile, tanh
 from liger_ops_xpu._tiling import BlockPlan, as_rows, backward_grid, plan_blocks, static_trips, sum_partials
 
 
@@ -36,11 +36,10 @@ def _dyt_forward_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    _, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
-    mask = (rows < n_rows)[:, None] & col_mask[None, :]
-    rows64 = rows.to(tl.int64)
+    mask = row_mask[:, None] & col_mask[None, :]
     alpha = tl.load(ALPHA).to(tl.float32)
     x = tl.load(X + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
@@ -84,9 +83,8 @@ def _dyt_backward_kernel(
     dbeta = tl.zeros((BLOCK_N,), dtype=tl.float32)
     dalpha = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
-        rows = first_row + t * BLOCK_M + tl.arange(0, BLOCK_M)
-        rows64 = rows.to(tl.int64)
-        mask = (rows < n_rows)[:, None] & col_mask[None, :]
+        _, row_mask, rows64 = row_tile(first_row + t * BLOCK_M, n_rows, BLOCK_M)
+        mask = row_mask[:, None] & col_mask[None, :]
         x = tl.load(X + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(DY + rows64[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         th = tanh(alpha * x)

@@ -18,6 +18,7 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops.layer_norm import check_args
 
+from liger_ops_xpu._jit import row_tile
 from liger_ops_xpu._tiling import (
     TilePlan,
     as_rows,
@@ -60,9 +61,7 @@ def _layer_norm_forward_kernel(
     N_CHUNKS: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)
+    rows, row_mask, rows64 = row_tile(pid * BLOCK_M, n_rows, BLOCK_M)
     x_rows = X + rows64[:, None] * x_row_stride
     y_rows = Y + rows64[:, None] * y_row_stride
     cols = tl.arange(0, BLOCK_N)
@@ -141,9 +140,7 @@ def _layer_norm_backward_kernel(
         dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         db_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
-            rows = first_row + t * BLOCK_M + tl.arange(0, BLOCK_M)
-            row_mask = rows < n_rows
-            rows64 = rows.to(tl.int64)
+            rows, row_mask, rows64 = row_tile(first_row + t * BLOCK_M, n_rows, BLOCK_M)
             mask = row_mask[:, None] & col_mask[None, :]
             xf = tl.load(X + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             dy = tl.load(DY + rows64[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -169,9 +166,7 @@ def _layer_norm_backward_kernel(
         # Wide rows: pass 1 gives each row's sum(g) and sum(g * x_hat); pass 2 writes grad_x and
         # adds to this program's partial rows (only this program touches them).
         for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
-            rows = first_row + t * BLOCK_M + tl.arange(0, BLOCK_M)
-            row_mask = rows < n_rows
-            rows64 = rows.to(tl.int64)
+            rows, row_mask, rows64 = row_tile(first_row + t * BLOCK_M, n_rows, BLOCK_M)
             x_rows = X + rows64[:, None] * x_row_stride
             dy_rows = DY + rows64[:, None] * dy_row_stride
             mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)

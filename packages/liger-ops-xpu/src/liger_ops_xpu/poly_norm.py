@@ -21,6 +21,7 @@ from liger_core.backend import implements
 from liger_core.ops.poly_norm import check_args
 
 from liger_ops_xpu import hardware
+from liger_ops_xpu._jit import row_tile
 from liger_ops_xpu._tiling import TilePlan, as_rows, backward_grid, launch_row_tiles, plan_tiles, static_trips
 
 # Partial sums per backward program: grad_w0 (cubic), grad_w1 (square), grad_w2 (linear), grad_b.
@@ -44,9 +45,7 @@ def _poly_norm_forward_kernel(
     N_CHUNKS: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)
+    _, row_mask, rows64 = row_tile(pid * BLOCK_M, n_rows, BLOCK_M)
     x_rows = X + rows64[:, None] * x_row_stride
     y_rows = Y + rows64[:, None] * y_row_stride
     cols = tl.arange(0, BLOCK_N)
@@ -133,9 +132,7 @@ def _poly_norm_backward_kernel(
     acc3 = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc_b = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
-        rows = first_row + t * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_mask = rows < n_rows
-        rows64 = rows.to(tl.int64)
+        _, row_mask, rows64 = row_tile(first_row + t * BLOCK_M, n_rows, BLOCK_M)
         x_rows = X + rows64[:, None] * x_row_stride
         dy_rows = DY + rows64[:, None] * dy_row_stride
         dx_rows = DX + rows64[:, None] * dx_row_stride

@@ -27,6 +27,7 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops import fused_add_rms_norm, rms_norm
 
+from liger_ops_xpu._jit import row_tile
 from liger_ops_xpu._tiling import (
     TilePlan,
     as_rows,
@@ -89,9 +90,7 @@ def _rms_norm_forward_kernel(
 ):
     # HAS_RESIDUAL (fused_add_rms_norm): the row is s = x + r, stored to S as the new residual.
     pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)
+    rows, row_mask, rows64 = row_tile(pid * BLOCK_M, n_rows, BLOCK_M)
     x_rows = X + rows64[:, None] * x_row_stride
     r_rows = R + rows64[:, None] * r_row_stride
     s_rows = S + rows64[:, None] * s_row_stride
@@ -178,9 +177,7 @@ def _rms_norm_backward_kernel(
             w_eff = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
         dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
-            rows = first_row + t * BLOCK_M + tl.arange(0, BLOCK_M)
-            row_mask = rows < n_rows
-            rows64 = rows.to(tl.int64)
+            rows, row_mask, rows64 = row_tile(first_row + t * BLOCK_M, n_rows, BLOCK_M)
             mask = row_mask[:, None] & col_mask[None, :]
             x = tl.load(X + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
             dy = tl.load(DY + rows64[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -207,9 +204,7 @@ def _rms_norm_backward_kernel(
         # Wide rows: pass 1 gives each row's sum(g * x); pass 2 writes grad_x chunk by chunk and
         # adds the chunk's grad_weight to this program's partial row (only this program touches it).
         for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
-            rows = first_row + t * BLOCK_M + tl.arange(0, BLOCK_M)
-            row_mask = rows < n_rows
-            rows64 = rows.to(tl.int64)
+            rows, row_mask, rows64 = row_tile(first_row + t * BLOCK_M, n_rows, BLOCK_M)
             x_rows = X + rows64[:, None] * x_row_stride
             dy_rows = DY + rows64[:, None] * dy_row_stride
             rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)

@@ -13,6 +13,7 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops.softmax import check_args
 
+from liger_ops_xpu._jit import row_tile
 from liger_ops_xpu._tiling import TilePlan, as_rows, launch_row_tiles, plan_tiles
 
 
@@ -28,9 +29,7 @@ def _softmax_forward_kernel(
     BLOCK_N: tl.constexpr,
     N_CHUNKS: tl.constexpr,
 ):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)
+    _, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
     x_rows = X + rows64[:, None] * x_row_stride
     y_rows = Y + rows64[:, None] * y_row_stride
     cols = tl.arange(0, BLOCK_N)
@@ -78,9 +77,7 @@ def _softmax_backward_kernel(
     BLOCK_N: tl.constexpr,
     N_CHUNKS: tl.constexpr,
 ):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)
+    _, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
     dy_rows = DY + rows64[:, None] * dy_row_stride
     y_rows = Y + rows64[:, None] * y_row_stride
     dx_rows = DX + rows64[:, None] * dx_row_stride
