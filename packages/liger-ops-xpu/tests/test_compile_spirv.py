@@ -212,8 +212,8 @@ def _loss_cases() -> list[dict]:
 
     cases = []
     plan = plan_vocab(128256)
-    c = {"HAS_WEIGHT": True, "HAS_SMOOTHING": True, "HAS_SOFTCAP": True, "BLOCK_V": plan.block_v}
-    c["N_BLOCKS"] = plan.n_blocks
+    c = {"HAS_WEIGHT": True, "HAS_SMOOTHING": True, "HAS_SOFTCAP": True, "BLOCK_N": plan.block_n}
+    c["N_CHUNKS"] = plan.n_chunks
     opts = "ignore_index:i32 lse_square_scale label_smoothing softcap w_total"
     fwd = _sig("X Y:i64 W:fp32 LOSS:fp32 ZLOSS:fp32 LSE:fp32", "x_row_stride n_cols", opts.replace(":i32", ""))
     fwd["ignore_index"] = "i32"

@@ -19,7 +19,7 @@ def small_vocab_blocks(monkeypatch):
 @pytest.mark.parametrize("reduction", ["mean", "none"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_cross_entropy_several_vocab_blocks(small_vocab_blocks, device, reduction, dtype):
-    assert plan_vocab(70).n_blocks == 5
+    assert plan_vocab(70).n_chunks == 5
     check(
         BACKEND, "cross_entropy", cross_entropy.args(device, shape=(13, 70), dtype=dtype, weighted=True),
         lse_square_scale=1e-3, label_smoothing=0.2, reduction=reduction, softcap=5.0, return_z_loss=True,

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from liger_ops_xpu import hardware
-from liger_ops_xpu._tiling import backward_grid, plan_blocks, plan_tiles
+from liger_ops_xpu._tiling import backward_grid, num_warps_for, plan_blocks, plan_tiles
 
 
 def test_plan_short_rows_pack_several_per_tile():
@@ -32,6 +32,17 @@ def test_plan_wide_rows_are_chunked(n_cols):
 def test_plan_num_warps_is_a_power_of_two_within_the_large_grf_cap(n_cols):
     warps = plan_tiles(n_cols).num_warps
     assert warps & (warps - 1) == 0 and hardware.MIN_NUM_WARPS <= warps <= hardware.MAX_NUM_WARPS_LARGE_GRF
+
+
+def test_num_warps_for():
+    previous = 0
+    for elements in [1, 100, 512, 1000, 4096, 8192, 16384, 1 << 20]:
+        warps = num_warps_for(elements)
+        assert warps & (warps - 1) == 0 and hardware.MIN_NUM_WARPS <= warps <= hardware.MAX_NUM_WARPS_LARGE_GRF
+        assert warps >= previous
+        previous = warps
+    assert num_warps_for(1 << 20) == hardware.MAX_NUM_WARPS_LARGE_GRF
+    assert num_warps_for(8192, sub_group=16) == 2 * num_warps_for(8192, sub_group=32)
 
 
 @pytest.mark.parametrize("n_rows", [1, 7, 100, 1000, 123457])

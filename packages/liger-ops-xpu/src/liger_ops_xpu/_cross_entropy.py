@@ -27,6 +27,7 @@ import triton.language as tl
 
 from liger_ops_xpu import hardware
 from liger_ops_xpu._jit import tanh
+from liger_ops_xpu._tiling import prev_power_of_2
 
 
 @triton.jit
@@ -54,8 +55,8 @@ def _cross_entropy_forward_kernel(
     HAS_WEIGHT: tl.constexpr,
     HAS_SMOOTHING: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-    N_BLOCKS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    N_CHUNKS: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     y = tl.load(Y + row).to(tl.int64)
@@ -65,12 +66,12 @@ def _cross_entropy_forward_kernel(
         tl.store(LSE + row, 0.0)
         return
     x_row = X + row * x_row_stride
-    cols = tl.arange(0, BLOCK_V)
-    m = tl.full((BLOCK_V,), -float("inf"), tl.float32)  # per-lane running max and sum
-    d = tl.zeros((BLOCK_V,), dtype=tl.float32)
-    smooth = tl.zeros((BLOCK_V,), dtype=tl.float32)  # sum of w_j x_j for label smoothing
-    for b in range(N_BLOCKS):
-        c = b * BLOCK_V + cols
+    cols = tl.arange(0, BLOCK_N)
+    m = tl.full((BLOCK_N,), -float("inf"), tl.float32)  # per-lane running max and sum
+    d = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    smooth = tl.zeros((BLOCK_N,), dtype=tl.float32)  # sum of w_j x_j for label smoothing
+    for chunk in range(N_CHUNKS):
+        c = chunk * BLOCK_N + cols
         mask = c < n_cols
         xs = _softcapped(tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32), softcap, HAS_SOFTCAP)
         if HAS_SMOOTHING:  # padding is 0 here, so it adds nothing
@@ -119,19 +120,19 @@ def _cross_entropy_backward_kernel(
     HAS_WEIGHT: tl.constexpr,
     HAS_SMOOTHING: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-    N_BLOCKS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    N_CHUNKS: tl.constexpr,
 ):
     # DX may be X itself (fused_linear_cross_entropy's own logits chunk): every element is read
     # before this program writes it.
     row = tl.program_id(0).to(tl.int64)
     y = tl.load(Y + row).to(tl.int64)
     dx_row = DX + row * dx_row_stride
-    cols = tl.arange(0, BLOCK_V)
+    cols = tl.arange(0, BLOCK_N)
     if y == ignore_index:
-        for b in range(N_BLOCKS):
-            c = b * BLOCK_V + cols
-            tl.store(dx_row + c, tl.zeros((BLOCK_V,), dtype=tl.float32).to(DX.dtype.element_ty), mask=c < n_cols)
+        for chunk in range(N_CHUNKS):
+            c = chunk * BLOCK_N + cols
+            tl.store(dx_row + c, tl.zeros((BLOCK_N,), dtype=tl.float32).to(DX.dtype.element_ty), mask=c < n_cols)
         return
     x_row = X + row * x_row_stride
     lse = tl.load(LSE + row)
@@ -144,8 +145,8 @@ def _cross_entropy_backward_kernel(
     a += z_scale * 2.0 * lse_square_scale * lse
     hit = loss_scale * (1.0 - label_smoothing) * w_y
     s_coef = loss_scale * label_smoothing / n_cols
-    for b in range(N_BLOCKS):
-        c = b * BLOCK_V + cols
+    for chunk in range(N_CHUNKS):
+        c = chunk * BLOCK_N + cols
         mask = c < n_cols
         x = _softcapped(tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32), softcap, HAS_SOFTCAP)
         g = a * tl.exp(x - lse) - tl.where(c == y, hit, 0.0)
@@ -162,15 +163,15 @@ def _cross_entropy_backward_kernel(
 
 @dataclass(frozen=True)
 class VocabPlan:
-    block_v: int
-    n_blocks: int
+    block_n: int
+    n_chunks: int
     num_warps: int
 
 
 def plan_vocab(n_cols: int) -> VocabPlan:
-    block_v = min(triton.next_power_of_2(max(n_cols, 1)), hardware.LOSS_VOCAB_BLOCK)
-    warps = max(1, min(hardware.LOSS_NUM_WARPS, block_v // hardware.DEFAULT_SUB_GROUP_SIZE))
-    return VocabPlan(block_v, triton.cdiv(max(n_cols, 1), block_v), 1 << (warps.bit_length() - 1))
+    block_n = min(triton.next_power_of_2(max(n_cols, 1)), hardware.LOSS_VOCAB_BLOCK)
+    warps = max(1, min(hardware.LOSS_NUM_WARPS, block_n // hardware.DEFAULT_SUB_GROUP_SIZE))
+    return VocabPlan(block_n, triton.cdiv(max(n_cols, 1), block_n), prev_power_of_2(warps))
 
 
 @dataclass(frozen=True)
@@ -219,8 +220,8 @@ def cross_entropy_forward(logits2d, target, weight, opts: CEOptions, weight_tota
         n_cols,
         *opts.scalars(weight_total),
         **opts.constexprs(weight is not None),
-        BLOCK_V=plan.block_v,
-        N_BLOCKS=plan.n_blocks,
+        BLOCK_N=plan.block_n,
+        N_CHUNKS=plan.n_chunks,
         **hardware.launch_kwargs(kernel, logits2d.device, plan.num_warps),
     )
     return loss, z, lse
@@ -250,8 +251,8 @@ def cross_entropy_backward(
         loss_scale,
         z_scale,
         **opts.constexprs(weight is not None),
-        BLOCK_V=plan.block_v,
-        N_BLOCKS=plan.n_blocks,
+        BLOCK_N=plan.block_n,
+        N_CHUNKS=plan.n_chunks,
         **hardware.launch_kwargs(kernel, logits2d.device, plan.num_warps),
     )
     return dx

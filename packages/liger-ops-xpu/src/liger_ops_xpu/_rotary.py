@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from liger_ops_xpu import hardware
-from liger_ops_xpu._tiling import unit_col
+from liger_ops_xpu._tiling import num_warps_for, unit_col
 
 
 @triton.jit
@@ -164,7 +164,7 @@ def plan_rotary(n_qh: int, n_kh: int, head_dim: int) -> RotaryPlan:
         half_block,
         triton.cdiv(n_qh, heads_block),
         triton.cdiv(n_kh, heads_block),
-        hardware.num_warps_for(2 * heads_block * half_block),
+        num_warps_for(2 * heads_block * half_block),
     )
 
 

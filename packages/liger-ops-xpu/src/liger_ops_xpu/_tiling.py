@@ -17,6 +17,18 @@ import triton
 from liger_ops_xpu import hardware
 
 
+def prev_power_of_2(n: int) -> int:
+    """The largest power of two <= ``n`` (``n >= 1``): ``num_warps`` must be a power of two."""
+    return 1 << (n.bit_length() - 1)
+
+
+def num_warps_for(block_elements: int, sub_group: int = hardware.DEFAULT_SUB_GROUP_SIZE) -> int:
+    """Sub-groups for a tile of this many elements: a power of two giving each lane about
+    ``ELEMENTS_PER_LANE`` values, between ``MIN_NUM_WARPS`` and 32 (the large-GRF cap)."""
+    wanted = max(1, block_elements // (sub_group * hardware.ELEMENTS_PER_LANE))
+    return max(hardware.MIN_NUM_WARPS, min(hardware.MAX_NUM_WARPS_LARGE_GRF, prev_power_of_2(wanted)))
+
+
 @dataclass(frozen=True)
 class TilePlan:
     """How rows of one width are cut into tiles: BLOCK_M rows x BLOCK_N columns, N_CHUNKS
@@ -66,7 +78,7 @@ def _plan(
         block_n = min(chunk_block, max_fused_block)
         n_chunks = triton.cdiv(n_cols, block_n)
     block_m = max(1, min(tile_elements // block_n, max_rows))
-    return TilePlan(block_m, block_n, n_chunks, hardware.num_warps_for(block_m * block_n, sub_group))
+    return TilePlan(block_m, block_n, n_chunks, num_warps_for(block_m * block_n, sub_group))
 
 
 def launch_row_tiles(kernel, programs: int, plan: TilePlan, device: torch.device, *args, **constexprs) -> None:
@@ -147,8 +159,7 @@ def elementwise_num_warps(block_elements: int) -> int:
     """Sub-groups for an elementwise block: up to ``ELEMENTWISE_NUM_WARPS``, fewer for small
     blocks so every lane keeps at least ``ELEMENTWISE_MIN_ELEMENTS_PER_LANE``; a power of two."""
     lanes_worth = block_elements // (hardware.DEFAULT_SUB_GROUP_SIZE * hardware.ELEMENTWISE_MIN_ELEMENTS_PER_LANE)
-    warps = max(1, min(hardware.ELEMENTWISE_NUM_WARPS, lanes_worth))
-    return 1 << (warps.bit_length() - 1)
+    return prev_power_of_2(max(1, min(hardware.ELEMENTWISE_NUM_WARPS, lanes_worth)))
 
 
 def plan_flat(numel: int) -> FlatPlan:

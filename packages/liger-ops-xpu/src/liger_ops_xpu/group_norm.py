@@ -23,7 +23,7 @@ from liger_core.backend import implements
 from liger_core.ops.group_norm import check_args
 
 from liger_ops_xpu import hardware
-from liger_ops_xpu._tiling import sum_partials, zeros_or_none
+from liger_ops_xpu._tiling import num_warps_for, sum_partials, zeros_or_none
 
 
 @triton.jit
@@ -202,7 +202,7 @@ def plan_groups(channels_per_group: int, n_spatial: int) -> GroupPlan:
         block_s,
         triton.cdiv(max(channels_per_group, 1), block_c),
         triton.cdiv(max(n_spatial, 1), block_s),
-        hardware.num_warps_for(block_c * block_s),
+        num_warps_for(block_c * block_s),
     )
 
 

@@ -145,14 +145,6 @@ def sub_group_size(device_index: int | None = None) -> int:
     return max(sizes)
 
 
-def num_warps_for(block_elements: int, sub_group: int = DEFAULT_SUB_GROUP_SIZE) -> int:
-    """Sub-groups for a tile of this many elements: a power of two giving each lane about
-    ``ELEMENTS_PER_LANE`` values, between ``MIN_NUM_WARPS`` and 32 (the large-GRF cap)."""
-    wanted = max(1, block_elements // (sub_group * ELEMENTS_PER_LANE))
-    warps = 1 << (wanted.bit_length() - 1)  # round down to a power of two
-    return max(MIN_NUM_WARPS, min(MAX_NUM_WARPS_LARGE_GRF, warps))
-
-
 def persistent_programs(num_warps: int, device_index: int | None = None) -> int:
     """Programs that are resident at once when each has ``num_warps`` sub-groups and uses the
     large register file: the grid of kernels that loop over their share of the work and keep
