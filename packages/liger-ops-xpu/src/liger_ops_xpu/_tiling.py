@@ -16,6 +16,24 @@ import triton
 
 from liger_ops_xpu import hardware
 
+# -- row views ---------------------------------------------------------------------------------
+
+
+def as_rows(t: torch.Tensor, n_cols: int) -> torch.Tensor:
+    """``t`` (an input or its incoming gradient) as ``(-1, n_cols)`` rows with unit column
+    stride (a copy only where needed)."""
+    t2d = t.reshape(math.prod(t.shape[:-1]), n_cols)  # not -1: ambiguous when n_cols == 0
+    return t2d if t2d.stride(-1) == 1 or n_cols <= 1 else t2d.contiguous()
+
+
+def unit_col(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself where its last dimension is contiguous, else a contiguous copy (kernels
+    index rows by stride and columns by 1)."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+# -- sub-groups --------------------------------------------------------------------------------
+
 
 def prev_power_of_2(n: int) -> int:
     """The largest power of two <= ``n`` (``n >= 1``): ``num_warps`` must be a power of two."""
@@ -27,6 +45,16 @@ def num_warps_for(block_elements: int, sub_group: int = hardware.DEFAULT_SUB_GRO
     ``ELEMENTS_PER_LANE`` values, between ``MIN_NUM_WARPS`` and 32 (the large-GRF cap)."""
     wanted = max(1, block_elements // (sub_group * hardware.ELEMENTS_PER_LANE))
     return max(hardware.MIN_NUM_WARPS, min(hardware.MAX_NUM_WARPS_LARGE_GRF, prev_power_of_2(wanted)))
+
+
+def elementwise_num_warps(block_elements: int) -> int:
+    """Sub-groups for an elementwise block: up to ``ELEMENTWISE_NUM_WARPS``, fewer for small
+    blocks so every lane keeps at least ``ELEMENTWISE_MIN_ELEMENTS_PER_LANE``; a power of two."""
+    lanes_worth = block_elements // (hardware.DEFAULT_SUB_GROUP_SIZE * hardware.ELEMENTWISE_MIN_ELEMENTS_PER_LANE)
+    return prev_power_of_2(max(1, min(hardware.ELEMENTWISE_NUM_WARPS, lanes_worth)))
+
+
+# -- tile plans --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -81,6 +109,46 @@ def _plan(
     return TilePlan(block_m, block_n, n_chunks, num_warps_for(block_m * block_n, sub_group))
 
 
+@dataclass(frozen=True)
+class FlatPlan:
+    """A 1-D grid over ``numel`` elements in blocks of ``block`` (elementwise kernels)."""
+
+    block: int
+    num_warps: int
+    programs: int
+
+
+def plan_flat(numel: int) -> FlatPlan:
+    block = min(hardware.ELEMENTWISE_BLOCK, triton.next_power_of_2(max(numel, 1)))
+    return FlatPlan(block, elementwise_num_warps(block), triton.cdiv(max(numel, 1), block))
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """A 2-D grid of [BLOCK_M rows x BLOCK_N columns] blocks for elementwise ops with per-column
+    data or no row-wide reduction (dyt, the divergences): no row is ever held whole."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+
+
+def plan_blocks(n_cols: int) -> BlockPlan:
+    """Columns in ``ELEMENTWISE_COL_BLOCK``-wide blocks, rows filling ``ELEMENTWISE_BLOCK``."""
+    block_n = min(triton.next_power_of_2(max(n_cols, 1)), hardware.ELEMENTWISE_COL_BLOCK)
+    block_m = max(1, hardware.ELEMENTWISE_BLOCK // block_n)
+    return BlockPlan(block_m, block_n, elementwise_num_warps(block_m * block_n))
+
+
+def plan_chunks(n_rows: int, vocab: int) -> int:
+    """Tokens per chunk of the fused-linear losses: logits of about
+    ``FUSED_LINEAR_CHUNK_ELEMENTS`` values (at least one row)."""
+    return max(1, min(n_rows, hardware.FUSED_LINEAR_CHUNK_ELEMENTS // max(vocab, 1)))
+
+
+# -- launches ----------------------------------------------------------------------------------
+
+
 def launch_row_tiles(kernel, programs: int, plan: TilePlan, device: torch.device, *args, **constexprs) -> None:
     """Launch a row-tile kernel on ``programs`` programs with ``plan``'s tile constexprs
     (BLOCK_M, BLOCK_N, N_CHUNKS), its sub-groups and the large register file."""
@@ -92,6 +160,15 @@ def launch_row_tiles(kernel, programs: int, plan: TilePlan, device: torch.device
         **constexprs,
         **hardware.launch_kwargs(kernel, device, plan.num_warps),
     )
+
+
+def static_trips(kernel, trips: int) -> int:
+    """The STATIC_TILES constexpr: the loop count itself in the interpreter (whose int arguments
+    ``range`` rejects from NumPy 2.4), 0 on the device (a runtime trip count, no recompiles)."""
+    return trips if hardware.interpreting(kernel) else 0
+
+
+# -- persistent grids and their per-program partial sums ----------------------------------------
 
 
 def eu_device_index(device: torch.device) -> int | None:
@@ -125,66 +202,3 @@ def sum_partials(partial: torch.Tensor | None, like: torch.Tensor | None) -> tor
 def zeros_or_none(param: torch.Tensor | None) -> torch.Tensor | None:
     """A zero gradient for an optional parameter (empty inputs: nothing was summed)."""
     return None if param is None else torch.zeros_like(param)
-
-
-def static_trips(kernel, trips: int) -> int:
-    """The STATIC_TILES constexpr: the loop count itself in the interpreter (whose int arguments
-    ``range`` rejects from NumPy 2.4), 0 on the device (a runtime trip count, no recompiles)."""
-    return trips if hardware.interpreting(kernel) else 0
-
-
-def as_rows(t: torch.Tensor, n_cols: int) -> torch.Tensor:
-    """``t`` (an input or its incoming gradient) as ``(-1, n_cols)`` rows with unit column
-    stride (a copy only where needed)."""
-    t2d = t.reshape(math.prod(t.shape[:-1]), n_cols)  # not -1: ambiguous when n_cols == 0
-    return t2d if t2d.stride(-1) == 1 or n_cols <= 1 else t2d.contiguous()
-
-
-def unit_col(t: torch.Tensor) -> torch.Tensor:
-    """``t`` itself where its last dimension is contiguous, else a contiguous copy (kernels
-    index rows by stride and columns by 1)."""
-    return t if t.stride(-1) == 1 else t.contiguous()
-
-
-@dataclass(frozen=True)
-class FlatPlan:
-    """A 1-D grid over ``numel`` elements in blocks of ``block`` (elementwise kernels)."""
-
-    block: int
-    num_warps: int
-    programs: int
-
-
-def elementwise_num_warps(block_elements: int) -> int:
-    """Sub-groups for an elementwise block: up to ``ELEMENTWISE_NUM_WARPS``, fewer for small
-    blocks so every lane keeps at least ``ELEMENTWISE_MIN_ELEMENTS_PER_LANE``; a power of two."""
-    lanes_worth = block_elements // (hardware.DEFAULT_SUB_GROUP_SIZE * hardware.ELEMENTWISE_MIN_ELEMENTS_PER_LANE)
-    return prev_power_of_2(max(1, min(hardware.ELEMENTWISE_NUM_WARPS, lanes_worth)))
-
-
-def plan_flat(numel: int) -> FlatPlan:
-    block = min(hardware.ELEMENTWISE_BLOCK, triton.next_power_of_2(max(numel, 1)))
-    return FlatPlan(block, elementwise_num_warps(block), triton.cdiv(max(numel, 1), block))
-
-
-@dataclass(frozen=True)
-class BlockPlan:
-    """A 2-D grid of [BLOCK_M rows x BLOCK_N columns] blocks for elementwise ops with per-column
-    data or no row-wide reduction (dyt, the divergences): no row is ever held whole."""
-
-    block_m: int
-    block_n: int
-    num_warps: int
-
-
-def plan_blocks(n_cols: int) -> BlockPlan:
-    """Columns in ``ELEMENTWISE_COL_BLOCK``-wide blocks, rows filling ``ELEMENTWISE_BLOCK``."""
-    block_n = min(triton.next_power_of_2(max(n_cols, 1)), hardware.ELEMENTWISE_COL_BLOCK)
-    block_m = max(1, hardware.ELEMENTWISE_BLOCK // block_n)
-    return BlockPlan(block_m, block_n, elementwise_num_warps(block_m * block_n))
-
-
-def plan_chunks(n_rows: int, vocab: int) -> int:
-    """Tokens per chunk of the fused-linear losses: logits of about
-    ``FUSED_LINEAR_CHUNK_ELEMENTS`` values (at least one row)."""
-    return max(1, min(n_rows, hardware.FUSED_LINEAR_CHUNK_ELEMENTS // max(vocab, 1)))

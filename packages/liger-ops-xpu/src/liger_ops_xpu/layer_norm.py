@@ -62,29 +62,29 @@ def _layer_norm_forward_kernel(
 ):
     pid = tl.program_id(0)
     rows, row_mask, rows64 = row_tile(pid * BLOCK_M, n_rows, BLOCK_M)
-    x_rows = X + rows64[:, None] * x_row_stride
-    y_rows = Y + rows64[:, None] * y_row_stride
+    x_base = X + rows64[:, None] * x_row_stride
+    y_base = Y + rows64[:, None] * y_row_stride
     cols = tl.arange(0, BLOCK_N)
 
     if N_CHUNKS == 1:
         col_mask = cols < n_cols
         mask = row_mask[:, None] & col_mask[None, :]
-        xf = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         mean = tl.sum(xf, axis=1) / n_cols
         xc = tl.where(mask, xf - mean[:, None], 0.0)
         rstd = tl.math.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
         y = _affine(xc * rstd[:, None], W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS)
-        tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
         # Shift: the mean of the first chunk (always full: n_cols > BLOCK_N here).
-        shift = tl.sum(tl.load(x_rows + cols[None, :], mask=row_mask[:, None], other=0.0).to(tl.float32), axis=1)
+        shift = tl.sum(tl.load(x_base + cols[None, :], mask=row_mask[:, None], other=0.0).to(tl.float32), axis=1)
         shift = shift / BLOCK_N
         s1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
         s2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
             c = chunk * BLOCK_N + cols
             mask = row_mask[:, None] & (c < n_cols)[None, :]
-            xf = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            xf = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             d = tl.where(mask, xf - shift[:, None], 0.0)
             s1 += tl.sum(d, axis=1)
             s2 += tl.sum(d * d, axis=1)
@@ -95,9 +95,9 @@ def _layer_norm_forward_kernel(
             c = chunk * BLOCK_N + cols
             col_mask = c < n_cols
             mask = row_mask[:, None] & col_mask[None, :]
-            xf = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            xf = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             y = _affine((xf - mean[:, None]) * rstd[:, None], W, B, c, col_mask, HAS_WEIGHT, HAS_BIAS)
-            tl.store(y_rows + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
+            tl.store(y_base + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
     tl.store(MEAN + rows, mean, mask=row_mask)
     tl.store(RSTD + rows, rstd, mask=row_mask)
 
@@ -130,8 +130,8 @@ def _layer_norm_backward_kernel(
     pid = tl.program_id(0)
     first_row = pid * tiles_per_program * BLOCK_M
     cols = tl.arange(0, BLOCK_N)
-    dw_row = DW_PARTIAL + pid.to(tl.int64) * n_cols
-    db_row = DB_PARTIAL + pid.to(tl.int64) * n_cols
+    dw_base = DW_PARTIAL + pid.to(tl.int64) * n_cols
+    db_base = DB_PARTIAL + pid.to(tl.int64) * n_cols
 
     if N_CHUNKS == 1:
         col_mask = cols < n_cols
@@ -159,16 +159,16 @@ def _layer_norm_backward_kernel(
             if HAS_BIAS:
                 db_acc += tl.sum(dy, axis=0)
         if HAS_WEIGHT:
-            tl.store(dw_row + cols, dw_acc, mask=col_mask)
+            tl.store(dw_base + cols, dw_acc, mask=col_mask)
         if HAS_BIAS:
-            tl.store(db_row + cols, db_acc, mask=col_mask)
+            tl.store(db_base + cols, db_acc, mask=col_mask)
     else:
         # Wide rows: pass 1 gives each row's sum(g) and sum(g * x_hat); pass 2 writes grad_x and
         # adds to this program's partial rows (only this program touches them).
         for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
             rows, row_mask, rows64 = row_tile(first_row + t * BLOCK_M, n_rows, BLOCK_M)
-            x_rows = X + rows64[:, None] * x_row_stride
-            dy_rows = DY + rows64[:, None] * dy_row_stride
+            x_base = X + rows64[:, None] * x_row_stride
+            dy_base = DY + rows64[:, None] * dy_row_stride
             mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
             rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
             sum_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -177,8 +177,8 @@ def _layer_norm_backward_kernel(
                 c = chunk * BLOCK_N + cols
                 col_mask = c < n_cols
                 mask = row_mask[:, None] & col_mask[None, :]
-                xf = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-                g = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                xf = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                g = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 if HAS_WEIGHT:
                     g = g * tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32)[None, :]
                 x_hat = tl.where(mask, (xf - mean[:, None]) * rstd[:, None], 0.0)
@@ -190,8 +190,8 @@ def _layer_norm_backward_kernel(
                 c = chunk * BLOCK_N + cols
                 col_mask = c < n_cols
                 mask = row_mask[:, None] & col_mask[None, :]
-                xf = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-                dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                xf = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 g = dy
                 if HAS_WEIGHT:
                     g = dy * tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32)[None, :]
@@ -199,11 +199,11 @@ def _layer_norm_backward_kernel(
                 dx = rstd[:, None] * (g - mean_g[:, None] - x_hat * mean_gx[:, None])
                 tl.store(DX + rows64[:, None] * dx_row_stride + c[None, :], dx.to(DX.dtype.element_ty), mask=mask)
                 if HAS_WEIGHT:
-                    partial = tl.load(dw_row + c, mask=col_mask, other=0.0)
-                    tl.store(dw_row + c, partial + tl.sum(dy * x_hat, axis=0), mask=col_mask)
+                    partial = tl.load(dw_base + c, mask=col_mask, other=0.0)
+                    tl.store(dw_base + c, partial + tl.sum(dy * x_hat, axis=0), mask=col_mask)
                 if HAS_BIAS:
-                    partial = tl.load(db_row + c, mask=col_mask, other=0.0)
-                    tl.store(db_row + c, partial + tl.sum(dy, axis=0), mask=col_mask)
+                    partial = tl.load(db_base + c, mask=col_mask, other=0.0)
+                    tl.store(db_base + c, partial + tl.sum(dy, axis=0), mask=col_mask)
 
 
 def layer_norm_forward(x2d, weight, bias, eps: float, plan: TilePlan):

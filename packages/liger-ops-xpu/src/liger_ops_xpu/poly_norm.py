@@ -46,8 +46,8 @@ def _poly_norm_forward_kernel(
 ):
     pid = tl.program_id(0)
     _, row_mask, rows64 = row_tile(pid * BLOCK_M, n_rows, BLOCK_M)
-    x_rows = X + rows64[:, None] * x_row_stride
-    y_rows = Y + rows64[:, None] * y_row_stride
+    x_base = X + rows64[:, None] * x_row_stride
+    y_base = Y + rows64[:, None] * y_row_stride
     cols = tl.arange(0, BLOCK_N)
     w0 = tl.load(W).to(tl.float32)
     w1 = tl.load(W + 1).to(tl.float32)
@@ -56,14 +56,14 @@ def _poly_norm_forward_kernel(
 
     if N_CHUNKS == 1:
         mask = row_mask[:, None] & (cols < n_cols)[None, :]
-        x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         x2 = x * x
         x3 = x2 * x
         r1 = tl.math.rsqrt(tl.sum(x2, axis=1) / n_cols + eps)
         r2 = tl.math.rsqrt(tl.sum(x2 * x2, axis=1) / n_cols + eps)
         r3 = tl.math.rsqrt(tl.sum(x3 * x3, axis=1) / n_cols + eps)
         y = (w0 * r3)[:, None] * x3 + (w1 * r2)[:, None] * x2 + (w2 * r1)[:, None] * x + b
-        tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
         ss1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
         ss2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -71,7 +71,7 @@ def _poly_norm_forward_kernel(
         for chunk in range(N_CHUNKS):
             c = chunk * BLOCK_N + cols
             mask = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             x2 = x * x
             ss1 += tl.sum(x2, axis=1)
             ss2 += tl.sum(x2 * x2, axis=1)
@@ -82,10 +82,10 @@ def _poly_norm_forward_kernel(
         for chunk in range(N_CHUNKS):
             c = chunk * BLOCK_N + cols
             mask = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             x2 = x * x
             y = (w0 * r3)[:, None] * (x2 * x) + (w1 * r2)[:, None] * x2 + (w2 * r1)[:, None] * x + b
-            tl.store(y_rows + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
+            tl.store(y_base + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + rows64 * 3, r1, mask=row_mask)
     tl.store(RSTD + rows64 * 3 + 1, r2, mask=row_mask)
     tl.store(RSTD + rows64 * 3 + 2, r3, mask=row_mask)
@@ -133,23 +133,23 @@ def _poly_norm_backward_kernel(
     acc_b = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
         _, row_mask, rows64 = row_tile(first_row + t * BLOCK_M, n_rows, BLOCK_M)
-        x_rows = X + rows64[:, None] * x_row_stride
-        dy_rows = DY + rows64[:, None] * dy_row_stride
-        dx_rows = DX + rows64[:, None] * dx_row_stride
+        x_base = X + rows64[:, None] * x_row_stride
+        dy_base = DY + rows64[:, None] * dy_row_stride
+        dx_base = DX + rows64[:, None] * dx_row_stride
         r1 = tl.load(RSTD + rows64 * 3, mask=row_mask, other=0.0)
         r2 = tl.load(RSTD + rows64 * 3 + 1, mask=row_mask, other=0.0)
         r3 = tl.load(RSTD + rows64 * 3 + 2, mask=row_mask, other=0.0)
         if N_CHUNKS == 1:
             mask = row_mask[:, None] & (cols < n_cols)[None, :]
-            x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            dy = tl.load(dy_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             x2 = x * x
             d1 = tl.sum(dy * x, axis=1) * r1
             d2 = tl.sum(dy * x2, axis=1) * r2
             d3 = tl.sum(dy * x2 * x, axis=1) * r3
             db = tl.sum(dy, axis=1)
             dx = _poly_norm_grad_x(x, dy, r1, r2, r3, d1 / n_cols, d2 / n_cols, d3 / n_cols, w0, w1, w2)
-            tl.store(dx_rows + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+            tl.store(dx_base + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         else:
             t1 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             t2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -158,8 +158,8 @@ def _poly_norm_backward_kernel(
             for chunk in range(N_CHUNKS):
                 c = chunk * BLOCK_N + cols
                 mask = row_mask[:, None] & (c < n_cols)[None, :]
-                x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-                dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                x = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 dyx = dy * x
                 t1 += dyx
                 t2 += dyx * x
@@ -172,10 +172,10 @@ def _poly_norm_backward_kernel(
             for chunk in range(N_CHUNKS):
                 c = chunk * BLOCK_N + cols
                 mask = row_mask[:, None] & (c < n_cols)[None, :]
-                x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-                dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                x = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 dx = _poly_norm_grad_x(x, dy, r1, r2, r3, d1 / n_cols, d2 / n_cols, d3 / n_cols, w0, w1, w2)
-                tl.store(dx_rows + c[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+                tl.store(dx_base + c[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         acc1 += d1
         acc2 += d2
         acc3 += d3

@@ -91,32 +91,32 @@ def _rms_norm_forward_kernel(
     # HAS_RESIDUAL (fused_add_rms_norm): the row is s = x + r, stored to S as the new residual.
     pid = tl.program_id(0)
     rows, row_mask, rows64 = row_tile(pid * BLOCK_M, n_rows, BLOCK_M)
-    x_rows = X + rows64[:, None] * x_row_stride
-    r_rows = R + rows64[:, None] * r_row_stride
-    s_rows = S + rows64[:, None] * s_row_stride
-    y_rows = Y + rows64[:, None] * y_row_stride
+    x_base = X + rows64[:, None] * x_row_stride
+    r_base = R + rows64[:, None] * r_row_stride
+    s_base = S + rows64[:, None] * s_row_stride
+    y_base = Y + rows64[:, None] * y_row_stride
     cols = tl.arange(0, BLOCK_N)
 
     if N_CHUNKS == 1:
         # The whole row is in the tile: one read of x.
         col_mask = cols < n_cols
         mask = row_mask[:, None] & col_mask[None, :]
-        x = _load_input(x_rows + cols[None, :], r_rows + cols[None, :], mask, HAS_RESIDUAL)
+        x = _load_input(x_base + cols[None, :], r_base + cols[None, :], mask, HAS_RESIDUAL)
         if HAS_RESIDUAL:
-            tl.store(s_rows + cols[None, :], x, mask=mask)
+            tl.store(s_base + cols[None, :], x, mask=mask)
         xf = x.to(tl.float32)
         rstd = tl.math.rsqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
         y = _scaled_x_hat(x, rstd, W, cols, col_mask, offset, HAS_WEIGHT, ROUND_X_HAT)
-        tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
         # Wide rows: a pass for the mean square, a pass that writes the output.
         sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
             c = chunk * BLOCK_N + cols
             mask = row_mask[:, None] & (c < n_cols)[None, :]
-            x = _load_input(x_rows + c[None, :], r_rows + c[None, :], mask, HAS_RESIDUAL)
+            x = _load_input(x_base + c[None, :], r_base + c[None, :], mask, HAS_RESIDUAL)
             if HAS_RESIDUAL:
-                tl.store(s_rows + c[None, :], x, mask=mask)
+                tl.store(s_base + c[None, :], x, mask=mask)
             xf = x.to(tl.float32)
             sum_sq += tl.sum(xf * xf, axis=1)
         rstd = tl.math.rsqrt(sum_sq / n_cols + eps)
@@ -126,9 +126,9 @@ def _rms_norm_forward_kernel(
             mask = row_mask[:, None] & col_mask[None, :]
             # Recomputed rather than read back from S: no ordering between this program's own
             # store and load is promised.
-            x = _load_input(x_rows + c[None, :], r_rows + c[None, :], mask, HAS_RESIDUAL)
+            x = _load_input(x_base + c[None, :], r_base + c[None, :], mask, HAS_RESIDUAL)
             y = _scaled_x_hat(x, rstd, W, c, col_mask, offset, HAS_WEIGHT, ROUND_X_HAT)
-            tl.store(y_rows + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
+            tl.store(y_base + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
@@ -169,7 +169,7 @@ def _rms_norm_backward_kernel(
     # chosen inline (not assigned) because the interpreter would turn an assigned int into an array.
     first_row = pid * tiles_per_program * BLOCK_M
     cols = tl.arange(0, BLOCK_N)
-    dw_row = DW_PARTIAL + pid.to(tl.int64) * n_cols
+    dw_base = DW_PARTIAL + pid.to(tl.int64) * n_cols
 
     if N_CHUNKS == 1:
         col_mask = cols < n_cols
@@ -199,22 +199,22 @@ def _rms_norm_backward_kernel(
                     x_hat = x_hat.to(x.dtype).to(tl.float32)
                 dw_acc += tl.sum(dy * x_hat, axis=0)
         if HAS_WEIGHT:
-            tl.store(dw_row + cols, dw_acc, mask=col_mask)
+            tl.store(dw_base + cols, dw_acc, mask=col_mask)
     else:
         # Wide rows: pass 1 gives each row's sum(g * x); pass 2 writes grad_x chunk by chunk and
         # adds the chunk's grad_weight to this program's partial row (only this program touches it).
         for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
             rows, row_mask, rows64 = row_tile(first_row + t * BLOCK_M, n_rows, BLOCK_M)
-            x_rows = X + rows64[:, None] * x_row_stride
-            dy_rows = DY + rows64[:, None] * dy_row_stride
+            x_base = X + rows64[:, None] * x_row_stride
+            dy_base = DY + rows64[:, None] * dy_row_stride
             rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
             dot = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for chunk in range(N_CHUNKS):
                 c = chunk * BLOCK_N + cols
                 col_mask = c < n_cols
                 mask = row_mask[:, None] & col_mask[None, :]
-                xf = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-                g = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                xf = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                g = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 if HAS_WEIGHT:
                     g = g * (tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32) + offset)[None, :]
                 dot += g * xf
@@ -223,8 +223,8 @@ def _rms_norm_backward_kernel(
                 c = chunk * BLOCK_N + cols
                 col_mask = c < n_cols
                 mask = row_mask[:, None] & col_mask[None, :]
-                x = tl.load(x_rows + c[None, :], mask=mask, other=0.0)
-                dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                x = tl.load(x_base + c[None, :], mask=mask, other=0.0)
+                dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 x_hat = x.to(tl.float32) * rstd[:, None]
                 g = dy
                 if HAS_WEIGHT:
@@ -239,8 +239,8 @@ def _rms_norm_backward_kernel(
                 if HAS_WEIGHT:
                     if ROUND_X_HAT:
                         x_hat = x_hat.to(x.dtype).to(tl.float32)
-                    partial = tl.load(dw_row + c, mask=col_mask, other=0.0)
-                    tl.store(dw_row + c, partial + tl.sum(dy * x_hat, axis=0), mask=col_mask)
+                    partial = tl.load(dw_base + c, mask=col_mask, other=0.0)
+                    tl.store(dw_base + c, partial + tl.sum(dy * x_hat, axis=0), mask=col_mask)
 
 
 def rms_norm_forward(

@@ -30,25 +30,25 @@ def _softmax_forward_kernel(
     N_CHUNKS: tl.constexpr,
 ):
     _, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
-    x_rows = X + rows64[:, None] * x_row_stride
-    y_rows = Y + rows64[:, None] * y_row_stride
+    x_base = X + rows64[:, None] * x_row_stride
+    y_base = Y + rows64[:, None] * y_row_stride
     cols = tl.arange(0, BLOCK_N)
     if N_CHUNKS == 1:
         mask = row_mask[:, None] & (cols < n_cols)[None, :]
-        x = tl.load(x_rows + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+        x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
         m = tl.max(x, axis=1)
         m = tl.where(m == -float("inf"), 0.0, m)  # all-masked (padding) rows: no inf - inf
         e = tl.exp(x - m[:, None])
         d = tl.sum(e, axis=1)
         y = e / tl.where(d == 0.0, 1.0, d)[:, None]  # padding rows have d == 0
-        tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
         m = tl.full((BLOCK_M,), -float("inf"), tl.float32)
         d = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
             c = chunk * BLOCK_N + cols
             mask = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(x_rows + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+            x = tl.load(x_base + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
             m_new = tl.maximum(m, tl.max(x, axis=1))
             safe = tl.where(m_new == -float("inf"), 0.0, m_new)
             d = d * tl.exp(m - safe) + tl.sum(tl.exp(x - safe[:, None]), axis=1)
@@ -58,9 +58,9 @@ def _softmax_forward_kernel(
         for chunk in range(N_CHUNKS):
             c = chunk * BLOCK_N + cols
             mask = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(x_rows + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+            x = tl.load(x_base + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
             y = tl.exp(x - m[:, None]) / d[:, None]
-            tl.store(y_rows + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
+            tl.store(y_base + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -78,31 +78,31 @@ def _softmax_backward_kernel(
     N_CHUNKS: tl.constexpr,
 ):
     _, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
-    dy_rows = DY + rows64[:, None] * dy_row_stride
-    y_rows = Y + rows64[:, None] * y_row_stride
-    dx_rows = DX + rows64[:, None] * dx_row_stride
+    dy_base = DY + rows64[:, None] * dy_row_stride
+    y_base = Y + rows64[:, None] * y_row_stride
+    dx_base = DX + rows64[:, None] * dx_row_stride
     cols = tl.arange(0, BLOCK_N)
     if N_CHUNKS == 1:
         mask = row_mask[:, None] & (cols < n_cols)[None, :]
-        dy = tl.load(dy_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        y = tl.load(y_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        y = tl.load(y_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         dot = tl.sum(dy * y, axis=1)
-        tl.store(dx_rows + cols[None, :], (y * (dy - dot[:, None])).to(DX.dtype.element_ty), mask=mask)
+        tl.store(dx_base + cols[None, :], (y * (dy - dot[:, None])).to(DX.dtype.element_ty), mask=mask)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
             c = chunk * BLOCK_N + cols
             mask = row_mask[:, None] & (c < n_cols)[None, :]
-            dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            y = tl.load(y_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            y = tl.load(y_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             acc += dy * y
         dot = tl.sum(acc, axis=1)
         for chunk in range(N_CHUNKS):
             c = chunk * BLOCK_N + cols
             mask = row_mask[:, None] & (c < n_cols)[None, :]
-            dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            y = tl.load(y_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            tl.store(dx_rows + c[None, :], (y * (dy - dot[:, None])).to(DX.dtype.element_ty), mask=mask)
+            dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            y = tl.load(y_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            tl.store(dx_base + c[None, :], (y * (dy - dot[:, None])).to(DX.dtype.element_ty), mask=mask)
 
 
 def softmax_forward(x2d: torch.Tensor, plan: TilePlan) -> torch.Tensor:

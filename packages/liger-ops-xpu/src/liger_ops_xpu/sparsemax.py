@@ -25,7 +25,7 @@ from liger_ops_xpu._tiling import TilePlan, as_rows, launch_row_tiles, plan_tile
 
 
 @triton.jit
-def _excess(x_rows, x_tile, tau, row_mask, n_cols, cols, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr):
+def _excess(x_base, x_tile, tau, row_mask, n_cols, cols, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr):
     """Per row: (sum of x - tau over {x > tau}, count of {x > tau}, sum of x over it)."""
     if N_CHUNKS == 1:
         keep = x_tile > tau[:, None]
@@ -37,7 +37,7 @@ def _excess(x_rows, x_tile, tau, row_mask, n_cols, cols, BLOCK_N: tl.constexpr, 
         for chunk in range(N_CHUNKS):
             c = chunk * BLOCK_N + cols
             mask = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(x_rows + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+            x = tl.load(x_base + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
             keep = x > tau[:, None]
             total_t += tl.where(keep, x, 0.0)
             count_t += keep.to(tl.float32)
@@ -61,12 +61,12 @@ def _sparsemax_forward_kernel(
     MICHELOT_STEPS: tl.constexpr,
 ):
     _, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
-    x_rows = X + rows64[:, None] * x_row_stride
-    y_rows = Y + rows64[:, None] * y_row_stride
+    x_base = X + rows64[:, None] * x_row_stride
+    y_base = Y + rows64[:, None] * y_row_stride
     cols = tl.arange(0, BLOCK_N)
     if N_CHUNKS == 1:
         mask = row_mask[:, None] & (cols < n_cols)[None, :]
-        x_tile = tl.load(x_rows + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+        x_tile = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
         x_max = tl.max(x_tile, axis=1)
     else:
         x_tile = tl.zeros((BLOCK_M, 1), dtype=tl.float32)  # unused: chunks are re-read
@@ -74,31 +74,31 @@ def _sparsemax_forward_kernel(
         for chunk in range(N_CHUNKS):
             c = chunk * BLOCK_N + cols
             mask = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(x_rows + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+            x = tl.load(x_base + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
             x_max = tl.maximum(x_max, tl.max(x, axis=1))
     x_max = tl.where(row_mask, x_max, 0.0)
     lo = x_max - 1.0  # f(lo) >= 1: the largest entry alone gives 1
     hi = x_max  # f(hi) == 0
     for _ in range(BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
-        f, _count, _total = _excess(x_rows, x_tile, mid, row_mask, n_cols, cols, BLOCK_N, N_CHUNKS)
+        f, _count, _total = _excess(x_base, x_tile, mid, row_mask, n_cols, cols, BLOCK_N, N_CHUNKS)
         above = f >= 1.0
         lo = tl.where(above, mid, lo)
         hi = tl.where(above, hi, mid)
     tau = lo
     for _ in range(MICHELOT_STEPS):
-        _f, count, total = _excess(x_rows, x_tile, tau, row_mask, n_cols, cols, BLOCK_N, N_CHUNKS)
+        _f, count, total = _excess(x_base, x_tile, tau, row_mask, n_cols, cols, BLOCK_N, N_CHUNKS)
         tau = tl.maximum(tau, (total - 1.0) / tl.maximum(count, 1.0))
     if N_CHUNKS == 1:
         y = tl.maximum(x_tile - tau[:, None], 0.0)
-        tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
         for chunk in range(N_CHUNKS):
             c = chunk * BLOCK_N + cols
             mask = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(x_rows + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+            x = tl.load(x_base + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
             y = tl.maximum(x - tau[:, None], 0.0)
-            tl.store(y_rows + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
+            tl.store(y_base + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -116,27 +116,27 @@ def _sparsemax_backward_kernel(
     N_CHUNKS: tl.constexpr,
 ):
     _, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
-    dy_rows = DY + rows64[:, None] * dy_row_stride
-    y_rows = Y + rows64[:, None] * y_row_stride
-    dx_rows = DX + rows64[:, None] * dx_row_stride
+    dy_base = DY + rows64[:, None] * dy_row_stride
+    y_base = Y + rows64[:, None] * y_row_stride
+    dx_base = DX + rows64[:, None] * dx_row_stride
     cols = tl.arange(0, BLOCK_N)
     sum_t = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     count_t = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for chunk in range(N_CHUNKS):
         c = chunk * BLOCK_N + cols
         mask = row_mask[:, None] & (c < n_cols)[None, :]
-        dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-        support = tl.load(y_rows + c[None, :], mask=mask, other=0.0) > 0
+        dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+        support = tl.load(y_base + c[None, :], mask=mask, other=0.0) > 0
         sum_t += tl.where(support, dy, 0.0)
         count_t += support.to(tl.float32)
     mean = tl.sum(sum_t, axis=1) / tl.maximum(tl.sum(count_t, axis=1), 1.0)
     for chunk in range(N_CHUNKS):
         c = chunk * BLOCK_N + cols
         mask = row_mask[:, None] & (c < n_cols)[None, :]
-        dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-        support = tl.load(y_rows + c[None, :], mask=mask, other=0.0) > 0
+        dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+        support = tl.load(y_base + c[None, :], mask=mask, other=0.0) > 0
         dx = tl.where(support, dy - mean[:, None], 0.0)
-        tl.store(dx_rows + c[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        tl.store(dx_base + c[None, :], dx.to(DX.dtype.element_ty), mask=mask)
 
 
 def sparsemax_forward(x2d: torch.Tensor, plan: TilePlan) -> torch.Tensor:
