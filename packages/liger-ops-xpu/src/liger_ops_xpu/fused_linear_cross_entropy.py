@@ -3,7 +3,7 @@
 Tokens are processed in chunks whose logits hold about FUSED_LINEAR_CHUNK_ELEMENTS values, so
 peak memory stays near one chunk of logits instead of tokens x vocab. Per chunk: the logits
 (``input @ weight.T + bias`` in the input dtype: XMX matmul through torch/oneDNN), the
-cross-entropy kernels of cross_entropy.py (loss rows, then the gradient written over the
+cross-entropy row kernels of _cross_entropy.py (loss rows, then the gradient written over the
 chunk's own logits buffer), and the three gradient matmuls: grad_input rows, grad_weight and
 grad_bias accumulated in ``accum_dtype``.
 
