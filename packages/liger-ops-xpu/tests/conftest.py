@@ -34,3 +34,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def device(conformance_device: str) -> str:
     """Where the vendor-path tests put their tensors: the XPU when present, else the CPU."""
     return conformance_device
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Lowered caps: rows wider than 64 columns go in 64-wide chunks (the heavy norms' too), 4
+    rows per tile, 2 backward programs; so chunked multi-row paths run on small shapes."""
+    from liger_ops_xpu import hardware  # after the environment above is set
+
+    for name in ("MAX_FUSED_BLOCK", "MAX_FUSED_BLOCK_HEAVY", "CHUNK_BLOCK"):
+        monkeypatch.setattr(hardware, name, 64)
+    monkeypatch.setattr(hardware, "TARGET_TILE_ELEMENTS", 256)
+    monkeypatch.setenv(hardware.EU_COUNT_ENV, "2")

@@ -12,12 +12,7 @@ from liger_ops_xpu._tiling import plan_tiles
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_layer_norm_chunked_multi_row_tiles(monkeypatch, device, dtype):
-    # 300 columns in five 64-wide chunks, 4 rows per tile, 2 backward programs.
-    monkeypatch.setattr(hardware, "MAX_FUSED_BLOCK", 64)
-    monkeypatch.setattr(hardware, "CHUNK_BLOCK", 64)
-    monkeypatch.setattr(hardware, "TARGET_TILE_ELEMENTS", 256)
-    monkeypatch.setenv(hardware.EU_COUNT_ENV, "2")
+def test_layer_norm_chunked_multi_row_tiles(small_chunks, device, dtype):
     plan = plan_tiles(300)
     assert plan.chunked and (plan.block_m, plan.n_chunks) == (4, 5)
     # A mean of 51.5 against a spread of 2: the shifted sums must not cancel.

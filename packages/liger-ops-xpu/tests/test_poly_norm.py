@@ -13,12 +13,7 @@ from liger_ops_xpu.poly_norm import plan_poly_norm
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_poly_norm_chunked_multi_row_tiles(monkeypatch, device, dtype):
-    # Rows wider than 64 columns go in 64-wide chunks, 4 rows per tile, 2 backward programs.
-    for name in ("MAX_FUSED_BLOCK", "MAX_FUSED_BLOCK_HEAVY", "CHUNK_BLOCK"):
-        monkeypatch.setattr(hardware, name, 64)
-    monkeypatch.setattr(hardware, "TARGET_TILE_ELEMENTS", 256)
-    monkeypatch.setenv(hardware.EU_COUNT_ENV, "2")
+def test_poly_norm_chunked_multi_row_tiles(small_chunks, device, dtype):
     assert plan_poly_norm(300).chunked
     check(BACKEND, "poly_norm", poly_norm.args(device, shape=(11, 300), dtype=dtype))
 

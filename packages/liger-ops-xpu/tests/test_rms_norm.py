@@ -12,15 +12,6 @@ from liger_ops_xpu import BACKEND, hardware
 from liger_ops_xpu._tiling import backward_grid, plan_tiles
 
 
-@pytest.fixture
-def small_chunks(monkeypatch):
-    """Rows wider than 64 columns go in 64-wide chunks, 4 rows per tile, 2 backward programs."""
-    for name in ("MAX_FUSED_BLOCK", "MAX_FUSED_BLOCK_HEAVY", "CHUNK_BLOCK"):
-        monkeypatch.setattr(hardware, name, 64)
-    monkeypatch.setattr(hardware, "TARGET_TILE_ELEMENTS", 256)
-    monkeypatch.setenv(hardware.EU_COUNT_ENV, "2")
-
-
 @pytest.mark.parametrize("casting_mode", ["llama", "gemma", "none"])
 @pytest.mark.parametrize("has_weight", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

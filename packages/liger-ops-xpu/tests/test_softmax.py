@@ -7,16 +7,12 @@ import torch
 from liger_core.conformance.check import check
 from liger_core.ops import softmax
 
-from liger_ops_xpu import BACKEND, hardware
+from liger_ops_xpu import BACKEND
 from liger_ops_xpu._tiling import plan_tiles
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_softmax_chunked_multi_row_tiles(monkeypatch, device, dtype):
-    # Rows wider than 64 columns go in 64-wide chunks, 4 rows per tile.
-    monkeypatch.setattr(hardware, "MAX_FUSED_BLOCK", 64)
-    monkeypatch.setattr(hardware, "CHUNK_BLOCK", 64)
-    monkeypatch.setattr(hardware, "TARGET_TILE_ELEMENTS", 256)
+def test_softmax_chunked_multi_row_tiles(small_chunks, device, dtype):
     plan = plan_tiles(300)
     assert plan.chunked and plan.block_m == 4
     args = softmax.args(device, shape=(7, 300), dtype=dtype)
