@@ -1,5 +1,6 @@
 """Elementwise divergences (kl_div, tvd, jsd) for Intel GPUs: one kernel pair, the divergence
-chosen by a constexpr KIND.
+chosen by a constexpr KIND, its launchers (also used by fused_linear_jsd on chunks of
+log-probabilities) and the autograd Function the three ops' Functions derive from.
 
 Both kernels run on a 2-D grid of [BLOCK_M rows x BLOCK_N columns] tiles (elementwise sizes
 from hardware: these ops stream two inputs and have no row-wide reduction). The forward either
@@ -25,6 +26,7 @@ import triton
 import triton.language as tl
 
 from liger_ops_xpu import hardware
+from liger_ops_xpu._tiling import plan_blocks, unit_col
 
 KL, TVD, JSD, JSD_FORWARD_KL, JSD_REVERSE_KL = 0, 1, 2, 3, 4
 
@@ -57,8 +59,12 @@ def _loss_and_grad(x, y, beta, eps, KIND: tl.constexpr, LOG_TARGET: tl.constexpr
 
 
 @triton.jit
-def _tile(pid_m, pid_n, LABELS, n_rows, n_cols, ignore_index, HAS_LABELS: tl.constexpr, BLOCK_M: tl.constexpr,
-          BLOCK_N: tl.constexpr):  # fmt: skip
+def _load_tile(
+    X, Y, LABELS, x_row_stride, y_row_stride, n_rows, n_cols, ignore_index, pid_m, pid_n,
+    HAS_LABELS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """The [BLOCK_M rows x BLOCK_N columns] tile (pid_m, pid_n): ``(rows, cols, mask, x, y)``,
+    rows as int64, mask the elements that count (in range, row not ignored), x and y in fp32."""
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n_rows
@@ -66,7 +72,10 @@ def _tile(pid_m, pid_n, LABELS, n_rows, n_cols, ignore_index, HAS_LABELS: tl.con
         labels = tl.load(LABELS + rows, mask=row_ok, other=ignore_index)
         row_ok = row_ok & (labels != ignore_index)
     mask = row_ok[:, None] & (cols < n_cols)[None, :]
-    return rows.to(tl.int64), cols, mask
+    rows = rows.to(tl.int64)
+    x = tl.load(X + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    y = tl.load(Y + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    return rows, cols, mask, x, y
 
 
 @triton.jit
@@ -93,9 +102,10 @@ def _divergence_forward_kernel(
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    rows, cols, mask = _tile(pid_m, pid_n, LABELS, n_rows, n_cols, ignore_index, HAS_LABELS, BLOCK_M, BLOCK_N)
-    x = tl.load(X + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    y = tl.load(Y + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    rows, cols, mask, x, y = _load_tile(
+        X, Y, LABELS, x_row_stride, y_row_stride, n_rows, n_cols, ignore_index, pid_m, pid_n,
+        HAS_LABELS, BLOCK_M, BLOCK_N,
+    )  # fmt: skip
     loss, _ = _loss_and_grad(x, y, beta, eps, KIND, LOG_TARGET)
     loss = tl.where(mask, loss, 0.0)
     if STORE_ELEMENTS:
@@ -131,28 +141,15 @@ def _divergence_backward_kernel(
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    rows, cols, mask = _tile(pid_m, pid_n, LABELS, n_rows, n_cols, ignore_index, HAS_LABELS, BLOCK_M, BLOCK_N)
-    x = tl.load(X + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    y = tl.load(Y + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    rows, cols, mask, x, y = _load_tile(
+        X, Y, LABELS, x_row_stride, y_row_stride, n_rows, n_cols, ignore_index, pid_m, pid_n,
+        HAS_LABELS, BLOCK_M, BLOCK_N,
+    )  # fmt: skip
     g_out = tl.load(GRAD_OUT + rows[:, None] * g_row_stride + cols[None, :] * g_col_stride, mask=mask, other=0.0)
     _, grad = _loss_and_grad(x, y, beta, eps, KIND, LOG_TARGET)
     dx = tl.where(mask, grad * scale * g_out.to(tl.float32), 0.0)
     out_mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]  # ignored rows get 0
     tl.store(DX + rows[:, None] * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=out_mask)
-
-
-@dataclass(frozen=True)
-class DivergencePlan:
-    block_m: int
-    block_n: int
-    num_warps: int
-
-
-def plan_divergence(n_cols: int) -> DivergencePlan:
-    block_n = min(triton.next_power_of_2(max(n_cols, 1)), hardware.ELEMENTWISE_COL_BLOCK)
-    block_m = max(1, hardware.ELEMENTWISE_BLOCK // block_n)
-    warps = max(1, min(hardware.ELEMENTWISE_NUM_WARPS, block_m * block_n // (hardware.DEFAULT_SUB_GROUP_SIZE * 4)))
-    return DivergencePlan(block_m, block_n, 1 << (warps.bit_length() - 1))
 
 
 @dataclass(frozen=True)
@@ -172,8 +169,10 @@ class Divergence:
         return {"KIND": self.kind, "LOG_TARGET": self.log_target, "HAS_LABELS": labels is not None}
 
 
-def _rows(t: torch.Tensor) -> torch.Tensor:
-    return t if t.stride(-1) == 1 else t.contiguous()
+def jsd_divergence(beta: float, ignore_index: int) -> Divergence:
+    """The generalised JSD at ``beta``: forward KL at 0, reverse KL at 1, the mixture otherwise."""
+    kind = JSD_FORWARD_KL if beta == 0 else JSD_REVERSE_KL if beta == 1 else JSD
+    return Divergence(kind, beta=float(beta), ignore_index=ignore_index)
 
 
 def divergence_forward(x, y, labels, div: Divergence, elementwise: bool) -> torch.Tensor:
@@ -185,8 +184,8 @@ def divergence_forward(x, y, labels, div: Divergence, elementwise: bool) -> torc
             if elementwise
             else x.new_zeros((), dtype=torch.float32)
         )
-    x, y = _rows(x), _rows(y)
-    plan = plan_divergence(n_cols)
+    x, y = unit_col(x), unit_col(y)
+    plan = plan_blocks(n_cols)
     grid = (triton.cdiv(n_rows, plan.block_m), triton.cdiv(n_cols, plan.block_n))
     out = torch.empty(x.shape, dtype=torch.float32, device=x.device) if elementwise else None
     partial = None if elementwise else torch.empty(grid, dtype=torch.float32, device=x.device)
@@ -218,12 +217,12 @@ def divergence_backward(x, y, labels, div: Divergence, grad_out: torch.Tensor, s
     dx = torch.empty(x.shape, dtype=out_dtype, device=x.device)
     if x.numel() == 0:
         return dx
-    x, y = _rows(x), _rows(y)
+    x, y = unit_col(x), unit_col(y)
     if grad_out.dim() == 0 or grad_out.numel() == 1:
         g, g_strides = grad_out.reshape(1), (0, 0)
     else:
         g, g_strides = grad_out, (grad_out.stride(0), grad_out.stride(1))
-    plan = plan_divergence(n_cols)
+    plan = plan_blocks(n_cols)
     kernel = _divergence_backward_kernel
     kernel[(triton.cdiv(n_rows, plan.block_m), triton.cdiv(n_cols, plan.block_n))](
         x,
@@ -248,11 +247,14 @@ def divergence_backward(x, y, labels, div: Divergence, grad_out: torch.Tensor, s
 
 
 class LigerDivergenceFunction(torch.autograd.Function):
-    """``loss = reduce(divergence(x, y))`` with gradient for x only: ``scale`` divides the sum
-    (None: elementwise, no reduction); the result is cast to ``out_dtype``."""
+    """The autograd of kl_div, jsd and tvd (five arguments, a gradient for the first only): each
+    op's subclass checks its arguments and calls `forward_divergence`; backward is this one.
+
+    ``loss = reduce(divergence(x, y))``: ``scale`` divides the sum (None: elementwise, no
+    reduction); the result is cast to ``out_dtype``."""
 
     @staticmethod
-    def forward(ctx, x, y, labels, div, scale, out_dtype):
+    def forward_divergence(ctx, x, y, labels, div: Divergence, scale: float | None, out_dtype: torch.dtype):
         elementwise = scale is None
         loss = divergence_forward(x, y, labels, div, elementwise)
         if not elementwise:
@@ -265,4 +267,4 @@ class LigerDivergenceFunction(torch.autograd.Function):
     def backward(ctx, grad_out):
         x, y, labels = ctx.saved_tensors
         dx = divergence_backward(x, y, labels, ctx.div, grad_out, ctx.scale, x.dtype)
-        return dx, None, None, None, None, None
+        return dx, None, None, None, None

@@ -1,5 +1,5 @@
 """Gated activations (swiglu, geglu) for Intel GPUs: one elementwise kernel pair, the
-activation chosen by a constexpr.
+activation chosen by a constexpr, and the autograd Function both ops' Functions derive from.
 
 A flat 1-D grid of ``ELEMENTWISE_BLOCK``-element programs over contiguous a and b: a pure
 streaming op (3 reads and 2 writes per element in backward), so blocks are sized for memory
@@ -23,7 +23,7 @@ GELU_TANH = 1
 
 
 @triton.jit
-def _activation(a, ACT: tl.constexpr):
+def _act_and_grad(a, ACT: tl.constexpr):
     """(act(a), act'(a)) in fp32."""
     if ACT == 0:
         sig = 1.0 / (1.0 + tl.exp(-a))
@@ -36,34 +36,34 @@ def _activation(a, ACT: tl.constexpr):
 
 
 @triton.jit
-def _glu_forward_kernel(A, B, Y, n_elements, ACT: tl.constexpr, BLOCK: tl.constexpr):
+def _glu_forward_kernel(A, B, C, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n_elements
+    mask = offs < n
     a = tl.load(A + offs, mask=mask, other=0.0)
     b = tl.load(B + offs, mask=mask, other=0.0)
-    act, _ = _activation(a.to(tl.float32), ACT)
+    act, _ = _act_and_grad(a.to(tl.float32), ACT)
     # Rounded like the model, multiplied in fp32 (the same result as a multiply in a's dtype,
     # whose exact product rounds once; bf16 arithmetic is not emulated by older interpreters).
-    y = act.to(a.dtype).to(tl.float32) * b.to(tl.float32)
-    tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
+    c = act.to(a.dtype).to(tl.float32) * b.to(tl.float32)
+    tl.store(C + offs, c.to(C.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _glu_backward_kernel(DY, A, B, DA, DB, n_elements, ACT: tl.constexpr, BLOCK: tl.constexpr):
+def _glu_backward_kernel(DC, A, B, DA, DB, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
     # DA/DB may alias A/B (in_place): every element is read before this program writes it.
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n_elements
-    dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
+    mask = offs < n
+    dc = tl.load(DC + offs, mask=mask, other=0.0).to(tl.float32)
     a = tl.load(A + offs, mask=mask, other=0.0)
     b = tl.load(B + offs, mask=mask, other=0.0).to(tl.float32)
-    act, d_act = _activation(a.to(tl.float32), ACT)
-    db = dy * act.to(a.dtype).to(tl.float32)
-    da = dy * b * d_act
+    act, dact = _act_and_grad(a.to(tl.float32), ACT)
+    db = dc * act.to(a.dtype).to(tl.float32)
+    da = dc * b * dact
     tl.store(DA + offs, da.to(DA.dtype.element_ty), mask=mask)
     tl.store(DB + offs, db.to(DB.dtype.element_ty), mask=mask)
 
 
-def _launch(kernel, n: int, device: torch.device, *args, act: int) -> None:
+def _launch_flat(kernel, n: int, device: torch.device, *args, act: int) -> None:
     plan = plan_flat(n)
     kernel[(plan.programs,)](
         *args,
@@ -74,23 +74,38 @@ def _launch(kernel, n: int, device: torch.device, *args, act: int) -> None:
     )
 
 
+def glu_forward(a1: torch.Tensor, b1: torch.Tensor, act: int) -> torch.Tensor:
+    """``act(a1) * b1`` for contiguous ``a1``/``b1``."""
+    c = torch.empty_like(a1)
+    if a1.numel():
+        _launch_flat(_glu_forward_kernel, a1.numel(), a1.device, a1, b1, c, act=act)
+    return c
+
+
+def glu_backward(dc: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, act: int, in_place: bool):
+    """Gradients for contiguous ``a1``/``b1``; with ``in_place`` they are written into them."""
+    dc = dc.contiguous()
+    # in_place: the caller owns a and b (see the contract); their buffers take the gradients.
+    da, db = (a1, b1) if in_place else (torch.empty_like(a1), torch.empty_like(b1))
+    if a1.numel():
+        _launch_flat(_glu_backward_kernel, a1.numel(), a1.device, dc, a1, b1, da, db, act=act)
+    return da, db
+
+
 class LigerGLUFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a, b, in_place, act):
-        a_c, b_c = a.contiguous(), b.contiguous()
-        y = torch.empty_like(a_c)
-        if a_c.numel():
-            _launch(_glu_forward_kernel, a_c.numel(), a.device, a_c, b_c, y, act=act)
-        ctx.save_for_backward(a_c, b_c)
-        ctx.in_place, ctx.act = in_place, act
-        return y.view(a.shape)
+    """The autograd of swiglu and geglu (``(a, b, in_place)``): each op's subclass checks its
+    arguments and calls `forward_act` with its activation; backward is this one."""
 
     @staticmethod
-    def backward(ctx, dy):
-        a, b = ctx.saved_tensors
-        dy = dy.contiguous()
-        # in_place: the caller owns a and b (see the contract); their buffers take the gradients.
-        da, db = (a, b) if ctx.in_place else (torch.empty_like(a), torch.empty_like(b))
-        if a.numel():
-            _launch(_glu_backward_kernel, a.numel(), a.device, dy, a, b, da, db, act=ctx.act)
-        return da.view(dy.shape), db.view(dy.shape), None, None
+    def forward_act(ctx, a: torch.Tensor, b: torch.Tensor, in_place: bool, act: int) -> torch.Tensor:
+        a1, b1 = a.contiguous(), b.contiguous()
+        c = glu_forward(a1, b1, act)
+        ctx.save_for_backward(a1, b1)
+        ctx.in_place, ctx.act = in_place, act
+        return c.view(a.shape)
+
+    @staticmethod
+    def backward(ctx, dc):
+        a1, b1 = ctx.saved_tensors
+        da, db = glu_backward(dc, a1, b1, ctx.act, ctx.in_place)
+        return da.view(dc.shape), db.view(dc.shape), None

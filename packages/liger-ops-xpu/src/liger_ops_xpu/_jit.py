@@ -1,5 +1,5 @@
-"""Small Triton device functions shared by several kernels (core ``tl`` only, so they run in
-every Triton's interpreter without a vendor libdevice)."""
+"""Triton device functions shared by the kernels of several op modules, one definition each
+(core ``tl`` only, so they run in every Triton's interpreter without a vendor libdevice)."""
 
 from __future__ import annotations
 
@@ -13,3 +13,11 @@ def tanh(z):
     e = tl.exp(-2.0 * tl.abs(z))
     t = (1.0 - e) / (1.0 + e)
     return tl.where(z < 0, -t, t)
+
+
+@triton.jit
+def row_tile(first_row, n_rows, BLOCK_M: tl.constexpr):
+    """The BLOCK_M rows of a row tile from ``first_row``: ``(rows, row_mask, rows64)``, the last
+    for pointer offsets (row x stride overflows int32 on large activations)."""
+    rows = first_row + tl.arange(0, BLOCK_M)
+    return rows, rows < n_rows, rows.to(tl.int64)

@@ -19,9 +19,11 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
 from liger_core.ops.group_norm import check_args
 
 from liger_ops_xpu import hardware
+from liger_ops_xpu._tiling import num_warps_for, sum_partials, zeros_or_none
 
 
 @triton.jit
@@ -190,7 +192,7 @@ class GroupPlan:
     num_warps: int
 
 
-def plan_group(channels_per_group: int, n_spatial: int) -> GroupPlan:
+def plan_groups(channels_per_group: int, n_spatial: int) -> GroupPlan:
     """Spatial positions first (contiguous), up to ``CHUNK_BLOCK``; channels fill the tile up
     to ``TARGET_TILE_ELEMENTS``."""
     block_s = min(triton.next_power_of_2(max(n_spatial, 1)), hardware.CHUNK_BLOCK)
@@ -200,43 +202,88 @@ def plan_group(channels_per_group: int, n_spatial: int) -> GroupPlan:
         block_s,
         triton.cdiv(max(channels_per_group, 1), block_c),
         triton.cdiv(max(n_spatial, 1), block_s),
-        hardware.num_warps_for(block_c * block_s),
+        num_warps_for(block_c * block_s),
     )
 
 
+def group_norm_forward(x3, weight, bias, num_groups: int, eps: float, plan: GroupPlan):
+    """Launch the forward kernel on ``x3`` (batch, channels, spatial), contiguous; returns
+    ``(y, mean, rstd)``, the statistics one fp32 value per (sample, group)."""
+    batch, n_channels, n_spatial = x3.shape
+    y = torch.empty_like(x3)
+    mean = torch.empty(batch * num_groups, dtype=torch.float32, device=x3.device)
+    rstd = torch.empty_like(mean)
+    if x3.numel() == 0:
+        return y, mean, rstd
+    kernel = _group_norm_forward_kernel
+    kernel[(batch * num_groups,)](
+        x3,
+        weight if weight is not None else x3,  # never read without HAS_WEIGHT
+        bias if bias is not None else x3,  # never read without HAS_BIAS
+        y,
+        mean,
+        rstd,
+        n_channels,
+        n_channels // num_groups,
+        n_spatial,
+        num_groups,
+        eps,
+        HAS_WEIGHT=weight is not None,
+        HAS_BIAS=bias is not None,
+        BLOCK_C=plan.block_c,
+        BLOCK_S=plan.block_s,
+        N_C_CHUNKS=plan.n_c_chunks,
+        N_S_CHUNKS=plan.n_s_chunks,
+        **hardware.launch_kwargs(kernel, x3.device, plan.num_warps),
+    )
+    return y, mean, rstd
+
+
+def group_norm_backward(dy3, x3, weight, bias, num_groups: int, mean, rstd, plan: GroupPlan):
+    """Launch the backward kernel; returns ``(grad_x, grad_weight, grad_bias)``."""
+    batch, n_channels, n_spatial = x3.shape
+    has_weight, has_bias = weight is not None, bias is not None
+    dx = torch.empty_like(x3)
+    if x3.numel() == 0:
+        return dx, zeros_or_none(weight), zeros_or_none(bias)
+    # One fp32 row of channels per sample and parameter (every slot written once).
+    partial = lambda on: torch.empty((batch, n_channels), dtype=torch.float32, device=x3.device) if on else mean
+    dw_partial, db_partial = partial(has_weight), partial(has_bias)
+    kernel = _group_norm_backward_kernel
+    kernel[(batch * num_groups,)](
+        dy3,
+        x3,
+        weight if has_weight else x3,
+        mean,
+        rstd,
+        dx,
+        dw_partial,
+        db_partial,
+        n_channels,
+        n_channels // num_groups,
+        n_spatial,
+        num_groups,
+        HAS_WEIGHT=has_weight,
+        HAS_BIAS=has_bias,
+        BLOCK_C=plan.block_c,
+        BLOCK_S=plan.block_s,
+        N_C_CHUNKS=plan.n_c_chunks,
+        N_S_CHUNKS=plan.n_s_chunks,
+        **hardware.launch_kwargs(kernel, x3.device, plan.num_warps),
+    )
+    return dx, sum_partials(dw_partial, weight), sum_partials(db_partial, bias)
+
+
+@implements("group_norm")
 class LigerGroupNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, num_channels, num_groups, eps):
+        check_args(x, weight, bias, num_channels, num_groups, eps)
         batch = x.shape[0]
         n_spatial = math.prod(x.shape[2:])
         x3 = x.contiguous().view(batch, num_channels, n_spatial)
-        cpg = num_channels // num_groups
-        plan = plan_group(cpg, n_spatial)
-        y = torch.empty_like(x3)
-        mean = torch.empty(batch * num_groups, dtype=torch.float32, device=x.device)
-        rstd = torch.empty_like(mean)
-        if x.numel():
-            kernel = _group_norm_forward_kernel
-            kernel[(batch * num_groups,)](
-                x3,
-                weight if weight is not None else x3,  # never read without HAS_WEIGHT
-                bias if bias is not None else x3,  # never read without HAS_BIAS
-                y,
-                mean,
-                rstd,
-                num_channels,
-                cpg,
-                n_spatial,
-                num_groups,
-                eps,
-                HAS_WEIGHT=weight is not None,
-                HAS_BIAS=bias is not None,
-                BLOCK_C=plan.block_c,
-                BLOCK_S=plan.block_s,
-                N_C_CHUNKS=plan.n_c_chunks,
-                N_S_CHUNKS=plan.n_s_chunks,
-                **hardware.launch_kwargs(kernel, x.device, plan.num_warps),
-            )
+        plan = plan_groups(num_channels // num_groups, n_spatial)
+        y, mean, rstd = group_norm_forward(x3, weight, bias, num_groups, float(eps), plan)
         ctx.save_for_backward(x3, weight, bias, mean, rstd)
         ctx.plan, ctx.num_groups = plan, num_groups
         return y.view(x.shape)
@@ -244,51 +291,6 @@ class LigerGroupNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x3, weight, bias, mean, rstd = ctx.saved_tensors
-        plan, num_groups = ctx.plan, ctx.num_groups
-        batch, n_channels, n_spatial = x3.shape
-        has_weight, has_bias = weight is not None, bias is not None
-        dx = torch.empty_like(x3)
-        if x3.numel() == 0:
-            zeros = lambda p: None if p is None else torch.zeros_like(p)
-            return dx.view(dy.shape), zeros(weight), zeros(bias), None, None, None
         dy3 = dy.contiguous().view(x3.shape)
-        partial = lambda on: torch.empty((batch, n_channels), dtype=torch.float32, device=x3.device) if on else mean
-        dw_partial, db_partial = partial(has_weight), partial(has_bias)
-        kernel = _group_norm_backward_kernel
-        kernel[(batch * num_groups,)](
-            dy3,
-            x3,
-            weight if has_weight else x3,
-            mean,
-            rstd,
-            dx,
-            dw_partial,
-            db_partial,
-            n_channels,
-            n_channels // num_groups,
-            n_spatial,
-            num_groups,
-            HAS_WEIGHT=has_weight,
-            HAS_BIAS=has_bias,
-            BLOCK_C=plan.block_c,
-            BLOCK_S=plan.block_s,
-            N_C_CHUNKS=plan.n_c_chunks,
-            N_S_CHUNKS=plan.n_s_chunks,
-            **hardware.launch_kwargs(kernel, x3.device, plan.num_warps),
-        )
-        dw = dw_partial.sum(0).to(weight.dtype) if has_weight else None
-        db = db_partial.sum(0).to(bias.dtype) if has_bias else None
+        dx, dw, db = group_norm_backward(dy3, x3, weight, bias, ctx.num_groups, mean, rstd, ctx.plan)
         return dx.view(dy.shape), dw, db, None, None, None
-
-
-def group_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    num_channels: int,
-    num_groups: int,
-    eps: float = 1e-5,
-) -> torch.Tensor:
-    """The interface's ``group_norm`` (see ``liger_core.ops.group_norm``) on Intel GPUs."""
-    check_args(x, weight, bias, num_channels, num_groups, eps)
-    return LigerGroupNormFunction.apply(x, weight, bias, num_channels, num_groups, float(eps))
