@@ -17,7 +17,7 @@ def test_flce_several_chunks(monkeypatch, device, reduction):
     monkeypatch.setattr(hardware, "FUSED_LINEAR_CHUNK_ELEMENTS", 4 * 50)
     assert plan_chunks(23, 50) == 4  # 6 chunks, the last one ragged
     args = fused_linear_cross_entropy.args(
-        device, shape=(23, 16, 50), dtype=torch.bfloat16, seed=2, bias=True, ce_weight=True
+        device, shape=(23, 16, 50), dtype=torch.bfloat16, seed=2, bias=True, weighted=True
     )
     check(
         BACKEND, "fused_linear_cross_entropy", args, lse_square_scale=1e-3, label_smoothing=0.1, reduction=reduction,
