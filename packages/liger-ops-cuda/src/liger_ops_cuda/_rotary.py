@@ -193,10 +193,12 @@ def rotary(q, k, cos, sin, unsqueeze_dim, mrope_section=None, backward=False, q_
 
 
 class LigerRotaryFunction(torch.autograd.Function):
-    """rope (``mrope_section`` None) and qwen2vl_mrope; no gradient to cos/sin."""
+    """The autograd Function of the rotary embeddings: `LigerRopeFunction` (``mrope_section``
+    None) and `LigerQwen2VLMRopeFunction` check their arguments and call `shared_forward`;
+    backward (the same for both) is this one. No gradient to cos/sin."""
 
     @staticmethod
-    def forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
+    def shared_forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
         q_out, k_out = rotary(q, k, cos, sin, unsqueeze_dim, mrope_section)
         ctx.save_for_backward(cos, sin)
         ctx.mrope_section, ctx.unsqueeze_dim = mrope_section, unsqueeze_dim
