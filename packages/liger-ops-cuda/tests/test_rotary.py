@@ -20,6 +20,8 @@ def _check_as_given(backend, op, args, upstream):
     incoming gradients, so the layouts below would never reach the kernels through it."""
     decl = declaration(op)
     bound = decl.bind(args)
+    before = {k: v.clone() for k, v in bound.items() if isinstance(v, torch.Tensor)}
+    upstream_before = [g.clone() for g in upstream]
     call = {
         k: v.detach().requires_grad_(k in decl.grads) if isinstance(v, torch.Tensor) else v for k, v in bound.items()
     }
@@ -37,6 +39,9 @@ def _check_as_given(backend, op, args, upstream):
     for name in decl.grads:
         assert call[name].grad.dtype == bound[name].dtype, f"{op} grad_{name} dtype"
         assert_close(call[name].grad, args64[name].grad, tol, f"{op} grad_{name}")
+    for name, t in before.items():
+        assert torch.equal(bound[name], t), f"{op} modified its input {name}"
+    assert all(torch.equal(g, g0) for g, g0 in zip(upstream, upstream_before)), f"{op} modified an incoming gradient"
 
 
 def test_plan_for_llama_3_8b():

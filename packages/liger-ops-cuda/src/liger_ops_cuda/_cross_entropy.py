@@ -583,7 +583,7 @@ def cross_entropy_backward(
     )  # fmt: skip
 
 
-def loss_outputs(ctx, loss: torch.Tensor, z: torch.Tensor, return_z_loss: bool):
+def loss_outputs(ctx, loss: torch.Tensor, z: torch.Tensor, return_z_loss: bool) -> torch.Tensor | tuple:
     """What a loss Function returns: ``loss``, or ``(loss, z_loss)`` with the z-loss (a logged
     value) non-differentiable. An unused output gets no gradient (None), not a zero tensor."""
     ctx.set_materialize_grads(False)
@@ -593,7 +593,9 @@ def loss_outputs(ctx, loss: torch.Tensor, z: torch.Tensor, return_z_loss: bool):
     return loss, z
 
 
-def reduce_rows(rows, reduction: str, scales: torch.Tensor, dtype: torch.dtype = torch.float32, z_out: bool = True):
+def reduce_rows(
+    rows: RowLoss, reduction: str, scales: torch.Tensor, dtype: torch.dtype = torch.float32, z_out: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, z_loss) in ``dtype`` from the per-row terms, without row-sized temporaries.
 
     ``rows.z`` may be None (no z-loss computed): z_loss is then zeros; for reduction "none"

@@ -165,7 +165,15 @@ def jsd_mode(beta: float) -> int:
     return MODE_FORWARD_KL if beta == 0 else MODE_REVERSE_KL if beta == 1 else MODE_MIXED
 
 
-def jsd_forward(x, y, labels, beta, ignore_index, inv_n, grad=None) -> torch.Tensor:
+def jsd_forward(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    labels: torch.Tensor | None,
+    beta: float,
+    ignore_index: int,
+    inv_n: torch.Tensor,
+    grad: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The loss partials ``(rows, tiles)`` of ``x`` (student) against ``y``; with ``grad``
     also d(loss)/dx scaled by ``inv_n`` (a device scalar) into it."""
     n, v = x.shape

@@ -86,7 +86,9 @@ def glu_forward(a1: torch.Tensor, b1: torch.Tensor, act: int, block: int | None 
     return c
 
 
-def glu_backward(dc, a1, b1, act: int, in_place: bool, block: int | None = None):
+def glu_backward(
+    dc: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, act: int, in_place: bool, block: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Gradients for flat ``a1``/``b1``; with ``in_place`` they are written into ``a1``/``b1``."""
     dc1 = _flat(dc)
     da, db = (a1, b1) if in_place else (torch.empty_like(a1), torch.empty_like(b1))

@@ -108,7 +108,7 @@ def plan_dyt(n_cols: int, tile_elements: int, max_block_n: int) -> tuple[int, in
     return block_m, block_n, hardware.num_warps_for(block_m * block_n, hardware.FORWARD_ELEMENTS_PER_WARP)
 
 
-def dyt_forward(x2d, alpha, gamma, beta):
+def dyt_forward(x2d: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None) -> torch.Tensor:
     n_rows, n_cols = x2d.shape
     y = torch.empty_like(x2d)
     if n_rows == 0 or n_cols == 0:
@@ -132,7 +132,15 @@ def dyt_forward(x2d, alpha, gamma, beta):
     return y
 
 
-def dyt_backward(dy2d, x2d, alpha, gamma, beta, need_params=True, programs=None):
+def dyt_backward(
+    dy2d: torch.Tensor,
+    x2d: torch.Tensor,
+    alpha: torch.Tensor,
+    gamma: torch.Tensor,
+    beta: torch.Tensor | None,
+    need_params: bool = True,
+    programs: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     n_rows, n_cols = x2d.shape
     dx = torch.empty_like(x2d)
     block_m, block_n, warps = plan_dyt(n_cols, hardware.DYT_BACKWARD_TILE_ELEMENTS, hardware.DYT_MAX_BLOCK_N)

@@ -351,7 +351,14 @@ def plan_groups(
     return GroupPlan(block_c, block_hw, warps, True, hw_span, n_spans, n_cb * n_spans)
 
 
-def group_norm_forward(x3, weight, bias, num_groups, eps, plan):
+def group_norm_forward(
+    x3: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    num_groups: int,
+    eps: float,
+    plan: GroupPlan,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     batch, channels, hw = x3.shape
     cg = channels // num_groups
     n_groups = batch * num_groups
@@ -382,7 +389,18 @@ def group_norm_forward(x3, weight, bias, num_groups, eps, plan):
     return y, mean, rstd
 
 
-def group_norm_backward(dy3, x3, weight, bias, num_groups, mean, rstd, plan, need_dw=True, need_db=True):
+def group_norm_backward(
+    dy3: torch.Tensor,
+    x3: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    num_groups: int,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    plan: GroupPlan,
+    need_dw: bool = True,
+    need_db: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     batch, channels, hw = x3.shape
     cg = channels // num_groups
     n_groups = batch * num_groups

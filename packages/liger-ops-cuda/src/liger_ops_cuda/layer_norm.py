@@ -18,6 +18,7 @@ from liger_core.backend import implements
 from liger_core.ops.layer_norm import check_args
 from liger_ops_cuda import hardware
 from liger_ops_cuda._tiling import (
+    TilePlan,
     as_rows,
     backward_programs,
     grad_rows,
@@ -193,7 +194,9 @@ def _layer_norm_backward_kernel(
             tl.store(db_row + cols, db_acc, mask=col_mask)
 
 
-def layer_norm_forward(x2d, weight, bias, eps, plan):
+def layer_norm_forward(
+    x2d: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float, plan: TilePlan
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     n_rows, n_cols = x2d.shape
     y = torch.empty_like(x2d)
     mean = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
@@ -220,7 +223,18 @@ def layer_norm_forward(x2d, weight, bias, eps, plan):
     return y, mean, rstd
 
 
-def layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, plan, need_dw=True, need_db=True, programs=None):
+def layer_norm_backward(
+    dy2d: torch.Tensor,
+    x2d: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    plan: TilePlan,
+    need_dw: bool = True,
+    need_db: bool = True,
+    programs: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     n_rows, n_cols = x2d.shape
     dx = torch.empty_like(x2d)
     need_dw = need_dw and weight is not None

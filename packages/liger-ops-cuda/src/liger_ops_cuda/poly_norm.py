@@ -199,7 +199,9 @@ def _poly_norm_backward_kernel(
     tl.store(out + 3, tl.sum(a0, axis=0))
 
 
-def poly_norm_forward(x2d, weight, bias, eps, plan):
+def poly_norm_forward(
+    x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, plan: TilePlan
+) -> tuple[torch.Tensor, torch.Tensor]:
     n_rows, n_cols = x2d.shape
     y = torch.empty_like(x2d)
     rstd = torch.empty((n_rows, 3), dtype=torch.float32, device=x2d.device)
@@ -222,7 +224,15 @@ def poly_norm_forward(x2d, weight, bias, eps, plan):
     return y, rstd
 
 
-def poly_norm_backward(dy2d, x2d, weight, bias, rstd, plan, programs=None):
+def poly_norm_backward(
+    dy2d: torch.Tensor,
+    x2d: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    rstd: torch.Tensor,
+    plan: TilePlan,
+    programs: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     n_rows, n_cols = x2d.shape
     dx = torch.empty_like(x2d)
     programs, rows_per_program = backward_programs(n_rows, plan.block_m, x2d.device, programs)
