@@ -352,13 +352,9 @@ def plan_groups(
 
 
 def group_norm_forward(
-    x3: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    num_groups: int,
-    eps: float,
+    x3: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, num_groups: int, eps: float,
     plan: GroupPlan,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     batch, channels, hw = x3.shape
     cg = channels // num_groups
     n_groups = batch * num_groups
