@@ -1,27 +1,29 @@
 """Cross-entropy kernels shared by `cross_entropy` and `fused_linear_cross_entropy`.
 
-The forward (`ce_rows`) has two plans, chosen by the number of rows:
+The forward (`cross_entropy_forward`) has two plans, chosen by the number of rows:
 
-- Many rows (`use_row_programs`): `_ce_row_kernel`, one program per row, streams the row's
-  vocabulary in BLOCK-wide steps with a running max and sum of exp, reads the target logit
-  with one masked load and writes the row's loss and lse (and z-loss when asked): nothing else
-  is allocated, and there are enough rows to keep every SM busy.
+- Many rows (`use_row_programs`): `_cross_entropy_row_kernel`, one program per row, streams
+  the row's vocabulary in BLOCK_N-wide steps with a running max and sum of exp, reads the target
+  logit with one masked load and writes the row's loss and lse (and z-loss when asked):
+  nothing else is allocated, and there are enough rows to keep every SM busy.
 - Few rows: every (row, vocabulary tile) pair is one program, so the whole GPU streams the
   logits whatever the number of rows (one row per program would leave SMs idle and serialise
   a 128k-wide row). Two launches:
 
-  1. `_ce_partials_kernel`: per tile, the max and the sum of ``exp(x - max)`` (online-softmax
-     pieces), the class-weighted sum of ``x`` for label smoothing, and the target logit
-     (saved, because an in-place gradient may overwrite it before another tile reads it).
-  2. `_ce_finish_kernel`: each program combines its row's partials into ``lse`` (a few dozen
-     floats, cheaper than a third launch), then optionally writes the row's loss terms (tile 0)
-     and the gradient of its tile (fp32 arithmetic, one rounding at the store).
+  1. `_cross_entropy_partials_kernel`: per tile, the max and the sum of ``exp(x - max)``
+     (online-softmax pieces), the class-weighted sum of ``x`` for label smoothing, and the
+     target logit (saved, because an in-place gradient may overwrite it before another tile
+     reads it).
+  2. `_cross_entropy_finish_kernel`: each program combines its row's partials into ``lse`` (a
+     few dozen floats, cheaper than a third launch), then optionally writes the row's loss
+     terms (tile 0) and the gradient of its tile (fp32 arithmetic, one rounding at the store).
 
-The gradient from a saved lse (`ce_grad_from_lse`, the backward) always runs on (row, tile)
-programs: one read and one write per logit, no partials.
+The gradient from a saved lse (`cross_entropy_backward`) always runs on (row, tile) programs:
+one read and one write per logit, no partials.
 
-Row offsets are int64 (``row * row_stride`` passes 2**31 at 4096 x 128256 fp32 logits already
-at row 16744); column offsets stay int32.
+Row offsets are int64 (`liger_ops_cuda._jit.row_offset`); column offsets stay int32. The
+targets' statistics (the mean's scales, a count of bad targets) are computed on the device
+(`target_stats`): no host synchronisation before the main kernels are queued.
 """
 
 from __future__ import annotations
@@ -30,40 +32,17 @@ import torch
 import triton
 import triton.language as tl
 
+from liger_core.ops import _losses as L
 from liger_ops_cuda import hardware
+from liger_ops_cuda._jit import online_lse_step, row_offset, tanh
 
 
 @triton.jit
-def _row_offset(row, row_stride):
-    # int64 before the multiply: tokens x vocab exceeds 2**31 at LLM sizes.
-    return row.to(tl.int64) * row_stride
-
-
-@triton.jit
-def _softcapped(x, softcap, HAS_SOFTCAP: tl.constexpr):
+def softcapped(x, softcap, HAS_SOFTCAP: tl.constexpr):
+    """``softcap * tanh(x / softcap)`` with HAS_SOFTCAP, else ``x``."""
     if HAS_SOFTCAP:
-        x = softcap * _tanh(x / softcap)
+        x = softcap * tanh(x / softcap)
     return x
-
-
-@triton.jit
-def _tanh(x):
-    # tanh through exp of a non-positive argument (no overflow), sign restored; libdevice-free
-    # so the same code runs in the interpreter.
-    e = tl.exp(-2.0 * tl.abs(x))
-    t = (1.0 - e) / (1.0 + e)
-    return tl.where(x < 0, -t, t)
-
-
-@triton.jit
-def online_lse_step(m, s, xm):
-    """One step of a running (max, sum of exp) over axis 0 of ``xm`` (masked entries -inf): ``m``
-    and ``s`` are scalars for a row, or vectors over a tile's trailing axis (tokens)."""
-    m_new = tl.maximum(m, tl.max(xm, axis=0))
-    # A block of -inf logits (masked vocabulary) keeps m at -inf: shift by 0, not by -inf (NaN).
-    shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-    s = s * tl.exp(m - shift) + tl.sum(tl.exp(xm - shift), axis=0)
-    return m_new, s
 
 
 @triton.jit
@@ -113,7 +92,7 @@ def ce_grad_values(
     `ce_grad_coefficients`, ``w_cols`` the class weights of x's columns (or 1.0). Shapes
     broadcast, so one helper serves row tiles and (vocab, token) tiles alike."""
     if HAS_SOFTCAP:
-        th = _tanh(x / softcap)
+        th = tanh(x / softcap)
         x = softcap * th
     grad = c_p * tl.exp(x - lse)
     if SMOOTH:
@@ -125,7 +104,7 @@ def ce_grad_values(
 
 
 @triton.jit
-def _ce_partials_kernel(
+def _cross_entropy_partials_kernel(
     X,
     x_row_stride,
     BIAS,
@@ -143,19 +122,19 @@ def _ce_partials_kernel(
     HAS_WEIGHT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     SMOOTH: tl.constexpr,
-    BLOCK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     row = tl.program_id(0)
     tile = tl.program_id(1)
     y = tl.load(Y + row)
     if y == ignore_index:
         return
-    cols = tile * BLOCK + tl.arange(0, BLOCK)
+    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = cols < n_cols
-    x = tl.load(X + _row_offset(row, x_row_stride) + cols, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(X + row_offset(row, x_row_stride) + cols, mask=mask, other=0.0).to(tl.float32)
     if HAS_BIAS:
         x += tl.load(BIAS + cols, mask=mask, other=0.0).to(tl.float32)
-    x = _softcapped(x, softcap, HAS_SOFTCAP)
+    x = softcapped(x, softcap, HAS_SOFTCAP)
     xm = tl.where(mask, x, float("-inf"))
     m = tl.max(xm, axis=0)
     # A tile of -inf logits (masked vocabulary): sum 0 (shift by 0), not exp(-inf - -inf) = NaN.
@@ -176,7 +155,7 @@ def _ce_partials_kernel(
 
 
 @triton.jit
-def _ce_finish_kernel(
+def _cross_entropy_finish_kernel(
     X,
     x_row_stride,
     G,
@@ -209,15 +188,15 @@ def _ce_finish_kernel(
     WRITE_LOSS: tl.constexpr,
     WRITE_Z: tl.constexpr,
     WRITE_GRAD: tl.constexpr,
-    BLOCK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
     BLOCK_TILES: tl.constexpr,
 ):
     row = tl.program_id(0)
     tile = tl.program_id(1)
     y = tl.load(Y + row)
-    cols = tile * BLOCK + tl.arange(0, BLOCK)
+    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = cols < n_cols
-    g_row = G + _row_offset(row, g_row_stride)
+    g_row = G + row_offset(row, g_row_stride)
     if y == ignore_index:
         if WRITE_LOSS:
             if tile == 0:
@@ -226,7 +205,7 @@ def _ce_finish_kernel(
                     tl.store(ZLOSS + row, 0.0)
                 tl.store(LSE + row, 0.0)
         if WRITE_GRAD:
-            tl.store(g_row + cols, tl.zeros((BLOCK,), tl.float32).to(G.dtype.element_ty), mask=mask)
+            tl.store(g_row + cols, tl.zeros((BLOCK_N,), tl.float32).to(G.dtype.element_ty), mask=mask)
         return
 
     if LSE_FROM_PARTIALS:
@@ -260,7 +239,7 @@ def _ce_finish_kernel(
         a, c_y, c_p = ce_grad_coefficients(
             up, tl.load(SCALES), tl.load(SCALES + 1), w_y, w_sum, lse, label_smoothing, lse_square_scale, eps, SMOOTH
         )
-        x = tl.load(X + _row_offset(row, x_row_stride) + cols, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(X + row_offset(row, x_row_stride) + cols, mask=mask, other=0.0).to(tl.float32)
         if HAS_BIAS:
             x += tl.load(BIAS + cols, mask=mask, other=0.0).to(tl.float32)
         w_cols = 1.0
@@ -271,7 +250,7 @@ def _ce_finish_kernel(
 
 
 @triton.jit
-def _ce_row_kernel(
+def _cross_entropy_row_kernel(
     X,
     x_row_stride,
     BIAS,
@@ -291,9 +270,9 @@ def _ce_row_kernel(
     HAS_SOFTCAP: tl.constexpr,
     SMOOTH: tl.constexpr,
     WRITE_Z: tl.constexpr,
-    BLOCK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
-    # One program per row: the whole vocabulary in BLOCK-wide steps with a running max and sum
+    # One program per row: the whole vocabulary in BLOCK_N-wide steps with a running max and sum
     # of exp, so the row's loss, lse (and z) are its only writes: no partials, no saved target logit.
     row = tl.program_id(0)
     y = tl.load(Y + row)
@@ -303,20 +282,20 @@ def _ce_row_kernel(
         if WRITE_Z:
             tl.store(ZLOSS + row, 0.0)
         return
-    x_row = X + _row_offset(row, x_row_stride)
+    x_row = X + row_offset(row, x_row_stride)
     # The target logit: one masked scalar load, issued before the stream (an out-of-range target,
     # reported by the caller after the launch, reads nothing).
     in_range = (y >= 0) & (y < n_cols)
     x_y = tl.load(x_row + y, mask=in_range, other=0.0).to(tl.float32)
     if HAS_BIAS:
         x_y += tl.load(BIAS + y, mask=in_range, other=0.0).to(tl.float32)
-    x_y = _softcapped(x_y, softcap, HAS_SOFTCAP)
+    x_y = softcapped(x_y, softcap, HAS_SOFTCAP)
 
-    offs = tl.arange(0, BLOCK)
+    offs = tl.arange(0, BLOCK_N)
     m = float("-inf")
     s = 0.0
     wx = 0.0
-    for start in range(0, n_cols, BLOCK):
+    for start in range(0, n_cols, BLOCK_N):
         cols = start + offs
         mask = cols < n_cols
         # Read once and never again by this kernel: evict_first keeps L2 for the small reused
@@ -324,7 +303,7 @@ def _ce_row_kernel(
         x = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
         if HAS_BIAS:
             x += tl.load(BIAS + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
-        x = _softcapped(x, softcap, HAS_SOFTCAP)
+        x = softcapped(x, softcap, HAS_SOFTCAP)
         m, s = online_lse_step(m, s, tl.where(mask, x, float("-inf")))
         if SMOOTH:
             if HAS_WEIGHT:
@@ -341,7 +320,7 @@ def _ce_row_kernel(
 
 
 @triton.jit
-def _ce_target_stats_kernel(
+def _cross_entropy_target_stats_kernel(
     Y,
     W,
     OUT,
@@ -391,30 +370,72 @@ def _ce_target_stats_kernel(
         tl.store(OUT + 3, tl.sum(total, axis=0))
 
 
-def ce_target_stats(
+class TargetCheck:
+    """Targets outside ``[0, vocab)`` (other than ignore_index), counted on the device.
+
+    The count is copied to pinned host memory behind the op's first kernels; `raise_if_bad`
+    runs after the main kernels are queued, so the host waits while the GPU is busy with them
+    (no idle GPU, unlike reading the count up front). During CUDA-graph capture nothing can be
+    read back and the check is skipped; the kernels mask their loads, so a bad target then
+    gives a wrong loss, never an out-of-bounds access.
+    """
+
+    def __init__(self, op, target, ignore_index, n_classes, weight, count):
+        """``count``: a one-element device tensor, the number of bad targets."""
+        self.args = (op, target, ignore_index, n_classes, weight)
+        self.skip = target.is_cuda and torch.cuda.is_current_stream_capturing()
+        if self.skip:
+            return
+        if target.is_cuda:
+            self.host = torch.empty((), dtype=count.dtype, pin_memory=True)
+            self.host.copy_(count, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.host, self.event = count, None
+
+    def raise_if_bad(self) -> None:
+        if self.skip:
+            return
+        if self.event is not None:
+            self.event.synchronize()
+        if int(self.host):
+            op, target, ignore_index, n_classes, weight = self.args
+            L.label_stats(op, target, ignore_index, n_classes, weight)  # raises, naming the first bad target
+            raise ValueError(f"{op}: a target is outside [0, {n_classes}) and not ignore_index={ignore_index}")
+
+
+def target_stats(
+    op: str,
     target: torch.Tensor,
-    weight: torch.Tensor | None,
     ignore_index: int,
     n_classes: int,
+    weight: torch.Tensor | None,
     reduction: str,
     weight_total: bool = False,
-) -> torch.Tensor:
-    """fp32 device tensor ``[scale of the summed loss terms, scale of the summed z-loss terms,
-    number of targets outside [0, n_classes) that are not ignore_index, sum_j weight_j]`` (the
-    last only with ``weight_total``). Mean: ``1 / sum(w[y])`` and ``1 / n`` over the counted rows
-    (1 when there are none); sum/none: 1. One launch; ``target``, ``weight`` contiguous."""
-    out = torch.empty(4, dtype=torch.float32, device=target.device)
+) -> tuple[torch.Tensor, torch.Tensor | None, TargetCheck]:
+    """(scales, weight total, deferred target check) from one launch and one 4-float buffer.
+
+    ``scales``: ``[scale of the summed loss terms, scale of the summed z-loss terms]`` on the
+    device (mean: ``1 / sum(w[y])`` and ``1 / n`` over the counted rows, 1 when there are none,
+    so an all-ignored batch gives 0, never NaN; sum/none: 1). ``weight total``: ``sum_j w_j``
+    as a 1-element device tensor when ``weight_total`` and ``weight`` are given, else None.
+    ``target`` and ``weight`` must be contiguous.
+    """
+    # [loss scale, z-loss scale, bad targets, sum_j w_j]
+    stats = torch.empty(4, dtype=torch.float32, device=target.device)
     has_weight = weight is not None
-    _ce_target_stats_kernel[(1,)](
-        target, weight if has_weight else out, out, target.numel(), n_classes, ignore_index,
+    _cross_entropy_target_stats_kernel[(1,)](
+        target, weight if has_weight else stats, stats, target.numel(), n_classes, ignore_index,
         HAS_WEIGHT=has_weight, MEAN=reduction == "mean", WEIGHT_TOTAL=has_weight and weight_total,
         BLOCK=hardware.CE_STATS_BLOCK, num_warps=hardware.CE_STATS_NUM_WARPS,
     )  # fmt: skip
-    return out
+    total = stats[3:4] if weight_total and has_weight else None
+    return stats[:2], total, TargetCheck(op, target, ignore_index, n_classes, weight, stats[2])
 
 
 class RowLoss:
-    """Per-row results of `ce_rows`: fp32 ``loss`` (without z-loss), ``z`` (None when not asked
+    """Per-row results of `cross_entropy_forward`: fp32 ``loss`` (without z-loss), ``z`` (None when not asked
     for) and ``lse``."""
 
     __slots__ = ("loss", "z", "lse")
@@ -423,7 +444,7 @@ class RowLoss:
         self.loss, self.z, self.lse = loss, z, lse
 
 
-def tile_plan(n_cols: int) -> tuple[int, int, int]:
+def plan_vocab_tiles(n_cols: int) -> tuple[int, int, int]:
     """(block, tiles per row, warps) for rows of ``n_cols`` logits."""
     block = min(hardware.CE_BLOCK, triton.next_power_of_2(max(n_cols, 1)))
     n_tiles = triton.cdiv(n_cols, block)
@@ -431,7 +452,7 @@ def tile_plan(n_cols: int) -> tuple[int, int, int]:
     return block, n_tiles, warps
 
 
-def row_plan(n_cols: int) -> tuple[int, int]:
+def plan_vocab_rows(n_cols: int) -> tuple[int, int]:
     """(block, warps) of the one-program-per-row forward over rows of ``n_cols`` logits."""
     block = min(hardware.CE_ROW_BLOCK, triton.next_power_of_2(max(n_cols, 1)))
     warps = max(1, min(hardware.CE_ROW_NUM_WARPS, block // 32))
@@ -445,7 +466,7 @@ def use_row_programs(n_rows: int, device: torch.device) -> bool:
     return n_rows >= hardware.CE_ROW_PROGRAMS_MIN_ROWS_PER_SM * hardware.sm_count(index)
 
 
-def ce_rows(
+def cross_entropy_forward(
     logits: torch.Tensor,
     target: torch.Tensor,
     weight: torch.Tensor | None,
@@ -467,14 +488,14 @@ def ce_rows(
     With ``grad_out`` (may be ``logits`` itself: each program reads its tile before writing it,
     and the target logits were read before any gradient is written) also writes the gradient,
     scaled by ``upstream`` (a 1-element or per-row tensor) times ``scales`` (a device tensor
-    ``[scale of the loss terms, scale of the z-loss terms]``, see `ce_target_stats`).
+    ``[scale of the loss terms, scale of the z-loss terms]``, see `target_stats`).
     ``want_z=False``: no z buffer (``RowLoss.z`` is None).
     """
     n_rows, n_cols = logits.shape
     dev = logits.device
     write_grad = grad_out is not None
     if write_grad and upstream is None:
-        raise ValueError("ce_rows: grad_out needs upstream")
+        raise ValueError("cross_entropy_forward: grad_out needs upstream")
     loss = torch.empty(n_rows, dtype=torch.float32, device=dev)
     lse = torch.empty_like(loss)
     z = torch.empty_like(loss) if want_z else None
@@ -494,42 +515,42 @@ def ce_rows(
     z_ = z if want_z else loss  # never written when not wanted
 
     if use_row_programs(n_rows, dev):
-        block, warps = row_plan(n_cols)
-        _ce_row_kernel[(n_rows,)](
+        block, warps = plan_vocab_rows(n_cols)
+        _cross_entropy_row_kernel[(n_rows,)](
             logits, logits.stride(0), bias_, target, weight_, wsum_, lse, loss, z_, n_cols, ignore_index, sc,
-            float(label_smoothing), float(lse_square_scale), BLOCK=block, num_warps=warps, **flags,
+            float(label_smoothing), float(lse_square_scale), BLOCK_N=block, num_warps=warps, **flags,
         )  # fmt: skip
         if write_grad:
             # The forward has read every row in full before this launch writes: in place is safe.
-            ce_grad_from_lse(
+            cross_entropy_backward(
                 logits, target, weight, weight_total, bias, lse, grad_out, upstream, ignore_index,
                 lse_square_scale, label_smoothing, softcap, scales,
             )  # fmt: skip
         return RowLoss(loss, z, lse)
 
-    block, n_tiles, warps = tile_plan(n_cols)
+    block, n_tiles, warps = plan_vocab_tiles(n_cols)
     part_max = torch.empty((n_rows, n_tiles), dtype=torch.float32, device=dev)
     part_sum = torch.empty_like(part_max)
     part_wx = torch.empty_like(part_max) if label_smoothing > 0 else part_max
     xy = torch.empty(n_rows, dtype=torch.float32, device=dev)
     tile_flags = {k: v for k, v in flags.items() if k != "WRITE_Z"}
-    _ce_partials_kernel[(n_rows, n_tiles)](
+    _cross_entropy_partials_kernel[(n_rows, n_tiles)](
         logits, logits.stride(0), bias_, target, weight_, part_max, part_sum, part_wx, xy,
-        n_cols, n_tiles, ignore_index, sc, BLOCK=block, num_warps=warps, **tile_flags,
+        n_cols, n_tiles, ignore_index, sc, BLOCK_N=block, num_warps=warps, **tile_flags,
     )  # fmt: skip
     up = upstream if write_grad else loss
-    _ce_finish_kernel[(n_rows, n_tiles if write_grad else 1)](
+    _cross_entropy_finish_kernel[(n_rows, n_tiles if write_grad else 1)](
         logits, logits.stride(0), grad_out if write_grad else logits, grad_out.stride(0) if write_grad else 0,
         bias_, target, weight_, wsum_, part_max, part_sum, part_wx, xy, lse, loss, z_,
         up, 1 if write_grad and up.numel() > 1 else 0, n_cols, n_tiles, ignore_index, sc,
         float(label_smoothing), float(lse_square_scale), scales if write_grad else loss,
-        LSE_FROM_PARTIALS=True, WRITE_LOSS=True, WRITE_GRAD=write_grad, BLOCK=block,
+        LSE_FROM_PARTIALS=True, WRITE_LOSS=True, WRITE_GRAD=write_grad, BLOCK_N=block,
         BLOCK_TILES=max(2, triton.next_power_of_2(n_tiles)), num_warps=warps, **flags,
     )  # fmt: skip
     return RowLoss(loss, z, lse)
 
 
-def ce_grad_from_lse(
+def cross_entropy_backward(
     logits: torch.Tensor,
     target: torch.Tensor,
     weight: torch.Tensor | None,
@@ -548,9 +569,9 @@ def ce_grad_from_lse(
     n_rows, n_cols = logits.shape
     if n_rows == 0:
         return
-    block, n_tiles, warps = tile_plan(n_cols)
+    block, n_tiles, warps = plan_vocab_tiles(n_cols)
     dummy = lse
-    _ce_finish_kernel[(n_rows, n_tiles)](
+    _cross_entropy_finish_kernel[(n_rows, n_tiles)](
         logits, logits.stride(0), grad_out, grad_out.stride(0), bias if bias is not None else logits, target,
         weight if weight is not None else logits, weight_total if weight_total is not None else dummy,
         dummy, dummy, dummy, dummy, lse, dummy, dummy, upstream, 1 if upstream.numel() > 1 else 0,
@@ -558,30 +579,47 @@ def ce_grad_from_lse(
         float(label_smoothing), float(lse_square_scale), scales,
         HAS_BIAS=bias is not None, HAS_WEIGHT=weight is not None, HAS_SOFTCAP=softcap is not None,
         SMOOTH=label_smoothing > 0, LSE_FROM_PARTIALS=False, WRITE_LOSS=False, WRITE_Z=False, WRITE_GRAD=True,
-        BLOCK=block, BLOCK_TILES=2, num_warps=warps,
+        BLOCK_N=block, BLOCK_TILES=2, num_warps=warps,
     )  # fmt: skip
 
 
-@triton.jit
-def _scale_unless_one_kernel(G, UP, n_elements, BLOCK: tl.constexpr):
-    # Multiply G in place by the scalar UP[0], unless it is 1 (then every program exits at once):
-    # the common `loss.backward()` costs one tiny launch and no host synchronisation.
-    g = tl.load(UP).to(tl.float32)
-    if g == 1.0:
-        return
-    pid = tl.program_id(0).to(tl.int64)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n_elements
-    v = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(G + offs, (v * g).to(G.dtype.element_ty), mask=mask)
+def loss_outputs(ctx, loss: torch.Tensor, z: torch.Tensor, return_z_loss: bool) -> torch.Tensor | tuple:
+    """What a loss Function returns: ``loss``, or ``(loss, z_loss)`` with the z-loss (a logged
+    value) non-differentiable. An unused output gets no gradient (None), not a zero tensor."""
+    ctx.set_materialize_grads(False)
+    if not return_z_loss:
+        return loss
+    ctx.mark_non_differentiable(z)
+    return loss, z
 
 
-def scale_unless_one(grad: torch.Tensor | None, upstream: torch.Tensor) -> None:
-    """``grad *= upstream`` in place (grad contiguous, created by the op), skipped on device when 1."""
-    if grad is None or grad.numel() == 0:
-        return
-    assert grad.is_contiguous()
-    block = hardware.SCALE_BLOCK
-    _scale_unless_one_kernel[(triton.cdiv(grad.numel(), block),)](
-        grad, upstream, grad.numel(), BLOCK=block, num_warps=hardware.SCALE_NUM_WARPS
-    )
+def reduce_rows(
+    rows: RowLoss, reduction: str, scales: torch.Tensor, dtype: torch.dtype = torch.float32, z_out: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, z_loss) in ``dtype`` from the per-row terms, without row-sized temporaries.
+
+    ``rows.z`` may be None (no z-loss computed): z_loss is then zeros; for reduction "none"
+    a real zero vector only when ``z_out`` (the caller returns it), else a broadcast zero.
+    """
+    n = rows.loss.shape[0]
+    if rows.z is None:
+        if reduction == "none":
+            loss = rows.loss
+        elif reduction == "sum":
+            loss = rows.loss.sum()
+        else:
+            loss = rows.loss.sum() * scales[0]
+        if reduction != "none":
+            z = torch.zeros((), dtype=dtype, device=loss.device)
+        elif z_out:
+            z = torch.zeros(n, dtype=dtype, device=loss.device)
+        else:
+            z = torch.zeros((), dtype=dtype, device=loss.device).expand(n)
+        return loss.to(dtype), z
+    if reduction == "none":
+        return (rows.loss + rows.z).to(dtype), rows.z.to(dtype)
+    if reduction == "sum":
+        z = rows.z.sum()
+        return (rows.loss.sum() + z).to(dtype), z.to(dtype)
+    z = rows.z.sum() * scales[1]
+    return (rows.loss.sum() * scales[0] + z).to(dtype), z.to(dtype)
