@@ -31,7 +31,7 @@ def small_chunks(monkeypatch):
 def test_row_programs_in_place_gradient(backend, device, row_programs, small_chunks, reduction):
     """Through the row forward (bias, class weights, every option): `cross_entropy_forward`
     writes the gradient over the chunk's logits after the row kernel has read them."""
-    args = flce_args(device, 21, 16, 70, seed=46, bias=True, ce_weight=True)
+    args = flce_args(device, 21, 16, 70, seed=46, bias=True, weighted=True)
     check(
         backend, "fused_linear_cross_entropy", args, grad_scalar=0.75, lse_square_scale=0.01, label_smoothing=0.1,
         reduction=reduction, softcap=5.0, return_z_loss=True,
@@ -42,7 +42,7 @@ def test_row_programs_in_place_gradient(backend, device, row_programs, small_chu
 def test_several_chunks_every_option(backend, device, monkeypatch, small_chunks, reduction):
     monkeypatch.setattr(hardware, "CE_BLOCK", 32)  # rows over several vocabulary tiles
     assert plan_chunks(37, 70) == 8
-    args = flce_args(device, 37, 16, 70, seed=24, bias=True, ce_weight=True)
+    args = flce_args(device, 37, 16, 70, seed=24, bias=True, weighted=True)
     check(
         backend, "fused_linear_cross_entropy", args, grad_scalar=0.75, lse_square_scale=0.01, label_smoothing=0.1,
         reduction=reduction, softcap=5.0, return_z_loss=True,
@@ -112,7 +112,7 @@ def test_vocab_major_every_option(backend, device, small_vt_tiles, monkeypatch, 
         raise AssertionError("the chunked path ran; tokens <= hidden should take the vocabulary-major one")
 
     monkeypatch.setattr(flce, "_chunk_loop", no_chunks)
-    args = flce_args(device, tokens, hidden, 157, seed=31, bias=True, ce_weight=True)
+    args = flce_args(device, tokens, hidden, 157, seed=31, bias=True, weighted=True)
     check(
         backend, "fused_linear_cross_entropy", args, grad_scalar=0.5, lse_square_scale=1e-3, label_smoothing=0.1,
         reduction=reduction, softcap=6.0, return_z_loss=True,

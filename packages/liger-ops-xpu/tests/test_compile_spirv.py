@@ -180,6 +180,10 @@ def _activation_cases() -> list[dict]:
         bwd = _sig("DC A B DA DB", "n")
         cases.append(_case("_glu", "_glu_backward_kernel", bwd, c, flat.num_warps, register_heavy=False))
 
+    c = {"BLOCK": flat.block}
+    cases.append(_case("relu_squared", "_relu_squared_forward_kernel", _sig("X Y", "n"), c, flat.num_warps, False))
+    cases.append(_case("relu_squared", "_relu_squared_backward_kernel", _sig("DY X DX", "n"), c, flat.num_warps, False))
+
     strides = " ".join(f"{t}_s{a}" for t in ("q", "k", "qo", "ko") for a in "bhs")
     rotary = _sig("Q K QO KO COS:fp32 SIN:fp32", f"{strides} c_saxis c_sb c_ss seq n_qh n_kh half sec0 sec1")
     rp = plan_rotary(32, 8, 128)  # LLaMA-3-8B's heads at head_dim 128

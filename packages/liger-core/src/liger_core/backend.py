@@ -130,7 +130,8 @@ def implements(*ops: str) -> Callable[[Callable], Callable]:
         )
 
     def mark(impl: Callable) -> Callable:
-        setattr(impl, _OP_MARK, tuple(getattr(impl, _OP_MARK, ())) + ops)
+        # The object's own mark (a subclass of a marked Function does not inherit its parent's ops).
+        setattr(impl, _OP_MARK, tuple(vars(impl).get(_OP_MARK, ())) + ops)
         return impl
 
     return mark
@@ -148,7 +149,8 @@ def collect_ops(package: str) -> dict[str, Callable]:
         for obj in vars(module).values():
             if getattr(obj, "__module__", None) != module.__name__:
                 continue  # imported from elsewhere: counted where it is defined
-            for op in getattr(obj, _OP_MARK, ()):
+            marks = vars(obj).get(_OP_MARK, ()) if hasattr(obj, "__dict__") else ()
+            for op in marks:
                 where = f"{module.__name__}.{getattr(obj, '__qualname__', obj)}"
                 if op in found:
                     raise LigerBackendError(f"{package}: op {op!r} is implemented twice, by {found[op][1]} and {where}")

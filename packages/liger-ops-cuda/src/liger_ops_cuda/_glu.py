@@ -14,6 +14,7 @@ import triton.language as tl
 
 from liger_ops_cuda import hardware
 from liger_ops_cuda._jit import tanh
+from liger_ops_cuda._tiling import flat
 
 # The activation (the kernels' ACT constexpr).
 SILU = 0
@@ -68,12 +69,6 @@ def _glu_backward_kernel(DC, A, B, DA, DB, n_elements, ACT: tl.constexpr, BLOCK:
     tl.store(DB + offs, db.to(DB.dtype.element_ty), mask=mask)
 
 
-def _flat(t: torch.Tensor) -> torch.Tensor:
-    # Elementwise: any dense order would do, but a and b must share one, so rows are read in
-    # logical order from a contiguous buffer (a copy only for non-contiguous inputs).
-    return t.reshape(-1) if t.is_contiguous() else t.contiguous().reshape(-1)
-
-
 def glu_forward(a1: torch.Tensor, b1: torch.Tensor, act: int, block: int | None = None) -> torch.Tensor:
     """``act(a1) * b1`` for flat contiguous ``a1``/``b1``."""
     c = torch.empty_like(a1)
@@ -90,7 +85,7 @@ def glu_backward(
     dc: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, act: int, in_place: bool, block: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Gradients for flat ``a1``/``b1``; with ``in_place`` they are written into ``a1``/``b1``."""
-    dc1 = _flat(dc)
+    dc1 = flat(dc)
     da, db = (a1, b1) if in_place else (torch.empty_like(a1), torch.empty_like(b1))
     n = a1.numel()
     if n:
@@ -108,7 +103,7 @@ class LigerGLUFunction(torch.autograd.Function):
 
     @staticmethod
     def shared_forward(ctx, a: torch.Tensor, b: torch.Tensor, act: int, in_place: bool) -> torch.Tensor:
-        a1, b1 = _flat(a), _flat(b)
+        a1, b1 = flat(a), flat(b)
         c = glu_forward(a1, b1, act)
         ctx.save_for_backward(a1, b1)
         ctx.act, ctx.in_place, ctx.shape = act, in_place, a.shape

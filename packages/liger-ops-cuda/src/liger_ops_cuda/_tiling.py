@@ -40,6 +40,12 @@ def contiguous(t: torch.Tensor | None) -> torch.Tensor | None:
     return None if t is None else t.contiguous()
 
 
+def flat(t: torch.Tensor) -> torch.Tensor:
+    """The elements of ``t`` in logical order, flat: elementwise ops read several inputs in one
+    order (a copy only for non-contiguous inputs)."""
+    return t.reshape(-1) if t.is_contiguous() else t.contiguous().reshape(-1)
+
+
 def grad_rows(dy: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     """An incoming gradient as rows of ``shape`` with unit column stride (a gradient broadcast
     over the columns is copied; one broadcast over the rows is not)."""
