@@ -15,10 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
 import time
+
+# The source tree's backend has no entry point: the registry loads it from this variable (set
+# here unless the caller set it, as benchmarks/run_gpu.sh does).
+os.environ.setdefault("LIGER_EXTRA_BACKENDS", "liger_ops_cuda")
 
 import torch
 import triton
@@ -26,9 +31,10 @@ from triton.testing import do_bench, do_bench_cudagraph
 
 from liger_core import __version__ as core_version
 from liger_core.functional import liger_rms_norm
-from liger_core.registry import register_backend
+from liger_core.registry import serving
 from liger_ops_cuda import BACKEND, hardware
 from liger_ops_cuda import rms_norm as cuda_rms_norm
+from liger_ops_cuda._tiling import TilePlan, plan_tiles
 
 QUANTILES = [0.2, 0.5, 0.8]
 
@@ -164,14 +170,14 @@ def tune(x, w, dy, eps):
     m, n = x.shape
     print(f"tuning tile plans for {m}x{n} {x.dtype} (CUDA-graph replays: device time only)")
     rows = []
-    base = cuda_rms_norm.plan_tiles(n)
+    base = plan_tiles(n)
     for block_m in (1, 2, 4, 8):
         for warps in (2, 4, 8, 16, 32):
-            plan = cuda_rms_norm.TilePlan(block_m, base.block_n, False, warps)
+            plan = TilePlan(block_m, base.block_n, False, warps)
             fwd = do_bench_cudagraph(
                 lambda: cuda_rms_norm.rms_norm_forward(x, w, eps, 0.0, "llama", plan), return_mode="median"
             )
-            _, rstd = cuda_rms_norm.rms_norm_forward(x, w, eps, 0.0, "llama", plan)
+            _, rstd, _ = cuda_rms_norm.rms_norm_forward(x, w, eps, 0.0, "llama", plan)
             for per_sm in (1, 2, 4):
                 programs = hardware.sm_count() * per_sm
                 bwd = do_bench_cudagraph(
@@ -190,7 +196,7 @@ def tune(x, w, dy, eps):
         f"  best backward: block_m={best_bwd[0]} warps={best_bwd[1]} programs/SM={best_bwd[2]} "
         f"{best_bwd[4] * 1e3:.1f} us"
     )
-    print(f"  default plans: forward {base}, backward {cuda_rms_norm.plan_tiles(n, backward=True)}")
+    print(f"  default plans: forward {base}, backward {plan_tiles(n, backward=True)}")
 
 
 def main():
@@ -203,7 +209,10 @@ def main():
     ap.add_argument("--tune", action="store_true")
     args = ap.parse_args()
 
-    register_backend(BACKEND)
+    served = serving("rms_norm", "cuda")  # "liger-multivendor" must be this package's kernels
+    if served.backend != BACKEND.name:
+        why = served.error or f"backend {served.backend!r} serves it"
+        sys.exit(f"rms_norm on cuda would not run {BACKEND.distribution}'s kernels: {why}")
     dtype = getattr(torch, args.dtype)
     gen = torch.Generator(device="cuda").manual_seed(0)
     m, n = args.tokens, args.hidden
