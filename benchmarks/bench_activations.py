@@ -46,9 +46,7 @@ import triton
 from liger_core import __version__ as core_version
 from liger_core.functional import liger_geglu, liger_qwen2vl_mrope, liger_rope, liger_swiglu
 from liger_core.registry import serving
-from liger_ops_cuda import BACKEND, hardware
-from liger_ops_cuda import _glu as glu
-from liger_ops_cuda import _rotary as rotary
+from liger_ops_cuda import BACKEND, glu, hardware, rotary
 
 QUANTILES = [0.2, 0.5, 0.8]
 SMOKE = False

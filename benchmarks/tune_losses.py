@@ -40,10 +40,8 @@ from triton.testing import do_bench
 
 from liger_ops_cuda import hardware
 from liger_ops_cuda.cross_entropy import LigerCrossEntropyFunction
+from liger_ops_cuda.divergence import LigerJSDFunction, LigerKLDivFunction, LigerTVDFunction
 from liger_ops_cuda.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyFunction
-from liger_ops_cuda.jsd import LigerJSDFunction
-from liger_ops_cuda.kl_div import LigerKLDivFunction
-from liger_ops_cuda.tvd import LigerTVDFunction
 
 SMOKE = "--smoke" in sys.argv
 

@@ -31,8 +31,8 @@ def main() -> int:
         from triton.compiler import ASTSource
 
         from liger_ops_cuda import _cross_entropy as K
-        from liger_ops_cuda import _divergence as D
         from liger_ops_cuda import _tiling
+        from liger_ops_cuda import divergence as D
         from liger_ops_cuda import fused_linear_cross_entropy as F
     except Exception as e:  # noqa: BLE001 - any import failure means: cannot check here
         print(f"no Triton compiler: {e!r}", file=sys.stderr)

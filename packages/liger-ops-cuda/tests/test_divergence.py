@@ -1,4 +1,4 @@
-"""_divergence.py's own paths (kl_div, jsd, tvd): rows over several vocabulary tiles, a scaled
+"""divergence.py's own paths (kl_div, jsd, tvd): rows over several vocabulary tiles, a scaled
 incoming gradient (the in-place rescaling of the gradient computed in forward)."""
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 
 from liger_core.conformance.check import check, make_args
 from liger_ops_cuda import hardware
-from liger_ops_cuda._divergence import plan_divergence
+from liger_ops_cuda.divergence import plan_divergence
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""_glu.py's own paths (swiglu, geglu): ragged multi-program grids, the in-place gradient
+"""glu.py's own paths (swiglu, geglu): ragged multi-program grids, the in-place gradient
 buffers, a 0-d input, and the MLP modules that hand their projections over in place."""
 
 from types import SimpleNamespace

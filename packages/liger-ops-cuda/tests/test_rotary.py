@@ -1,4 +1,4 @@
-"""_rotary.py's own paths (rope, qwen2vl_mrope): several positions per program, the memory
+"""rotary.py's own paths (rope, qwen2vl_mrope): several positions per program, the memory
 layout of outputs and gradients, unusual strides of q, cos/sin and the incoming gradients."""
 
 import pytest
@@ -7,7 +7,7 @@ import torch
 from liger_core.conformance import assert_close, loosest
 from liger_core.conformance.check import check, declaration, make_args
 from liger_ops_cuda import hardware
-from liger_ops_cuda._rotary import plan_rotary
+from liger_ops_cuda.rotary import plan_rotary
 
 
 def _randn(shape, seed, device):

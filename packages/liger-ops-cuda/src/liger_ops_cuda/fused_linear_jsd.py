@@ -13,8 +13,8 @@ import torch
 from liger_core.backend import implements
 from liger_core.ops.fused_linear_jsd import check_args
 from liger_ops_cuda import hardware
-from liger_ops_cuda._divergence import inverse_count, jsd_forward
 from liger_ops_cuda._tiling import accumulate_weight_grad, contiguous, plan_chunks, scale_unless_one
+from liger_ops_cuda.divergence import inverse_count, jsd_forward
 
 
 def _logits_fp32(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

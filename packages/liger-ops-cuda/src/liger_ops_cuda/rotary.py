@@ -1,4 +1,5 @@
-"""Rotary embeddings (RoPE, Qwen2-VL's M-RoPE) for NVIDIA GPUs: one Triton kernel for both.
+"""Rotary embeddings for NVIDIA GPUs: RoPE (rotate-half, transformers' LLaMA form) and Qwen2-VL's
+multimodal M-RoPE, one Triton kernel for both, launch and autograd Functions.
 
 Memory-bound: forward reads q and k and writes their rotations, backward does the same with
 the incoming gradients (the rotation's transpose). A program takes BLOCK_P whole positions:
@@ -17,6 +18,9 @@ import torch
 import triton
 import triton.language as tl
 
+from liger_core.backend import implements
+from liger_core.ops.qwen2vl_mrope import check_args as check_mrope_args
+from liger_core.ops.rope import check_args as check_rope_args
 from liger_ops_cuda import hardware
 
 
@@ -227,3 +231,20 @@ class LigerRotaryFunction(torch.autograd.Function):
         grad_k = torch.empty_strided(dk.shape, k_stride, dtype=k_dtype, device=dk.device)
         rotary(dq, dk, cos, sin, ctx.unsqueeze_dim, ctx.mrope_section, True, grad_q, grad_k)
         return grad_q, grad_k, None, None, None, None
+
+
+@implements("rope")
+class LigerRopeFunction(LigerRotaryFunction):
+    @staticmethod
+    def forward(ctx, q, k, cos, sin, position_ids, unsqueeze_dim):
+        check_rope_args(q, k, cos, sin, position_ids, unsqueeze_dim)
+        # position_ids is unused, as in transformers: cos/sin are already gathered per position.
+        return LigerRotaryFunction.shared_forward(ctx, q, k, cos, sin, None, unsqueeze_dim)
+
+
+@implements("qwen2vl_mrope")
+class LigerQwen2VLMRopeFunction(LigerRotaryFunction):
+    @staticmethod
+    def forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
+        check_mrope_args(q, k, cos, sin, mrope_section, unsqueeze_dim)
+        return LigerRotaryFunction.shared_forward(ctx, q, k, cos, sin, tuple(mrope_section), unsqueeze_dim)

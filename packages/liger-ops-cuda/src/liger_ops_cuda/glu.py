@@ -1,4 +1,5 @@
-"""Gated activations (SwiGLU, GEGLU) for NVIDIA GPUs: Triton kernels, launch and autograd Function.
+"""Gated activations for NVIDIA GPUs: SwiGLU (``silu(a) * b``) and GEGLU (``gelu_tanh(a) * b``),
+one Triton kernel pair (the activation a constexpr), launch and autograd Functions.
 
 Both are elementwise and memory-bound: forward reads a and b and writes c; backward reads
 dc, a and b and writes grad_a and grad_b, recomputing the activation rather than saving it.
@@ -12,6 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
+from liger_core.backend import implements
+from liger_core.ops.geglu import check_args as check_geglu_args
+from liger_core.ops.swiglu import check_args as check_swiglu_args
 from liger_ops_cuda import hardware
 from liger_ops_cuda._jit import tanh
 from liger_ops_cuda._tiling import flat
@@ -119,3 +123,19 @@ class LigerGLUFunction(torch.autograd.Function):
             # gradients as activations.
             torch.autograd.graph.increment_version((a1, b1))
         return da.view(ctx.shape), db.view(ctx.shape), None
+
+
+@implements("swiglu")
+class LigerSwiGLUFunction(LigerGLUFunction):
+    @staticmethod
+    def forward(ctx, a, b, in_place):
+        check_swiglu_args(a, b, in_place)
+        return LigerGLUFunction.shared_forward(ctx, a, b, SILU, in_place)
+
+
+@implements("geglu")
+class LigerGEGLUFunction(LigerGLUFunction):
+    @staticmethod
+    def forward(ctx, a, b, in_place):
+        check_geglu_args(a, b, in_place)
+        return LigerGLUFunction.shared_forward(ctx, a, b, GELU_TANH, in_place)

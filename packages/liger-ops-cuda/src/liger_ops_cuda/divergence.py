@@ -1,4 +1,5 @@
-"""The divergences (kl_div, jsd, tvd): kernels, launch and the autograd Function they share.
+"""The divergences for NVIDIA GPUs: KL divergence, generalised JSD and total variation distance
+(kl_div, jsd, tvd): Triton kernels, launch and autograd Functions.
 
 One program per (row, vocabulary tile).
 
@@ -8,6 +9,14 @@ fp32 partial sum of the loss (or, for reduction "none", the per-element loss). T
 the sum of the partials times a scale that may live on the device (``1 / counted rows`` of
 jsd and tvd: no host synchronisation anywhere). Backward only rescales the gradient in place
 when the incoming gradient is not 1 (`scale_unless_one`, decided on the device).
+
+- kl_div: the gradient (``-y_true``, or ``-exp(y_true)``, times the reduction's scale) does not
+  depend on ``y_pred``. Reduction "none" writes the per-element loss and forms the gradient
+  in backward.
+- jsd: student and teacher log-probabilities; the student's gradient is scaled by
+  ``1 / counted rows``, a device scalar.
+- tvd: ``grad_p = 0.5 * sign(p - q)`` times the reduction's scale (a device scalar: the counted
+  rows are never read on the host); "none" writes the per-element loss.
 """
 
 from __future__ import annotations
@@ -16,9 +25,13 @@ import torch
 import triton
 import triton.language as tl
 
+from liger_core.backend import implements
+from liger_core.ops.jsd import check_args as check_jsd_args
+from liger_core.ops.kl_div import check_args as check_kl_div_args
+from liger_core.ops.tvd import check_args as check_tvd_args
 from liger_ops_cuda import hardware
 from liger_ops_cuda._jit import row_offset
-from liger_ops_cuda._tiling import scale_unless_one
+from liger_ops_cuda._tiling import as_rows, contiguous, scale_unless_one
 
 MODE_FORWARD_KL, MODE_REVERSE_KL, MODE_MIXED = 0, 1, 2
 
@@ -222,3 +235,68 @@ class LigerDivergenceFunction(torch.autograd.Function):
             return ctx.elementwise_grad(ctx, saved, grad_output), None, None, None, None
         scale_unless_one(saved, grad_output.float().reshape(1))
         return saved, None, None, None, None
+
+
+def _kl_div_elementwise_grad(ctx, t: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
+    p = t.float().exp() if ctx.log_target else t.float()
+    return -(p * grad_output).to(ctx.grad_dtype)
+
+
+@implements("kl_div")
+class LigerKLDivFunction(LigerDivergenceFunction):
+    @staticmethod
+    def forward(ctx, y_pred, y_true, reduction, log_target, eps):
+        check_kl_div_args(y_pred, y_true, reduction, log_target, eps)
+        x, t = as_rows(y_pred), as_rows(y_true)
+        n, v = x.shape
+        elementwise = reduction == "none"
+        scale = {"batchmean": 1.0 / max(n, 1), "mean": 1.0 / max(n * v, 1)}.get(reduction, 1.0)
+        write_grad = ctx.needs_input_grad[0] and not elementwise
+        out, grad = kl_div_forward(x, t, elementwise, log_target, eps, scale, write_grad)
+        ctx.log_target, ctx.grad_dtype = log_target, y_pred.dtype
+        ctx.elementwise_grad = _kl_div_elementwise_grad if elementwise else None
+        if elementwise:
+            ctx.save_for_backward(t)
+            return out
+        ctx.save_for_backward(grad)
+        return out.sum() * scale
+
+
+@implements("jsd")
+class LigerJSDFunction(LigerDivergenceFunction):
+    @staticmethod
+    def forward(ctx, student_logp, teacher_logp, shift_labels, beta, ignore_index):
+        check_jsd_args(student_logp, teacher_logp, shift_labels, beta, ignore_index)
+        x, y = as_rows(student_logp), as_rows(teacher_logp)
+        labels = contiguous(shift_labels)
+        inv_n = inverse_count(labels, ignore_index, x.shape[0], x.device)
+        grad = torch.empty(x.shape, dtype=x.dtype, device=x.device) if ctx.needs_input_grad[0] else None
+        part = jsd_forward(x, y, labels, beta, ignore_index, inv_n, grad)
+        ctx.elementwise_grad = None
+        ctx.save_for_backward(grad)
+        return (part.sum() * inv_n[0]).to(student_logp.dtype)
+
+
+def _tvd_elementwise_grad(ctx, grad: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
+    return (grad.float() * grad_output).to(grad.dtype)
+
+
+@implements("tvd")
+class LigerTVDFunction(LigerDivergenceFunction):
+    @staticmethod
+    def forward(ctx, p, q, shift_labels, reduction, ignore_index):
+        check_tvd_args(p, q, shift_labels, reduction, ignore_index)
+        p_, q_ = as_rows(p), as_rows(q)
+        n, v = p_.shape
+        labels = contiguous(shift_labels)
+        if reduction == "batchmean":
+            scale = inverse_count(labels, ignore_index, n, p_.device)
+        elif reduction == "mean":
+            scale = inverse_count(labels, ignore_index, n, p_.device, per_row=v)
+        else:
+            scale = torch.ones(1, dtype=torch.float32, device=p_.device)
+        elementwise = reduction == "none"
+        out, grad = tvd_forward(p_, q_, labels, elementwise, ignore_index, scale, ctx.needs_input_grad[0])
+        ctx.elementwise_grad = _tvd_elementwise_grad if elementwise else None
+        ctx.save_for_backward(grad)
+        return out if elementwise else out.sum() * scale[0]
