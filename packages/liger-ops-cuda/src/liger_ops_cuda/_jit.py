@@ -32,3 +32,12 @@ def online_lse_step(m, s, xm):
     shift = tl.where(m_new == float("-inf"), 0.0, m_new)
     s = s * tl.exp(m - shift) + tl.sum(tl.exp(xm - shift), axis=0)
     return m_new, s
+
+
+@triton.jit
+def row_tile(first_row, n_rows, BLOCK_M: tl.constexpr):
+    """The BLOCK_M rows of a row tile from ``first_row``: ``(rows, row_mask, rows64)``, ``rows64``
+    the rows in int64 as a column (``X + rows64 * x_row_stride``: the tile's row pointers; row x
+    stride overflows int32 on large activations)."""
+    rows = first_row + tl.arange(0, BLOCK_M)
+    return rows, rows < n_rows, rows.to(tl.int64)[:, None]

@@ -17,6 +17,7 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops.layer_norm import check_args
 from liger_ops_cuda import hardware
+from liger_ops_cuda._jit import row_tile
 from liger_ops_cuda._tiling import (
     TilePlan,
     as_rows,
@@ -47,12 +48,9 @@ def _layer_norm_forward_kernel(
     BLOCK_N: tl.constexpr,
     CHUNKED: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)
-    x_rows = X + rows64[:, None] * x_row_stride
-    y_rows = Y + rows64[:, None] * y_row_stride
+    rows, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
+    x_rows = X + rows64 * x_row_stride
+    y_rows = Y + rows64 * y_row_stride
     cols = tl.arange(0, BLOCK_N)
 
     if CHUNKED:
@@ -170,6 +168,8 @@ def _layer_norm_backward_kernel(
         dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         db_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for block_start in range(row_start, row_end, BLOCK_M):
+            # Not row_tile: the int64 row column is formed after the mask here (the compiled code
+            # this kernel was tuned with).
             rows = block_start + tl.arange(0, BLOCK_M)
             row_mask = rows < row_end
             rows64 = rows.to(tl.int64)

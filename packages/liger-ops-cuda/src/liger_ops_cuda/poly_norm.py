@@ -16,6 +16,7 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops.poly_norm import check_args
 from liger_ops_cuda import hardware
+from liger_ops_cuda._jit import row_tile
 from liger_ops_cuda._tiling import TilePlan, as_rows, backward_programs, grad_rows, plan_rows, sum_partials
 
 
@@ -35,10 +36,7 @@ def _poly_norm_forward_kernel(
     BLOCK_N: tl.constexpr,
     CHUNKED: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)[:, None]
+    rows, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     w0 = tl.load(W).to(tl.float32)
     w1 = tl.load(W + 1).to(tl.float32)
@@ -165,9 +163,7 @@ def _poly_norm_backward_kernel(
     else:
         col_mask = cols < n_cols
         for block_start in range(row_start, row_end, BLOCK_M):
-            rows = block_start + tl.arange(0, BLOCK_M)
-            row_mask = rows < row_end
-            rows64 = rows.to(tl.int64)[:, None]
+            rows, row_mask, rows64 = row_tile(block_start, row_end, BLOCK_M)
             mask = row_mask[:, None] & col_mask[None, :]
             x = tl.load(X + rows64 * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             dy = tl.load(DY + rows64 * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)

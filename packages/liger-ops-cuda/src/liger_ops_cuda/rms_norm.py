@@ -22,6 +22,7 @@ from liger_core.backend import implements
 from liger_core.ops.fused_add_rms_norm import check_args as check_fused_add_args
 from liger_core.ops.rms_norm import check_args
 from liger_ops_cuda import hardware
+from liger_ops_cuda._jit import row_tile
 from liger_ops_cuda._tiling import (
     TilePlan,
     as_rows,
@@ -62,10 +63,7 @@ def _rms_norm_forward_kernel(
     UNMASKED: tl.constexpr,
 ):
     # HAS_RESIDUAL: the normalised row is x + R, stored to S (the new residual).
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)[:, None]
+    rows, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
     # Where a row pointer is formed is part of the compiled code each variant was tuned with:
     # without a residual, before the column offsets; with one, at each access.
     if not HAS_RESIDUAL:
@@ -222,9 +220,7 @@ def _rms_norm_backward_kernel(
             w_eff = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
         dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for block_start in range(row_start, row_end, BLOCK_M):
-            rows = block_start + tl.arange(0, BLOCK_M)
-            row_mask = rows < row_end
-            rows64 = rows.to(tl.int64)[:, None]
+            rows, row_mask, rows64 = row_tile(block_start, row_end, BLOCK_M)
             mask = row_mask[:, None] & col_mask[None, :]
             x = tl.load(X + rows64 * x_row_stride + cols[None, :], mask=mask, other=0.0)
             dy = tl.load(DY + rows64 * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)

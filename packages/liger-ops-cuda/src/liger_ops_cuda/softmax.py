@@ -14,6 +14,7 @@ import triton.language as tl
 
 from liger_core.backend import implements
 from liger_core.ops.softmax import check_args
+from liger_ops_cuda._jit import row_tile
 from liger_ops_cuda._tiling import TilePlan, as_rows, plan_softmax_rows
 
 
@@ -22,10 +23,9 @@ def _softmax_forward_kernel(
     X, Y, x_row_stride, y_row_stride, n_rows, n_cols,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKED: tl.constexpr,
 ):  # fmt: skip
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    x_rows = X + rows.to(tl.int64)[:, None] * x_row_stride
-    y_rows = Y + rows.to(tl.int64)[:, None] * y_row_stride
+    rows, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
+    x_rows = X + rows64 * x_row_stride
+    y_rows = Y + rows64 * y_row_stride
     cols = tl.arange(0, BLOCK_N)
     if CHUNKED:
         run_max = tl.full((BLOCK_M,), float("-inf"), tl.float32)
@@ -62,9 +62,7 @@ def _softmax_backward_kernel(
     DY, Y, DX, dy_row_stride, y_row_stride, dx_row_stride, n_rows, n_cols,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKED: tl.constexpr,
 ):  # fmt: skip
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)[:, None]
+    rows, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     if CHUNKED:
         acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
