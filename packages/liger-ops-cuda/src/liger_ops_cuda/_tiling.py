@@ -1,7 +1,7 @@
 """Host-side helpers shared by several op modules: ``(-1, hidden)`` row views, row tile plans,
-persistent backward grids, per-program partial sums of parameter gradients (deterministic, no
-atomics), token chunks and weight-gradient GEMMs of the fused linear losses, and the in-place
-rescaling of a gradient by its incoming gradient.
+persistent backward grids, the flat elementwise launch, per-program partial sums of parameter
+gradients (deterministic, no atomics), token chunks and weight-gradient GEMMs of the fused
+linear losses, and the in-place rescaling of a gradient by its incoming gradient.
 
 Every size comes from ``hardware`` (read at call time, so tests can lower a cap and force a
 code path).
@@ -94,24 +94,22 @@ def plan_rows(n_cols: int, tile_elements: int, per_warp: int, max_fused_block: i
     return TilePlan(block_m, block_n, False, hardware.num_warps_for(block_m * block_n, per_warp))
 
 
+def plan_norm_rows(n_cols: int, tile_elements: int, per_warp: int, chunk_block: int | None = None) -> TilePlan:
+    """The norms' row tiles with an op's own tile and warp sizes: whole rows up to MAX_FUSED_BLOCK,
+    chunks of ``chunk_block`` (default CHUNK_BLOCK) above."""
+    return plan_rows(n_cols, tile_elements, per_warp, hardware.MAX_FUSED_BLOCK, chunk_block or hardware.CHUNK_BLOCK)
+
+
 def plan_tiles(n_cols: int, backward: bool = False) -> TilePlan:
     """The memory-bound norms' tiles for rows of ``n_cols`` (RMSNorm's tuned sizes)."""
     if backward:
         return plan_backward_tiles(n_cols, hardware.BACKWARD_TILE_ELEMENTS)
-    return plan_rows(
-        n_cols,
-        hardware.FORWARD_TILE_ELEMENTS,
-        hardware.FORWARD_ELEMENTS_PER_WARP,
-        hardware.MAX_FUSED_BLOCK,
-        hardware.CHUNK_BLOCK,
-    )
+    return plan_norm_rows(n_cols, hardware.FORWARD_TILE_ELEMENTS, hardware.FORWARD_ELEMENTS_PER_WARP)
 
 
 def plan_backward_tiles(n_cols: int, tile_elements: int) -> TilePlan:
     """RMSNorm's backward tiling with an op's own backward tile size."""
-    return plan_rows(
-        n_cols, tile_elements, hardware.BACKWARD_ELEMENTS_PER_WARP, hardware.MAX_FUSED_BLOCK, hardware.CHUNK_BLOCK
-    )
+    return plan_norm_rows(n_cols, tile_elements, hardware.BACKWARD_ELEMENTS_PER_WARP)
 
 
 def plan_softmax_rows(n_cols: int) -> TilePlan:
@@ -131,6 +129,18 @@ def backward_programs(n_rows: int, block_m: int, device: torch.device, programs:
         programs = hardware.sm_count(device.index) * hardware.BACKWARD_PROGRAMS_PER_SM
     programs = max(1, min(programs, triton.cdiv(max(n_rows, 1), block_m)))
     return programs, (triton.cdiv(n_rows, programs) if n_rows else 0)
+
+
+# -- flat elementwise launches -----------------------------------------------------------------
+
+
+def launch_flat(kernel, n: int, *args, block: int | None = None, **constexprs) -> None:
+    """An elementwise kernel over ``n`` elements, one program per ``block`` of them (default
+    GLU_BLOCK) with GLU_NUM_WARPS warps; its arguments: ``args``, ``n``, BLOCK and ``constexprs``
+    (swiglu, geglu, relu_squared). Nothing is launched for ``n == 0``."""
+    if n:
+        block = block or hardware.GLU_BLOCK
+        kernel[(triton.cdiv(n, block),)](*args, n, BLOCK=block, num_warps=hardware.GLU_NUM_WARPS, **constexprs)
 
 
 # -- per-program partial sums -----------------------------------------------------------------

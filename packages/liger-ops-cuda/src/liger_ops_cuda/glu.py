@@ -16,9 +16,8 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops.geglu import check_args as check_geglu_args
 from liger_core.ops.swiglu import check_args as check_swiglu_args
-from liger_ops_cuda import hardware
 from liger_ops_cuda._jit import tanh
-from liger_ops_cuda._tiling import flat
+from liger_ops_cuda._tiling import flat, launch_flat
 
 # The activation (the kernels' ACT constexpr).
 SILU = 0
@@ -76,12 +75,7 @@ def _glu_backward_kernel(DC, A, B, DA, DB, n_elements, ACT: tl.constexpr, BLOCK:
 def glu_forward(a1: torch.Tensor, b1: torch.Tensor, act: int, block: int | None = None) -> torch.Tensor:
     """``act(a1) * b1`` for flat contiguous ``a1``/``b1``."""
     c = torch.empty_like(a1)
-    n = a1.numel()
-    if n:
-        block = block or hardware.GLU_BLOCK
-        _glu_forward_kernel[(triton.cdiv(n, block),)](
-            a1, b1, c, n, ACT=act, BLOCK=block, num_warps=hardware.GLU_NUM_WARPS
-        )
+    launch_flat(_glu_forward_kernel, a1.numel(), a1, b1, c, ACT=act, block=block)
     return c
 
 
@@ -89,14 +83,8 @@ def glu_backward(
     dc: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, act: int, in_place: bool, block: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Gradients for flat ``a1``/``b1``; with ``in_place`` they are written into ``a1``/``b1``."""
-    dc1 = flat(dc)
     da, db = (a1, b1) if in_place else (torch.empty_like(a1), torch.empty_like(b1))
-    n = a1.numel()
-    if n:
-        block = block or hardware.GLU_BLOCK
-        _glu_backward_kernel[(triton.cdiv(n, block),)](
-            dc1, a1, b1, da, db, n, ACT=act, BLOCK=block, num_warps=hardware.GLU_NUM_WARPS
-        )
+    launch_flat(_glu_backward_kernel, a1.numel(), flat(dc), a1, b1, da, db, ACT=act, block=block)
     return da, db
 
 

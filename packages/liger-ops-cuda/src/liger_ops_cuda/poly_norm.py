@@ -17,7 +17,7 @@ from liger_core.backend import implements
 from liger_core.ops.poly_norm import check_args
 from liger_ops_cuda import hardware
 from liger_ops_cuda._jit import row_tile
-from liger_ops_cuda._tiling import TilePlan, as_rows, backward_programs, grad_rows, plan_rows, sum_partials
+from liger_ops_cuda._tiling import TilePlan, as_rows, backward_programs, grad_rows, plan_norm_rows, sum_partials
 
 
 @triton.jit
@@ -258,26 +258,15 @@ def poly_norm_backward(
 
 def plan_forward(n_cols: int) -> TilePlan:
     """RMSNorm's tiling with PolyNorm's forward tile and warps."""
-    return plan_rows(
-        n_cols,
-        hardware.POLY_NORM_FORWARD_TILE_ELEMENTS,
-        hardware.POLY_NORM_FORWARD_ELEMENTS_PER_WARP,
-        hardware.MAX_FUSED_BLOCK,
-        hardware.CHUNK_BLOCK,
-    )
+    tile = hardware.POLY_NORM_FORWARD_TILE_ELEMENTS
+    return plan_norm_rows(n_cols, tile, hardware.POLY_NORM_FORWARD_ELEMENTS_PER_WARP)
 
 
 def plan_backward(n_cols: int) -> TilePlan:
     """RMSNorm's tiling with PolyNorm's smaller backward tile (its live set is larger), for
     wide rows' chunks too."""
     tile = hardware.POLY_NORM_BACKWARD_TILE_ELEMENTS
-    return plan_rows(
-        n_cols,
-        tile,
-        hardware.POLY_NORM_BACKWARD_ELEMENTS_PER_WARP,
-        hardware.MAX_FUSED_BLOCK,
-        min(hardware.CHUNK_BLOCK, tile),
-    )
+    return plan_norm_rows(n_cols, tile, hardware.POLY_NORM_BACKWARD_ELEMENTS_PER_WARP, min(hardware.CHUNK_BLOCK, tile))
 
 
 @implements("poly_norm")

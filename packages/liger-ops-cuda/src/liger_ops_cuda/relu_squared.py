@@ -15,8 +15,7 @@ import triton.language as tl
 
 from liger_core.backend import implements
 from liger_core.ops.relu_squared import check_args
-from liger_ops_cuda import hardware
-from liger_ops_cuda._tiling import flat
+from liger_ops_cuda._tiling import flat, launch_flat
 
 
 @triton.jit
@@ -39,22 +38,14 @@ def _relu_squared_backward_kernel(DY, X, DX, n_elements, BLOCK: tl.constexpr):
 def relu_squared_forward(x1: torch.Tensor, block: int | None = None) -> torch.Tensor:
     """``relu(x1) ** 2`` for flat contiguous ``x1``."""
     y = torch.empty_like(x1)
-    n = x1.numel()
-    if n:
-        block = block or hardware.GLU_BLOCK
-        _relu_squared_forward_kernel[(triton.cdiv(n, block),)](x1, y, n, BLOCK=block, num_warps=hardware.GLU_NUM_WARPS)
+    launch_flat(_relu_squared_forward_kernel, x1.numel(), x1, y, block=block)
     return y
 
 
 def relu_squared_backward(dy: torch.Tensor, x1: torch.Tensor, block: int | None = None) -> torch.Tensor:
     """``grad_x`` for flat contiguous ``x1``."""
     dx = torch.empty_like(x1)
-    n = x1.numel()
-    if n:
-        block = block or hardware.GLU_BLOCK
-        _relu_squared_backward_kernel[(triton.cdiv(n, block),)](
-            flat(dy), x1, dx, n, BLOCK=block, num_warps=hardware.GLU_NUM_WARPS
-        )
+    launch_flat(_relu_squared_backward_kernel, x1.numel(), flat(dy), x1, dx, block=block)
     return dx
 
 
