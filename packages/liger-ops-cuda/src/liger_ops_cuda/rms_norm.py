@@ -39,6 +39,18 @@ _ROUND_X_HAT = {"llama": True, "none": True, "gemma": False}
 
 
 @triton.jit
+def _normalise_rows(x, n_cols, eps, ROUND_X_HAT: tl.constexpr):
+    """``(x_hat, rstd)`` of a tile of whole rows ``x``: x * rstd in fp32, rounded to x's dtype where
+    the casting mode rounds (the weight multiply is the caller's: its load is masked or not)."""
+    xf = x.to(tl.float32)
+    rstd = tl.math.rsqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
+    x_hat = xf * rstd[:, None]
+    if ROUND_X_HAT:
+        x_hat = x_hat.to(x.dtype).to(tl.float32)
+    return x_hat, rstd
+
+
+@triton.jit
 def _rms_norm_forward_kernel(
     X,
     R,
@@ -106,11 +118,7 @@ def _rms_norm_forward_kernel(
         # no predicates, and x is streamed (evict_first) so it does not push y out of L2.
         tl.static_assert(not HAS_RESIDUAL, "the unmasked tiles take no residual")
         x = tl.load(x_rows + cols[None, :], eviction_policy="evict_first")
-        xf = x.to(tl.float32)
-        rstd = tl.math.rsqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
-        x_hat = xf * rstd[:, None]
-        if ROUND_X_HAT:
-            x_hat = x_hat.to(x.dtype).to(tl.float32)
+        x_hat, rstd = _normalise_rows(x, n_cols, eps, ROUND_X_HAT)
         if HAS_WEIGHT:
             w = tl.load(W + cols).to(tl.float32)
             x_hat = x_hat * (w + offset)[None, :]
@@ -125,11 +133,7 @@ def _rms_norm_forward_kernel(
             r = tl.load(R + rows64 * r_row_stride + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
             x = (x.to(tl.float32) + r.to(tl.float32)).to(S.dtype.element_ty)
             tl.store(S + rows64 * s_row_stride + cols[None, :], x, mask=mask)
-        xf = x.to(tl.float32)
-        rstd = tl.math.rsqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
-        x_hat = xf * rstd[:, None]
-        if ROUND_X_HAT:
-            x_hat = x_hat.to(x.dtype).to(tl.float32)
+        x_hat, rstd = _normalise_rows(x, n_cols, eps, ROUND_X_HAT)
         if HAS_WEIGHT:
             w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
             x_hat = x_hat * (w + offset)[None, :]
