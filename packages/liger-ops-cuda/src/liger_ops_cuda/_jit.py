@@ -41,3 +41,13 @@ def row_tile(first_row, n_rows, BLOCK_M: tl.constexpr):
     stride overflows int32 on large activations)."""
     rows = first_row + tl.arange(0, BLOCK_M)
     return rows, rows < n_rows, rows.to(tl.int64)[:, None]
+
+
+@triton.jit
+def vocab_tile(n_cols, BLOCK_N: tl.constexpr):
+    """A program's place on a (rows, vocabulary tiles) grid: ``(row, tile, cols, mask)``, the
+    tile's BLOCK_N column offsets and their mask."""
+    row = tl.program_id(0)
+    tile = tl.program_id(1)
+    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    return row, tile, cols, cols < n_cols

@@ -30,7 +30,7 @@ from liger_core.ops.jsd import check_args as check_jsd_args
 from liger_core.ops.kl_div import check_args as check_kl_div_args
 from liger_core.ops.tvd import check_args as check_tvd_args
 from liger_ops_cuda import hardware
-from liger_ops_cuda._jit import row_offset
+from liger_ops_cuda._jit import row_offset, vocab_tile
 from liger_ops_cuda._tiling import as_rows, contiguous, scale_unless_one
 
 MODE_FORWARD_KL, MODE_REVERSE_KL, MODE_MIXED = 0, 1, 2
@@ -41,10 +41,7 @@ def _kl_div_forward_kernel(
     X, x_row_stride, T, t_row_stride, G, g_row_stride, OUT, out_row_stride, n_cols, eps, grad_scale,
     LOG_TARGET: tl.constexpr, ELEMENTWISE: tl.constexpr, WRITE_GRAD: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    row = tl.program_id(0)
-    tile = tl.program_id(1)
-    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = cols < n_cols
+    row, tile, cols, mask = vocab_tile(n_cols, BLOCK_N)
     t = tl.load(T + row_offset(row, t_row_stride) + cols, mask=mask, other=0.0).to(tl.float32)
     x = tl.load(X + row_offset(row, x_row_stride) + cols, mask=mask, other=0.0).to(tl.float32)
     if LOG_TARGET:
@@ -67,10 +64,7 @@ def _jsd_forward_kernel(
     X, x_row_stride, Y, y_row_stride, G, g_row_stride, PART, n_tiles, LABELS, INV_N, n_cols, ignore_index, beta,
     MODE: tl.constexpr, HAS_LABELS: tl.constexpr, WRITE_GRAD: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    row = tl.program_id(0)
-    tile = tl.program_id(1)
-    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = cols < n_cols
+    row, tile, cols, mask = vocab_tile(n_cols, BLOCK_N)
     part = PART + row.to(tl.int64) * n_tiles + tile
     g_row = G + row_offset(row, g_row_stride)
     if HAS_LABELS:
@@ -107,10 +101,7 @@ def _tvd_forward_kernel(
     P, p_row_stride, Q, q_row_stride, G, g_row_stride, OUT, out_row_stride, n_tiles, LABELS, SCALE, n_cols,
     ignore_index, HAS_LABELS: tl.constexpr, ELEMENTWISE: tl.constexpr, WRITE_GRAD: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    row = tl.program_id(0)
-    tile = tl.program_id(1)
-    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = cols < n_cols
+    row, tile, cols, mask = vocab_tile(n_cols, BLOCK_N)
     g_row = G + row_offset(row, g_row_stride)
     keep = True
     if HAS_LABELS:
