@@ -159,14 +159,19 @@ def _group_norm_chunk_grad_apply(
 
 
 @triton.jit
+def _group_norm_fused_group(G, Cg, HW, BLOCK_C: tl.constexpr):
+    """This program's (batch, group): ``(bg, base, g_c0, n_cb)``, the offset of its elements in
+    the input (int64), its first channel and its number of channel blocks."""
+    bg = tl.program_id(0)
+    return bg, bg.to(tl.int64) * Cg * HW, (bg % G) * Cg, tl.cdiv(Cg, BLOCK_C)
+
+
+@triton.jit
 def _group_norm_fused_forward_kernel(
     X, W, B, Y, MEAN, RSTD, G, Cg, HW, eps,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
 ):  # fmt: skip
-    bg = tl.program_id(0)
-    base = bg.to(tl.int64) * Cg * HW
-    g_c0 = (bg % G) * Cg
-    n_cb = tl.cdiv(Cg, BLOCK_C)
+    bg, base, g_c0, n_cb = _group_norm_fused_group(G, Cg, HW, BLOCK_C)
     # The second pass re-reads the group: keep it in L2 (evict_last) on the way in.
     n, mean, m2 = _group_norm_chunk_stats(X + base, 0, n_cb, 0, HW, Cg, HW, BLOCK_C, BLOCK_HW, "evict_last")
     rstd = tl.math.rsqrt(m2 / n + eps)
@@ -182,10 +187,7 @@ def _group_norm_fused_backward_kernel(
     X, DY, W, MEAN, RSTD, DX, PARTIAL, G, C, Cg, HW,
     HAS_WEIGHT: tl.constexpr, NEED_PARTIAL: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
 ):  # fmt: skip
-    bg = tl.program_id(0)
-    base = bg.to(tl.int64) * Cg * HW
-    g_c0 = (bg % G) * Cg
-    n_cb = tl.cdiv(Cg, BLOCK_C)
+    bg, base, g_c0, n_cb = _group_norm_fused_group(G, Cg, HW, BLOCK_C)
     mean = tl.load(MEAN + bg)
     rstd = tl.load(RSTD + bg)
     part_row = PARTIAL + (bg // G).to(tl.int64) * (2 * C)
@@ -204,14 +206,22 @@ def _group_norm_fused_backward_kernel(
 
 
 @triton.jit
+def _group_norm_split_chunk(chunk, n_spans, hw_span, HW):
+    """A group's chunk ``chunk``: ``(cb, span, hw_lo, hw_hi)``, its channel block, its spatial span
+    and that span's positions ``[hw_lo, hw_hi)``."""
+    cb = chunk // n_spans
+    span = chunk % n_spans
+    hw_lo = span * hw_span
+    return cb, span, hw_lo, tl.minimum(hw_lo + hw_span, HW)
+
+
+@triton.jit
 def _group_norm_split_stats_kernel(
     X, STATS, Cg, HW, n_spans, hw_span, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr, CHUNKS_P2: tl.constexpr
 ):
     bg = tl.program_id(0)
     chunk = tl.program_id(1)
-    cb = chunk // n_spans
-    hw_lo = (chunk % n_spans) * hw_span
-    hw_hi = tl.minimum(hw_lo + hw_span, HW)
+    cb, _, hw_lo, hw_hi = _group_norm_split_chunk(chunk, n_spans, hw_span, HW)
     n, mean, m2 = _group_norm_chunk_stats(
         X + bg.to(tl.int64) * Cg * HW, cb * BLOCK_C, 1, hw_lo, hw_hi, Cg, HW, BLOCK_C, BLOCK_HW, "evict_last"
     )
@@ -251,9 +261,7 @@ def _group_norm_split_apply_kernel(
     if chunk == 0:
         tl.store(MEAN + bg, mean)
         tl.store(RSTD + bg, rstd)
-    cb = chunk // n_spans
-    hw_lo = (chunk % n_spans) * hw_span
-    hw_hi = tl.minimum(hw_lo + hw_span, HW)
+    cb, _, hw_lo, hw_hi = _group_norm_split_chunk(chunk, n_spans, hw_span, HW)
     base = bg.to(tl.int64) * Cg * HW
     _group_norm_chunk_apply(
         X + base, Y + base, W, B, (bg % G) * Cg, mean, rstd, cb * BLOCK_C, 1, hw_lo, hw_hi, Cg, HW,
@@ -269,10 +277,7 @@ def _group_norm_split_grad_sums_kernel(
 ):  # fmt: skip
     bg = tl.program_id(0)
     chunk = tl.program_id(1)
-    cb = chunk // n_spans
-    span = chunk % n_spans
-    hw_lo = span * hw_span
-    hw_hi = tl.minimum(hw_lo + hw_span, HW)
+    cb, span, hw_lo, hw_hi = _group_norm_split_chunk(chunk, n_spans, hw_span, HW)
     base = bg.to(tl.int64) * Cg * HW
     mean = tl.load(MEAN + bg)
     rstd = tl.load(RSTD + bg)
@@ -300,9 +305,7 @@ def _group_norm_split_grad_apply_kernel(
     size = Cg * HW
     c1 = tl.sum(tl.load(sums, mask=km, other=0.0), axis=0) / size
     c2 = tl.sum(tl.load(sums + 1, mask=km, other=0.0), axis=0) / size
-    cb = chunk // n_spans
-    hw_lo = (chunk % n_spans) * hw_span
-    hw_hi = tl.minimum(hw_lo + hw_span, HW)
+    cb, _, hw_lo, hw_hi = _group_norm_split_chunk(chunk, n_spans, hw_span, HW)
     base = bg.to(tl.int64) * Cg * HW
     _group_norm_chunk_grad_apply(
         X + base, DY + base, DX + base, W, (bg % G) * Cg, tl.load(MEAN + bg), tl.load(RSTD + bg), c1, c2,
