@@ -65,12 +65,14 @@ def tile_programs(monkeypatch):
 
 @pytest.fixture
 def softmax_chunks(monkeypatch):
-    """``softmax_chunks(fused, chunk)``: softmax and sparsemax rows wider than ``fused`` columns
-    take the chunked plan, in ``chunk``-wide pieces."""
+    """``softmax_chunks(n_cols, fused, chunk)``: softmax and sparsemax rows wider than ``fused``
+    columns take the chunked plan, in ``chunk``-wide pieces; rows of ``n_cols`` must be chunked."""
     from liger_ops_cuda import hardware
+    from liger_ops_cuda._tiling import plan_softmax_rows
 
-    def force(fused: int = 64, chunk: int = 32) -> None:
+    def force(n_cols: int, fused: int = 64, chunk: int = 32) -> None:
         monkeypatch.setattr(hardware, "SOFTMAX_MAX_FUSED_BLOCK", fused)
         monkeypatch.setattr(hardware, "SOFTMAX_CHUNK_BLOCK", chunk)
+        assert plan_softmax_rows(n_cols).chunked
 
     return force

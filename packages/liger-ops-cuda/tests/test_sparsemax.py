@@ -6,19 +6,16 @@ import torch
 
 from liger_core.conformance.check import check, make_args
 from liger_ops_cuda import hardware
-from liger_ops_cuda._tiling import plan_softmax_rows
 
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float16), ids=("fp32", "fp16"))
 def test_chunked_rows(backend, device, softmax_chunks, dtype):
-    softmax_chunks()
-    assert plan_softmax_rows(100).chunked
+    softmax_chunks(100)
     check(backend, "sparsemax", make_args("sparsemax", device, shape=(3, 100), dtype=dtype))
 
 
 def test_chunked_along_a_leading_dim(backend, device, softmax_chunks):
-    softmax_chunks(fused=16, chunk=16)
-    assert plan_softmax_rows(40).chunked
+    softmax_chunks(40, fused=16, chunk=16)
     check(backend, "sparsemax", make_args("sparsemax", device, shape=(40, 3)), dim=0)
 
 
