@@ -1,5 +1,6 @@
-"""Gated activations (swiglu, geglu) for Intel GPUs: one elementwise kernel pair, the
-activation chosen by a constexpr, and the autograd Function both ops' Functions derive from.
+"""Gated activations for Intel GPUs: swiglu (``silu(a) * b``) and geglu (``gelu_tanh(a) * b``),
+one elementwise kernel pair with the activation chosen by a constexpr, its launch and both ops'
+autograd Functions (the backward shared).
 
 A flat 1-D grid of ``ELEMENTWISE_BLOCK``-element programs over contiguous a and b: a pure
 streaming op (3 reads and 2 writes per element in backward), so blocks are sized for memory
@@ -13,6 +14,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
+from liger_core.ops import geglu, swiglu
 
 from liger_ops_xpu import hardware
 from liger_ops_xpu._jit import tanh
@@ -93,8 +96,8 @@ def glu_backward(dc: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, act: int,
 
 
 class LigerGLUFunction(torch.autograd.Function):
-    """The autograd of swiglu and geglu (``(a, b, in_place)``): each op's subclass checks its
-    arguments and calls `forward_act` with its activation; backward is this one."""
+    """The autograd of swiglu and geglu (``(a, b, in_place)``): each op's subclass below checks
+    its arguments and calls `forward_act` with its activation; backward is this one."""
 
     @staticmethod
     def forward_act(ctx, a: torch.Tensor, b: torch.Tensor, in_place: bool, act: int) -> torch.Tensor:
@@ -109,3 +112,19 @@ class LigerGLUFunction(torch.autograd.Function):
         a1, b1 = ctx.saved_tensors
         da, db = glu_backward(dc, a1, b1, ctx.act, ctx.in_place)
         return da.view(dc.shape), db.view(dc.shape), None
+
+
+@implements("swiglu")
+class LigerSwiGLUFunction(LigerGLUFunction):
+    @staticmethod
+    def forward(ctx, a, b, in_place):
+        swiglu.check_args(a, b, in_place)
+        return LigerGLUFunction.forward_act(ctx, a, b, in_place, SILU)
+
+
+@implements("geglu")
+class LigerGEGLUFunction(LigerGLUFunction):
+    @staticmethod
+    def forward(ctx, a, b, in_place):
+        geglu.check_args(a, b, in_place)
+        return LigerGLUFunction.forward_act(ctx, a, b, in_place, GELU_TANH)

@@ -1,6 +1,8 @@
-"""Elementwise divergences (kl_div, tvd, jsd) for Intel GPUs: one kernel pair, the divergence
-chosen by a constexpr KIND, its launchers (also used by fused_linear_jsd on chunks of
-log-probabilities) and the autograd Function the three ops' Functions derive from.
+"""Elementwise divergences for Intel GPUs: kl_div, jsd (the generalised Jensen-Shannon
+divergence: forward KL at beta 0, reverse KL at beta 1, the mixture otherwise) and tvd (total
+variation distance), one kernel pair with the divergence chosen by a constexpr KIND, its
+launchers (also used by fused_linear_jsd on chunks of log-probabilities) and the three ops'
+autograd Functions (the backward shared).
 
 Both kernels run on a 2-D grid of [BLOCK_M rows x BLOCK_N columns] tiles (elementwise sizes
 from hardware: these ops stream two inputs and have no row-wide reduction). The forward either
@@ -24,6 +26,9 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
+from liger_core.ops import jsd, kl_div, tvd
+from liger_core.ops._losses import label_count
 
 from liger_ops_xpu import hardware
 from liger_ops_xpu._tiling import plan_blocks, unit_col
@@ -248,7 +253,7 @@ def divergence_backward(x, y, labels, div: Divergence, grad_out: torch.Tensor, s
 
 class LigerDivergenceFunction(torch.autograd.Function):
     """The autograd of kl_div, jsd and tvd (five arguments, a gradient for the first only): each
-    op's subclass checks its arguments and calls `forward_divergence`; backward is this one.
+    op's subclass below checks its arguments and calls `forward_divergence`; backward is this one.
 
     ``loss = reduce(divergence(x, y))``: ``scale`` divides the sum (None: elementwise, no
     reduction); the result is cast to ``out_dtype``."""
@@ -268,3 +273,42 @@ class LigerDivergenceFunction(torch.autograd.Function):
         x, y, labels = ctx.saved_tensors
         dx = divergence_backward(x, y, labels, ctx.div, grad_out, ctx.scale, x.dtype)
         return dx, None, None, None, None
+
+
+@implements("kl_div")
+class LigerKLDivFunction(LigerDivergenceFunction):
+    @staticmethod
+    def forward(ctx, y_pred, y_true, reduction, log_target, eps):
+        kl_div.check_args(y_pred, y_true, reduction, log_target, eps)
+        n_rows = y_pred.shape[0]
+        scale = {"none": None, "sum": 1.0, "batchmean": 1.0 / max(n_rows, 1), "mean": 1.0 / max(y_pred.numel(), 1)}
+        div = Divergence(KL, log_target=log_target, eps=float(eps))
+        return LigerDivergenceFunction.forward_divergence(
+            ctx, y_pred, y_true, None, div, scale[reduction], torch.float32
+        )
+
+
+@implements("jsd")
+class LigerJSDFunction(LigerDivergenceFunction):
+    @staticmethod
+    def forward(ctx, student_logp, teacher_logp, shift_labels, beta, ignore_index):
+        jsd.check_args(student_logp, teacher_logp, shift_labels, beta, ignore_index)
+        n = label_count("jsd", shift_labels, ignore_index, student_logp.shape[0])
+        labels = None if shift_labels is None else shift_labels.contiguous()
+        div = jsd_divergence(beta, ignore_index)
+        return LigerDivergenceFunction.forward_divergence(
+            ctx, student_logp, teacher_logp, labels, div, 1.0 / max(n, 1), student_logp.dtype
+        )
+
+
+@implements("tvd")
+class LigerTVDFunction(LigerDivergenceFunction):
+    @staticmethod
+    def forward(ctx, p, q, shift_labels, reduction, ignore_index):
+        tvd.check_args(p, q, shift_labels, reduction, ignore_index)
+        n_rows, n_cols = p.shape
+        n = label_count("tvd", shift_labels, ignore_index, n_rows) if reduction in ("batchmean", "mean") else 0
+        scale = {"none": None, "sum": 1.0, "batchmean": 1.0 / max(n, 1), "mean": 1.0 / max(n * n_cols, 1)}
+        labels = None if shift_labels is None else shift_labels.contiguous()
+        div = Divergence(TVD, ignore_index=ignore_index)
+        return LigerDivergenceFunction.forward_divergence(ctx, p, q, labels, div, scale[reduction], torch.float32)
