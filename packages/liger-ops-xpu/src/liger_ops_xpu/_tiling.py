@@ -1,5 +1,6 @@
 """Host-side helpers shared by the op modules: row views, tile plans (row tiles, flat and 2-D
-elementwise blocks, fused-linear token chunks), persistent grids and their partial sums.
+elementwise blocks, fused-linear token chunks), their launches, persistent grids and their
+partial sums.
 
 Every size comes from ``hardware`` (read at call time, so tests can lower the caps and force a
 code path); nothing here is a kernel.
@@ -160,6 +161,31 @@ def launch_row_tiles(kernel, programs: int, plan: TilePlan, device: torch.device
         **constexprs,
         **hardware.launch_kwargs(kernel, device, plan.num_warps),
     )
+
+
+def launch_rows(kernel, plan: TilePlan, rows: tuple[torch.Tensor, ...], **constexprs) -> None:
+    """One program per row tile of ``plan`` over ``rows`` (``(n_rows, n_cols)`` tensors, unit
+    column stride): the kernel's arguments are the tensors, their row strides, ``n_rows`` and
+    ``n_cols`` (softmax, sparsemax). Nothing is launched for empty rows."""
+    n_rows, n_cols = rows[0].shape
+    if n_rows and n_cols:
+        args = (*rows, *(t.stride(0) for t in rows), n_rows, n_cols)
+        launch_row_tiles(kernel, triton.cdiv(n_rows, plan.block_m), plan, rows[0].device, *args, **constexprs)
+
+
+def launch_flat(kernel, n: int, device: torch.device, *args, **constexprs) -> None:
+    """Launch an elementwise kernel over ``n`` elements on `plan_flat`'s grid (arguments: ``args``,
+    ``n``, BLOCK, ``constexprs``), in the default register file: streaming kernels want more
+    threads resident, not more registers. Nothing is launched for ``n == 0``."""
+    if n:
+        plan = plan_flat(n)
+        kernel[(plan.programs,)](
+            *args,
+            n,
+            BLOCK=plan.block,
+            **constexprs,
+            **hardware.launch_kwargs(kernel, device, plan.num_warps, register_heavy=False),
+        )
 
 
 def static_trips(kernel, trips: int) -> int:

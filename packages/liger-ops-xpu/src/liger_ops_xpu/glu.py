@@ -17,9 +17,8 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops import geglu, swiglu
 
-from liger_ops_xpu import hardware
 from liger_ops_xpu._jit import tanh
-from liger_ops_xpu._tiling import plan_flat
+from liger_ops_xpu._tiling import launch_flat
 
 SILU = 0
 GELU_TANH = 1
@@ -66,22 +65,10 @@ def _glu_backward_kernel(DC, A, B, DA, DB, n, ACT: tl.constexpr, BLOCK: tl.const
     tl.store(DB + offs, db.to(DB.dtype.element_ty), mask=mask)
 
 
-def _launch_flat(kernel, n: int, device: torch.device, *args, act: int) -> None:
-    plan = plan_flat(n)
-    kernel[(plan.programs,)](
-        *args,
-        n,
-        ACT=act,
-        BLOCK=plan.block,
-        **hardware.launch_kwargs(kernel, device, plan.num_warps, register_heavy=False),
-    )
-
-
 def glu_forward(a1: torch.Tensor, b1: torch.Tensor, act: int) -> torch.Tensor:
     """``act(a1) * b1`` for contiguous ``a1``/``b1``."""
     c = torch.empty_like(a1)
-    if a1.numel():
-        _launch_flat(_glu_forward_kernel, a1.numel(), a1.device, a1, b1, c, act=act)
+    launch_flat(_glu_forward_kernel, a1.numel(), a1.device, a1, b1, c, ACT=act)
     return c
 
 
@@ -90,8 +77,7 @@ def glu_backward(dc: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, act: int,
     dc = dc.contiguous()
     # in_place: the caller owns a and b (see the contract); their buffers take the gradients.
     da, db = (a1, b1) if in_place else (torch.empty_like(a1), torch.empty_like(b1))
-    if a1.numel():
-        _launch_flat(_glu_backward_kernel, a1.numel(), a1.device, dc, a1, b1, da, db, act=act)
+    launch_flat(_glu_backward_kernel, a1.numel(), a1.device, dc, a1, b1, da, db, ACT=act)
     return da, db
 
 

@@ -14,7 +14,7 @@ from liger_core.backend import implements
 from liger_core.ops.softmax import check_args
 
 from liger_ops_xpu._jit import row_tile
-from liger_ops_xpu._tiling import TilePlan, as_rows, launch_row_tiles, plan_tiles
+from liger_ops_xpu._tiling import TilePlan, as_rows, launch_rows, plan_tiles
 
 
 @triton.jit
@@ -106,20 +106,14 @@ def _softmax_backward_kernel(
 
 
 def softmax_forward(x2d: torch.Tensor, plan: TilePlan) -> torch.Tensor:
-    n_rows, n_cols = x2d.shape
-    y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
-    if y.numel():
-        args = (x2d, y, x2d.stride(0), y.stride(0), n_rows, n_cols)
-        launch_row_tiles(_softmax_forward_kernel, triton.cdiv(n_rows, plan.block_m), plan, x2d.device, *args)
+    y = torch.empty(x2d.shape, dtype=x2d.dtype, device=x2d.device)
+    launch_rows(_softmax_forward_kernel, plan, (x2d, y))
     return y
 
 
 def softmax_backward(dy2d: torch.Tensor, y: torch.Tensor, plan: TilePlan) -> torch.Tensor:
-    n_rows, n_cols = y.shape
     dx = torch.empty_like(y)
-    if dx.numel():
-        args = (dy2d, y, dx, dy2d.stride(0), y.stride(0), dx.stride(0), n_rows, n_cols)
-        launch_row_tiles(_softmax_backward_kernel, triton.cdiv(n_rows, plan.block_m), plan, y.device, *args)
+    launch_rows(_softmax_backward_kernel, plan, (dy2d, y, dx))
     return dx
 
 

@@ -21,7 +21,7 @@ from liger_core.ops.sparsemax import check_args
 
 from liger_ops_xpu import hardware
 from liger_ops_xpu._jit import row_tile
-from liger_ops_xpu._tiling import TilePlan, as_rows, launch_row_tiles, plan_tiles
+from liger_ops_xpu._tiling import TilePlan, as_rows, launch_rows, plan_tiles
 
 
 @triton.jit
@@ -140,23 +140,15 @@ def _sparsemax_backward_kernel(
 
 
 def sparsemax_forward(x2d: torch.Tensor, plan: TilePlan) -> torch.Tensor:
-    n_rows, n_cols = x2d.shape
-    y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
-    if y.numel():
-        launch_row_tiles(
-            _sparsemax_forward_kernel, triton.cdiv(n_rows, plan.block_m), plan, x2d.device,
-            x2d, y, x2d.stride(0), y.stride(0), n_rows, n_cols,
-            BISECTION_STEPS=hardware.SPARSEMAX_BISECTION_STEPS, MICHELOT_STEPS=hardware.SPARSEMAX_MICHELOT_STEPS,
-        )  # fmt: skip
+    y = torch.empty(x2d.shape, dtype=x2d.dtype, device=x2d.device)
+    steps = {"BISECTION_STEPS": hardware.SPARSEMAX_BISECTION_STEPS, "MICHELOT_STEPS": hardware.SPARSEMAX_MICHELOT_STEPS}
+    launch_rows(_sparsemax_forward_kernel, plan, (x2d, y), **steps)
     return y
 
 
 def sparsemax_backward(dy2d: torch.Tensor, y: torch.Tensor, plan: TilePlan) -> torch.Tensor:
-    n_rows, n_cols = y.shape
     dx = torch.empty_like(y)
-    if dx.numel():
-        args = (dy2d, y, dx, dy2d.stride(0), y.stride(0), dx.stride(0), n_rows, n_cols)
-        launch_row_tiles(_sparsemax_backward_kernel, triton.cdiv(n_rows, plan.block_m), plan, y.device, *args)
+    launch_rows(_sparsemax_backward_kernel, plan, (dy2d, y, dx))
     return dx
 
 
