@@ -28,26 +28,13 @@ from liger_ops_xpu.divergence import divergence_backward, divergence_forward, js
 class LigerFusedLinearJSDFunction(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx,
-        student_input,
-        student_weight,
-        teacher_input,
-        teacher_weight,
-        shift_labels,
-        jsd_beta,
-        ignore_index,
+        ctx, student_input, student_weight, teacher_input, teacher_weight, shift_labels, jsd_beta, ignore_index,
         temperature,
-    ):
+    ):  # fmt: skip
         check_args(
-            student_input,
-            student_weight,
-            teacher_input,
-            teacher_weight,
-            shift_labels,
-            jsd_beta,
-            ignore_index,
+            student_input, student_weight, teacher_input, teacher_weight, shift_labels, jsd_beta, ignore_index,
             temperature,
-        )
+        )  # fmt: skip
         xs, ws, xt, wt = student_input, student_weight, teacher_input, teacher_weight
         labels = None if shift_labels is None else shift_labels.contiguous()
         temperature = float(temperature)
