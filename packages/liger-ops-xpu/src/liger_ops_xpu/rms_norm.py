@@ -27,7 +27,7 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops import fused_add_rms_norm, rms_norm
 
-from liger_ops_xpu._jit import row_tile
+from liger_ops_xpu._jit import add_to_partial, col_tile, row_tile
 from liger_ops_xpu._tiling import (
     TilePlan,
     as_rows,
@@ -44,13 +44,13 @@ _ROUND_X_HAT = {"llama": True, "none": True, "gemma": False}
 
 
 @triton.jit
-def _scaled_x_hat(x, rstd, W, cols, col_mask, offset, HAS_WEIGHT: tl.constexpr, ROUND_X_HAT: tl.constexpr):
+def _scaled_x_hat(x, rstd, W, cols, n_cols, offset, HAS_WEIGHT: tl.constexpr, ROUND_X_HAT: tl.constexpr):
     """Forward output of a [BLOCK_M, BLOCK_N] tile in fp32: x * rstd, rounded like the model, times (w + offset)."""
     x_hat = x.to(tl.float32) * rstd[:, None]
     if ROUND_X_HAT:
         x_hat = x_hat.to(x.dtype).to(tl.float32)
     if HAS_WEIGHT:
-        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+        w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
         x_hat = x_hat * (w + offset)[None, :]
     return x_hat
 
@@ -63,6 +63,18 @@ def _load_input(x_ptrs, r_ptrs, mask, HAS_RESIDUAL: tl.constexpr):
         r = tl.load(r_ptrs, mask=mask, other=0.0)
         x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
     return x
+
+
+@triton.jit
+def _store_grad_x(
+    dx, DX, DS, DR, rows64, cols, mask, dx_row_stride, ds_row_stride, dr_row_stride, HAS_DS: tl.constexpr
+):
+    """Store a tile of grad_x; with HAS_DS the new residual's incoming gradient is added first and
+    the sum is also stored to DR (the residual's gradient)."""
+    if HAS_DS:
+        dx += tl.load(DS + rows64[:, None] * ds_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        tl.store(DR + rows64[:, None] * dr_row_stride + cols[None, :], dx.to(DR.dtype.element_ty), mask=mask)
+    tl.store(DX + rows64[:, None] * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -95,25 +107,22 @@ def _rms_norm_forward_kernel(
     r_base = R + rows64[:, None] * r_row_stride
     s_base = S + rows64[:, None] * s_row_stride
     y_base = Y + rows64[:, None] * y_row_stride
-    cols = tl.arange(0, BLOCK_N)
 
     if N_CHUNKS == 1:
         # The whole row is in the tile: one read of x.
-        col_mask = cols < n_cols
-        mask = row_mask[:, None] & col_mask[None, :]
+        cols, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
         x = _load_input(x_base + cols[None, :], r_base + cols[None, :], mask, HAS_RESIDUAL)
         if HAS_RESIDUAL:
             tl.store(s_base + cols[None, :], x, mask=mask)
         xf = x.to(tl.float32)
         rstd = tl.math.rsqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
-        y = _scaled_x_hat(x, rstd, W, cols, col_mask, offset, HAS_WEIGHT, ROUND_X_HAT)
+        y = _scaled_x_hat(x, rstd, W, cols, n_cols, offset, HAS_WEIGHT, ROUND_X_HAT)
         tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
         # Wide rows: a pass for the mean square, a pass that writes the output.
         sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             x = _load_input(x_base + c[None, :], r_base + c[None, :], mask, HAS_RESIDUAL)
             if HAS_RESIDUAL:
                 tl.store(s_base + c[None, :], x, mask=mask)
@@ -121,13 +130,11 @@ def _rms_norm_forward_kernel(
             sum_sq += tl.sum(xf * xf, axis=1)
         rstd = tl.math.rsqrt(sum_sq / n_cols + eps)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            col_mask = c < n_cols
-            mask = row_mask[:, None] & col_mask[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             # Recomputed rather than read back from S: no ordering between this program's own
             # store and load is promised.
             x = _load_input(x_base + c[None, :], r_base + c[None, :], mask, HAS_RESIDUAL)
-            y = _scaled_x_hat(x, rstd, W, c, col_mask, offset, HAS_WEIGHT, ROUND_X_HAT)
+            y = _scaled_x_hat(x, rstd, W, c, n_cols, offset, HAS_WEIGHT, ROUND_X_HAT)
             tl.store(y_base + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + rows, rstd, mask=row_mask)
 
@@ -188,12 +195,7 @@ def _rms_norm_backward_kernel(
                 g = dy * w_eff[None, :]
             mean_gx = tl.sum(g * x_hat, axis=1) / n_cols
             dx = rstd[:, None] * (g - x_hat * mean_gx[:, None])
-            if HAS_DS:
-                ds = tl.load(DS + rows64[:, None] * ds_row_stride + cols[None, :], mask=mask, other=0.0)
-                dx += ds.to(tl.float32)
-                dr_ptrs = DR + rows64[:, None] * dr_row_stride + cols[None, :]
-                tl.store(dr_ptrs, dx.to(DR.dtype.element_ty), mask=mask)
-            tl.store(DX + rows64[:, None] * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+            _store_grad_x(dx, DX, DS, DR, rows64, cols, mask, dx_row_stride, ds_row_stride, dr_row_stride, HAS_DS)
             if HAS_WEIGHT:
                 if ROUND_X_HAT:
                     x_hat = x_hat.to(x.dtype).to(tl.float32)
@@ -210,37 +212,27 @@ def _rms_norm_backward_kernel(
             rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
             dot = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for chunk in range(N_CHUNKS):
-                c = chunk * BLOCK_N + cols
-                col_mask = c < n_cols
-                mask = row_mask[:, None] & col_mask[None, :]
+                c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
                 xf = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 g = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 if HAS_WEIGHT:
-                    g = g * (tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32) + offset)[None, :]
+                    g = g * (tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32) + offset)[None, :]
                 dot += g * xf
             mean_gx = tl.sum(dot, axis=1) * rstd / n_cols
             for chunk in range(N_CHUNKS):
-                c = chunk * BLOCK_N + cols
-                col_mask = c < n_cols
-                mask = row_mask[:, None] & col_mask[None, :]
+                c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
                 x = tl.load(x_base + c[None, :], mask=mask, other=0.0)
                 dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 x_hat = x.to(tl.float32) * rstd[:, None]
                 g = dy
                 if HAS_WEIGHT:
-                    g = dy * (tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32) + offset)[None, :]
+                    g = dy * (tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32) + offset)[None, :]
                 dx = rstd[:, None] * (g - x_hat * mean_gx[:, None])
-                if HAS_DS:
-                    ds = tl.load(DS + rows64[:, None] * ds_row_stride + c[None, :], mask=mask, other=0.0)
-                    dx += ds.to(tl.float32)
-                    dr_ptrs = DR + rows64[:, None] * dr_row_stride + c[None, :]
-                    tl.store(dr_ptrs, dx.to(DR.dtype.element_ty), mask=mask)
-                tl.store(DX + rows64[:, None] * dx_row_stride + c[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+                _store_grad_x(dx, DX, DS, DR, rows64, c, mask, dx_row_stride, ds_row_stride, dr_row_stride, HAS_DS)
                 if HAS_WEIGHT:
                     if ROUND_X_HAT:
                         x_hat = x_hat.to(x.dtype).to(tl.float32)
-                    partial = tl.load(dw_base + c, mask=col_mask, other=0.0)
-                    tl.store(dw_base + c, partial + tl.sum(dy * x_hat, axis=0), mask=col_mask)
+                    add_to_partial(dw_base, c, n_cols, tl.sum(dy * x_hat, axis=0))
 
 
 def rms_norm_forward(

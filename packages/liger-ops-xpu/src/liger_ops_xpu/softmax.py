@@ -13,7 +13,7 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops.softmax import check_args
 
-from liger_ops_xpu._jit import row_tile
+from liger_ops_xpu._jit import col_tile, row_tile
 from liger_ops_xpu._tiling import TilePlan, as_rows, launch_rows, plan_tiles
 
 
@@ -32,9 +32,8 @@ def _softmax_forward_kernel(
     _, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
     x_base = X + rows64[:, None] * x_row_stride
     y_base = Y + rows64[:, None] * y_row_stride
-    cols = tl.arange(0, BLOCK_N)
     if N_CHUNKS == 1:
-        mask = row_mask[:, None] & (cols < n_cols)[None, :]
+        cols, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
         x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
         m = tl.max(x, axis=1)
         m = tl.where(m == -float("inf"), 0.0, m)  # all-masked (padding) rows: no inf - inf
@@ -46,8 +45,7 @@ def _softmax_forward_kernel(
         m = tl.full((BLOCK_M,), -float("inf"), tl.float32)
         d = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             x = tl.load(x_base + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
             m_new = tl.maximum(m, tl.max(x, axis=1))
             safe = tl.where(m_new == -float("inf"), 0.0, m_new)
@@ -56,8 +54,7 @@ def _softmax_forward_kernel(
         m = tl.where(m == -float("inf"), 0.0, m)
         d = tl.where(d == 0.0, 1.0, d)  # padding rows
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             x = tl.load(x_base + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
             y = tl.exp(x - m[:, None]) / d[:, None]
             tl.store(y_base + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
@@ -81,9 +78,8 @@ def _softmax_backward_kernel(
     dy_base = DY + rows64[:, None] * dy_row_stride
     y_base = Y + rows64[:, None] * y_row_stride
     dx_base = DX + rows64[:, None] * dx_row_stride
-    cols = tl.arange(0, BLOCK_N)
     if N_CHUNKS == 1:
-        mask = row_mask[:, None] & (cols < n_cols)[None, :]
+        cols, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
         dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         y = tl.load(y_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         dot = tl.sum(dy * y, axis=1)
@@ -91,15 +87,13 @@ def _softmax_backward_kernel(
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             y = tl.load(y_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             acc += dy * y
         dot = tl.sum(acc, axis=1)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             y = tl.load(y_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             tl.store(dx_base + c[None, :], (y * (dy - dot[:, None])).to(DX.dtype.element_ty), mask=mask)
