@@ -31,6 +31,7 @@ from liger_core.ops import jsd, kl_div, tvd
 from liger_core.ops._losses import label_count
 
 from liger_ops_xpu import hardware
+from liger_ops_xpu._jit import col_tile, row_tile
 from liger_ops_xpu._tiling import plan_blocks, unit_col
 
 KL, TVD, JSD, JSD_FORWARD_KL, JSD_REVERSE_KL = 0, 1, 2, 3, 4
@@ -65,22 +66,21 @@ def _loss_and_grad(x, y, beta, eps, KIND: tl.constexpr, LOG_TARGET: tl.constexpr
 
 @triton.jit
 def _load_tile(
-    X, Y, LABELS, x_row_stride, y_row_stride, n_rows, n_cols, ignore_index, pid_m, pid_n,
-    HAS_LABELS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    X, Y, LABELS, x_row_stride, y_row_stride, n_rows, n_cols, ignore_index, HAS_LABELS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """The [BLOCK_M rows x BLOCK_N columns] tile (pid_m, pid_n): ``(rows, cols, mask, x, y)``,
-    rows as int64, mask the elements that count (in range, row not ignored), x and y in fp32."""
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < n_rows
+    """This program's [BLOCK_M rows x BLOCK_N columns] tile: ``(rows64, cols, in_range, mask, x,
+    y)``, ``in_range`` its elements in range, ``mask`` those that count (row not ignored), x and
+    y in fp32."""
+    rows, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
+    cols, in_range = col_tile(tl.program_id(1), n_cols, row_mask, BLOCK_N)
+    mask = in_range
     if HAS_LABELS:
-        labels = tl.load(LABELS + rows, mask=row_ok, other=ignore_index)
-        row_ok = row_ok & (labels != ignore_index)
-    mask = row_ok[:, None] & (cols < n_cols)[None, :]
-    rows = rows.to(tl.int64)
-    x = tl.load(X + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    y = tl.load(Y + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    return rows, cols, mask, x, y
+        labels = tl.load(LABELS + rows, mask=row_mask, other=ignore_index)
+        mask = in_range & (labels != ignore_index)[:, None]
+    x = tl.load(X + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    y = tl.load(Y + rows64[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    return rows64, cols, in_range, mask, x, y
 
 
 @triton.jit
@@ -105,19 +105,16 @@ def _divergence_forward_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    rows, cols, mask, x, y = _load_tile(
-        X, Y, LABELS, x_row_stride, y_row_stride, n_rows, n_cols, ignore_index, pid_m, pid_n,
-        HAS_LABELS, BLOCK_M, BLOCK_N,
-    )  # fmt: skip
+    rows64, cols, in_range, mask, x, y = _load_tile(
+        X, Y, LABELS, x_row_stride, y_row_stride, n_rows, n_cols, ignore_index, HAS_LABELS, BLOCK_M, BLOCK_N
+    )
     loss, _ = _loss_and_grad(x, y, beta, eps, KIND, LOG_TARGET)
     loss = tl.where(mask, loss, 0.0)
-    if STORE_ELEMENTS:
-        out_mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]  # ignored rows get 0
-        tl.store(OUT + rows[:, None] * out_row_stride + cols[None, :], loss, mask=out_mask)
+    if STORE_ELEMENTS:  # ignored rows get 0
+        tl.store(OUT + rows64[:, None] * out_row_stride + cols[None, :], loss, mask=in_range)
     else:
-        tl.store(PARTIAL + pid_m * tl.num_programs(1) + pid_n, tl.sum(tl.sum(loss, axis=1), axis=0))
+        tile = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
+        tl.store(PARTIAL + tile, tl.sum(tl.sum(loss, axis=1), axis=0))
 
 
 @triton.jit
@@ -144,17 +141,14 @@ def _divergence_backward_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    rows, cols, mask, x, y = _load_tile(
-        X, Y, LABELS, x_row_stride, y_row_stride, n_rows, n_cols, ignore_index, pid_m, pid_n,
-        HAS_LABELS, BLOCK_M, BLOCK_N,
-    )  # fmt: skip
-    g_out = tl.load(GRAD_OUT + rows[:, None] * g_row_stride + cols[None, :] * g_col_stride, mask=mask, other=0.0)
+    rows64, cols, in_range, mask, x, y = _load_tile(
+        X, Y, LABELS, x_row_stride, y_row_stride, n_rows, n_cols, ignore_index, HAS_LABELS, BLOCK_M, BLOCK_N
+    )
+    g_out = tl.load(GRAD_OUT + rows64[:, None] * g_row_stride + cols[None, :] * g_col_stride, mask=mask, other=0.0)
     _, grad = _loss_and_grad(x, y, beta, eps, KIND, LOG_TARGET)
     dx = tl.where(mask, grad * scale * g_out.to(tl.float32), 0.0)
-    out_mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]  # ignored rows get 0
-    tl.store(DX + rows[:, None] * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=out_mask)
+    # Ignored rows get 0.
+    tl.store(DX + rows64[:, None] * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=in_range)
 
 
 @dataclass(frozen=True)
