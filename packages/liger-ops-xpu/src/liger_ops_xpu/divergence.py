@@ -30,9 +30,8 @@ from liger_core.backend import implements
 from liger_core.ops import jsd, kl_div, tvd
 from liger_core.ops._losses import label_count
 
-from liger_ops_xpu import hardware
 from liger_ops_xpu._jit import col_tile, row_tile
-from liger_ops_xpu._tiling import plan_blocks, unit_col
+from liger_ops_xpu._tiling import launch_blocks, plan_blocks, unit_col
 
 KL, TVD, JSD, JSD_FORWARD_KL, JSD_REVERSE_KL = 0, 1, 2, 3, 4
 
@@ -185,11 +184,14 @@ def divergence_forward(x, y, labels, div: Divergence, elementwise: bool) -> torc
         )
     x, y = unit_col(x), unit_col(y)
     plan = plan_blocks(n_cols)
-    grid = (triton.cdiv(n_rows, plan.block_m), triton.cdiv(n_cols, plan.block_n))
+    grid = plan.grid(n_rows, n_cols)
     out = torch.empty(x.shape, dtype=torch.float32, device=x.device) if elementwise else None
     partial = None if elementwise else torch.empty(grid, dtype=torch.float32, device=x.device)
-    kernel = _divergence_forward_kernel
-    kernel[grid](
+    launch_blocks(
+        _divergence_forward_kernel,
+        grid,
+        plan,
+        x.device,
         x,
         y,
         labels if labels is not None else x,  # never read without HAS_LABELS
@@ -203,9 +205,6 @@ def divergence_forward(x, y, labels, div: Divergence, elementwise: bool) -> torc
         *div.scalars(),
         **div.constexprs(labels),
         STORE_ELEMENTS=elementwise,
-        BLOCK_M=plan.block_m,
-        BLOCK_N=plan.block_n,
-        **hardware.launch_kwargs(kernel, x.device, plan.num_warps, register_heavy=False),
     )
     return out if elementwise else partial.sum()
 
@@ -222,8 +221,11 @@ def divergence_backward(x, y, labels, div: Divergence, grad_out: torch.Tensor, s
     else:
         g, g_strides = grad_out, (grad_out.stride(0), grad_out.stride(1))
     plan = plan_blocks(n_cols)
-    kernel = _divergence_backward_kernel
-    kernel[(triton.cdiv(n_rows, plan.block_m), triton.cdiv(n_cols, plan.block_n))](
+    launch_blocks(
+        _divergence_backward_kernel,
+        plan.grid(n_rows, n_cols),
+        plan,
+        x.device,
         x,
         y,
         labels if labels is not None else x,
@@ -238,9 +240,6 @@ def divergence_backward(x, y, labels, div: Divergence, grad_out: torch.Tensor, s
         *div.scalars(),
         float(scale),
         **div.constexprs(labels),
-        BLOCK_M=plan.block_m,
-        BLOCK_N=plan.block_n,
-        **hardware.launch_kwargs(kernel, x.device, plan.num_warps, register_heavy=False),
     )
     return dx
 

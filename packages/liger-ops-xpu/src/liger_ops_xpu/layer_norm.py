@@ -24,6 +24,7 @@ from liger_ops_xpu._tiling import (
     as_rows,
     backward_grid,
     launch_row_tiles,
+    partial_rows,
     plan_tiles,
     static_trips,
     sum_partials,
@@ -205,7 +206,7 @@ def layer_norm_forward(x2d, weight, bias, eps: float, plan: TilePlan):
         return y, mean, rstd
     launch_row_tiles(
         _layer_norm_forward_kernel,
-        triton.cdiv(n_rows, plan.block_m),
+        plan.tiles(n_rows),
         plan,
         x2d.device,
         x2d,
@@ -233,9 +234,8 @@ def layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, plan: TilePlan):
     if x2d.numel() == 0:
         return dx, zeros_or_none(weight), zeros_or_none(bias)
     programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device)
-    # One fp32 row per program and parameter; chunked plans accumulate, so they start at zero.
-    alloc = torch.zeros if plan.chunked else torch.empty
-    partial = lambda on: alloc((programs, n_cols), dtype=torch.float32, device=x2d.device) if on else mean
+    # One fp32 partial row per program and parameter (mean stands in for an absent one: never written).
+    partial = lambda on: partial_rows(programs, n_cols, plan, x2d.device) if on else mean
     dw_partial, db_partial = partial(has_weight), partial(has_bias)
     launch_row_tiles(
         _layer_norm_backward_kernel,
@@ -268,9 +268,8 @@ class LigerLayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
         check_args(x, weight, bias, eps)
-        n_cols = x.shape[-1]
-        x2d = as_rows(x, n_cols)
-        plan = plan_tiles(n_cols, x.device)
+        x2d = as_rows(x)
+        plan = plan_tiles(x2d.shape[1], x.device)
         y, mean, rstd = layer_norm_forward(x2d, weight, bias, float(eps), plan)
         ctx.save_for_backward(x2d, weight, bias, mean, rstd)
         ctx.plan = plan
@@ -279,6 +278,5 @@ class LigerLayerNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, bias, mean, rstd = ctx.saved_tensors
-        dy2d = as_rows(dy, x2d.shape[1])
-        dx, dw, db = layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, ctx.plan)
+        dx, dw, db = layer_norm_backward(as_rows(dy), x2d, weight, bias, mean, rstd, ctx.plan)
         return dx.view(dy.shape), dw, db, None

@@ -195,7 +195,7 @@ def poly_norm_forward(x2d, weight, bias, eps: float, plan: TilePlan):
         return y, rstd
     launch_row_tiles(
         _poly_norm_forward_kernel,
-        triton.cdiv(n_rows, plan.block_m),
+        plan.tiles(n_rows),
         plan,
         x2d.device,
         x2d,
@@ -248,9 +248,8 @@ class LigerPolyNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
         check_args(x, weight, bias, eps)
-        n_cols = x.shape[-1]
-        x2d = as_rows(x, n_cols)
-        plan = plan_poly_norm(n_cols, x.device)
+        x2d = as_rows(x)
+        plan = plan_poly_norm(x2d.shape[1], x.device)
         y, rstd = poly_norm_forward(x2d, weight, bias, float(eps), plan)
         ctx.save_for_backward(x2d, weight, bias, rstd)
         ctx.plan = plan
@@ -259,6 +258,5 @@ class LigerPolyNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, bias, rstd = ctx.saved_tensors
-        dy2d = as_rows(dy, x2d.shape[1])
-        dx, dw, db = poly_norm_backward(dy2d, x2d, weight, bias, rstd, ctx.plan)
+        dx, dw, db = poly_norm_backward(as_rows(dy), x2d, weight, bias, rstd, ctx.plan)
         return dx.view(dy.shape), dw, db, None

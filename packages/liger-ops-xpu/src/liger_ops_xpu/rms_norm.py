@@ -33,9 +33,11 @@ from liger_ops_xpu._tiling import (
     as_rows,
     backward_grid,
     launch_row_tiles,
+    partial_rows,
     plan_tiles,
     static_trips,
     sum_partials,
+    zeros_or_none,
 )
 
 # casting_mode -> whether x_hat is rounded to x.dtype before the weight multiply
@@ -256,7 +258,7 @@ def rms_norm_forward(
     r = residual2d if has_residual else x2d  # never read without HAS_RESIDUAL
     launch_row_tiles(
         _rms_norm_forward_kernel,
-        triton.cdiv(n_rows, plan.block_m),
+        plan.tiles(n_rows),
         plan,
         x2d.device,
         x2d,
@@ -302,13 +304,10 @@ def rms_norm_backward(
     reuse_dy = in_place and dy2d.is_contiguous() and dy2d.dtype == x2d.dtype
     dx = dy2d if reuse_dy else torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     if x2d.numel() == 0:
-        return dx, (torch.zeros_like(weight) if has_weight else None)
+        return dx, zeros_or_none(weight)
     programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device)
-    dw_partial = None
-    if has_weight:
-        # One fp32 row per program; chunked plans accumulate into it, so it starts at zero.
-        alloc = torch.zeros if plan.chunked else torch.empty
-        dw_partial = alloc((programs, n_cols), dtype=torch.float32, device=x2d.device)
+    # One fp32 partial row per program (rstd stands in without HAS_WEIGHT: never written).
+    dw_partial = partial_rows(programs, n_cols, plan, x2d.device) if has_weight else rstd
     ds = ds2d if has_ds else dy2d  # never read without HAS_DS
     launch_row_tiles(
         _rms_norm_backward_kernel,
@@ -320,7 +319,7 @@ def rms_norm_backward(
         weight if has_weight else x2d,
         rstd,
         dx,
-        dw_partial if has_weight else rstd,  # never written without HAS_WEIGHT
+        dw_partial,
         ds,
         dr if has_ds else dx,  # never written without HAS_DS
         dy2d.stride(0),
@@ -345,9 +344,8 @@ class LigerRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps, offset, casting_mode, in_place):
         rms_norm.check_args(x, weight, eps, offset, casting_mode, in_place)
-        n_cols = x.shape[-1]
-        x2d = as_rows(x, n_cols)
-        plan = plan_tiles(n_cols, x.device)
+        x2d = as_rows(x)
+        plan = plan_tiles(x2d.shape[1], x.device)
         y, rstd, _ = rms_norm_forward(x2d, weight, float(eps), float(offset), casting_mode, plan)
         ctx.save_for_backward(x2d, weight, rstd)
         ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan = float(offset), casting_mode, in_place, plan
@@ -356,8 +354,7 @@ class LigerRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, rstd = ctx.saved_tensors
-        dy2d = as_rows(dy, x2d.shape[1])
-        dx, dw = rms_norm_backward(dy2d, x2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan)
+        dx, dw = rms_norm_backward(as_rows(dy), x2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan)
         return dx.view(dy.shape), dw, None, None, None, None
 
 
@@ -366,11 +363,9 @@ class LigerFusedAddRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, residual, weight, eps, offset, casting_mode, in_place):
         fused_add_rms_norm.check_args(x, residual, weight, eps, offset, casting_mode, in_place)
-        n_cols = x.shape[-1]
-        x2d = as_rows(x, n_cols)
-        r2d = as_rows(residual, n_cols)
-        plan = plan_tiles(n_cols, x.device)
-        y, rstd, s = rms_norm_forward(x2d, weight, float(eps), float(offset), casting_mode, plan, residual2d=r2d)
+        x2d = as_rows(x)
+        plan = plan_tiles(x2d.shape[1], x.device)
+        y, rstd, s = rms_norm_forward(x2d, weight, float(eps), float(offset), casting_mode, plan, as_rows(residual))
         ctx.save_for_backward(s, weight, rstd)
         ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan = float(offset), casting_mode, in_place, plan
         ctx.residual_dtype = residual.dtype
@@ -379,13 +374,11 @@ class LigerFusedAddRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy, ds):
         s2d, weight, rstd = ctx.saved_tensors
-        n_cols = s2d.shape[1]
-        dy2d = as_rows(dy, n_cols)
-        ds2d = None if ds is None else as_rows(ds, n_cols)
+        ds2d = None if ds is None else as_rows(ds)
         # The sum's gradient goes to both addends unchanged, each in its own dtype and buffer.
         dr = torch.empty(s2d.shape, dtype=ctx.residual_dtype, device=s2d.device)
         dx, dw = rms_norm_backward(
-            dy2d, s2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan, ds2d, dr
+            as_rows(dy), s2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan, ds2d, dr
         )
         if ds is None:  # new_residual unused: the kernel stored grad_x only
             dr.copy_(dx)

@@ -116,9 +116,8 @@ class LigerSoftmaxFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         check_args(x)
-        n_cols = x.shape[-1]
-        plan = plan_tiles(n_cols, x.device)
-        y = softmax_forward(as_rows(x, n_cols), plan)
+        plan = plan_tiles(x.shape[-1], x.device)
+        y = softmax_forward(as_rows(x), plan)
         ctx.save_for_backward(y)
         ctx.plan = plan
         return y.view(x.shape)
@@ -126,5 +125,5 @@ class LigerSoftmaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        dx = softmax_backward(as_rows(dy, y.shape[1]), y, ctx.plan)
+        dx = softmax_backward(as_rows(dy), y, ctx.plan)
         return dx.view(dy.shape)

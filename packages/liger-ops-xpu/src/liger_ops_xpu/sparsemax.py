@@ -151,9 +151,8 @@ class LigerSparsemaxFunction(torch.autograd.Function):
     def forward(ctx, x, dim):
         check_args(x, dim)
         xt = x.movedim(dim, -1)
-        n_cols = xt.shape[-1]
-        plan = plan_tiles(n_cols, x.device)
-        y = sparsemax_forward(as_rows(xt, n_cols), plan)
+        plan = plan_tiles(xt.shape[-1], x.device)
+        y = sparsemax_forward(as_rows(xt), plan)
         ctx.save_for_backward(y)
         ctx.plan, ctx.dim, ctx.t_shape = plan, dim, xt.shape
         return y.view(xt.shape).movedim(-1, dim)
@@ -161,5 +160,5 @@ class LigerSparsemaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        dx = sparsemax_backward(as_rows(dy.movedim(ctx.dim, -1), y.shape[1]), y, ctx.plan)
+        dx = sparsemax_backward(as_rows(dy.movedim(ctx.dim, -1)), y, ctx.plan)
         return dx.view(ctx.t_shape).movedim(-1, ctx.dim), None
