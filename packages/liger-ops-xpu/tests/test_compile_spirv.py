@@ -168,17 +168,17 @@ def _norm_cases() -> list[dict]:
 def _activation_cases() -> list[dict]:
     """One compiled variant per 1.2 kernel (both glu activations; the rotary kernel with MROPE on)."""
     from liger_ops_xpu import hardware
-    from liger_ops_xpu._rotary import plan_rotary
     from liger_ops_xpu._tiling import plan_flat, plan_tiles
+    from liger_ops_xpu.rotary import plan_rotary
 
     cases = []
     flat = plan_flat(1 << 20)
     for act in (0, 1):
         c = {"ACT": act, "BLOCK": flat.block}
         fwd = _sig("A B C", "n")
-        cases.append(_case("_glu", "_glu_forward_kernel", fwd, c, flat.num_warps, register_heavy=False))
+        cases.append(_case("glu", "_glu_forward_kernel", fwd, c, flat.num_warps, register_heavy=False))
         bwd = _sig("DC A B DA DB", "n")
-        cases.append(_case("_glu", "_glu_backward_kernel", bwd, c, flat.num_warps, register_heavy=False))
+        cases.append(_case("glu", "_glu_backward_kernel", bwd, c, flat.num_warps, register_heavy=False))
 
     c = {"BLOCK": flat.block}
     cases.append(_case("relu_squared", "_relu_squared_forward_kernel", _sig("X Y", "n"), c, flat.num_warps, False))
@@ -189,7 +189,7 @@ def _activation_cases() -> list[dict]:
     rp = plan_rotary(32, 8, 128)  # LLaMA-3-8B's heads at head_dim 128
     c = {"MROPE": True, "BACKWARD": True, "HEADS_BLOCK": rp.heads_block, "HALF_BLOCK": rp.half_block}
     c.update(N_Q_CHUNKS=rp.n_q_chunks, N_K_CHUNKS=rp.n_k_chunks)
-    cases.append(_case("_rotary", "_rotary_kernel", rotary, c, rp.num_warps, register_heavy=False))
+    cases.append(_case("rotary", "_rotary_kernel", rotary, c, rp.num_warps, register_heavy=False))
 
     for n_cols in (4096, 40000):
         plan = plan_tiles(n_cols)
@@ -210,9 +210,9 @@ def _loss_cases() -> list[dict]:
     divergence pair for the general JSD and KL with log targets."""
     from liger_ops_xpu import hardware
     from liger_ops_xpu._cross_entropy import plan_vocab
-    from liger_ops_xpu._divergence import JSD, KL
     from liger_ops_xpu._matmul import plan_matmul
     from liger_ops_xpu._tiling import plan_blocks
+    from liger_ops_xpu.divergence import JSD, KL
 
     cases = []
     plan = plan_vocab(128256)
@@ -233,10 +233,10 @@ def _loss_cases() -> list[dict]:
         fwd = _sig("X Y LABELS:i64 OUT:fp32 PARTIAL:fp32", "x_row_stride y_row_stride out_row_stride n_rows n_cols")
         fwd.update(_sig("", "ignore_index", "beta eps"))
         fc = {**c, "STORE_ELEMENTS": kind == KL}
-        cases.append(_case("_divergence", "_divergence_forward_kernel", fwd, fc, dp.num_warps, register_heavy=False))
+        cases.append(_case("divergence", "_divergence_forward_kernel", fwd, fc, dp.num_warps, register_heavy=False))
         bwd = _sig("X Y LABELS:i64 GRAD_OUT:fp32 DX", "x_row_stride y_row_stride g_row_stride g_col_stride")
         bwd.update(_sig("", "dx_row_stride n_rows n_cols ignore_index", "beta eps scale"))
-        cases.append(_case("_divergence", "_divergence_backward_kernel", bwd, c, dp.num_warps, register_heavy=False))
+        cases.append(_case("divergence", "_divergence_backward_kernel", bwd, c, dp.num_warps, register_heavy=False))
 
     mm = _sig("A B C:fp32", "M N K a_row_stride b_row_stride c_row_stride")
     block_m, block_n, block_k = plan_matmul(8192, 128256, 4096)  # a chunk of LLaMA-3's logits

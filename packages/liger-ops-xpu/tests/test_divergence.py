@@ -1,4 +1,4 @@
-"""XPU-specific paths of the divergence kernels (_divergence.py): several tiles in both
+"""XPU-specific paths of the divergence kernels (divergence.py): several tiles in both
 directions for kl_div, tvd and jsd, with and without labels. The tiles are lowered so shapes
 stay small; checked against the declarations' float64 oracles."""
 

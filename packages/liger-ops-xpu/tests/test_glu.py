@@ -1,4 +1,4 @@
-"""XPU-specific paths of the gated activations (_glu.py): several flat blocks with a ragged
+"""XPU-specific paths of the gated activations (glu.py): several flat blocks with a ragged
 tail, in_place, for both activations. The block is lowered so shapes stay small; checked
 against the declarations' float64 oracles."""
 

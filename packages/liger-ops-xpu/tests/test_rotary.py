@@ -1,4 +1,4 @@
-"""XPU-specific paths of the rotary kernel (_rotary.py): heads in several chunks for rope (both
+"""XPU-specific paths of the rotary kernel (rotary.py): heads in several chunks for rope (both
 layouts, a per-batch table) and qwen2vl_mrope, an output that feeds nothing. The tile is
 lowered so shapes stay small; checked against the declarations' float64 oracles."""
 
@@ -8,7 +8,7 @@ from liger_core.conformance.check import check
 from liger_core.ops import qwen2vl_mrope, rope
 
 from liger_ops_xpu import BACKEND, hardware
-from liger_ops_xpu._rotary import plan_rotary
+from liger_ops_xpu.rotary import plan_rotary
 
 
 @pytest.mark.parametrize("unsqueeze_dim", [1, 2])

@@ -71,8 +71,9 @@ class Backend:
         device_types: torch device types it serves natively (``("cuda",)``).
         interface_version: ``"MAJOR.MINOR"`` of the op interface it implements.
         ops: op name -> implementation: a function with the contract's parameters (names and
-            order; defaults may be left out, dispatch passes every argument), or an autograd
-            Function whose ``forward(ctx, ...)`` takes them.
+            order; defaults may be left out: dispatch passes every argument, positionally), or an
+            autograd Function whose ``forward(ctx, ...)`` takes them (its ``apply`` is called; on
+            some torch versions it takes no keyword arguments).
         runtime: optional ``() -> str`` describing the kernel runtime (Triton
             distribution and version) for ``liger info``.
     """

@@ -163,9 +163,22 @@ def _cross_entropy_backward_kernel(
 
 @dataclass(frozen=True)
 class VocabPlan:
+    """One program per row of logits, walking its vocabulary in N_CHUNKS blocks of BLOCK_N."""
+
     block_n: int
     n_chunks: int
     num_warps: int
+
+    def launch(self, kernel, n_rows: int, device: torch.device, *args, **constexprs) -> None:
+        """``kernel`` on ``n_rows`` programs with BLOCK_N / N_CHUNKS, this plan's sub-groups and
+        the large register file."""
+        kernel[(n_rows,)](
+            *args,
+            BLOCK_N=self.block_n,
+            N_CHUNKS=self.n_chunks,
+            **constexprs,
+            **hardware.launch_kwargs(kernel, device, self.num_warps),
+        )
 
 
 def plan_vocab(n_cols: int) -> VocabPlan:
@@ -207,9 +220,10 @@ def cross_entropy_forward(logits2d, target, weight, opts: CEOptions, weight_tota
     z, lse = torch.empty_like(loss), torch.empty_like(loss)
     if n_rows == 0:
         return loss, z, lse
-    plan = plan_vocab(n_cols)
-    kernel = _cross_entropy_forward_kernel
-    kernel[(n_rows,)](
+    plan_vocab(n_cols).launch(
+        _cross_entropy_forward_kernel,
+        n_rows,
+        logits2d.device,
         logits2d,
         target,
         weight if weight is not None else logits2d,  # never read without HAS_WEIGHT
@@ -220,9 +234,6 @@ def cross_entropy_forward(logits2d, target, weight, opts: CEOptions, weight_tota
         n_cols,
         *opts.scalars(weight_total),
         **opts.constexprs(weight is not None),
-        BLOCK_N=plan.block_n,
-        N_CHUNKS=plan.n_chunks,
-        **hardware.launch_kwargs(kernel, logits2d.device, plan.num_warps),
     )
     return loss, z, lse
 
@@ -234,9 +245,10 @@ def cross_entropy_backward(
     n_rows, n_cols = logits2d.shape
     if n_rows == 0:
         return dx
-    plan = plan_vocab(n_cols)
-    kernel = _cross_entropy_backward_kernel
-    kernel[(n_rows,)](
+    plan_vocab(n_cols).launch(
+        _cross_entropy_backward_kernel,
+        n_rows,
+        logits2d.device,
         logits2d,
         target,
         weight if weight is not None else logits2d,
@@ -251,9 +263,6 @@ def cross_entropy_backward(
         loss_scale,
         z_scale,
         **opts.constexprs(weight is not None),
-        BLOCK_N=plan.block_n,
-        N_CHUNKS=plan.n_chunks,
-        **hardware.launch_kwargs(kernel, logits2d.device, plan.num_warps),
     )
     return dx
 

@@ -1,5 +1,6 @@
 """Host-side helpers shared by the op modules: row views, tile plans (row tiles, flat and 2-D
-elementwise blocks, fused-linear token chunks), persistent grids and their partial sums.
+elementwise blocks, fused-linear token chunks), their launches, persistent grids and their
+partial sums.
 
 Every size comes from ``hardware`` (read at call time, so tests can lower the caps and force a
 code path); nothing here is a kernel.
@@ -19,9 +20,10 @@ from liger_ops_xpu import hardware
 # -- row views ---------------------------------------------------------------------------------
 
 
-def as_rows(t: torch.Tensor, n_cols: int) -> torch.Tensor:
-    """``t`` (an input or its incoming gradient) as ``(-1, n_cols)`` rows with unit column
+def as_rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (an input or its incoming gradient) as ``(rows, t.shape[-1])`` with unit column
     stride (a copy only where needed)."""
+    n_cols = t.shape[-1]
     t2d = t.reshape(math.prod(t.shape[:-1]), n_cols)  # not -1: ambiguous when n_cols == 0
     return t2d if t2d.stride(-1) == 1 or n_cols <= 1 else t2d.contiguous()
 
@@ -70,6 +72,10 @@ class TilePlan:
     @property
     def chunked(self) -> bool:
         return self.n_chunks > 1
+
+    def tiles(self, n_rows: int) -> int:
+        """Row tiles over ``n_rows`` rows (the forward kernels' grid: one program per tile)."""
+        return triton.cdiv(n_rows, self.block_m)
 
 
 def _sub_group(device: torch.device) -> int:
@@ -132,6 +138,10 @@ class BlockPlan:
     block_n: int
     num_warps: int
 
+    def grid(self, n_rows: int, n_cols: int) -> tuple[int, int]:
+        """One program per block: (row blocks, column blocks)."""
+        return triton.cdiv(n_rows, self.block_m), triton.cdiv(n_cols, self.block_n)
+
 
 def plan_blocks(n_cols: int) -> BlockPlan:
     """Columns in ``ELEMENTWISE_COL_BLOCK``-wide blocks, rows filling ``ELEMENTWISE_BLOCK``."""
@@ -160,6 +170,43 @@ def launch_row_tiles(kernel, programs: int, plan: TilePlan, device: torch.device
         **constexprs,
         **hardware.launch_kwargs(kernel, device, plan.num_warps),
     )
+
+
+def launch_blocks(kernel, grid: tuple[int, int], plan: BlockPlan, device: torch.device, *args, **constexprs) -> None:
+    """Launch a 2-D elementwise kernel on ``grid`` with ``plan``'s BLOCK_M / BLOCK_N and its
+    sub-groups, in the default register file (streaming kernels: dyt, the divergences)."""
+    kernel[grid](
+        *args,
+        BLOCK_M=plan.block_m,
+        BLOCK_N=plan.block_n,
+        **constexprs,
+        **hardware.launch_kwargs(kernel, device, plan.num_warps, register_heavy=False),
+    )
+
+
+def launch_rows(kernel, plan: TilePlan, rows: tuple[torch.Tensor, ...], **constexprs) -> None:
+    """One program per row tile of ``plan`` over ``rows`` (``(n_rows, n_cols)`` tensors, unit
+    column stride): the kernel's arguments are the tensors, their row strides, ``n_rows`` and
+    ``n_cols`` (softmax, sparsemax). Nothing is launched for empty rows."""
+    n_rows, n_cols = rows[0].shape
+    if n_rows and n_cols:
+        args = (*rows, *(t.stride(0) for t in rows), n_rows, n_cols)
+        launch_row_tiles(kernel, plan.tiles(n_rows), plan, rows[0].device, *args, **constexprs)
+
+
+def launch_flat(kernel, n: int, device: torch.device, *args, **constexprs) -> None:
+    """Launch an elementwise kernel over ``n`` elements on `plan_flat`'s grid (arguments: ``args``,
+    ``n``, BLOCK, ``constexprs``), in the default register file: streaming kernels want more
+    threads resident, not more registers. Nothing is launched for ``n == 0``."""
+    if n:
+        plan = plan_flat(n)
+        kernel[(plan.programs,)](
+            *args,
+            n,
+            BLOCK=plan.block,
+            **constexprs,
+            **hardware.launch_kwargs(kernel, device, plan.num_warps, register_heavy=False),
+        )
 
 
 def static_trips(kernel, trips: int) -> int:
@@ -191,6 +238,13 @@ def backward_grid(
 ) -> tuple[int, int]:
     """The persistent grid over the row tiles of ``plan`` (per column block, for 2-D plans)."""
     return persistent_grid(triton.cdiv(n_rows, plan.block_m), plan.num_warps, device, n_col_blocks)
+
+
+def partial_rows(programs: int, n_cols: int, plan: TilePlan, device: torch.device) -> torch.Tensor:
+    """One fp32 partial row per backward program, for a parameter's gradient (`sum_partials`);
+    chunked plans add to it chunk by chunk (`_jit.add_to_partial`), so it starts at zero."""
+    alloc = torch.zeros if plan.chunked else torch.empty
+    return alloc((programs, n_cols), dtype=torch.float32, device=device)
 
 
 def sum_partials(partial: torch.Tensor | None, like: torch.Tensor | None) -> torch.Tensor | None:

@@ -26,30 +26,13 @@ from liger_ops_xpu._tiling import unit_col
 class LigerCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx,
-        logits,
-        target,
-        weight,
-        ignore_index,
-        lse_square_scale,
-        label_smoothing,
-        reduction,
-        softcap,
-        return_z_loss,
-        in_place,
-    ):
+        ctx, logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap,
+        return_z_loss, in_place,
+    ):  # fmt: skip
         check_args(
-            logits,
-            target,
-            weight,
-            ignore_index,
-            lse_square_scale,
-            label_smoothing,
-            reduction,
-            softcap,
-            return_z_loss,
-            in_place,
-        )
+            logits, target, weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap,
+            return_z_loss, in_place,
+        )  # fmt: skip
         n_valid, weight_sum = target_stats(logits, target, weight, ignore_index)
         opts = CEOptions(ignore_index, lse_square_scale, label_smoothing, reduction, softcap)
         logits2d = unit_col(logits)

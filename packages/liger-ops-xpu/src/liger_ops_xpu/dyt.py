@@ -16,9 +16,17 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops.dyt import check_args
 
-from liger_ops_xpu import hardware
 from liger_ops_xpu._jit import row_tile, tanh
-from liger_ops_xpu._tiling import BlockPlan, as_rows, backward_grid, plan_blocks, static_trips, sum_partials
+from liger_ops_xpu._tiling import (
+    BlockPlan,
+    as_rows,
+    backward_grid,
+    launch_blocks,
+    plan_blocks,
+    static_trips,
+    sum_partials,
+    zeros_or_none,
+)
 
 
 @triton.jit
@@ -107,8 +115,11 @@ def dyt_forward(x2d, alpha, gamma, beta, plan: BlockPlan) -> torch.Tensor:
     y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     if x2d.numel() == 0:
         return y
-    kernel = _dyt_forward_kernel
-    kernel[(triton.cdiv(n_rows, plan.block_m), triton.cdiv(n_cols, plan.block_n))](
+    launch_blocks(
+        _dyt_forward_kernel,
+        plan.grid(n_rows, n_cols),
+        plan,
+        x2d.device,
         x2d,
         alpha,
         gamma,
@@ -119,9 +130,6 @@ def dyt_forward(x2d, alpha, gamma, beta, plan: BlockPlan) -> torch.Tensor:
         n_rows,
         n_cols,
         HAS_BETA=beta is not None,
-        BLOCK_M=plan.block_m,
-        BLOCK_N=plan.block_n,
-        **hardware.launch_kwargs(kernel, x2d.device, plan.num_warps, register_heavy=False),
     )
     return y
 
@@ -133,15 +141,17 @@ def dyt_backward(dy2d, x2d, alpha, gamma, beta, plan: BlockPlan):
     has_beta = beta is not None
     dx = torch.empty_like(x2d)
     if x2d.numel() == 0:
-        dbeta = torch.zeros_like(beta) if has_beta else None
-        return dx, torch.zeros_like(alpha), torch.zeros_like(gamma), dbeta
+        return dx, torch.zeros_like(alpha), torch.zeros_like(gamma), zeros_or_none(beta)
     n_col_blocks = triton.cdiv(n_cols, plan.block_n)
     programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device, n_col_blocks)
     dgamma_partial = torch.empty((programs, n_cols), dtype=torch.float32, device=x2d.device)
     dbeta_partial = torch.empty_like(dgamma_partial) if has_beta else dgamma_partial
     dalpha_partial = torch.empty((programs, n_col_blocks), dtype=torch.float32, device=x2d.device)
-    kernel = _dyt_backward_kernel
-    kernel[(programs, n_col_blocks)](
+    launch_blocks(
+        _dyt_backward_kernel,
+        (programs, n_col_blocks),
+        plan,
+        x2d.device,
         dy2d,
         x2d,
         alpha,
@@ -157,10 +167,7 @@ def dyt_backward(dy2d, x2d, alpha, gamma, beta, plan: BlockPlan):
         n_cols,
         tiles_per_program,
         HAS_BETA=has_beta,
-        BLOCK_M=plan.block_m,
-        BLOCK_N=plan.block_n,
-        STATIC_TILES=static_trips(kernel, tiles_per_program),
-        **hardware.launch_kwargs(kernel, x2d.device, plan.num_warps, register_heavy=False),
+        STATIC_TILES=static_trips(_dyt_backward_kernel, tiles_per_program),
     )
     dalpha = dalpha_partial.sum().to(alpha.dtype).reshape(alpha.shape)
     return dx, dalpha, sum_partials(dgamma_partial, gamma), sum_partials(dbeta_partial, beta)
@@ -171,9 +178,8 @@ class LigerDyTFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, alpha, gamma, beta):
         check_args(x, alpha, gamma, beta)
-        n_cols = x.shape[-1]
-        x2d = as_rows(x, n_cols)
-        plan = plan_blocks(n_cols)
+        x2d = as_rows(x)
+        plan = plan_blocks(x2d.shape[1])
         y = dyt_forward(x2d, alpha, gamma, beta, plan)
         ctx.save_for_backward(x2d, alpha, gamma, beta)
         ctx.plan = plan
@@ -182,6 +188,5 @@ class LigerDyTFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x2d, alpha, gamma, beta = ctx.saved_tensors
-        dy2d = as_rows(dy, x2d.shape[1])
-        dx, dalpha, dgamma, dbeta = dyt_backward(dy2d, x2d, alpha, gamma, beta, ctx.plan)
+        dx, dalpha, dgamma, dbeta = dyt_backward(as_rows(dy), x2d, alpha, gamma, beta, ctx.plan)
         return dx.view(dy.shape), dalpha, dgamma, dbeta

@@ -71,34 +71,13 @@ def flce_pass(x, weight, bias, target, ce_weight, opts: CEOptions, w_total, scal
 class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx,
-        input,
-        weight,
-        target,
-        bias,
-        ce_weight,
-        ignore_index,
-        lse_square_scale,
-        label_smoothing,
-        reduction,
-        softcap,
-        return_z_loss,
-        accum_dtype,
-    ):
+        ctx, input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction,
+        softcap, return_z_loss, accum_dtype,
+    ):  # fmt: skip
         check_args(
-            input,
-            weight,
-            target,
-            bias,
-            ce_weight,
-            ignore_index,
-            lse_square_scale,
-            label_smoothing,
-            reduction,
-            softcap,
-            return_z_loss,
-            accum_dtype,
-        )
+            input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction,
+            softcap, return_z_loss, accum_dtype,
+        )  # fmt: skip
         n_valid, weight_sum = target_stats(input, weight, target, ce_weight, ignore_index)
         opts = CEOptions(ignore_index, lse_square_scale, label_smoothing, reduction, softcap)
         x = unit_col(input)

@@ -4,7 +4,7 @@ projections and the generalised JSD of their log-softmaxes, chunk by chunk over 
 Per chunk of about FUSED_LINEAR_CHUNK_ELEMENTS logits: fp32 logits of both models (the
 contract asks for fp32 products, no rounding before the softmax: for 16-bit inputs the GEMM of
 _matmul.py, 16-bit tiles on the matrix engines with fp32 output, so no fp32 copy of either
-weight), their log-softmax at the temperature, the divergence kernels of _divergence.py (the
+weight), their log-softmax at the temperature, the divergence kernels of divergence.py (the
 chunk's loss sum, then the gradient in the student's log-probabilities), the chain through
 log-softmax (``grad_s = (g - softmax(s) * sum(g)) / T``) and the student's two gradient matmuls
 in the student's dtype (grad_weight accumulated in it, as for fused_linear_cross_entropy's
@@ -19,35 +19,22 @@ from liger_core.backend import implements
 from liger_core.ops._losses import label_count
 from liger_core.ops.fused_linear_jsd import check_args
 
-from liger_ops_xpu._divergence import divergence_backward, divergence_forward, jsd_divergence
 from liger_ops_xpu._matmul import matmul_nt_f32
 from liger_ops_xpu._tiling import plan_chunks
+from liger_ops_xpu.divergence import divergence_backward, divergence_forward, jsd_divergence
 
 
 @implements("fused_linear_jsd")
 class LigerFusedLinearJSDFunction(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx,
-        student_input,
-        student_weight,
-        teacher_input,
-        teacher_weight,
-        shift_labels,
-        jsd_beta,
-        ignore_index,
+        ctx, student_input, student_weight, teacher_input, teacher_weight, shift_labels, jsd_beta, ignore_index,
         temperature,
-    ):
+    ):  # fmt: skip
         check_args(
-            student_input,
-            student_weight,
-            teacher_input,
-            teacher_weight,
-            shift_labels,
-            jsd_beta,
-            ignore_index,
+            student_input, student_weight, teacher_input, teacher_weight, shift_labels, jsd_beta, ignore_index,
             temperature,
-        )
+        )  # fmt: skip
         xs, ws, xt, wt = student_input, student_weight, teacher_input, teacher_weight
         labels = None if shift_labels is None else shift_labels.contiguous()
         temperature = float(temperature)

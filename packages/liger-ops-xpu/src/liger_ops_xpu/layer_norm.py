@@ -18,12 +18,13 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops.layer_norm import check_args
 
-from liger_ops_xpu._jit import row_tile
+from liger_ops_xpu._jit import add_to_partial, col_tile, row_tile
 from liger_ops_xpu._tiling import (
     TilePlan,
     as_rows,
     backward_grid,
     launch_row_tiles,
+    partial_rows,
     plan_tiles,
     static_trips,
     sum_partials,
@@ -32,12 +33,12 @@ from liger_ops_xpu._tiling import (
 
 
 @triton.jit
-def _affine(x_hat, W, B, c, col_mask, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+def _affine(x_hat, W, B, c, n_cols, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
     y = x_hat
     if HAS_WEIGHT:
-        y = y * tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+        y = y * tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32)[None, :]
     if HAS_BIAS:
-        y = y + tl.load(B + c, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+        y = y + tl.load(B + c, mask=c < n_cols, other=0.0).to(tl.float32)[None, :]
     return y
 
 
@@ -64,26 +65,23 @@ def _layer_norm_forward_kernel(
     rows, row_mask, rows64 = row_tile(pid * BLOCK_M, n_rows, BLOCK_M)
     x_base = X + rows64[:, None] * x_row_stride
     y_base = Y + rows64[:, None] * y_row_stride
-    cols = tl.arange(0, BLOCK_N)
 
     if N_CHUNKS == 1:
-        col_mask = cols < n_cols
-        mask = row_mask[:, None] & col_mask[None, :]
+        cols, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
         xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         mean = tl.sum(xf, axis=1) / n_cols
         xc = tl.where(mask, xf - mean[:, None], 0.0)
         rstd = tl.math.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
-        y = _affine(xc * rstd[:, None], W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS)
+        y = _affine(xc * rstd[:, None], W, B, cols, n_cols, HAS_WEIGHT, HAS_BIAS)
         tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
         # Shift: the mean of the first chunk (always full: n_cols > BLOCK_N here).
-        shift = tl.sum(tl.load(x_base + cols[None, :], mask=row_mask[:, None], other=0.0).to(tl.float32), axis=1)
-        shift = shift / BLOCK_N
+        c, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
+        shift = tl.sum(tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32), axis=1) / BLOCK_N
         s1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
         s2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             xf = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             d = tl.where(mask, xf - shift[:, None], 0.0)
             s1 += tl.sum(d, axis=1)
@@ -92,11 +90,9 @@ def _layer_norm_forward_kernel(
         mean = shift + d_mean
         rstd = tl.math.rsqrt(tl.maximum(s2 / n_cols - d_mean * d_mean, 0.0) + eps)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            col_mask = c < n_cols
-            mask = row_mask[:, None] & col_mask[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             xf = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            y = _affine((xf - mean[:, None]) * rstd[:, None], W, B, c, col_mask, HAS_WEIGHT, HAS_BIAS)
+            y = _affine((xf - mean[:, None]) * rstd[:, None], W, B, c, n_cols, HAS_WEIGHT, HAS_BIAS)
             tl.store(y_base + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
     tl.store(MEAN + rows, mean, mask=row_mask)
     tl.store(RSTD + rows, rstd, mask=row_mask)
@@ -174,36 +170,30 @@ def _layer_norm_backward_kernel(
             sum_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             sum_gx = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for chunk in range(N_CHUNKS):
-                c = chunk * BLOCK_N + cols
-                col_mask = c < n_cols
-                mask = row_mask[:, None] & col_mask[None, :]
+                c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
                 xf = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 g = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 if HAS_WEIGHT:
-                    g = g * tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+                    g = g * tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32)[None, :]
                 x_hat = tl.where(mask, (xf - mean[:, None]) * rstd[:, None], 0.0)
                 sum_g += g
                 sum_gx += g * x_hat
             mean_g = tl.sum(sum_g, axis=1) / n_cols
             mean_gx = tl.sum(sum_gx, axis=1) / n_cols
             for chunk in range(N_CHUNKS):
-                c = chunk * BLOCK_N + cols
-                col_mask = c < n_cols
-                mask = row_mask[:, None] & col_mask[None, :]
+                c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
                 xf = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 g = dy
                 if HAS_WEIGHT:
-                    g = dy * tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+                    g = dy * tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32)[None, :]
                 x_hat = tl.where(mask, (xf - mean[:, None]) * rstd[:, None], 0.0)
                 dx = rstd[:, None] * (g - mean_g[:, None] - x_hat * mean_gx[:, None])
                 tl.store(DX + rows64[:, None] * dx_row_stride + c[None, :], dx.to(DX.dtype.element_ty), mask=mask)
                 if HAS_WEIGHT:
-                    partial = tl.load(dw_base + c, mask=col_mask, other=0.0)
-                    tl.store(dw_base + c, partial + tl.sum(dy * x_hat, axis=0), mask=col_mask)
+                    add_to_partial(dw_base, c, n_cols, tl.sum(dy * x_hat, axis=0))
                 if HAS_BIAS:
-                    partial = tl.load(db_base + c, mask=col_mask, other=0.0)
-                    tl.store(db_base + c, partial + tl.sum(dy, axis=0), mask=col_mask)
+                    add_to_partial(db_base, c, n_cols, tl.sum(dy, axis=0))
 
 
 def layer_norm_forward(x2d, weight, bias, eps: float, plan: TilePlan):
@@ -216,7 +206,7 @@ def layer_norm_forward(x2d, weight, bias, eps: float, plan: TilePlan):
         return y, mean, rstd
     launch_row_tiles(
         _layer_norm_forward_kernel,
-        triton.cdiv(n_rows, plan.block_m),
+        plan.tiles(n_rows),
         plan,
         x2d.device,
         x2d,
@@ -244,9 +234,8 @@ def layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, plan: TilePlan):
     if x2d.numel() == 0:
         return dx, zeros_or_none(weight), zeros_or_none(bias)
     programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device)
-    # One fp32 row per program and parameter; chunked plans accumulate, so they start at zero.
-    alloc = torch.zeros if plan.chunked else torch.empty
-    partial = lambda on: alloc((programs, n_cols), dtype=torch.float32, device=x2d.device) if on else mean
+    # One fp32 partial row per program and parameter (mean stands in for an absent one: never written).
+    partial = lambda on: partial_rows(programs, n_cols, plan, x2d.device) if on else mean
     dw_partial, db_partial = partial(has_weight), partial(has_bias)
     launch_row_tiles(
         _layer_norm_backward_kernel,
@@ -279,9 +268,8 @@ class LigerLayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
         check_args(x, weight, bias, eps)
-        n_cols = x.shape[-1]
-        x2d = as_rows(x, n_cols)
-        plan = plan_tiles(n_cols, x.device)
+        x2d = as_rows(x)
+        plan = plan_tiles(x2d.shape[1], x.device)
         y, mean, rstd = layer_norm_forward(x2d, weight, bias, float(eps), plan)
         ctx.save_for_backward(x2d, weight, bias, mean, rstd)
         ctx.plan = plan
@@ -290,6 +278,5 @@ class LigerLayerNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, bias, mean, rstd = ctx.saved_tensors
-        dy2d = as_rows(dy, x2d.shape[1])
-        dx, dw, db = layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, ctx.plan)
+        dx, dw, db = layer_norm_backward(as_rows(dy), x2d, weight, bias, mean, rstd, ctx.plan)
         return dx.view(dy.shape), dw, db, None

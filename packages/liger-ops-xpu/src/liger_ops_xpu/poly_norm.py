@@ -21,7 +21,7 @@ from liger_core.backend import implements
 from liger_core.ops.poly_norm import check_args
 
 from liger_ops_xpu import hardware
-from liger_ops_xpu._jit import row_tile
+from liger_ops_xpu._jit import col_tile, row_tile
 from liger_ops_xpu._tiling import TilePlan, as_rows, backward_grid, launch_row_tiles, plan_tiles, static_trips
 
 # Partial sums per backward program: grad_w0 (cubic), grad_w1 (square), grad_w2 (linear), grad_b.
@@ -48,14 +48,13 @@ def _poly_norm_forward_kernel(
     _, row_mask, rows64 = row_tile(pid * BLOCK_M, n_rows, BLOCK_M)
     x_base = X + rows64[:, None] * x_row_stride
     y_base = Y + rows64[:, None] * y_row_stride
-    cols = tl.arange(0, BLOCK_N)
     w0 = tl.load(W).to(tl.float32)
     w1 = tl.load(W + 1).to(tl.float32)
     w2 = tl.load(W + 2).to(tl.float32)
     b = tl.load(B).to(tl.float32)
 
     if N_CHUNKS == 1:
-        mask = row_mask[:, None] & (cols < n_cols)[None, :]
+        cols, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
         x = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         x2 = x * x
         x3 = x2 * x
@@ -69,8 +68,7 @@ def _poly_norm_forward_kernel(
         ss2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
         ss3 = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             x = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             x2 = x * x
             ss1 += tl.sum(x2, axis=1)
@@ -80,8 +78,7 @@ def _poly_norm_forward_kernel(
         r2 = tl.math.rsqrt(ss2 / n_cols + eps)
         r3 = tl.math.rsqrt(ss3 / n_cols + eps)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             x = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             x2 = x * x
             y = (w0 * r3)[:, None] * (x2 * x) + (w1 * r2)[:, None] * x2 + (w2 * r1)[:, None] * x + b
@@ -122,7 +119,6 @@ def _poly_norm_backward_kernel(
 ):
     pid = tl.program_id(0)
     first_row = pid * tiles_per_program * BLOCK_M
-    cols = tl.arange(0, BLOCK_N)
     w0 = tl.load(W).to(tl.float32)
     w1 = tl.load(W + 1).to(tl.float32)
     w2 = tl.load(W + 2).to(tl.float32)
@@ -140,7 +136,7 @@ def _poly_norm_backward_kernel(
         r2 = tl.load(RSTD + rows64 * 3 + 1, mask=row_mask, other=0.0)
         r3 = tl.load(RSTD + rows64 * 3 + 2, mask=row_mask, other=0.0)
         if N_CHUNKS == 1:
-            mask = row_mask[:, None] & (cols < n_cols)[None, :]
+            cols, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
             x = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             x2 = x * x
@@ -156,8 +152,7 @@ def _poly_norm_backward_kernel(
             t3 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             tb = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for chunk in range(N_CHUNKS):
-                c = chunk * BLOCK_N + cols
-                mask = row_mask[:, None] & (c < n_cols)[None, :]
+                c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
                 x = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 dyx = dy * x
@@ -170,8 +165,7 @@ def _poly_norm_backward_kernel(
             d3 = tl.sum(t3, axis=1) * r3
             db = tl.sum(tb, axis=1)
             for chunk in range(N_CHUNKS):
-                c = chunk * BLOCK_N + cols
-                mask = row_mask[:, None] & (c < n_cols)[None, :]
+                c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
                 x = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 dx = _poly_norm_grad_x(x, dy, r1, r2, r3, d1 / n_cols, d2 / n_cols, d3 / n_cols, w0, w1, w2)
@@ -201,7 +195,7 @@ def poly_norm_forward(x2d, weight, bias, eps: float, plan: TilePlan):
         return y, rstd
     launch_row_tiles(
         _poly_norm_forward_kernel,
-        triton.cdiv(n_rows, plan.block_m),
+        plan.tiles(n_rows),
         plan,
         x2d.device,
         x2d,
@@ -254,9 +248,8 @@ class LigerPolyNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
         check_args(x, weight, bias, eps)
-        n_cols = x.shape[-1]
-        x2d = as_rows(x, n_cols)
-        plan = plan_poly_norm(n_cols, x.device)
+        x2d = as_rows(x)
+        plan = plan_poly_norm(x2d.shape[1], x.device)
         y, rstd = poly_norm_forward(x2d, weight, bias, float(eps), plan)
         ctx.save_for_backward(x2d, weight, bias, rstd)
         ctx.plan = plan
@@ -265,6 +258,5 @@ class LigerPolyNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, bias, rstd = ctx.saved_tensors
-        dy2d = as_rows(dy, x2d.shape[1])
-        dx, dw, db = poly_norm_backward(dy2d, x2d, weight, bias, rstd, ctx.plan)
+        dx, dw, db = poly_norm_backward(as_rows(dy), x2d, weight, bias, rstd, ctx.plan)
         return dx.view(dy.shape), dw, db, None

@@ -2,7 +2,7 @@
 and autograd Function.
 
 Elementwise and launched like the gated activations: a flat 1-D grid of ``ELEMENTWISE_BLOCK``-
-element programs over contiguous x (`_tiling.plan_flat`), default register file. Forward reads x
+element programs over contiguous x (`_tiling.launch_flat`), default register file. Forward reads x
 and writes y; backward reads the incoming gradient and x (saved: the gradient needs relu(x))
 and writes grad_x = 2 * relu(x) * grad_y, in fp32 and rounded once.
 """
@@ -15,8 +15,7 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops.relu_squared import check_args
 
-from liger_ops_xpu import hardware
-from liger_ops_xpu._tiling import plan_flat
+from liger_ops_xpu._tiling import launch_flat
 
 
 @triton.jit
@@ -36,26 +35,17 @@ def _relu_squared_backward_kernel(DY, X, DX, n, BLOCK: tl.constexpr):
     tl.store(DX + offs, (2.0 * r * dy).to(DX.dtype.element_ty), mask=mask)
 
 
-def _launch_flat(kernel, n: int, device: torch.device, *args) -> None:
-    plan = plan_flat(n)
-    kernel[(plan.programs,)](
-        *args, n, BLOCK=plan.block, **hardware.launch_kwargs(kernel, device, plan.num_warps, register_heavy=False)
-    )
-
-
 def relu_squared_forward(x: torch.Tensor) -> torch.Tensor:
     """``relu(x) ** 2`` of contiguous ``x``."""
     y = torch.empty_like(x)
-    if x.numel():
-        _launch_flat(_relu_squared_forward_kernel, x.numel(), x.device, x, y)
+    launch_flat(_relu_squared_forward_kernel, x.numel(), x.device, x, y)
     return y
 
 
 def relu_squared_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``grad_x`` of contiguous ``x``."""
     dx = torch.empty_like(x)
-    if x.numel():
-        _launch_flat(_relu_squared_backward_kernel, x.numel(), x.device, dy.contiguous(), x, dx)
+    launch_flat(_relu_squared_backward_kernel, x.numel(), x.device, dy.contiguous(), x, dx)
     return dx
 
 

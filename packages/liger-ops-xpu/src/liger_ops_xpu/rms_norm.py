@@ -27,15 +27,17 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops import fused_add_rms_norm, rms_norm
 
-from liger_ops_xpu._jit import row_tile
+from liger_ops_xpu._jit import add_to_partial, col_tile, row_tile
 from liger_ops_xpu._tiling import (
     TilePlan,
     as_rows,
     backward_grid,
     launch_row_tiles,
+    partial_rows,
     plan_tiles,
     static_trips,
     sum_partials,
+    zeros_or_none,
 )
 
 # casting_mode -> whether x_hat is rounded to x.dtype before the weight multiply
@@ -44,13 +46,13 @@ _ROUND_X_HAT = {"llama": True, "none": True, "gemma": False}
 
 
 @triton.jit
-def _scaled_x_hat(x, rstd, W, cols, col_mask, offset, HAS_WEIGHT: tl.constexpr, ROUND_X_HAT: tl.constexpr):
+def _scaled_x_hat(x, rstd, W, cols, n_cols, offset, HAS_WEIGHT: tl.constexpr, ROUND_X_HAT: tl.constexpr):
     """Forward output of a [BLOCK_M, BLOCK_N] tile in fp32: x * rstd, rounded like the model, times (w + offset)."""
     x_hat = x.to(tl.float32) * rstd[:, None]
     if ROUND_X_HAT:
         x_hat = x_hat.to(x.dtype).to(tl.float32)
     if HAS_WEIGHT:
-        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+        w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
         x_hat = x_hat * (w + offset)[None, :]
     return x_hat
 
@@ -63,6 +65,18 @@ def _load_input(x_ptrs, r_ptrs, mask, HAS_RESIDUAL: tl.constexpr):
         r = tl.load(r_ptrs, mask=mask, other=0.0)
         x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
     return x
+
+
+@triton.jit
+def _store_grad_x(
+    dx, DX, DS, DR, rows64, cols, mask, dx_row_stride, ds_row_stride, dr_row_stride, HAS_DS: tl.constexpr
+):
+    """Store a tile of grad_x; with HAS_DS the new residual's incoming gradient is added first and
+    the sum is also stored to DR (the residual's gradient)."""
+    if HAS_DS:
+        dx += tl.load(DS + rows64[:, None] * ds_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        tl.store(DR + rows64[:, None] * dr_row_stride + cols[None, :], dx.to(DR.dtype.element_ty), mask=mask)
+    tl.store(DX + rows64[:, None] * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -95,25 +109,22 @@ def _rms_norm_forward_kernel(
     r_base = R + rows64[:, None] * r_row_stride
     s_base = S + rows64[:, None] * s_row_stride
     y_base = Y + rows64[:, None] * y_row_stride
-    cols = tl.arange(0, BLOCK_N)
 
     if N_CHUNKS == 1:
         # The whole row is in the tile: one read of x.
-        col_mask = cols < n_cols
-        mask = row_mask[:, None] & col_mask[None, :]
+        cols, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
         x = _load_input(x_base + cols[None, :], r_base + cols[None, :], mask, HAS_RESIDUAL)
         if HAS_RESIDUAL:
             tl.store(s_base + cols[None, :], x, mask=mask)
         xf = x.to(tl.float32)
         rstd = tl.math.rsqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
-        y = _scaled_x_hat(x, rstd, W, cols, col_mask, offset, HAS_WEIGHT, ROUND_X_HAT)
+        y = _scaled_x_hat(x, rstd, W, cols, n_cols, offset, HAS_WEIGHT, ROUND_X_HAT)
         tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
         # Wide rows: a pass for the mean square, a pass that writes the output.
         sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             x = _load_input(x_base + c[None, :], r_base + c[None, :], mask, HAS_RESIDUAL)
             if HAS_RESIDUAL:
                 tl.store(s_base + c[None, :], x, mask=mask)
@@ -121,13 +132,11 @@ def _rms_norm_forward_kernel(
             sum_sq += tl.sum(xf * xf, axis=1)
         rstd = tl.math.rsqrt(sum_sq / n_cols + eps)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            col_mask = c < n_cols
-            mask = row_mask[:, None] & col_mask[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             # Recomputed rather than read back from S: no ordering between this program's own
             # store and load is promised.
             x = _load_input(x_base + c[None, :], r_base + c[None, :], mask, HAS_RESIDUAL)
-            y = _scaled_x_hat(x, rstd, W, c, col_mask, offset, HAS_WEIGHT, ROUND_X_HAT)
+            y = _scaled_x_hat(x, rstd, W, c, n_cols, offset, HAS_WEIGHT, ROUND_X_HAT)
             tl.store(y_base + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + rows, rstd, mask=row_mask)
 
@@ -188,12 +197,7 @@ def _rms_norm_backward_kernel(
                 g = dy * w_eff[None, :]
             mean_gx = tl.sum(g * x_hat, axis=1) / n_cols
             dx = rstd[:, None] * (g - x_hat * mean_gx[:, None])
-            if HAS_DS:
-                ds = tl.load(DS + rows64[:, None] * ds_row_stride + cols[None, :], mask=mask, other=0.0)
-                dx += ds.to(tl.float32)
-                dr_ptrs = DR + rows64[:, None] * dr_row_stride + cols[None, :]
-                tl.store(dr_ptrs, dx.to(DR.dtype.element_ty), mask=mask)
-            tl.store(DX + rows64[:, None] * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+            _store_grad_x(dx, DX, DS, DR, rows64, cols, mask, dx_row_stride, ds_row_stride, dr_row_stride, HAS_DS)
             if HAS_WEIGHT:
                 if ROUND_X_HAT:
                     x_hat = x_hat.to(x.dtype).to(tl.float32)
@@ -210,37 +214,27 @@ def _rms_norm_backward_kernel(
             rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
             dot = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for chunk in range(N_CHUNKS):
-                c = chunk * BLOCK_N + cols
-                col_mask = c < n_cols
-                mask = row_mask[:, None] & col_mask[None, :]
+                c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
                 xf = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 g = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 if HAS_WEIGHT:
-                    g = g * (tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32) + offset)[None, :]
+                    g = g * (tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32) + offset)[None, :]
                 dot += g * xf
             mean_gx = tl.sum(dot, axis=1) * rstd / n_cols
             for chunk in range(N_CHUNKS):
-                c = chunk * BLOCK_N + cols
-                col_mask = c < n_cols
-                mask = row_mask[:, None] & col_mask[None, :]
+                c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
                 x = tl.load(x_base + c[None, :], mask=mask, other=0.0)
                 dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 x_hat = x.to(tl.float32) * rstd[:, None]
                 g = dy
                 if HAS_WEIGHT:
-                    g = dy * (tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32) + offset)[None, :]
+                    g = dy * (tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32) + offset)[None, :]
                 dx = rstd[:, None] * (g - x_hat * mean_gx[:, None])
-                if HAS_DS:
-                    ds = tl.load(DS + rows64[:, None] * ds_row_stride + c[None, :], mask=mask, other=0.0)
-                    dx += ds.to(tl.float32)
-                    dr_ptrs = DR + rows64[:, None] * dr_row_stride + c[None, :]
-                    tl.store(dr_ptrs, dx.to(DR.dtype.element_ty), mask=mask)
-                tl.store(DX + rows64[:, None] * dx_row_stride + c[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+                _store_grad_x(dx, DX, DS, DR, rows64, c, mask, dx_row_stride, ds_row_stride, dr_row_stride, HAS_DS)
                 if HAS_WEIGHT:
                     if ROUND_X_HAT:
                         x_hat = x_hat.to(x.dtype).to(tl.float32)
-                    partial = tl.load(dw_base + c, mask=col_mask, other=0.0)
-                    tl.store(dw_base + c, partial + tl.sum(dy * x_hat, axis=0), mask=col_mask)
+                    add_to_partial(dw_base, c, n_cols, tl.sum(dy * x_hat, axis=0))
 
 
 def rms_norm_forward(
@@ -264,7 +258,7 @@ def rms_norm_forward(
     r = residual2d if has_residual else x2d  # never read without HAS_RESIDUAL
     launch_row_tiles(
         _rms_norm_forward_kernel,
-        triton.cdiv(n_rows, plan.block_m),
+        plan.tiles(n_rows),
         plan,
         x2d.device,
         x2d,
@@ -310,13 +304,10 @@ def rms_norm_backward(
     reuse_dy = in_place and dy2d.is_contiguous() and dy2d.dtype == x2d.dtype
     dx = dy2d if reuse_dy else torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     if x2d.numel() == 0:
-        return dx, (torch.zeros_like(weight) if has_weight else None)
+        return dx, zeros_or_none(weight)
     programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device)
-    dw_partial = None
-    if has_weight:
-        # One fp32 row per program; chunked plans accumulate into it, so it starts at zero.
-        alloc = torch.zeros if plan.chunked else torch.empty
-        dw_partial = alloc((programs, n_cols), dtype=torch.float32, device=x2d.device)
+    # One fp32 partial row per program (rstd stands in without HAS_WEIGHT: never written).
+    dw_partial = partial_rows(programs, n_cols, plan, x2d.device) if has_weight else rstd
     ds = ds2d if has_ds else dy2d  # never read without HAS_DS
     launch_row_tiles(
         _rms_norm_backward_kernel,
@@ -328,7 +319,7 @@ def rms_norm_backward(
         weight if has_weight else x2d,
         rstd,
         dx,
-        dw_partial if has_weight else rstd,  # never written without HAS_WEIGHT
+        dw_partial,
         ds,
         dr if has_ds else dx,  # never written without HAS_DS
         dy2d.stride(0),
@@ -353,9 +344,8 @@ class LigerRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps, offset, casting_mode, in_place):
         rms_norm.check_args(x, weight, eps, offset, casting_mode, in_place)
-        n_cols = x.shape[-1]
-        x2d = as_rows(x, n_cols)
-        plan = plan_tiles(n_cols, x.device)
+        x2d = as_rows(x)
+        plan = plan_tiles(x2d.shape[1], x.device)
         y, rstd, _ = rms_norm_forward(x2d, weight, float(eps), float(offset), casting_mode, plan)
         ctx.save_for_backward(x2d, weight, rstd)
         ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan = float(offset), casting_mode, in_place, plan
@@ -364,8 +354,7 @@ class LigerRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, rstd = ctx.saved_tensors
-        dy2d = as_rows(dy, x2d.shape[1])
-        dx, dw = rms_norm_backward(dy2d, x2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan)
+        dx, dw = rms_norm_backward(as_rows(dy), x2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan)
         return dx.view(dy.shape), dw, None, None, None, None
 
 
@@ -374,11 +363,9 @@ class LigerFusedAddRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, residual, weight, eps, offset, casting_mode, in_place):
         fused_add_rms_norm.check_args(x, residual, weight, eps, offset, casting_mode, in_place)
-        n_cols = x.shape[-1]
-        x2d = as_rows(x, n_cols)
-        r2d = as_rows(residual, n_cols)
-        plan = plan_tiles(n_cols, x.device)
-        y, rstd, s = rms_norm_forward(x2d, weight, float(eps), float(offset), casting_mode, plan, residual2d=r2d)
+        x2d = as_rows(x)
+        plan = plan_tiles(x2d.shape[1], x.device)
+        y, rstd, s = rms_norm_forward(x2d, weight, float(eps), float(offset), casting_mode, plan, as_rows(residual))
         ctx.save_for_backward(s, weight, rstd)
         ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan = float(offset), casting_mode, in_place, plan
         ctx.residual_dtype = residual.dtype
@@ -387,13 +374,11 @@ class LigerFusedAddRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy, ds):
         s2d, weight, rstd = ctx.saved_tensors
-        n_cols = s2d.shape[1]
-        dy2d = as_rows(dy, n_cols)
-        ds2d = None if ds is None else as_rows(ds, n_cols)
+        ds2d = None if ds is None else as_rows(ds)
         # The sum's gradient goes to both addends unchanged, each in its own dtype and buffer.
         dr = torch.empty(s2d.shape, dtype=ctx.residual_dtype, device=s2d.device)
         dx, dw = rms_norm_backward(
-            dy2d, s2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan, ds2d, dr
+            as_rows(dy), s2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan, ds2d, dr
         )
         if ds is None:  # new_residual unused: the kernel stored grad_x only
             dr.copy_(dx)

@@ -13,8 +13,8 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops.softmax import check_args
 
-from liger_ops_xpu._jit import row_tile
-from liger_ops_xpu._tiling import TilePlan, as_rows, launch_row_tiles, plan_tiles
+from liger_ops_xpu._jit import col_tile, row_tile
+from liger_ops_xpu._tiling import TilePlan, as_rows, launch_rows, plan_tiles
 
 
 @triton.jit
@@ -32,9 +32,8 @@ def _softmax_forward_kernel(
     _, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
     x_base = X + rows64[:, None] * x_row_stride
     y_base = Y + rows64[:, None] * y_row_stride
-    cols = tl.arange(0, BLOCK_N)
     if N_CHUNKS == 1:
-        mask = row_mask[:, None] & (cols < n_cols)[None, :]
+        cols, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
         x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
         m = tl.max(x, axis=1)
         m = tl.where(m == -float("inf"), 0.0, m)  # all-masked (padding) rows: no inf - inf
@@ -46,8 +45,7 @@ def _softmax_forward_kernel(
         m = tl.full((BLOCK_M,), -float("inf"), tl.float32)
         d = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             x = tl.load(x_base + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
             m_new = tl.maximum(m, tl.max(x, axis=1))
             safe = tl.where(m_new == -float("inf"), 0.0, m_new)
@@ -56,8 +54,7 @@ def _softmax_forward_kernel(
         m = tl.where(m == -float("inf"), 0.0, m)
         d = tl.where(d == 0.0, 1.0, d)  # padding rows
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             x = tl.load(x_base + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
             y = tl.exp(x - m[:, None]) / d[:, None]
             tl.store(y_base + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
@@ -81,9 +78,8 @@ def _softmax_backward_kernel(
     dy_base = DY + rows64[:, None] * dy_row_stride
     y_base = Y + rows64[:, None] * y_row_stride
     dx_base = DX + rows64[:, None] * dx_row_stride
-    cols = tl.arange(0, BLOCK_N)
     if N_CHUNKS == 1:
-        mask = row_mask[:, None] & (cols < n_cols)[None, :]
+        cols, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
         dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         y = tl.load(y_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         dot = tl.sum(dy * y, axis=1)
@@ -91,35 +87,27 @@ def _softmax_backward_kernel(
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             y = tl.load(y_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             acc += dy * y
         dot = tl.sum(acc, axis=1)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             y = tl.load(y_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             tl.store(dx_base + c[None, :], (y * (dy - dot[:, None])).to(DX.dtype.element_ty), mask=mask)
 
 
 def softmax_forward(x2d: torch.Tensor, plan: TilePlan) -> torch.Tensor:
-    n_rows, n_cols = x2d.shape
-    y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
-    if y.numel():
-        args = (x2d, y, x2d.stride(0), y.stride(0), n_rows, n_cols)
-        launch_row_tiles(_softmax_forward_kernel, triton.cdiv(n_rows, plan.block_m), plan, x2d.device, *args)
+    y = torch.empty(x2d.shape, dtype=x2d.dtype, device=x2d.device)
+    launch_rows(_softmax_forward_kernel, plan, (x2d, y))
     return y
 
 
 def softmax_backward(dy2d: torch.Tensor, y: torch.Tensor, plan: TilePlan) -> torch.Tensor:
-    n_rows, n_cols = y.shape
     dx = torch.empty_like(y)
-    if dx.numel():
-        args = (dy2d, y, dx, dy2d.stride(0), y.stride(0), dx.stride(0), n_rows, n_cols)
-        launch_row_tiles(_softmax_backward_kernel, triton.cdiv(n_rows, plan.block_m), plan, y.device, *args)
+    launch_rows(_softmax_backward_kernel, plan, (dy2d, y, dx))
     return dx
 
 
@@ -128,9 +116,8 @@ class LigerSoftmaxFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         check_args(x)
-        n_cols = x.shape[-1]
-        plan = plan_tiles(n_cols, x.device)
-        y = softmax_forward(as_rows(x, n_cols), plan)
+        plan = plan_tiles(x.shape[-1], x.device)
+        y = softmax_forward(as_rows(x), plan)
         ctx.save_for_backward(y)
         ctx.plan = plan
         return y.view(x.shape)
@@ -138,5 +125,5 @@ class LigerSoftmaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        dx = softmax_backward(as_rows(dy, y.shape[1]), y, ctx.plan)
+        dx = softmax_backward(as_rows(dy), y, ctx.plan)
         return dx.view(dy.shape)

@@ -20,12 +20,12 @@ from liger_core.backend import implements
 from liger_core.ops.sparsemax import check_args
 
 from liger_ops_xpu import hardware
-from liger_ops_xpu._jit import row_tile
-from liger_ops_xpu._tiling import TilePlan, as_rows, launch_row_tiles, plan_tiles
+from liger_ops_xpu._jit import col_tile, row_tile
+from liger_ops_xpu._tiling import TilePlan, as_rows, launch_rows, plan_tiles
 
 
 @triton.jit
-def _excess(x_base, x_tile, tau, row_mask, n_cols, cols, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr):
+def _excess(x_base, x_tile, tau, row_mask, n_cols, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr):
     """Per row: (sum of x - tau over {x > tau}, count of {x > tau}, sum of x over it)."""
     if N_CHUNKS == 1:
         keep = x_tile > tau[:, None]
@@ -35,8 +35,7 @@ def _excess(x_base, x_tile, tau, row_mask, n_cols, cols, BLOCK_N: tl.constexpr, 
         total_t = tl.zeros((x_tile.shape[0], BLOCK_N), dtype=tl.float32)
         count_t = tl.zeros((x_tile.shape[0], BLOCK_N), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             x = tl.load(x_base + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
             keep = x > tau[:, None]
             total_t += tl.where(keep, x, 0.0)
@@ -63,17 +62,15 @@ def _sparsemax_forward_kernel(
     _, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
     x_base = X + rows64[:, None] * x_row_stride
     y_base = Y + rows64[:, None] * y_row_stride
-    cols = tl.arange(0, BLOCK_N)
     if N_CHUNKS == 1:
-        mask = row_mask[:, None] & (cols < n_cols)[None, :]
+        cols, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
         x_tile = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
         x_max = tl.max(x_tile, axis=1)
     else:
         x_tile = tl.zeros((BLOCK_M, 1), dtype=tl.float32)  # unused: chunks are re-read
         x_max = tl.full((BLOCK_M,), -float("inf"), tl.float32)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             x = tl.load(x_base + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
             x_max = tl.maximum(x_max, tl.max(x, axis=1))
     x_max = tl.where(row_mask, x_max, 0.0)
@@ -81,21 +78,20 @@ def _sparsemax_forward_kernel(
     hi = x_max  # f(hi) == 0
     for _ in range(BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
-        f, _count, _total = _excess(x_base, x_tile, mid, row_mask, n_cols, cols, BLOCK_N, N_CHUNKS)
+        f, _count, _total = _excess(x_base, x_tile, mid, row_mask, n_cols, BLOCK_N, N_CHUNKS)
         above = f >= 1.0
         lo = tl.where(above, mid, lo)
         hi = tl.where(above, hi, mid)
     tau = lo
     for _ in range(MICHELOT_STEPS):
-        _f, count, total = _excess(x_base, x_tile, tau, row_mask, n_cols, cols, BLOCK_N, N_CHUNKS)
+        _f, count, total = _excess(x_base, x_tile, tau, row_mask, n_cols, BLOCK_N, N_CHUNKS)
         tau = tl.maximum(tau, (total - 1.0) / tl.maximum(count, 1.0))
     if N_CHUNKS == 1:
         y = tl.maximum(x_tile - tau[:, None], 0.0)
         tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             x = tl.load(x_base + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
             y = tl.maximum(x - tau[:, None], 0.0)
             tl.store(y_base + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
@@ -119,20 +115,17 @@ def _sparsemax_backward_kernel(
     dy_base = DY + rows64[:, None] * dy_row_stride
     y_base = Y + rows64[:, None] * y_row_stride
     dx_base = DX + rows64[:, None] * dx_row_stride
-    cols = tl.arange(0, BLOCK_N)
     sum_t = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     count_t = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for chunk in range(N_CHUNKS):
-        c = chunk * BLOCK_N + cols
-        mask = row_mask[:, None] & (c < n_cols)[None, :]
+        c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
         dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
         support = tl.load(y_base + c[None, :], mask=mask, other=0.0) > 0
         sum_t += tl.where(support, dy, 0.0)
         count_t += support.to(tl.float32)
     mean = tl.sum(sum_t, axis=1) / tl.maximum(tl.sum(count_t, axis=1), 1.0)
     for chunk in range(N_CHUNKS):
-        c = chunk * BLOCK_N + cols
-        mask = row_mask[:, None] & (c < n_cols)[None, :]
+        c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
         dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
         support = tl.load(y_base + c[None, :], mask=mask, other=0.0) > 0
         dx = tl.where(support, dy - mean[:, None], 0.0)
@@ -140,23 +133,15 @@ def _sparsemax_backward_kernel(
 
 
 def sparsemax_forward(x2d: torch.Tensor, plan: TilePlan) -> torch.Tensor:
-    n_rows, n_cols = x2d.shape
-    y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
-    if y.numel():
-        launch_row_tiles(
-            _sparsemax_forward_kernel, triton.cdiv(n_rows, plan.block_m), plan, x2d.device,
-            x2d, y, x2d.stride(0), y.stride(0), n_rows, n_cols,
-            BISECTION_STEPS=hardware.SPARSEMAX_BISECTION_STEPS, MICHELOT_STEPS=hardware.SPARSEMAX_MICHELOT_STEPS,
-        )  # fmt: skip
+    y = torch.empty(x2d.shape, dtype=x2d.dtype, device=x2d.device)
+    steps = {"BISECTION_STEPS": hardware.SPARSEMAX_BISECTION_STEPS, "MICHELOT_STEPS": hardware.SPARSEMAX_MICHELOT_STEPS}
+    launch_rows(_sparsemax_forward_kernel, plan, (x2d, y), **steps)
     return y
 
 
 def sparsemax_backward(dy2d: torch.Tensor, y: torch.Tensor, plan: TilePlan) -> torch.Tensor:
-    n_rows, n_cols = y.shape
     dx = torch.empty_like(y)
-    if dx.numel():
-        args = (dy2d, y, dx, dy2d.stride(0), y.stride(0), dx.stride(0), n_rows, n_cols)
-        launch_row_tiles(_sparsemax_backward_kernel, triton.cdiv(n_rows, plan.block_m), plan, y.device, *args)
+    launch_rows(_sparsemax_backward_kernel, plan, (dy2d, y, dx))
     return dx
 
 
@@ -166,9 +151,8 @@ class LigerSparsemaxFunction(torch.autograd.Function):
     def forward(ctx, x, dim):
         check_args(x, dim)
         xt = x.movedim(dim, -1)
-        n_cols = xt.shape[-1]
-        plan = plan_tiles(n_cols, x.device)
-        y = sparsemax_forward(as_rows(xt, n_cols), plan)
+        plan = plan_tiles(xt.shape[-1], x.device)
+        y = sparsemax_forward(as_rows(xt), plan)
         ctx.save_for_backward(y)
         ctx.plan, ctx.dim, ctx.t_shape = plan, dim, xt.shape
         return y.view(xt.shape).movedim(-1, dim)
@@ -176,5 +160,5 @@ class LigerSparsemaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        dx = sparsemax_backward(as_rows(dy.movedim(ctx.dim, -1), y.shape[1]), y, ctx.plan)
+        dx = sparsemax_backward(as_rows(dy.movedim(ctx.dim, -1)), y, ctx.plan)
         return dx.view(ctx.t_shape).movedim(-1, ctx.dim), None

@@ -1,6 +1,8 @@
-"""Elementwise divergences (kl_div, tvd, jsd) for Intel GPUs: one kernel pair, the divergence
-chosen by a constexpr KIND, its launchers (also used by fused_linear_jsd on chunks of
-log-probabilities) and the autograd Function the three ops' Functions derive from.
+"""Elementwise divergences for Intel GPUs: kl_div, jsd (the generalised Jensen-Shannon
+divergence: forward KL at beta 0, reverse KL at beta 1, the mixture otherwise) and tvd (total
+variation distance), one kernel pair with the divergence chosen by a constexpr KIND, its
+launchers (also used by fused_linear_jsd on chunks of log-probabilities) and the three ops'
+autograd Functions (the backward shared).
 
 Both kernels run on a 2-D grid of [BLOCK_M rows x BLOCK_N columns] tiles (elementwise sizes
 from hardware: these ops stream two inputs and have no row-wide reduction). The forward either
@@ -24,9 +26,12 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
+from liger_core.ops import jsd, kl_div, tvd
+from liger_core.ops._losses import label_count
 
-from liger_ops_xpu import hardware
-from liger_ops_xpu._tiling import plan_blocks, unit_col
+from liger_ops_xpu._jit import col_tile, row_tile
+from liger_ops_xpu._tiling import launch_blocks, plan_blocks, unit_col
 
 KL, TVD, JSD, JSD_FORWARD_KL, JSD_REVERSE_KL = 0, 1, 2, 3, 4
 
@@ -60,22 +65,21 @@ def _loss_and_grad(x, y, beta, eps, KIND: tl.constexpr, LOG_TARGET: tl.constexpr
 
 @triton.jit
 def _load_tile(
-    X, Y, LABELS, x_row_stride, y_row_stride, n_rows, n_cols, ignore_index, pid_m, pid_n,
-    HAS_LABELS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    X, Y, LABELS, x_row_stride, y_row_stride, n_rows, n_cols, ignore_index, HAS_LABELS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """The [BLOCK_M rows x BLOCK_N columns] tile (pid_m, pid_n): ``(rows, cols, mask, x, y)``,
-    rows as int64, mask the elements that count (in range, row not ignored), x and y in fp32."""
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < n_rows
+    """This program's [BLOCK_M rows x BLOCK_N columns] tile: ``(rows64, cols, in_range, mask, x,
+    y)``, ``in_range`` its elements in range, ``mask`` those that count (row not ignored), x and
+    y in fp32."""
+    rows, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
+    cols, in_range = col_tile(tl.program_id(1), n_cols, row_mask, BLOCK_N)
+    mask = in_range
     if HAS_LABELS:
-        labels = tl.load(LABELS + rows, mask=row_ok, other=ignore_index)
-        row_ok = row_ok & (labels != ignore_index)
-    mask = row_ok[:, None] & (cols < n_cols)[None, :]
-    rows = rows.to(tl.int64)
-    x = tl.load(X + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    y = tl.load(Y + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    return rows, cols, mask, x, y
+        labels = tl.load(LABELS + rows, mask=row_mask, other=ignore_index)
+        mask = in_range & (labels != ignore_index)[:, None]
+    x = tl.load(X + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    y = tl.load(Y + rows64[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    return rows64, cols, in_range, mask, x, y
 
 
 @triton.jit
@@ -100,19 +104,16 @@ def _divergence_forward_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    rows, cols, mask, x, y = _load_tile(
-        X, Y, LABELS, x_row_stride, y_row_stride, n_rows, n_cols, ignore_index, pid_m, pid_n,
-        HAS_LABELS, BLOCK_M, BLOCK_N,
-    )  # fmt: skip
+    rows64, cols, in_range, mask, x, y = _load_tile(
+        X, Y, LABELS, x_row_stride, y_row_stride, n_rows, n_cols, ignore_index, HAS_LABELS, BLOCK_M, BLOCK_N
+    )
     loss, _ = _loss_and_grad(x, y, beta, eps, KIND, LOG_TARGET)
     loss = tl.where(mask, loss, 0.0)
-    if STORE_ELEMENTS:
-        out_mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]  # ignored rows get 0
-        tl.store(OUT + rows[:, None] * out_row_stride + cols[None, :], loss, mask=out_mask)
+    if STORE_ELEMENTS:  # ignored rows get 0
+        tl.store(OUT + rows64[:, None] * out_row_stride + cols[None, :], loss, mask=in_range)
     else:
-        tl.store(PARTIAL + pid_m * tl.num_programs(1) + pid_n, tl.sum(tl.sum(loss, axis=1), axis=0))
+        tile = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
+        tl.store(PARTIAL + tile, tl.sum(tl.sum(loss, axis=1), axis=0))
 
 
 @triton.jit
@@ -139,17 +140,14 @@ def _divergence_backward_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    rows, cols, mask, x, y = _load_tile(
-        X, Y, LABELS, x_row_stride, y_row_stride, n_rows, n_cols, ignore_index, pid_m, pid_n,
-        HAS_LABELS, BLOCK_M, BLOCK_N,
-    )  # fmt: skip
-    g_out = tl.load(GRAD_OUT + rows[:, None] * g_row_stride + cols[None, :] * g_col_stride, mask=mask, other=0.0)
+    rows64, cols, in_range, mask, x, y = _load_tile(
+        X, Y, LABELS, x_row_stride, y_row_stride, n_rows, n_cols, ignore_index, HAS_LABELS, BLOCK_M, BLOCK_N
+    )
+    g_out = tl.load(GRAD_OUT + rows64[:, None] * g_row_stride + cols[None, :] * g_col_stride, mask=mask, other=0.0)
     _, grad = _loss_and_grad(x, y, beta, eps, KIND, LOG_TARGET)
     dx = tl.where(mask, grad * scale * g_out.to(tl.float32), 0.0)
-    out_mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]  # ignored rows get 0
-    tl.store(DX + rows[:, None] * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=out_mask)
+    # Ignored rows get 0.
+    tl.store(DX + rows64[:, None] * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=in_range)
 
 
 @dataclass(frozen=True)
@@ -186,11 +184,14 @@ def divergence_forward(x, y, labels, div: Divergence, elementwise: bool) -> torc
         )
     x, y = unit_col(x), unit_col(y)
     plan = plan_blocks(n_cols)
-    grid = (triton.cdiv(n_rows, plan.block_m), triton.cdiv(n_cols, plan.block_n))
+    grid = plan.grid(n_rows, n_cols)
     out = torch.empty(x.shape, dtype=torch.float32, device=x.device) if elementwise else None
     partial = None if elementwise else torch.empty(grid, dtype=torch.float32, device=x.device)
-    kernel = _divergence_forward_kernel
-    kernel[grid](
+    launch_blocks(
+        _divergence_forward_kernel,
+        grid,
+        plan,
+        x.device,
         x,
         y,
         labels if labels is not None else x,  # never read without HAS_LABELS
@@ -204,9 +205,6 @@ def divergence_forward(x, y, labels, div: Divergence, elementwise: bool) -> torc
         *div.scalars(),
         **div.constexprs(labels),
         STORE_ELEMENTS=elementwise,
-        BLOCK_M=plan.block_m,
-        BLOCK_N=plan.block_n,
-        **hardware.launch_kwargs(kernel, x.device, plan.num_warps, register_heavy=False),
     )
     return out if elementwise else partial.sum()
 
@@ -223,8 +221,11 @@ def divergence_backward(x, y, labels, div: Divergence, grad_out: torch.Tensor, s
     else:
         g, g_strides = grad_out, (grad_out.stride(0), grad_out.stride(1))
     plan = plan_blocks(n_cols)
-    kernel = _divergence_backward_kernel
-    kernel[(triton.cdiv(n_rows, plan.block_m), triton.cdiv(n_cols, plan.block_n))](
+    launch_blocks(
+        _divergence_backward_kernel,
+        plan.grid(n_rows, n_cols),
+        plan,
+        x.device,
         x,
         y,
         labels if labels is not None else x,
@@ -239,16 +240,13 @@ def divergence_backward(x, y, labels, div: Divergence, grad_out: torch.Tensor, s
         *div.scalars(),
         float(scale),
         **div.constexprs(labels),
-        BLOCK_M=plan.block_m,
-        BLOCK_N=plan.block_n,
-        **hardware.launch_kwargs(kernel, x.device, plan.num_warps, register_heavy=False),
     )
     return dx
 
 
 class LigerDivergenceFunction(torch.autograd.Function):
     """The autograd of kl_div, jsd and tvd (five arguments, a gradient for the first only): each
-    op's subclass checks its arguments and calls `forward_divergence`; backward is this one.
+    op's subclass below checks its arguments and calls `forward_divergence`; backward is this one.
 
     ``loss = reduce(divergence(x, y))``: ``scale`` divides the sum (None: elementwise, no
     reduction); the result is cast to ``out_dtype``."""
@@ -268,3 +266,42 @@ class LigerDivergenceFunction(torch.autograd.Function):
         x, y, labels = ctx.saved_tensors
         dx = divergence_backward(x, y, labels, ctx.div, grad_out, ctx.scale, x.dtype)
         return dx, None, None, None, None
+
+
+@implements("kl_div")
+class LigerKLDivFunction(LigerDivergenceFunction):
+    @staticmethod
+    def forward(ctx, y_pred, y_true, reduction, log_target, eps):
+        kl_div.check_args(y_pred, y_true, reduction, log_target, eps)
+        n_rows = y_pred.shape[0]
+        scale = {"none": None, "sum": 1.0, "batchmean": 1.0 / max(n_rows, 1), "mean": 1.0 / max(y_pred.numel(), 1)}
+        div = Divergence(KL, log_target=log_target, eps=float(eps))
+        return LigerDivergenceFunction.forward_divergence(
+            ctx, y_pred, y_true, None, div, scale[reduction], torch.float32
+        )
+
+
+@implements("jsd")
+class LigerJSDFunction(LigerDivergenceFunction):
+    @staticmethod
+    def forward(ctx, student_logp, teacher_logp, shift_labels, beta, ignore_index):
+        jsd.check_args(student_logp, teacher_logp, shift_labels, beta, ignore_index)
+        n = label_count("jsd", shift_labels, ignore_index, student_logp.shape[0])
+        labels = None if shift_labels is None else shift_labels.contiguous()
+        div = jsd_divergence(beta, ignore_index)
+        return LigerDivergenceFunction.forward_divergence(
+            ctx, student_logp, teacher_logp, labels, div, 1.0 / max(n, 1), student_logp.dtype
+        )
+
+
+@implements("tvd")
+class LigerTVDFunction(LigerDivergenceFunction):
+    @staticmethod
+    def forward(ctx, p, q, shift_labels, reduction, ignore_index):
+        tvd.check_args(p, q, shift_labels, reduction, ignore_index)
+        n_rows, n_cols = p.shape
+        n = label_count("tvd", shift_labels, ignore_index, n_rows) if reduction in ("batchmean", "mean") else 0
+        scale = {"none": None, "sum": 1.0, "batchmean": 1.0 / max(n, 1), "mean": 1.0 / max(n * n_cols, 1)}
+        labels = None if shift_labels is None else shift_labels.contiguous()
+        div = Divergence(TVD, ignore_index=ignore_index)
+        return LigerDivergenceFunction.forward_divergence(ctx, p, q, labels, div, scale[reduction], torch.float32)

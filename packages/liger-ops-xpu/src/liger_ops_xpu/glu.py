@@ -1,5 +1,6 @@
-"""Gated activations (swiglu, geglu) for Intel GPUs: one elementwise kernel pair, the
-activation chosen by a constexpr, and the autograd Function both ops' Functions derive from.
+"""Gated activations for Intel GPUs: swiglu (``silu(a) * b``) and geglu (``gelu_tanh(a) * b``),
+one elementwise kernel pair with the activation chosen by a constexpr, its launch and both ops'
+autograd Functions (the backward shared).
 
 A flat 1-D grid of ``ELEMENTWISE_BLOCK``-element programs over contiguous a and b: a pure
 streaming op (3 reads and 2 writes per element in backward), so blocks are sized for memory
@@ -13,10 +14,11 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
+from liger_core.ops import geglu, swiglu
 
-from liger_ops_xpu import hardware
 from liger_ops_xpu._jit import tanh
-from liger_ops_xpu._tiling import plan_flat
+from liger_ops_xpu._tiling import launch_flat
 
 SILU = 0
 GELU_TANH = 1
@@ -63,22 +65,10 @@ def _glu_backward_kernel(DC, A, B, DA, DB, n, ACT: tl.constexpr, BLOCK: tl.const
     tl.store(DB + offs, db.to(DB.dtype.element_ty), mask=mask)
 
 
-def _launch_flat(kernel, n: int, device: torch.device, *args, act: int) -> None:
-    plan = plan_flat(n)
-    kernel[(plan.programs,)](
-        *args,
-        n,
-        ACT=act,
-        BLOCK=plan.block,
-        **hardware.launch_kwargs(kernel, device, plan.num_warps, register_heavy=False),
-    )
-
-
 def glu_forward(a1: torch.Tensor, b1: torch.Tensor, act: int) -> torch.Tensor:
     """``act(a1) * b1`` for contiguous ``a1``/``b1``."""
     c = torch.empty_like(a1)
-    if a1.numel():
-        _launch_flat(_glu_forward_kernel, a1.numel(), a1.device, a1, b1, c, act=act)
+    launch_flat(_glu_forward_kernel, a1.numel(), a1.device, a1, b1, c, ACT=act)
     return c
 
 
@@ -87,14 +77,13 @@ def glu_backward(dc: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, act: int,
     dc = dc.contiguous()
     # in_place: the caller owns a and b (see the contract); their buffers take the gradients.
     da, db = (a1, b1) if in_place else (torch.empty_like(a1), torch.empty_like(b1))
-    if a1.numel():
-        _launch_flat(_glu_backward_kernel, a1.numel(), a1.device, dc, a1, b1, da, db, act=act)
+    launch_flat(_glu_backward_kernel, a1.numel(), a1.device, dc, a1, b1, da, db, ACT=act)
     return da, db
 
 
 class LigerGLUFunction(torch.autograd.Function):
-    """The autograd of swiglu and geglu (``(a, b, in_place)``): each op's subclass checks its
-    arguments and calls `forward_act` with its activation; backward is this one."""
+    """The autograd of swiglu and geglu (``(a, b, in_place)``): each op's subclass below checks
+    its arguments and calls `forward_act` with its activation; backward is this one."""
 
     @staticmethod
     def forward_act(ctx, a: torch.Tensor, b: torch.Tensor, in_place: bool, act: int) -> torch.Tensor:
@@ -109,3 +98,19 @@ class LigerGLUFunction(torch.autograd.Function):
         a1, b1 = ctx.saved_tensors
         da, db = glu_backward(dc, a1, b1, ctx.act, ctx.in_place)
         return da.view(dc.shape), db.view(dc.shape), None
+
+
+@implements("swiglu")
+class LigerSwiGLUFunction(LigerGLUFunction):
+    @staticmethod
+    def forward(ctx, a, b, in_place):
+        swiglu.check_args(a, b, in_place)
+        return LigerGLUFunction.forward_act(ctx, a, b, in_place, SILU)
+
+
+@implements("geglu")
+class LigerGEGLUFunction(LigerGLUFunction):
+    @staticmethod
+    def forward(ctx, a, b, in_place):
+        geglu.check_args(a, b, in_place)
+        return LigerGLUFunction.forward_act(ctx, a, b, in_place, GELU_TANH)

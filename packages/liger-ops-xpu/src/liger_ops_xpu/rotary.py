@@ -1,5 +1,6 @@
-"""Rotary position embeddings (rope, qwen2vl_mrope) for Intel GPUs: one Triton kernel for
-both, its launch and the autograd Function both ops' Functions derive from.
+"""Rotary position embeddings for Intel GPUs: rope (rotate-half, transformers' LLaMA form) and
+qwen2vl_mrope (Qwen2-VL's multimodal RoPE), one Triton kernel for both, its launch and both ops'
+autograd Functions (the backward shared).
 
 One program per (batch, position) rotates every q head and every k head of that position:
 its cos/sin row is loaded once and reused across heads (GQA included), and each head is
@@ -10,7 +11,8 @@ Forward, with halves (x1, x2), (c1, c2), (s1, s2):  o1 = x1 c1 - x2 s1,  o2 = x2
 Backward (the transpose):                         g1 = d1 c1 + d2 s2,  g2 = d2 c2 - d1 s1.
 
 Multimodal RoPE (MROPE): cos/sin hold three tables; column j of each half reads table 0, 1 or
-2 by which of the sections (s0, s1, s2) it falls in, merged on the fly in the kernel.
+2 by which of the sections (s0, s1, s2) it falls in, merged on the fly in the kernel (no merged
+table is materialised).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
+from liger_core.ops import qwen2vl_mrope, rope
 
 from liger_ops_xpu import hardware
 from liger_ops_xpu._tiling import num_warps_for, unit_col
@@ -219,7 +223,7 @@ def rotary(q, k, cos, sin, unsqueeze_dim: int, mrope_section: tuple[int, int, in
 
 class LigerRotaryFunction(torch.autograd.Function):
     """The autograd of rope and qwen2vl_mrope (``(q, k, cos, sin, <positions or sections>,
-    unsqueeze_dim)``): each op's subclass checks its arguments and calls `forward_rotary`;
+    unsqueeze_dim)``): each op's subclass below checks its arguments and calls `forward_rotary`;
     backward is this one. No gradient reaches cos/sin."""
 
     @staticmethod
@@ -240,3 +244,22 @@ class LigerRotaryFunction(torch.autograd.Function):
             dk = torch.zeros(ctx.k_meta[0], dtype=ctx.k_meta[1], device=cos.device)
         dq_in, dk_in = rotary(dq, dk, cos, sin, ctx.unsqueeze_dim, ctx.mrope_section, backward=True)
         return dq_in, dk_in, None, None, None, None
+
+
+@implements("rope")
+class LigerRopeFunction(LigerRotaryFunction):
+    @staticmethod
+    def forward(ctx, q, k, cos, sin, position_ids, unsqueeze_dim):
+        rope.check_args(q, k, cos, sin, position_ids, unsqueeze_dim)
+        # position_ids is unused, as in transformers: cos/sin are already gathered per position.
+        return LigerRotaryFunction.forward_rotary(ctx, q, k, cos, sin, None, unsqueeze_dim)
+
+
+@implements("qwen2vl_mrope")
+class LigerQwen2VLMRopeFunction(LigerRotaryFunction):
+    @staticmethod
+    def forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
+        qwen2vl_mrope.check_args(q, k, cos, sin, mrope_section, unsqueeze_dim)
+        return LigerRotaryFunction.forward_rotary(
+            ctx, q, k, cos, sin, tuple(int(m) for m in mrope_section), unsqueeze_dim
+        )
