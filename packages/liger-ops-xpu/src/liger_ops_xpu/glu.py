@@ -17,7 +17,6 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops import geglu, swiglu
 
-from liger_ops_xpu._jit import tanh
 from liger_ops_xpu._tiling import launch_flat
 
 SILU = 0
@@ -26,15 +25,17 @@ GELU_TANH = 1
 
 @triton.jit
 def _act_and_grad(a, ACT: tl.constexpr):
-    """(act(a), act'(a)) in fp32."""
+    """(act(a), act'(a)) in fp32. GELU's tanh form through a sigmoid, ``0.5 * (1 + tanh(u)) =
+    sigmoid(2u)``: one exp, no cancellation near 0."""
     if ACT == 0:
         sig = 1.0 / (1.0 + tl.exp(-a))
         return a * sig, sig * (1.0 + a * (1.0 - sig))
     else:
-        inner = 0.7978845608028654 * (a + 0.044715 * a * a * a)
-        t = tanh(inner)
-        d_inner = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * a * a)
-        return 0.5 * a * (1.0 + t), 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * d_inner
+        a2 = a * a
+        u = 0.7978845608028654 * a * (1.0 + 0.044715 * a2)
+        sig = 1.0 / (1.0 + tl.exp(-2.0 * u))
+        du = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * a2)
+        return a * sig, sig + 2.0 * a * sig * (1.0 - sig) * du
 
 
 @triton.jit
