@@ -34,7 +34,17 @@ from liger_core.bench.providers import (
     make_provider,
     source_tree_hint,
 )
-from liger_core.bench.spec import MODES, BenchSpec, groups, input_generator, randn, seeded_generator, specs
+from liger_core.bench.spec import (
+    MODES,
+    BenchSpec,
+    ViewOf,
+    groups,
+    input_generator,
+    materialise,
+    randn,
+    seeded_generator,
+    specs,
+)
 from liger_core.device import infer_device
 
 # Row fields, in CSV column order.
@@ -98,10 +108,12 @@ def _first_tensor(out: Any) -> torch.Tensor | None:
 
 def grad_leaves(kwargs: dict[str, Any]) -> list[torch.Tensor]:
     """The leaves whose ``.grad`` a timed call fills: the tensor arguments that require grad, or,
-    for a view (LLaMA's transposed q/k), the tensor it views; nulled between calls so no
-    accumulation kernel is timed."""
+    for a view (LLaMA's transposed q/k, a `ViewOf`), the tensor it views; nulled between calls so
+    no accumulation kernel is timed."""
     found: dict[int, torch.Tensor] = {}
     for v in kwargs.values():
+        if isinstance(v, ViewOf):
+            v = v.base
         if isinstance(v, torch.Tensor) and v.requires_grad:
             leaf = v if v.is_leaf else v._base
             if leaf is not None and leaf.is_leaf:
@@ -168,11 +180,12 @@ def measure(
     rep_ms: int = 100,
     gen: torch.Generator | None = None,
 ) -> dict[str, Timing]:
-    """Time ``fn(**kwargs)`` in each mode. Backward under the CUDA-graph timer is full minus
-    forward (autograd's retain_graph backward cannot be captured). Upstream gradients are drawn
-    from ``gen`` (default: one seeded 0), never from the global RNG."""
+    """Time ``fn(**kwargs)`` in each mode, views remade at every call (`ViewOf`). Backward under
+    the CUDA-graph timer is full minus forward (autograd's retain_graph backward cannot be
+    captured). Upstream gradients are drawn from ``gen`` (default: one seeded 0), never from the
+    global RNG."""
     leaves = grad_leaves(kwargs)
-    out = fn(**kwargs)  # also the first warm-up (compiles, autotunes)
+    out = fn(**materialise(kwargs))  # also the first warm-up (compiles, autotunes)
     outs = _grad_tensors(out)
     if gen is None and outs:
         gen = seeded_generator(0, outs[0].device)
@@ -182,10 +195,10 @@ def measure(
         raise RuntimeError("the output does not require grad, so there is no backward to time")
 
     def forward():
-        return fn(**kwargs)
+        return fn(**materialise(kwargs))
 
     def full():
-        torch.autograd.backward(_grad_tensors(fn(**kwargs)), grads)
+        torch.autograd.backward(_grad_tensors(fn(**materialise(kwargs))), grads)
 
     results: dict[str, Timing] = {}
     # Under the graph timer, backward is derived from forward and full: time those too.
@@ -197,7 +210,7 @@ def measure(
             if mode == "backward":
                 for t in leaves:
                     t.grad = None
-                saved = _grad_tensors(fn(**kwargs))
+                saved = _grad_tensors(fn(**materialise(kwargs)))
 
                 def backward():
                     torch.autograd.backward(saved, grads, retain_graph=True)
@@ -456,7 +469,7 @@ def _run_provider(provider, spec, shape, dt, dev, modes, timer, rep_ms, want):
         if provider.prepare is not None:
             kwargs = provider.prepare(kwargs)
         with torch.no_grad():
-            diff = _rel_diff(_first_tensor(provider.fn(**kwargs)), want)
+            diff = _rel_diff(_first_tensor(provider.fn(**materialise(kwargs))), want)
         timings = measure(provider.fn, kwargs, modes, timer, dev.type, rep_ms, gen)
     except Exception as e:  # noqa: BLE001 - the provider fails on this op: report it
         timings = {m: Timing(error=_short(e)) for m in modes}

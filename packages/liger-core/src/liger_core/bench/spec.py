@@ -38,6 +38,26 @@ TORCH_NPU = "torch_npu"
 
 
 @dataclass(frozen=True)
+class ViewOf:
+    """An argument the model makes as a view of a tensor it owns (LLaMA's q/k,
+    ``proj(x).view(b, s, h, d).transpose(1, 2)``). The runner remakes it from ``base`` at every
+    timed call, as the model does every step: gradients reach ``base`` through the view's own
+    backward, and a CUDA-graph capture sees the whole step (a view made once, outside, ties every
+    call to one autograd graph whose leaf the timer detaches, and the capture fails)."""
+
+    base: torch.Tensor
+    make: Callable[[torch.Tensor], torch.Tensor]
+
+    def __call__(self) -> torch.Tensor:
+        return self.make(self.base)
+
+
+def materialise(kwargs: Kwargs) -> Kwargs:
+    """The arguments with every `ViewOf` made into its view."""
+    return {k: v() if isinstance(v, ViewOf) else v for k, v in kwargs.items()}
+
+
+@dataclass(frozen=True)
 class Peer:
     """A provider outside this project for one op.
 
@@ -99,12 +119,14 @@ class BenchSpec:
         return replace(self, layouts={layout: self.layouts[layout]})
 
     def arguments(self, shape: ModelShape, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> Kwargs:
-        """Every argument of the op at ``shape`` (built in this spec's layout, defaults filled in)."""
+        """Every argument of the op at ``shape`` (built in this spec's layout, defaults filled in);
+        views the model makes are `ViewOf` (see `materialise`)."""
         return self.bind(self.build(shape, dtype, device, gen))
 
     def inputs(self, shape: ModelShape, dtype: torch.dtype, device: torch.device | str) -> Kwargs:
-        """The op's arguments at ``shape``: the same tensors on every call (see `input_generator`)."""
-        return self.arguments(shape, dtype, torch.device(device), input_generator(self.op, shape, device))
+        """The op's arguments at ``shape`` as tensors (views made): the same tensors on every call
+        (see `input_generator`)."""
+        return materialise(self.arguments(shape, dtype, torch.device(device), input_generator(self.op, shape, device)))
 
     def bytes_moved(self, shape: ModelShape, dtype: torch.dtype, mode: str) -> int:
         fwd, bwd = self.traffic(shape, torch.empty((), dtype=dtype).element_size())
@@ -217,16 +239,18 @@ def heads_text(s: ModelShape) -> str:
     )
 
 
-def attention_qk(s: ModelShape, dtype, device, gen, transposed: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_qk(
+    s: ModelShape, dtype, device, gen, transposed: bool
+) -> tuple[torch.Tensor | ViewOf, torch.Tensor | ViewOf]:
     """q and k as attention holds them: ``(batch, heads, seq, head_dim)``; ``transposed`` is LLaMA's
     layout, ``proj(x).view(batch, seq, heads, head_dim).transpose(1, 2)`` (strided, not a copy)."""
 
     def one(heads: int) -> torch.Tensor:
         if not transposed:
             return normal((s.batch, heads, s.seq, s.head_dim), dtype, device, gen)
-        stored = normal((s.batch, s.seq, heads * s.head_dim), dtype, device, gen, grad=False)
-        # A non-leaf view, as in the model (the projection's output): gradients reach `stored`.
-        return stored.requires_grad_().view(s.batch, s.seq, heads, s.head_dim).transpose(1, 2)
+        stored = normal((s.batch, s.seq, heads * s.head_dim), dtype, device, gen)
+        # Remade from the projection's output at every call, as in the model: gradients reach `stored`.
+        return ViewOf(stored, lambda t: t.view(s.batch, s.seq, heads, s.head_dim).transpose(1, 2))
 
     return one(s.heads), one(s.kv_heads)
 
