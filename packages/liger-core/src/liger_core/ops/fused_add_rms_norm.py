@@ -8,15 +8,7 @@ from liger_core.bench import spec as B
 from liger_core.op import Checks, Op, bad, sample
 from liger_core.ops import _samples as S
 from liger_core.ops import rms_norm as _rms_norm
-from liger_core.ops._checks import (
-    FLOAT_DTYPES,
-    check_eps,
-    check_floating,
-    check_param,
-    check_rows,
-    check_same_device,
-    param_ok,
-)
+from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_rows, check_same_device, param_ok
 
 CASTING_MODES = _rms_norm.CASTING_MODES
 
@@ -91,11 +83,7 @@ def check_args(
         raise ValueError(
             f"{op}: residual must have x's shape {tuple(x.shape)}; got residual.shape={tuple(residual.shape)}"
         )
-    check_param(op, "weight", weight, x)
-    _rms_norm.check_casting_mode(op, casting_mode)
-    check_eps(op, eps)
-    if not isinstance(offset, (int, float)):
-        raise TypeError(f"{op}: offset must be a float; got {type(offset).__name__}")
+    _rms_norm.check_norm_options(op, x, weight, eps, offset, casting_mode)
 
 
 def math(
@@ -137,31 +125,12 @@ def strided_args(device):
 
 def samples():
     yield from S.grid(args, dict(dtype=S.DTYPES, shape=S.ROW_SHAPES))
-    yield from S.grid(
-        args,
-        dict(
-            dtype=S.OPTION_DTYPES,
-            casting_mode=CASTING_MODES,
-            offset=(0.0, 1.0),
-            weight=(True, False),
-            in_place=(False, True),
-        ),
-        shape=(37, 96),
-        eps=1e-5,
-    )
+    yield from _rms_norm.option_samples(args)
     # new_residual feeds nothing: no gradient of its own, grad_x is RMSNorm's alone.
     for in_place in (False, True):
         yield sample(args, unused_outputs=("new_residual",), shape=(9, 70), in_place=in_place)
     # float32 weight and residual stream with bf16 activations.
-    yield from S.grid(
-        args,
-        dict(casting_mode=CASTING_MODES),
-        shape=(9, 130),
-        dtype=torch.bfloat16,
-        weight_dtype=torch.float32,
-        residual_dtype=torch.float32,
-        offset=1.0,
-    )
+    yield from _rms_norm.float32_weight_samples(args, residual_dtype=torch.float32)
     yield sample(strided_args)
 
 

@@ -74,17 +74,24 @@ def check_args(
     except (AttributeError, TypeError):
         pass
     check_rows("rms_norm", x)
-    check_param("rms_norm", "weight", weight, x)
-    check_casting_mode("rms_norm", casting_mode)
-    check_eps("rms_norm", eps)
-    if not isinstance(offset, (int, float)):
-        raise TypeError(f"rms_norm: offset must be a float; got {type(offset).__name__}")
+    check_norm_options("rms_norm", x, weight, eps, offset, casting_mode)
     # Nothing wrong after all (an unusual but valid type the fast path did not expect).
 
 
 def check_casting_mode(op: str, casting_mode: str) -> None:
     if casting_mode not in CASTING_MODES:
         raise ValueError(f"{op}: casting_mode must be one of {CASTING_MODES}; got {casting_mode!r}")
+
+
+def check_norm_options(
+    op: str, x: torch.Tensor, weight: torch.Tensor | None, eps: float, offset: float, casting_mode: str
+) -> None:
+    """The slow-path checks of the RMSNorm options (``rms_norm``'s and ``fused_add_rms_norm``'s)."""
+    check_param(op, "weight", weight, x)
+    check_casting_mode(op, casting_mode)
+    check_eps(op, eps)
+    if not isinstance(offset, (int, float)):
+        raise TypeError(f"{op}: offset must be a float; got {type(offset).__name__}")
 
 
 def math(
@@ -122,9 +129,9 @@ def args(device, shape=(4, 16), dtype=torch.float32, weight=True, weight_dtype=N
     return dict(x=x, weight=w, **options)
 
 
-def samples():
-    shapes = ((1, 1), (5, 1), (3, 5), (2, 7, 33), (130, 64), (4, 1000), (3, 20000), (0, 48))
-    yield from S.grid(args, dict(dtype=S.DTYPES, shape=shapes))
+def option_samples(args):
+    """Every combination of the RMSNorm options (casting mode, offset, weight or none, in-place)
+    in both option dtypes, for ``rms_norm``'s and ``fused_add_rms_norm``'s builders."""
     yield from S.grid(
         args,
         dict(
@@ -137,15 +144,26 @@ def samples():
         shape=(37, 96),
         eps=1e-5,
     )
-    # float32 weights with bf16 activations.
+
+
+def float32_weight_samples(args, **params):
+    """float32 weights (and ``params``) with bf16 activations, in every casting mode."""
     yield from S.grid(
         args,
         dict(casting_mode=CASTING_MODES),
         shape=(9, 130),
         dtype=torch.bfloat16,
         weight_dtype=torch.float32,
+        **params,
         offset=1.0,
     )
+
+
+def samples():
+    shapes = ((1, 1), (5, 1), (3, 5), (2, 7, 33), (130, 64), (4, 1000), (3, 20000), (0, 48))
+    yield from S.grid(args, dict(dtype=S.DTYPES, shape=shapes))
+    yield from option_samples(args)
+    yield from float32_weight_samples(args)
     yield sample(args, shape=(33, 40), strided=True)
 
 
