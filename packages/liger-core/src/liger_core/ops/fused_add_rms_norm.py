@@ -155,7 +155,7 @@ OP = Op(
     grads=("x", "residual", "weight"),
     outputs=("y", "new_residual"),
     samples=samples,
-    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
+    smoke=S.row_smoke(args),
     error_sample=sample(args, shape=(4, 16)),
     errors=(
         S.elsewhere("weight"),
@@ -179,13 +179,8 @@ OP = Op(
         tolerance_from={"new_residual": ("x", "residual")},
         overwritable=lambda a: ("grad_y",) if a["in_place"] else (),
     ),
-    bench=B.rows(
-        "norms",
-        lambda s, dt, dev, gen: dict(
-            x=B.normal((s.tokens, s.hidden), dt, dev, gen),
-            residual=B.normal((s.tokens, s.hidden), dt, dev, gen),
-            weight=B.normal((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
-        ),
+    bench=B.norm(
+        dict(residual=B.hidden_states, weight=B.norm_weight),
         _torch_fused_add_rms_norm,
         # forward: read x, residual, weight; write y, x + residual, rstd. backward: read the two
         # incoming gradients, the sum, weight, rstd; write one gradient (x's and residual's are equal).,

@@ -124,7 +124,7 @@ def args(device, shape=(4, 16), dtype=torch.float32, weight=True, weight_dtype=N
     """x of ``shape`` (spread around 0.3), weight around 1 (``weight_dtype`` or x's; ``weight=False``:
     None), ``options`` as contract arguments. ``strided``: x a non-contiguous 2-D view."""
     g = S.gen(seed)
-    x = S.strided(shape, g, device, dtype, 2, 0.3) if strided else S.to(device, dtype, S.normal(shape, g, 2, 0.3))
+    x = S.rows_input(shape, g, device, dtype, 2, 0.3, transposed=strided)
     w = S.to(device, weight_dtype or dtype, S.normal(shape[-1], g, 0.5, 1)) if weight else None
     return dict(x=x, weight=w, **options)
 
@@ -184,7 +184,7 @@ OP = Op(
     math=math,
     grads=("x", "weight"),
     samples=samples,
-    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
+    smoke=S.row_smoke(args),
     error_sample=sample(args, shape=(4, 16)),
     errors=(
         S.elsewhere("weight"),
@@ -199,12 +199,8 @@ OP = Op(
         atol_scales=_scales,
         overwritable=lambda a: ("grad_output",) if a["in_place"] else (),
     ),
-    bench=B.rows(
-        "norms",
-        lambda s, dt, dev, gen: dict(
-            x=B.normal((s.tokens, s.hidden), dt, dev, gen),
-            weight=B.normal((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
-        ),
+    bench=B.norm(
+        dict(weight=B.norm_weight),
         _torch_rms_norm,
         lambda s, e: (
             2 * s.tokens * s.hidden * e + s.hidden * e + 4 * s.tokens,
