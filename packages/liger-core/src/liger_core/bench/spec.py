@@ -147,6 +147,12 @@ def row_activation(torch_fn, peers: dict[str, Peer]) -> BenchSpec:
     )
 
 
+def vocab_rows(build: Builder, torch_fn, traffic, peers: dict[str, Peer]) -> BenchSpec:
+    """The spec of a loss over rows of (tokens, vocab) logits or distributions (cross_entropy, the
+    divergences)."""
+    return BenchSpec("losses", ("tokens", "vocab"), {"rows": build}, torch_fn, traffic, vocab_text, peers=peers)
+
+
 def specs() -> dict[str, BenchSpec]:
     """The spec of every catalogue op that declares one, in catalogue order."""
     from liger_core.interface import CATALOGUE

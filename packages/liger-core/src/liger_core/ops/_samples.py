@@ -71,6 +71,12 @@ def row_smoke(build: Callable[..., dict]) -> tuple[Sample, Sample]:
     return sample(build, shape=(3, 5)), sample(build, shape=(2, 7, 1000))
 
 
+def vocab_smoke(build: Callable[..., dict]) -> tuple[Sample, Sample]:
+    """``liger check``'s samples of a loss over (tokens, vocab) rows: a tiny one and rows wider
+    than a warp's tile."""
+    return sample(build, shape=(3, 5)), sample(build, shape=(6, 3000))
+
+
 def grid(build: Callable[..., dict], vary: dict[str, Iterable], grad_scalar: float = 1.0, **fixed) -> Iterator[Sample]:
     """A sample for every combination of the ``vary`` values, each with the ``fixed`` parameters."""
     names = list(vary)
