@@ -8,7 +8,7 @@ from liger_core.bench import spec as B
 from liger_core.op import Checks, Op, bad, sample
 from liger_core.ops import _samples as S
 from liger_core.ops import rms_norm as _rms_norm
-from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_rows, check_same_device, param_ok
+from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_rows, check_same_device
 
 CASTING_MODES = _rms_norm.CASTING_MODES
 
@@ -66,10 +66,7 @@ def check_args(
             and residual.dtype in FLOAT_DTYPES
             and residual.shape == x.shape
             and residual.device == x.device
-            and casting_mode in CASTING_MODES
-            and eps >= 0
-            and isinstance(offset, (float, int))
-            and param_ok(weight, x)
+            and _rms_norm.norm_options_ok(x, weight, eps, offset, casting_mode)
         ):
             return
     except (AttributeError, TypeError):

@@ -62,14 +62,7 @@ def check_args(
     finds and names what is wrong.
     """
     try:
-        if (
-            x.dtype in FLOAT_DTYPES
-            and x.ndim > 0
-            and casting_mode in CASTING_MODES
-            and eps >= 0
-            and isinstance(offset, (float, int))
-            and param_ok(weight, x)
-        ):
+        if x.dtype in FLOAT_DTYPES and x.ndim > 0 and norm_options_ok(x, weight, eps, offset, casting_mode):
             return
     except (AttributeError, TypeError):
         pass
@@ -81,6 +74,11 @@ def check_args(
 def check_casting_mode(op: str, casting_mode: str) -> None:
     if casting_mode not in CASTING_MODES:
         raise ValueError(f"{op}: casting_mode must be one of {CASTING_MODES}; got {casting_mode!r}")
+
+
+def norm_options_ok(x: torch.Tensor, weight: torch.Tensor | None, eps: float, offset: float, casting_mode: str) -> bool:
+    """The fast-path test of the RMSNorm options (see `check_norm_options`)."""
+    return casting_mode in CASTING_MODES and eps >= 0 and isinstance(offset, (float, int)) and param_ok(weight, x)
 
 
 def check_norm_options(
