@@ -144,6 +144,37 @@ def rows(group: str, build: Builder, torch_fn, traffic, peers: dict[str, Peer], 
     return BenchSpec(group, axes, {"rows": build}, torch_fn, traffic, rows_text, peers=peers)
 
 
+Drawer = Callable[[ModelShape, torch.dtype, torch.device, torch.Generator], torch.Tensor]
+
+
+def norm(params: dict[str, Drawer], torch_fn, traffic, peers: dict[str, Peer]) -> BenchSpec:
+    """The spec of a norm over rows of a (tokens, hidden) ``x``: x (`hidden_states`), then each
+    parameter in ``params`` from its drawer (`norm_weight`, `norm_bias`, `fixed`, ...), in order."""
+
+    def build(s: ModelShape, dt, dev, gen) -> Kwargs:
+        return dict(x=hidden_states(s, dt, dev, gen), **{name: draw(s, dt, dev, gen) for name, draw in params.items()})
+
+    return rows("norms", build, torch_fn, traffic, peers)
+
+
+def row_activation(torch_fn, peers: dict[str, Peer]) -> BenchSpec:
+    """The spec of an activation over the rows of one (tokens, hidden) ``x`` (softmax, sparsemax):
+    forward reads x and writes y, backward reads y (or x) and the incoming gradient and writes grad_x."""
+    return rows(
+        "activations",
+        lambda s, dt, dev, gen: dict(x=hidden_states(s, dt, dev, gen)),
+        torch_fn,
+        lambda s, e: (2 * s.tokens * s.hidden * e, 3 * s.tokens * s.hidden * e),
+        peers,
+    )
+
+
+def vocab_rows(build: Builder, torch_fn, traffic, peers: dict[str, Peer]) -> BenchSpec:
+    """The spec of a loss over rows of (tokens, vocab) logits or distributions (cross_entropy, the
+    divergences)."""
+    return BenchSpec("losses", ("tokens", "vocab"), {"rows": build}, torch_fn, traffic, vocab_text, peers=peers)
+
+
 def specs() -> dict[str, BenchSpec]:
     """The spec of every catalogue op that declares one, in catalogue order."""
     from liger_core.interface import CATALOGUE
@@ -198,6 +229,26 @@ def normal(shape, dtype, device, gen, grad=True, scale=1.0, shift=0.0) -> torch.
     """``scale * N(0, 1) + shift`` as ``dtype``, a leaf that requires grad unless ``grad=False``."""
     t = randn(shape, gen, device) * scale + shift
     return t.to(dtype).requires_grad_(grad)
+
+
+def hidden_states(shape: ModelShape, dtype, device, gen, grad=True) -> torch.Tensor:
+    """A unit-normal ``(tokens, hidden)`` activation: what the norms and row ops take."""
+    return normal((shape.tokens, shape.hidden), dtype, device, gen, grad)
+
+
+def norm_weight(shape: ModelShape, dtype, device, gen) -> torch.Tensor:
+    """A norm's ``(hidden,)`` scale, around 1."""
+    return normal((shape.hidden,), dtype, device, gen, scale=0.1, shift=1.0)
+
+
+def norm_bias(shape: ModelShape, dtype, device, gen) -> torch.Tensor:
+    """A norm's ``(hidden,)`` shift, around 0."""
+    return normal((shape.hidden,), dtype, device, gen, scale=0.1)
+
+
+def fixed(*values: float) -> Drawer:
+    """A drawer of a small parameter with these values (a leaf that requires grad), for any shape."""
+    return lambda s, dt, dev, gen: torch.tensor(values, device=dev, dtype=dt).requires_grad_()
 
 
 def log_probs(rows, cols, dtype, device, gen, grad) -> torch.Tensor:

@@ -124,6 +124,42 @@ def is_float(t) -> bool:
     return isinstance(t, torch.Tensor) and t.dtype in FLOAT_DTYPES
 
 
+def distributions_ok(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """The fast-path test of `check_distributions`."""
+    return is_float(x) and is_float(y) and x.ndim == 2 and y.shape == x.shape and y.device == x.device
+
+
+def check_distributions(op: str, x_name: str, x: torch.Tensor, y_name: str, y: torch.Tensor) -> None:
+    """A divergence's two inputs: floating ``(tokens, vocab)`` matrices of one shape on one device."""
+    check_matrix(op, x_name, x)
+    check_matrix(op, y_name, y)
+    check_same_device(op, **{x_name: x, y_name: y})
+    if y.shape != x.shape:
+        raise ValueError(f"{op}: {y_name} must have {x_name}'s shape {tuple(x.shape)}; got {tuple(y.shape)}")
+
+
+def drop_ignored_rows(loss: torch.Tensor, labels: torch.Tensor | None, ignore_index: int) -> tuple[torch.Tensor, int]:
+    """A ``(tokens, vocab)`` elementwise loss with the rows labelled ``ignore_index`` zeroed, and
+    the number of rows kept (all of them without labels)."""
+    if labels is None:
+        return loss, loss.shape[0]
+    keep = (labels != ignore_index)[:, None]
+    return torch.where(keep, loss, torch.zeros((), dtype=loss.dtype, device=loss.device)), int(keep.sum())
+
+
+def reduce_divergence(loss: torch.Tensor, reduction: str, n_rows: int) -> torch.Tensor:
+    """A ``(tokens, vocab)`` elementwise loss reduced as ``torch.nn.KLDivLoss`` does, over ``n_rows``
+    counted rows: ``"batchmean"`` divides the sum by them, ``"mean"`` by their elements."""
+    if reduction == "none":
+        return loss
+    total = loss.sum()
+    if reduction == "batchmean":
+        return total / max(n_rows, 1)
+    if reduction == "mean":
+        return total / max(n_rows * loss.shape[1], 1)
+    return total
+
+
 __all__ = [
     "grad_scale_through",
     "CE_REDUCTIONS",
@@ -135,6 +171,10 @@ __all__ = [
     "check_matrix",
     "check_reduction",
     "check_same_device",
+    "check_distributions",
+    "distributions_ok",
+    "drop_ignored_rows",
+    "reduce_divergence",
     "is_float",
     "label_count",
     "label_stats",

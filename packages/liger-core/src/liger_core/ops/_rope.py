@@ -3,10 +3,12 @@ sample q/k and tables, bad inputs, the benchmark layouts."""
 
 from __future__ import annotations
 
+import math as _m
+
 import torch
 
 from liger_core.bench import spec as B
-from liger_core.op import Checks, bad, on_other_device
+from liger_core.op import Checks, Sample, bad, on_other_device, sample
 from liger_core.ops import _samples as S
 from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device
 
@@ -139,6 +141,24 @@ def fused_qkv(batch, q_heads, k_heads, seq, dim, device, unsqueeze_dim, g):
     return (q.transpose(1, 2), k.transpose(1, 2)) if unsqueeze_dim == 1 else (q, k)
 
 
+def smoke(build) -> tuple[Sample, Sample]:
+    """``liger check``'s samples of a rotary op, (batch, q_heads, k_heads, seq, head_dim) with q/k
+    stored as LLaMA's transposed views: the smallest grouped-query one and a wider one."""
+    return sample(build, shape=(1, 2, 1, 3, 8), transposed=True), sample(build, shape=(2, 8, 2, 5, 64), transposed=True)
+
+
+def layout_samples(build, **params):
+    """Both q/k layouts (``unsqueeze_dim``), contiguous or LLaMA's transposed views, with cos/sin
+    per sequence or one table broadcast over the batch, in bf16 (and ``params``)."""
+    yield from S.grid(
+        build,
+        dict(unsqueeze_dim=(1, 2), transposed=(False, True), cos_batch=(1, 2)),
+        shape=(2, 8, 2, 11, 32),
+        dtype=torch.bfloat16,
+        **params,
+    )
+
+
 def bad_inputs(op: str, cos_ndim: int) -> tuple:
     """The bad inputs both rotary ops share (base: batch 2, 4 q heads, 2 k heads, seq 6, dim 16)."""
     lead = "3, " if cos_ndim == 4 else ""
@@ -189,20 +209,29 @@ CHECKS = Checks(
 )
 
 
-def bench_layouts(tables_for, **extra) -> dict:
-    """``transposed``: q/k as LLaMA's attention passes them (``proj(x).view(b, s, h, d).transpose(1, 2)``),
-    the default; ``contiguous``: ``(batch, heads, seq, head_dim)`` tensors of their own. ``extra``:
-    further arguments, each a function of the shape."""
+def bench_spec(table_lead, torch_fn, peers: dict, **extra) -> B.BenchSpec:
+    """The spec of a rotary op: q and k in two layouts, ``transposed`` as LLaMA's attention passes
+    them (``proj(x).view(b, s, h, d).transpose(1, 2)``), the default, and ``contiguous``
+    ``(batch, heads, seq, head_dim)`` tensors of their own; cos/sin tables of leading dimensions
+    ``table_lead(shape)``. ``extra``: further arguments, each a function of the shape."""
 
     def build(transposed: bool):
         def layout(s, dt, dev, gen):
             q, k = B.attention_qk(s, dt, dev, gen, transposed)
-            cos, sin = tables_for(s, dt, dev)
+            cos, sin = B.rotary_tables(table_lead(s), s, dt, dev)
             return dict(q=q, k=k, cos=cos, sin=sin, **{name: fn(s) for name, fn in extra.items()})
 
         return layout
 
-    return {"transposed": build(True), "contiguous": build(False)}
+    return B.BenchSpec(
+        group="activations",
+        axes=("tokens", "batch", "heads", "kv_heads", "head_dim"),
+        layouts={"transposed": build(True), "contiguous": build(False)},
+        torch_fn=torch_fn,
+        traffic=lambda s, e: traffic(s, e, _m.prod(table_lead(s))),
+        describe=B.heads_text,
+        peers=peers,
+    )
 
 
 def torch_rotation(q, k, cos, sin, unsqueeze_dim):

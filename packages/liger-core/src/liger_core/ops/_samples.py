@@ -57,6 +57,26 @@ def strided(shape: tuple[int, int], g: torch.Generator, device, dtype, scale=1.0
     return stored.t()[:rows]
 
 
+def rows_input(shape, g: torch.Generator, device, dtype, scale=1.0, shift=0.0, transposed=False) -> torch.Tensor:
+    """``scale * N(0, 1) + shift`` of ``shape`` as ``dtype`` on ``device``: contiguous, or with
+    ``transposed`` the (rows, cols) column view of a wider matrix (see `strided`)."""
+    if transposed:
+        return strided(shape, g, device, dtype, scale, shift)
+    return to(device, dtype, normal(shape, g, scale, shift))
+
+
+def row_smoke(build: Callable[..., dict]) -> tuple[Sample, Sample]:
+    """``liger check``'s samples of a last-dimension op: odd (3, 5) rows and a 3-D input of rows
+    wider than a warp's tile."""
+    return sample(build, shape=(3, 5)), sample(build, shape=(2, 7, 1000))
+
+
+def vocab_smoke(build: Callable[..., dict]) -> tuple[Sample, Sample]:
+    """``liger check``'s samples of a loss over (tokens, vocab) rows: a tiny one and rows wider
+    than a warp's tile."""
+    return sample(build, shape=(3, 5)), sample(build, shape=(6, 3000))
+
+
 def grid(build: Callable[..., dict], vary: dict[str, Iterable], grad_scalar: float = 1.0, **fixed) -> Iterator[Sample]:
     """A sample for every combination of the ``vary`` values, each with the ``fixed`` parameters."""
     names = list(vary)

@@ -361,23 +361,18 @@ OP = Op(
         # The gradient may be written into the logits' own memory.
         overwritable=lambda a: ("logits",) if a["in_place"] else (),
     ),
-    bench=B.BenchSpec(
-        group="losses",
-        axes=("tokens", "vocab"),
-        layouts={
-            "rows": lambda s, dt, dev, gen: dict(
-                logits=B.normal((s.tokens, s.vocab), dt, dev, gen),
-                target=B.targets(s.tokens, s.vocab, dev, gen),
-                # liger-kernel's cross-entropy always writes the gradient into the logits; our op
-                # does so only when asked, so ask: both then save the same logits-sized buffer.
-                in_place=True,
-            )
-        },
-        torch_fn=_torch_cross_entropy,
+    bench=B.vocab_rows(
+        lambda s, dt, dev, gen: dict(
+            logits=B.normal((s.tokens, s.vocab), dt, dev, gen),
+            target=B.targets(s.tokens, s.vocab, dev, gen),
+            # liger-kernel's cross-entropy always writes the gradient into the logits; our op
+            # does so only when asked, so ask: both then save the same logits-sized buffer.
+            in_place=True,
+        ),
+        _torch_cross_entropy,
         # forward reads the logits; backward reads them again and writes their gradient.
-        traffic=lambda s, e: (s.tokens * s.vocab * e + 8 * s.tokens, 2 * s.tokens * s.vocab * e + 8 * s.tokens),
-        describe=B.vocab_text,
-        peers={
+        lambda s, e: (s.tokens * s.vocab * e + 8 * s.tokens, 2 * s.tokens * s.vocab * e + 8 * s.tokens),
+        {
             B.LIGER_KERNEL: B.liger_kernel(
                 "liger_cross_entropy",
                 "logits",

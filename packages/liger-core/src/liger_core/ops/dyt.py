@@ -71,7 +71,7 @@ def math(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.
 def args(device, shape=(4, 16), dtype=torch.float32, beta=True, param_dtype=None, alpha_shape=(1,), strided=False):
     """x around 0.3 and alpha 0.7, so tanh's argument crosses its bend; gamma around 1."""
     g = S.gen(0)
-    x = S.strided(shape, g, device, dtype, 2, 0.3) if strided else S.to(device, dtype, S.normal(shape, g, 2, 0.3))
+    x = S.rows_input(shape, g, device, dtype, 2, 0.3, transposed=strided)
     alpha = S.to(device, param_dtype or dtype, torch.full(alpha_shape, 0.7))
     gamma = S.to(device, param_dtype or dtype, S.normal(shape[-1], g, 0.5, 1))
     b = S.to(device, param_dtype or dtype, S.normal(shape[-1], g, 0.5)) if beta else None
@@ -102,7 +102,7 @@ OP = Op(
     math=math,
     grads=("x", "alpha", "gamma", "beta"),
     samples=samples,
-    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
+    smoke=S.row_smoke(args),
     error_sample=sample(args),
     errors=(
         S.elsewhere("gamma"),
@@ -124,14 +124,8 @@ OP = Op(
         S.X_SCALAR,
     ),
     checks=Checks(atol_scales=_scales),
-    bench=B.rows(
-        "norms",
-        lambda s, dt, dev, gen: dict(
-            x=B.normal((s.tokens, s.hidden), dt, dev, gen),
-            alpha=torch.tensor([0.5], device=dev, dtype=dt).requires_grad_(),
-            gamma=B.normal((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
-            beta=B.normal((s.hidden,), dt, dev, gen, scale=0.1),
-        ),
+    bench=B.norm(
+        dict(alpha=B.fixed(0.5), gamma=B.norm_weight, beta=B.norm_bias),
         lambda x, alpha, gamma, beta: gamma * torch.tanh(alpha * x) + (0 if beta is None else beta),
         lambda s, e: (
             2 * s.tokens * s.hidden * e + 2 * s.hidden * e,

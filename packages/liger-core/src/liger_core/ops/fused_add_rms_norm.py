@@ -8,15 +8,7 @@ from liger_core.bench import spec as B
 from liger_core.op import Checks, Op, bad, sample
 from liger_core.ops import _samples as S
 from liger_core.ops import rms_norm as _rms_norm
-from liger_core.ops._checks import (
-    FLOAT_DTYPES,
-    check_eps,
-    check_floating,
-    check_param,
-    check_rows,
-    check_same_device,
-    param_ok,
-)
+from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_rows, check_same_device
 
 CASTING_MODES = _rms_norm.CASTING_MODES
 
@@ -74,10 +66,7 @@ def check_args(
             and residual.dtype in FLOAT_DTYPES
             and residual.shape == x.shape
             and residual.device == x.device
-            and casting_mode in CASTING_MODES
-            and eps >= 0
-            and isinstance(offset, (float, int))
-            and param_ok(weight, x)
+            and _rms_norm.norm_options_ok(x, weight, eps, offset, casting_mode)
         ):
             return
     except (AttributeError, TypeError):
@@ -91,11 +80,7 @@ def check_args(
         raise ValueError(
             f"{op}: residual must have x's shape {tuple(x.shape)}; got residual.shape={tuple(residual.shape)}"
         )
-    check_param(op, "weight", weight, x)
-    _rms_norm.check_casting_mode(op, casting_mode)
-    check_eps(op, eps)
-    if not isinstance(offset, (int, float)):
-        raise TypeError(f"{op}: offset must be a float; got {type(offset).__name__}")
+    _rms_norm.check_norm_options(op, x, weight, eps, offset, casting_mode)
 
 
 def math(
@@ -137,31 +122,12 @@ def strided_args(device):
 
 def samples():
     yield from S.grid(args, dict(dtype=S.DTYPES, shape=S.ROW_SHAPES))
-    yield from S.grid(
-        args,
-        dict(
-            dtype=S.OPTION_DTYPES,
-            casting_mode=CASTING_MODES,
-            offset=(0.0, 1.0),
-            weight=(True, False),
-            in_place=(False, True),
-        ),
-        shape=(37, 96),
-        eps=1e-5,
-    )
+    yield from _rms_norm.option_samples(args)
     # new_residual feeds nothing: no gradient of its own, grad_x is RMSNorm's alone.
     for in_place in (False, True):
         yield sample(args, unused_outputs=("new_residual",), shape=(9, 70), in_place=in_place)
     # float32 weight and residual stream with bf16 activations.
-    yield from S.grid(
-        args,
-        dict(casting_mode=CASTING_MODES),
-        shape=(9, 130),
-        dtype=torch.bfloat16,
-        weight_dtype=torch.float32,
-        residual_dtype=torch.float32,
-        offset=1.0,
-    )
+    yield from _rms_norm.float32_weight_samples(args, residual_dtype=torch.float32)
     yield sample(strided_args)
 
 
@@ -186,7 +152,7 @@ OP = Op(
     grads=("x", "residual", "weight"),
     outputs=("y", "new_residual"),
     samples=samples,
-    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
+    smoke=S.row_smoke(args),
     error_sample=sample(args, shape=(4, 16)),
     errors=(
         S.elsewhere("weight"),
@@ -210,13 +176,8 @@ OP = Op(
         tolerance_from={"new_residual": ("x", "residual")},
         overwritable=lambda a: ("grad_y",) if a["in_place"] else (),
     ),
-    bench=B.rows(
-        "norms",
-        lambda s, dt, dev, gen: dict(
-            x=B.normal((s.tokens, s.hidden), dt, dev, gen),
-            residual=B.normal((s.tokens, s.hidden), dt, dev, gen),
-            weight=B.normal((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
-        ),
+    bench=B.norm(
+        dict(residual=B.hidden_states, weight=B.norm_weight),
         _torch_fused_add_rms_norm,
         # forward: read x, residual, weight; write y, x + residual, rstd. backward: read the two
         # incoming gradients, the sum, weight, rstd; write one gradient (x's and residual's are equal).,

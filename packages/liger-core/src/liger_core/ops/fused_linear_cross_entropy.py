@@ -290,7 +290,7 @@ OP = Op(
         axes=("tokens", "hidden", "vocab"),
         layouts={
             "rows": lambda s, dt, dev, gen: dict(
-                input=B.normal((s.tokens, s.hidden), dt, dev, gen),
+                input=B.hidden_states(s, dt, dev, gen),
                 weight=B.lm_head(s, dt, dev, gen),
                 target=B.targets(s.tokens, s.vocab, dev, gen),
             )

@@ -244,7 +244,7 @@ OP = Op(
         axes=("tokens", "hidden", "vocab"),
         layouts={
             "rows": lambda s, dt, dev, gen: dict(
-                student_input=B.normal((s.tokens, s.hidden), dt, dev, gen),
+                student_input=B.hidden_states(s, dt, dev, gen),
                 student_weight=B.lm_head(s, dt, dev, gen),
                 teacher_input=B.normal((s.tokens, s.hidden), dt, dev, gen, grad=False),
                 teacher_weight=B.lm_head(s, dt, dev, gen, grad=False),

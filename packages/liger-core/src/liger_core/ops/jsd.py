@@ -56,11 +56,7 @@ def check_args(
     """Raise a clear error for arguments outside the contract (one cheap predicate first)."""
     try:
         if (
-            L.is_float(student_logp)
-            and L.is_float(teacher_logp)
-            and student_logp.ndim == 2
-            and teacher_logp.shape == student_logp.shape
-            and teacher_logp.device == student_logp.device
+            L.distributions_ok(student_logp, teacher_logp)
             and labels_ok(shift_labels, student_logp)
             and 0 <= beta <= 1
             and type(ignore_index) is int
@@ -69,14 +65,7 @@ def check_args(
     except (AttributeError, TypeError):
         pass
     op = "jsd"
-    L.check_matrix(op, "student_logp", student_logp)
-    L.check_matrix(op, "teacher_logp", teacher_logp)
-    L.check_same_device(op, student_logp=student_logp, teacher_logp=teacher_logp)
-    if teacher_logp.shape != student_logp.shape:
-        raise ValueError(
-            f"{op}: teacher_logp must have student_logp's shape {tuple(student_logp.shape)}; "
-            f"got {tuple(teacher_logp.shape)}"
-        )
+    L.check_distributions(op, "student_logp", student_logp, "teacher_logp", teacher_logp)
     if shift_labels is not None:
         L.check_labels(op, "shift_labels", shift_labels, student_logp.shape[0], student_logp.device)
     check_beta(op, "beta", beta)
@@ -121,12 +110,7 @@ def math(
     compute = torch.float64 if student_logp.dtype == torch.float64 else torch.float32
     x = student_logp.to(compute)
     y = teacher_logp.detach().to(compute)
-    loss = elementwise(x, y, beta)
-    n = x.shape[0]
-    if shift_labels is not None:
-        keep = (shift_labels != ignore_index)[:, None]
-        loss = torch.where(keep, loss, torch.zeros((), dtype=compute, device=x.device))
-        n = int(keep.sum())
+    loss, n = L.drop_ignored_rows(elementwise(x, y, beta), shift_labels, ignore_index)
     return loss.sum() / max(n, 1)
 
 
@@ -192,7 +176,7 @@ OP = Op(
     outputs=("loss",),
     grads=("student_logp",),
     samples=samples,
-    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(6, 3000))),
+    smoke=S.vocab_smoke(args),
     error_sample=sample(args),
     errors=(
         bad(
@@ -218,19 +202,14 @@ OP = Op(
         ),
     ),
     checks=Checks(atol_scales=_scales),
-    bench=B.BenchSpec(
-        group="losses",
-        axes=("tokens", "vocab"),
-        layouts={
-            "rows": lambda s, dt, dev, gen: dict(
-                student_logp=B.log_probs(s.tokens, s.vocab, dt, dev, gen, True),
-                teacher_logp=B.log_probs(s.tokens, s.vocab, dt, dev, gen, False),
-            )
-        },
-        torch_fn=_torch_jsd,
-        traffic=lambda s, e: (2 * s.tokens * s.vocab * e, 3 * s.tokens * s.vocab * e),
-        describe=B.vocab_text,
-        peers={
+    bench=B.vocab_rows(
+        lambda s, dt, dev, gen: dict(
+            student_logp=B.log_probs(s.tokens, s.vocab, dt, dev, gen, True),
+            teacher_logp=B.log_probs(s.tokens, s.vocab, dt, dev, gen, False),
+        ),
+        _torch_jsd,
+        lambda s, e: (2 * s.tokens * s.vocab * e, 3 * s.tokens * s.vocab * e),
+        {
             B.LIGER_KERNEL: B.liger_kernel(
                 "liger_jsd", "student_logp", "teacher_logp", "shift_labels", "beta", "ignore_index"
             )

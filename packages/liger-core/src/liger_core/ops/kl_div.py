@@ -48,25 +48,12 @@ def kl_div(
 def check_args(y_pred: torch.Tensor, y_true: torch.Tensor, reduction: str, log_target: bool, eps: float) -> None:
     """Raise a clear error for arguments outside the contract (one cheap predicate first)."""
     try:
-        if (
-            L.is_float(y_pred)
-            and L.is_float(y_true)
-            and y_pred.ndim == 2
-            and y_true.shape == y_pred.shape
-            and y_true.device == y_pred.device
-            and reduction in REDUCTIONS
-            and type(log_target) is bool
-            and eps >= 0
-        ):
+        if L.distributions_ok(y_pred, y_true) and reduction in REDUCTIONS and type(log_target) is bool and eps >= 0:
             return
     except (AttributeError, TypeError):
         pass
     op = "kl_div"
-    L.check_matrix(op, "y_pred", y_pred)
-    L.check_matrix(op, "y_true", y_true)
-    L.check_same_device(op, y_pred=y_pred, y_true=y_true)
-    if y_true.shape != y_pred.shape:
-        raise ValueError(f"{op}: y_true must have y_pred's shape {tuple(y_pred.shape)}; got {tuple(y_true.shape)}")
+    L.check_distributions(op, "y_pred", y_pred, "y_true", y_true)
     L.check_reduction(op, reduction, REDUCTIONS)
     check_flag(op, "log_target", log_target)
     check_eps(op, eps)
@@ -78,14 +65,7 @@ def math(y_pred: torch.Tensor, y_true: torch.Tensor, reduction: str, log_target:
     x = y_pred.to(compute)
     t = y_true.detach().to(compute)
     loss = torch.exp(t) * (t - x) if log_target else t * (torch.log(torch.clamp_min(t, eps)) - x)
-    if reduction == "none":
-        return loss
-    total = loss.sum()
-    if reduction == "batchmean":
-        return total / max(x.shape[0], 1)
-    if reduction == "mean":
-        return total / max(x.numel(), 1)
-    return total
+    return L.reduce_divergence(loss, reduction, x.shape[0])
 
 
 # -- declaration ---------------------------------------------------------------------------------
@@ -134,7 +114,7 @@ OP = Op(
     outputs=("loss",),
     grads=("y_pred",),
     samples=samples,
-    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(6, 3000))),
+    smoke=S.vocab_smoke(args),
     error_sample=sample(args),
     errors=(
         bad("shape", ValueError, r"y_true must have y_pred's shape \(4, 10\); got \(4, 9\)", y_true=lambda t: t[:, :9]),
@@ -158,21 +138,16 @@ OP = Op(
         bad("log_target", TypeError, r"log_target must be True or False; got 'yes'", log_target="yes"),
     ),
     checks=Checks(out_dtypes=lambda a: (torch.float32,), atol_scales=_scales),
-    bench=B.BenchSpec(
-        group="losses",
-        axes=("tokens", "vocab"),
-        layouts={
-            "rows": lambda s, dt, dev, gen: dict(
-                y_pred=B.log_probs(s.tokens, s.vocab, dt, dev, gen, True),
-                y_true=B.probs(s.tokens, s.vocab, dt, dev, gen, False),
-            )
-        },
-        torch_fn=lambda y_pred, y_true, reduction="batchmean", log_target=False, eps=1e-10: F.kl_div(
+    bench=B.vocab_rows(
+        lambda s, dt, dev, gen: dict(
+            y_pred=B.log_probs(s.tokens, s.vocab, dt, dev, gen, True),
+            y_true=B.probs(s.tokens, s.vocab, dt, dev, gen, False),
+        ),
+        lambda y_pred, y_true, reduction="batchmean", log_target=False, eps=1e-10: F.kl_div(
             y_pred, y_true, reduction=reduction, log_target=log_target
         ),
-        traffic=lambda s, e: (2 * s.tokens * s.vocab * e, 2 * s.tokens * s.vocab * e),
-        describe=B.vocab_text,
-        peers={
+        lambda s, e: (2 * s.tokens * s.vocab * e, 2 * s.tokens * s.vocab * e),
+        {
             B.LIGER_KERNEL: B.liger_kernel(
                 "liger_kl_div", "y_pred", "y_true", reduction="reduction", log_target="log_target", eps="eps"
             )

@@ -84,7 +84,7 @@ def args(
 ):
     """x with a mean offset (centring matters), weight around 1, bias around 0."""
     g = S.gen(0)
-    x = S.strided(shape, g, device, dtype, 2, mean) if strided else S.to(device, dtype, S.normal(shape, g, 2, mean))
+    x = S.rows_input(shape, g, device, dtype, 2, mean, transposed=strided)
     w = S.to(device, param_dtype or dtype, S.normal(shape[-1], g, 0.5, 1)) if weight else None
     b = S.to(device, param_dtype or dtype, S.normal(shape[-1], g, 0.5)) if bias else None
     return dict(x=x, weight=w, bias=b, **options)
@@ -112,7 +112,7 @@ OP = Op(
     math=math,
     grads=("x", "weight", "bias"),
     samples=samples,
-    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
+    smoke=S.row_smoke(args),
     error_sample=sample(args, shape=(4, 16)),
     errors=(
         S.elsewhere("weight"),
@@ -135,13 +135,8 @@ OP = Op(
         S.X_SCALAR,
     ),
     checks=Checks(atol_scales=_scales),
-    bench=B.rows(
-        "norms",
-        lambda s, dt, dev, gen: dict(
-            x=B.normal((s.tokens, s.hidden), dt, dev, gen),
-            weight=B.normal((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
-            bias=B.normal((s.hidden,), dt, dev, gen, scale=0.1),
-        ),
+    bench=B.norm(
+        dict(weight=B.norm_weight, bias=B.norm_bias),
         lambda x, weight=None, bias=None, eps=1e-5: F.layer_norm(x, (x.shape[-1],), weight, bias, eps),
         lambda s, e: (
             2 * s.tokens * s.hidden * e + 2 * s.hidden * e + 8 * s.tokens,

@@ -76,7 +76,7 @@ def math(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) 
 def args(device, shape=(4, 16), dtype=torch.float32, param_dtype=None, bias_shape=(1,), strided=False, **options):
     """x around 0.2; weights away from PolyCom's equal 1/3s so each term counts."""
     g = S.gen(0)
-    x = S.strided(shape, g, device, dtype, 1.5, 0.2) if strided else S.to(device, dtype, S.normal(shape, g, 1.5, 0.2))
+    x = S.rows_input(shape, g, device, dtype, 1.5, 0.2, transposed=strided)
     w = S.to(device, param_dtype or dtype, torch.tensor([0.4, -0.7, 1.1]))
     b = S.to(device, param_dtype or dtype, torch.full(bias_shape, 0.3))
     return dict(x=x, weight=w, bias=b, **options)
@@ -113,7 +113,7 @@ OP = Op(
     math=math,
     grads=("x", "weight", "bias"),
     samples=samples,
-    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
+    smoke=S.row_smoke(args),
     error_sample=sample(args),
     errors=(
         S.elsewhere("weight"),
@@ -135,13 +135,8 @@ OP = Op(
         S.X_SCALAR,
     ),
     checks=Checks(atol_scales=_scales),
-    bench=B.rows(
-        "norms",
-        lambda s, dt, dev, gen: dict(
-            x=B.normal((s.tokens, s.hidden), dt, dev, gen),
-            weight=torch.tensor([0.3, 0.4, 0.5], device=dev, dtype=dt).requires_grad_(),
-            bias=torch.tensor([0.1], device=dev, dtype=dt).requires_grad_(),
-        ),
+    bench=B.norm(
+        dict(weight=B.fixed(0.3, 0.4, 0.5), bias=B.fixed(0.1)),
         _torch_poly_norm,
         lambda s, e: (2 * s.tokens * s.hidden * e + 12 * s.tokens, 3 * s.tokens * s.hidden * e + 12 * s.tokens),
         {

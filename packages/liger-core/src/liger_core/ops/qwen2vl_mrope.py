@@ -137,13 +137,7 @@ def samples():
     # half head_dim that is not a power of two; LLaMA's transposed views.
     shapes = ((1, 1, 1, 1, 8), (2, 4, 2, 7, 16), (1, 28, 4, 3, 128), (2, 3, 3, 9, 24))
     yield from S.grid(args, dict(dtype=S.DTYPES, shape=shapes), transposed=True)
-    yield from S.grid(
-        args,
-        dict(unsqueeze_dim=(1, 2), transposed=(False, True), cos_batch=(1, 2)),
-        shape=(2, 8, 2, 11, 32),
-        dtype=torch.bfloat16,
-        section=[4, 6, 6],
-    )
+    yield from _rope.layout_samples(args, section=[4, 6, 6])
     # Every section boundary, empty sections included; random tables so each axis differs.
     sections = ([8, 0, 0], [0, 8, 0], [0, 0, 8], [0, 3, 5], [5, 3, 0], [2, 2, 4])
     yield from S.grid(args, dict(section=sections), shape=(2, 4, 2, 5, 16), table="random")
@@ -157,7 +151,7 @@ OP = Op(
     grads=("q", "k"),
     outputs=("q_out", "k_out"),
     samples=samples,
-    smoke=(sample(args, shape=(1, 2, 1, 3, 8), transposed=True), sample(args, shape=(2, 8, 2, 5, 64), transposed=True)),
+    smoke=_rope.smoke(args),
     error_sample=sample(args, section=[2, 3, 3]),
     errors=(
         *_rope.bad_inputs("qwen2vl_mrope", 4),
@@ -172,22 +166,16 @@ OP = Op(
         bad("cos_axes", ValueError, r"sin must have shape .*got sin.shape=\(2, 2, 6, 16\)", sin=lambda s: s[:2]),
     ),
     checks=_rope.CHECKS,
-    bench=B.BenchSpec(
-        group="activations",
-        axes=("tokens", "batch", "heads", "kv_heads", "head_dim"),
-        layouts=_rope.bench_layouts(
-            lambda s, dt, dev: B.rotary_tables((3, s.batch), s, dt, dev),
-            mrope_section=lambda s: default_section(s.head_dim),
-        ),
-        torch_fn=lambda q, k, cos, sin, mrope_section, unsqueeze_dim=1: _rope.torch_rotation(
+    bench=_rope.bench_spec(
+        lambda s: (3, s.batch),
+        lambda q, k, cos, sin, mrope_section, unsqueeze_dim=1: _rope.torch_rotation(
             q, k, merge_sections(cos, mrope_section), merge_sections(sin, mrope_section), unsqueeze_dim
         ),
-        traffic=lambda s, e: _rope.traffic(s, e, 3 * s.batch),
-        describe=B.heads_text,
-        peers={
+        {
             B.LIGER_KERNEL: B.liger_kernel(
                 "liger_qwen2vl_mrope", "q", "k", "cos", "sin", "mrope_section", "unsqueeze_dim"
             )
         },
+        mrope_section=lambda s: default_section(s.head_dim),
     ),
 )

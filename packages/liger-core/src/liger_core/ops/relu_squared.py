@@ -45,7 +45,7 @@ def math(x: torch.Tensor) -> torch.Tensor:
 def args(device, shape=(4, 16), dtype=torch.float32, strided=False):
     """x around 0, half of it below zero (where the gradient is 0)."""
     g = S.gen(0)
-    x = S.strided(shape, g, device, dtype, 2) if strided else S.to(device, dtype, S.normal(shape, g, 2))
+    x = S.rows_input(shape, g, device, dtype, 2, transposed=strided)
     return dict(x=x)
 
 
@@ -63,7 +63,7 @@ OP = Op(
     math=math,
     grads=("x",),
     samples=samples,
-    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
+    smoke=S.row_smoke(args),
     error_sample=sample(args),
     errors=(S.X_INT, S.X_FLOAT64, S.X_SCALAR),
     bench=B.BenchSpec(

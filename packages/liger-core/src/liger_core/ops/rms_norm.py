@@ -62,29 +62,34 @@ def check_args(
     finds and names what is wrong.
     """
     try:
-        if (
-            x.dtype in FLOAT_DTYPES
-            and x.ndim > 0
-            and casting_mode in CASTING_MODES
-            and eps >= 0
-            and isinstance(offset, (float, int))
-            and param_ok(weight, x)
-        ):
+        if x.dtype in FLOAT_DTYPES and x.ndim > 0 and norm_options_ok(x, weight, eps, offset, casting_mode):
             return
     except (AttributeError, TypeError):
         pass
     check_rows("rms_norm", x)
-    check_param("rms_norm", "weight", weight, x)
-    check_casting_mode("rms_norm", casting_mode)
-    check_eps("rms_norm", eps)
-    if not isinstance(offset, (int, float)):
-        raise TypeError(f"rms_norm: offset must be a float; got {type(offset).__name__}")
+    check_norm_options("rms_norm", x, weight, eps, offset, casting_mode)
     # Nothing wrong after all (an unusual but valid type the fast path did not expect).
 
 
 def check_casting_mode(op: str, casting_mode: str) -> None:
     if casting_mode not in CASTING_MODES:
         raise ValueError(f"{op}: casting_mode must be one of {CASTING_MODES}; got {casting_mode!r}")
+
+
+def norm_options_ok(x: torch.Tensor, weight: torch.Tensor | None, eps: float, offset: float, casting_mode: str) -> bool:
+    """The fast-path test of the RMSNorm options (see `check_norm_options`)."""
+    return casting_mode in CASTING_MODES and eps >= 0 and isinstance(offset, (float, int)) and param_ok(weight, x)
+
+
+def check_norm_options(
+    op: str, x: torch.Tensor, weight: torch.Tensor | None, eps: float, offset: float, casting_mode: str
+) -> None:
+    """The slow-path checks of the RMSNorm options (``rms_norm``'s and ``fused_add_rms_norm``'s)."""
+    check_param(op, "weight", weight, x)
+    check_casting_mode(op, casting_mode)
+    check_eps(op, eps)
+    if not isinstance(offset, (int, float)):
+        raise TypeError(f"{op}: offset must be a float; got {type(offset).__name__}")
 
 
 def math(
@@ -117,14 +122,14 @@ def args(device, shape=(4, 16), dtype=torch.float32, weight=True, weight_dtype=N
     """x of ``shape`` (spread around 0.3), weight around 1 (``weight_dtype`` or x's; ``weight=False``:
     None), ``options`` as contract arguments. ``strided``: x a non-contiguous 2-D view."""
     g = S.gen(seed)
-    x = S.strided(shape, g, device, dtype, 2, 0.3) if strided else S.to(device, dtype, S.normal(shape, g, 2, 0.3))
+    x = S.rows_input(shape, g, device, dtype, 2, 0.3, transposed=strided)
     w = S.to(device, weight_dtype or dtype, S.normal(shape[-1], g, 0.5, 1)) if weight else None
     return dict(x=x, weight=w, **options)
 
 
-def samples():
-    shapes = ((1, 1), (5, 1), (3, 5), (2, 7, 33), (130, 64), (4, 1000), (3, 20000), (0, 48))
-    yield from S.grid(args, dict(dtype=S.DTYPES, shape=shapes))
+def option_samples(args):
+    """Every combination of the RMSNorm options (casting mode, offset, weight or none, in-place)
+    in both option dtypes, for ``rms_norm``'s and ``fused_add_rms_norm``'s builders."""
     yield from S.grid(
         args,
         dict(
@@ -137,15 +142,26 @@ def samples():
         shape=(37, 96),
         eps=1e-5,
     )
-    # float32 weights with bf16 activations.
+
+
+def float32_weight_samples(args, **params):
+    """float32 weights (and ``params``) with bf16 activations, in every casting mode."""
     yield from S.grid(
         args,
         dict(casting_mode=CASTING_MODES),
         shape=(9, 130),
         dtype=torch.bfloat16,
         weight_dtype=torch.float32,
+        **params,
         offset=1.0,
     )
+
+
+def samples():
+    shapes = ((1, 1), (5, 1), (3, 5), (2, 7, 33), (130, 64), (4, 1000), (3, 20000), (0, 48))
+    yield from S.grid(args, dict(dtype=S.DTYPES, shape=shapes))
+    yield from option_samples(args)
+    yield from float32_weight_samples(args)
     yield sample(args, shape=(33, 40), strided=True)
 
 
@@ -166,7 +182,7 @@ OP = Op(
     math=math,
     grads=("x", "weight"),
     samples=samples,
-    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
+    smoke=S.row_smoke(args),
     error_sample=sample(args, shape=(4, 16)),
     errors=(
         S.elsewhere("weight"),
@@ -181,12 +197,8 @@ OP = Op(
         atol_scales=_scales,
         overwritable=lambda a: ("grad_output",) if a["in_place"] else (),
     ),
-    bench=B.rows(
-        "norms",
-        lambda s, dt, dev, gen: dict(
-            x=B.normal((s.tokens, s.hidden), dt, dev, gen),
-            weight=B.normal((s.hidden,), dt, dev, gen, scale=0.1, shift=1.0),
-        ),
+    bench=B.norm(
+        dict(weight=B.norm_weight),
         _torch_rms_norm,
         lambda s, e: (
             2 * s.tokens * s.hidden * e + s.hidden * e + 4 * s.tokens,

@@ -120,12 +120,7 @@ def samples():
         (2, 4, 2, 0, 8),
     )
     yield from S.grid(args, dict(dtype=S.DTYPES, shape=shapes), transposed=True)
-    yield from S.grid(
-        args,
-        dict(unsqueeze_dim=(1, 2), transposed=(False, True), cos_batch=(1, 2)),
-        shape=(2, 8, 2, 11, 32),
-        dtype=torch.bfloat16,
-    )
+    yield from _rope.layout_samples(args)
     # transformers ignores position_ids: cos/sin are already per position.
     yield from S.grid(args, dict(unsqueeze_dim=(1, 2)), position_ids=True)
     # Both halves of cos/sin are used as given, not only the first.
@@ -144,8 +139,7 @@ OP = Op(
     grads=("q", "k"),
     outputs=("q_out", "k_out"),
     samples=samples,
-    # (batch, q_heads, k_heads, seq, head_dim); q/k stored as LLaMA's transposed views.
-    smoke=(sample(args, shape=(1, 2, 1, 3, 8), transposed=True), sample(args, shape=(2, 8, 2, 5, 64), transposed=True)),
+    smoke=_rope.smoke(args),
     error_sample=sample(args),
     errors=(
         *_rope.bad_inputs("rope", 3),
@@ -160,16 +154,10 @@ OP = Op(
         ),
     ),
     checks=_rope.CHECKS,
-    bench=B.BenchSpec(
-        group="activations",
-        axes=("tokens", "batch", "heads", "kv_heads", "head_dim"),
-        layouts=_rope.bench_layouts(lambda s, dt, dev: B.rotary_tables((1,), s, dt, dev)),
-        torch_fn=lambda q, k, cos, sin, position_ids=None, unsqueeze_dim=1: _rope.torch_rotation(
-            q, k, cos, sin, unsqueeze_dim
-        ),
-        traffic=lambda s, e: _rope.traffic(s, e, 1),
-        describe=B.heads_text,
-        peers={
+    bench=_rope.bench_spec(
+        lambda s: (1,),
+        lambda q, k, cos, sin, position_ids=None, unsqueeze_dim=1: _rope.torch_rotation(q, k, cos, sin, unsqueeze_dim),
+        {
             B.LIGER_KERNEL: B.liger_kernel("liger_rope", "q", "k", "cos", "sin", "position_ids", "unsqueeze_dim"),
             B.TORCH_NPU: B.torch_npu(
                 lambda m, q, k, cos, sin, unsqueeze_dim, **_: (

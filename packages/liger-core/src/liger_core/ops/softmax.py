@@ -41,7 +41,7 @@ def math(x: torch.Tensor) -> torch.Tensor:
 def args(device, shape=(4, 16), dtype=torch.float32, strided=False, scale=3.0, masked=False):
     """Logits spread wide enough that rows are peaked; ``masked``: every 7th column -inf."""
     g = S.gen(0)
-    x = S.strided(shape, g, device, dtype, scale, 1) if strided else S.to(device, dtype, S.normal(shape, g, scale, 1))
+    x = S.rows_input(shape, g, device, dtype, scale, 1, transposed=strided)
     if masked:
         x = x.clone()
         x[:, ::7] = float("-inf")
@@ -69,7 +69,7 @@ OP = Op(
     math=math,
     grads=("x",),
     samples=samples,
-    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
+    smoke=S.row_smoke(args),
     error_sample=sample(args),
     errors=(
         S.X_INT,
@@ -77,11 +77,5 @@ OP = Op(
         S.X_SCALAR,
     ),
     checks=Checks(atol_scales=_scales),
-    bench=B.rows(
-        "activations",
-        lambda s, dt, dev, gen: dict(x=B.normal((s.tokens, s.hidden), dt, dev, gen)),
-        lambda x: torch.softmax(x, dim=-1),
-        lambda s, e: (2 * s.tokens * s.hidden * e, 3 * s.tokens * s.hidden * e),
-        {B.LIGER_KERNEL: B.liger_kernel("liger_softmax", "x")},
-    ),
+    bench=B.row_activation(lambda x: torch.softmax(x, dim=-1), {B.LIGER_KERNEL: B.liger_kernel("liger_softmax", "x")}),
 )

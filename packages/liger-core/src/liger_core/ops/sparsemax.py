@@ -108,7 +108,7 @@ OP = Op(
     math=math,
     grads=("x",),
     samples=samples,
-    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(2, 7, 1000))),
+    smoke=S.row_smoke(args),
     error_sample=sample(args),
     errors=(
         S.X_INT,
@@ -117,11 +117,5 @@ OP = Op(
         bad("dim_type", TypeError, r"dim must be an int; got float", dim=1.0),
     ),
     checks=Checks(atol_scales=_scales),
-    bench=B.rows(
-        "activations",
-        lambda s, dt, dev, gen: dict(x=B.normal((s.tokens, s.hidden), dt, dev, gen)),
-        _torch_sparsemax,
-        lambda s, e: (2 * s.tokens * s.hidden * e, 3 * s.tokens * s.hidden * e),
-        {B.LIGER_KERNEL: B.liger_kernel("liger_sparsemax", "x", "dim")},
-    ),
+    bench=B.row_activation(_torch_sparsemax, {B.LIGER_KERNEL: B.liger_kernel("liger_sparsemax", "x", "dim")}),
 )

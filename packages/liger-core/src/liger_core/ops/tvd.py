@@ -48,11 +48,7 @@ def check_args(
     """Raise a clear error for arguments outside the contract (one cheap predicate first)."""
     try:
         if (
-            L.is_float(p)
-            and L.is_float(q)
-            and p.ndim == 2
-            and q.shape == p.shape
-            and q.device == p.device
+            L.distributions_ok(p, q)
             and labels_ok(shift_labels, p)
             and reduction in REDUCTIONS
             and type(ignore_index) is int
@@ -61,11 +57,7 @@ def check_args(
     except (AttributeError, TypeError):
         pass
     op = "tvd"
-    L.check_matrix(op, "p", p)
-    L.check_matrix(op, "q", q)
-    L.check_same_device(op, p=p, q=q)
-    if q.shape != p.shape:
-        raise ValueError(f"{op}: q must have p's shape {tuple(p.shape)}; got {tuple(q.shape)}")
+    L.check_distributions(op, "p", p, "q", q)
     if shift_labels is not None:
         L.check_labels(op, "shift_labels", shift_labels, p.shape[0], p.device)
     L.check_reduction(op, reduction, REDUCTIONS)
@@ -79,21 +71,8 @@ def math(
     compute = torch.float64 if p.dtype == torch.float64 else torch.float32
     x = p.to(compute)
     loss = 0.5 * (x - q.detach().to(compute)).abs()
-    n_rows, n_cols = x.shape
-    if shift_labels is not None:
-        keep = (shift_labels != ignore_index)[:, None]
-        loss = torch.where(keep, loss, torch.zeros((), dtype=compute, device=x.device))
-        n = int(keep.sum())
-    else:
-        n = n_rows
-    if reduction == "none":
-        return loss
-    total = loss.sum()
-    if reduction == "batchmean":
-        return total / max(n, 1)
-    if reduction == "mean":
-        return total / max(n * n_cols, 1)
-    return total
+    loss, n = L.drop_ignored_rows(loss, shift_labels, ignore_index)
+    return L.reduce_divergence(loss, reduction, n)
 
 
 # -- declaration ---------------------------------------------------------------------------------
@@ -130,7 +109,7 @@ OP = Op(
     outputs=("loss",),
     grads=("p",),
     samples=samples,
-    smoke=(sample(args, shape=(3, 5)), sample(args, shape=(6, 3000))),
+    smoke=S.vocab_smoke(args),
     error_sample=sample(args),
     errors=(
         bad("shape", ValueError, r"q must have p's shape \(4, 10\); got \(4, 9\)", q=lambda q: q[:, :9]),
@@ -145,20 +124,15 @@ OP = Op(
         bad("p_int", TypeError, r"p must have dtype", p=lambda p: p.long()),
     ),
     checks=Checks(out_dtypes=lambda a: (torch.float32,)),
-    bench=B.BenchSpec(
-        group="losses",
-        axes=("tokens", "vocab"),
-        layouts={
-            "rows": lambda s, dt, dev, gen: dict(
-                p=B.probs(s.tokens, s.vocab, dt, dev, gen, True),
-                q=B.probs(s.tokens, s.vocab, dt, dev, gen, False),
-            )
-        },
-        torch_fn=lambda p, q, shift_labels=None, reduction="batchmean", ignore_index=-100: (
+    bench=B.vocab_rows(
+        lambda s, dt, dev, gen: dict(
+            p=B.probs(s.tokens, s.vocab, dt, dev, gen, True),
+            q=B.probs(s.tokens, s.vocab, dt, dev, gen, False),
+        ),
+        lambda p, q, shift_labels=None, reduction="batchmean", ignore_index=-100: (
             0.5 * (p.float() - q.float()).abs().sum() / p.shape[0]
         ),
-        traffic=lambda s, e: (2 * s.tokens * s.vocab * e, 3 * s.tokens * s.vocab * e),
-        describe=B.vocab_text,
-        peers={B.LIGER_KERNEL: B.liger_kernel("liger_tvd", "p", "q", "shift_labels", "reduction", "ignore_index")},
+        lambda s, e: (2 * s.tokens * s.vocab * e, 3 * s.tokens * s.vocab * e),
+        {B.LIGER_KERNEL: B.liger_kernel("liger_tvd", "p", "q", "shift_labels", "reduction", "ignore_index")},
     ),
 )
