@@ -14,7 +14,7 @@ from liger_ops_ascend._tiling import chunk_tokens
 def test_flce_several_token_chunks(small_ub, backend, device, reduction):
     assert chunk_tokens(19, 8, 300) < 19  # the token loop runs several times
     args = fused_linear_cross_entropy_op.args(
-        device, shape=(19, 8, 300), bias=True, ce_weight=True, lse_square_scale=1e-3, label_smoothing=0.1,
+        device, shape=(19, 8, 300), bias=True, weighted=True, lse_square_scale=1e-3, label_smoothing=0.1,
         reduction=reduction, softcap=15.0,
     )  # fmt: skip
     check(backend, "fused_linear_cross_entropy", args, grad_scalar=2.0)
