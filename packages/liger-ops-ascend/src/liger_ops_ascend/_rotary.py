@@ -3,7 +3,7 @@ kernel, its tile plan and the autograd Function both ops share.
 
 Work is flattened over the ``batch * seq`` positions: one program per vector core walks
 the positions ``pid, pid + programs, ...``. At each position it loads the cos/sin row once
-(both halves; for M-RoPE each section from its own table, selected per column) and rotates
+(both halves; for M-RoPE each section from its own table: three masked loads added) and rotates
 every head of q and of k with it, ``BLOCK_H`` heads x ``head_dim / 2`` columns (the two halves) at a time,
 ``BLOCK_H`` sized to the UB budget. Any strides of q/k (LLaMA's transposed views) and both
 layouts are addressed directly, without copies.
