@@ -84,6 +84,15 @@ RULES = {
             "(care_padding=False: masked places hold random values)",
         ),
         Rule(
+            "ASC007",
+            "a masked gather (a load whose offset comes from loaded data) with care_padding=False",
+            "triton-ascend 3.2.0's DiscreteMaskAccessConversion pass aborts on it ('Unsupported type for "
+            "constant creation'): a compile failure on the NPU. Gathers keep their fill (other=); ASC003 "
+            "does not ask otherwise",
+            "triton-ascend 3.2.0 triton-adapter-opt, DiscreteMaskAccessConversionPass.cpp:114 (reproduced "
+            "on a CPU by tests/test_compiled_access.py)",
+        ),
+        Rule(
             "ASC004",
             "a load or store whose pointer offset is computed from a compare, or from // or % of a vector index",
             "the compiler's offset analysis (TritonToUnstructure) cannot follow such offsets, marks the "
@@ -671,7 +680,17 @@ class Checker:
             self.use_mask(fn, kw["mask"])
         no_fill = "care_padding" in kwargs and ast.unparse(kwargs["care_padding"]) == "False" and "other" not in kwargs
         loads = frozenset()
-        if masked and ptr.vec:
+        if masked and ptr.vec and ptr.data:
+            # A gather: its fill cannot be dropped (ASC007), so ASC003 does not track it.
+            if no_fill:
+                self.report(
+                    "ASC007",
+                    fn,
+                    node,
+                    "care_padding=False on a masked gather: triton-ascend 3.2.0's DiscreteMaskAccessConversion "
+                    "aborts (keep other=)",
+                )
+        elif masked and ptr.vec:
             site = (fn.file, node.lineno)
             text = ast.unparse(node) if len(ast.unparse(node)) < 60 else "tl.load(...)"
             (self.unfilled_loads if no_fill else self.filled_loads).setdefault(site, text)

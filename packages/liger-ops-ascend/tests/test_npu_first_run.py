@@ -69,14 +69,15 @@ def _record_launches(monkeypatch, rows: list[dict]) -> None:
             }
         )
 
-    # The op modules call `launch` through their own import: patch every reference.
+    # The op modules call `launch` through their own import: patch every reference (the
+    # launch module's own last would hide the others from the `is` test: compare with `real`).
     import liger_ops_ascend
 
+    real = launch.launch
     for module in list(sys.modules.values()):
         name = getattr(module, "__name__", "")
-        if name.startswith(liger_ops_ascend.__name__) and getattr(module, "launch", None) is launch.launch:
+        if name.startswith(liger_ops_ascend.__name__) and getattr(module, "launch", None) is real:
             monkeypatch.setattr(module, "launch", recording_launch)
-    monkeypatch.setattr(launch, "launch", recording_launch)
 
 
 @pytest.mark.parametrize("op", sorted(op for ops in FAMILIES.values() for op in ops))

@@ -117,6 +117,27 @@ PLANTED = {
         """,
         4,
     ),
+    "ASC007": (
+        """
+        @triton.jit
+        def _pick_kernel(X, T, Y, n_rows, BLOCK: tl.constexpr):
+            rows = tl.arange(0, BLOCK)
+            y = tl.load(T + rows, mask=rows < n_rows, other=0)
+            keep = y.to(tl.float32) >= 0.0
+            x_y = tl.load(X + rows * 0 + y, mask=keep, care_padding=False)
+            tl.store(Y + rows, x_y, mask=keep)
+        """,
+        """
+        @triton.jit
+        def _pick_kernel(X, T, Y, n_rows, BLOCK: tl.constexpr):
+            rows = tl.arange(0, BLOCK)
+            y = tl.load(T + rows, mask=rows < n_rows, other=0)
+            keep = y.to(tl.float32) >= 0.0
+            x_y = tl.load(X + rows * 0 + y, mask=keep, other=0.0)
+            tl.store(Y + rows, x_y, mask=keep)
+        """,
+        6,
+    ),
     "ASC004": (
         """
         @triton.jit

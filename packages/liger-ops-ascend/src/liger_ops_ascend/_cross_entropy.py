@@ -98,7 +98,7 @@ def _cross_entropy_forward_kernel(
             run_max, run_sum = online_lse_step(run_max, run_sum, x)
         # Rows past the end (all -inf, no sum) get lse = 0: finite, and their stores are masked off.
         lse = tl.where(run_sum > 0.0, run_max + tl.log(tl.where(run_sum > 0.0, run_sum, 1.0)), 0.0)
-        x_y = tl.load(x_base + m_idx * x_row_stride + y_safe, mask=keep, care_padding=False).to(tl.float32)
+        x_y = tl.load(x_base + m_idx * x_row_stride + y_safe, mask=keep, other=0.0).to(tl.float32)
         if HAS_SOFTCAP:
             x_y = _softcapped(x_y, softcap)
         w_y = _target_weight(W, y_safe, keep, HAS_WEIGHT)
@@ -142,7 +142,7 @@ def _cross_entropy_backward_kernel(
         x_row = X + row0.to(tl.int64) * x_row_stride + m_idx * x_row_stride
         dx_row = DX + row0.to(tl.int64) * dx_row_stride + m_idx * dx_row_stride
         # The target's logit, read before a chunk's gradient may overwrite it (DX may be X).
-        x_y = tl.load(x_row + y_safe, mask=keep, care_padding=False).to(tl.float32)
+        x_y = tl.load(x_row + y_safe, mask=keep, other=0.0).to(tl.float32)
         if HAS_SOFTCAP:
             x_y = _softcapped(x_y, softcap)
         for c in range(n_chunks):

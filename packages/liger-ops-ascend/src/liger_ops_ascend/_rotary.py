@@ -3,7 +3,7 @@ kernel, its tile plan and the autograd Function both ops share.
 
 Work is flattened over the ``batch * seq`` positions: one program per vector core walks
 the positions ``pid, pid + programs, ...``. At each position it loads the cos/sin row once
-(both halves; for M-RoPE each section from its own table: three masked loads added) and rotates
+(both halves; for M-RoPE each column selected from its section's table) and rotates
 every head of q and of k with it, ``BLOCK_H`` heads x ``head_dim / 2`` columns (the two halves) at a time,
 ``BLOCK_H`` sized to the UB budget. Any strides of q/k (LLaMA's transposed views) and both
 layouts are addressed directly, without copies.
@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._tiling import dma, elem_bytes, mask, work
+from liger_ops_ascend._tiling import dma, elem_bytes, mask, once, work
 from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
 
 
@@ -56,16 +56,18 @@ def _rotate_heads(
 
 
 @triton.jit
-def _table_half(base, st, cols, col_mask, sec0, sec1, MROPE: tl.constexpr):
+def _table_half(base, st, cols, col_mask, in_t, in_h, MROPE: tl.constexpr):
     """One half row of cos or sin in fp32. M-RoPE: each column from its section's table
-    (temporal, height, width), as three contiguous loads masked to their sections and zero
-    elsewhere, added: the offsets stay affine in ``cols`` (an offset computed from a compare
-    makes the compiler scalarise the load) and no compare feeds arithmetic."""
+    (temporal, height, width): the three tables' rows loaded whole and selected per column by
+    fp32 compares made once per program. The offsets stay affine in ``cols`` (an offset computed
+    from a compare makes the compiler scalarise the load) and the masks are plain upper bounds
+    (masks with lower bounds crash triton-ascend 3.2.0's DiscreteMaskAccessConversion pass here,
+    tests/test_compiled_access.py); the extra reads are two half rows of a small table."""
     if MROPE:
-        t = tl.load(base + cols, mask=col_mask & (cols < sec0), other=0.0)
-        h = tl.load(base + st + cols, mask=col_mask & (cols >= sec0) & (cols < sec0 + sec1), other=0.0)
-        w = tl.load(base + st + st + cols, mask=col_mask & (cols >= sec0 + sec1), other=0.0)
-        return t.to(tl.float32) + h.to(tl.float32) + w.to(tl.float32)
+        t = tl.load(base + cols, mask=col_mask, care_padding=False)
+        h = tl.load(base + st + cols, mask=col_mask, care_padding=False)
+        w = tl.load(base + st + st + cols, mask=col_mask, care_padding=False)
+        return tl.where(in_t, t, tl.where(in_h, h, w)).to(tl.float32)
     else:
         return tl.load(base + cols, mask=col_mask, care_padding=False).to(tl.float32)
 
@@ -112,16 +114,20 @@ def _rotary_kernel(
     num_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_D)
     col_mask = cols < half
+    # M-RoPE's section of each column, compared in fp32 once (unused without M-RoPE).
+    cols_f = cols.to(tl.float32)
+    in_t = cols_f < sec0
+    in_h = cols_f < sec0 + sec1
     for pos_i in range(pid, n_pos, num_programs):
         pos = (pid * 0 + pos_i).to(tl.int64)
         b = pos // seq
         s = pos % seq
         c_base = COS + b * c_sb + s * c_ss
         s_base = SIN + b * s_sb + s * s_ss
-        c1 = _table_half(c_base, c_st, cols, col_mask, sec0, sec1, MROPE)
-        c2 = _table_half(c_base + half, c_st, cols, col_mask, sec0, sec1, MROPE)
-        s1 = _table_half(s_base, s_st, cols, col_mask, sec0, sec1, MROPE)
-        s2 = _table_half(s_base + half, s_st, cols, col_mask, sec0, sec1, MROPE)
+        c1 = _table_half(c_base, c_st, cols, col_mask, in_t, in_h, MROPE)
+        c2 = _table_half(c_base + half, c_st, cols, col_mask, in_t, in_h, MROPE)
+        s1 = _table_half(s_base, s_st, cols, col_mask, in_t, in_h, MROPE)
+        s2 = _table_half(s_base + half, s_st, cols, col_mask, in_t, in_h, MROPE)
         if BACKWARD:
             sa = s2
             sb = -s1
@@ -149,6 +155,7 @@ def rotary_tiles(block_h: int, block_d: int, xb: int, cb: int, mrope: bool = Fal
         for table in ("t", "h", "w") if mrope else ("",):
             tiles += dma(f"{name}{table}", 1, block_d, cb)
     tiles += work("table_f32_", 1, block_d, 6)
+    tiles += once("in_t", 1, block_d, 1) + once("in_h", 1, block_d, 1) if mrope else []
     return tuple(tiles + mask(block_h, block_d))
 
 
