@@ -11,10 +11,11 @@ code (``RULES``; the package README lists them). ``check_paths`` returns finding
 ``file:line: ID message``; ``python perf_rules.py [files]`` prints them (default: the package).
 
 What the AST cannot know, and how the check decides:
-- The element type of a load: a loaded value counts as an integer where it is used as an
-  offset, else as non-integer (kernels convert loaded integers with ``.to(tl.float32)`` where
-  they compare them). Scalar kernel arguments in lower case are sizes, strides or scalars of
-  unknown type: arithmetic with an integer keeps them integer, with a float makes them float.
+- The element type of a load: unknown, so a compare of loaded values with scalars is not an
+  ASC001 finding (kernels convert loaded integers with ``.to(tl.float32)`` where they compare
+  them, which the check sees). Scalar kernel arguments in lower case are sizes, strides or
+  scalars of unknown type: arithmetic with an integer keeps them integer, with a float makes
+  them float.
 - Pointers: kernel arguments in upper case (CONTRIBUTING.md: "Pointer arguments are upper
   case") and what is added to them.
 - ``if CONSTEXPR:`` branches are all checked; loops are run twice so loop-carried values flow.
