@@ -201,7 +201,7 @@ def test_group_norm_plans_never_launch_a_program_per_group(soc):
 
 @pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
 def test_activation_plans_fit_grid_and_ub(soc):
-    from liger_ops_ascend import _glu, _rotary, softmax, sparsemax
+    from liger_ops_ascend import _glu, _rotary, relu_squared, softmax, sparsemax
 
     hw = hardware.for_soc(soc)
     for dtype in NORM_DTYPES:
@@ -212,6 +212,10 @@ def test_activation_plans_fit_grid_and_ub(soc):
             p = _glu.plan_tiles(act, direction, n, dtype, hw)
             check(p.kernels[0], hw)
             assert p.programs <= hw.vector_cores and p.programs * p.n_iters * p.block >= n
+            if act == _glu.SILU:  # relu_squared: the same element counts (Nemotron's up projection)
+                p = relu_squared.plan_tiles(direction, n, dtype, hw)
+                check(p.kernels[0], hw)
+                assert p.programs <= hw.vector_cores and p.programs * p.n_iters * p.block >= n
         for rows, hidden, direction in itertools.product(NORM_ROWS, NORM_HIDDEN + [262144], ("forward", "backward")):
             for mod in (softmax, sparsemax):
                 _check_row_plan(mod.plan_tiles(direction, rows, hidden, dtype, hw), hw, rows, hidden, f"{soc} {mod}")
