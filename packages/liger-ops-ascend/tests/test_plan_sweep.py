@@ -87,20 +87,39 @@ def test_llama_hidden_4096_bf16_norms_plan_one_pass_per_row(soc):
 
 
 @pytest.mark.parametrize("soc", list(hardware.SOC_TABLE))
-def test_glu_blocks_are_the_largest_the_ub_allows(soc):
-    from liger_ops_ascend import _glu
+def test_flat_activation_blocks_are_the_largest_the_ub_allows(soc):
+    import functools
+
+    from liger_ops_ascend import _glu, relu_squared
 
     hw = hardware.for_soc(soc)
-    for dtype, act, direction in itertools.product(
-        (torch.bfloat16, torch.float32), (_glu.SILU, _glu.GELU_TANH), ("forward", "backward")
+    # (name, plan of (direction, n, dtype), tiles of (direction, block, element bytes))
+    ops = [
+        (
+            _glu._NAMES[act],
+            functools.partial(_glu.plan_tiles, act),
+            lambda direction, block, xb, act=act: getattr(_glu, f"{direction}_tiles")(block, xb, act),
+        )
+        for act in (_glu.SILU, _glu.GELU_TANH)
+    ]
+    ops.append(
+        (
+            "relu_squared",
+            relu_squared.plan_tiles,
+            lambda direction, block, xb: getattr(relu_squared, f"{direction}_tiles")(block, xb),
+        )
+    )
+    for (name, plan, tiles), dtype, direction in itertools.product(
+        ops, (torch.bfloat16, torch.float32), ("forward", "backward")
     ):
-        p = _glu.plan_tiles(act, direction, 4096 * 14336, dtype, hw)
-        tiles = _glu.forward_tiles if direction == "forward" else _glu.backward_tiles
-        assert p.kernels[0].ub_bytes <= hw.ub_budget
-        twice = sum(t.nbytes for t in tiles(2 * p.block, dtype.itemsize, act))
-        assert twice > hw.ub_budget or 2 * p.block > hardware.MAX_BLOCK_N, (soc, dtype, act, direction, p.block)
+        what = (soc, name, dtype, direction)
+        p = plan(direction, 4096 * 14336, dtype, hw)
+        assert p.kernels[0].ub_bytes <= hw.ub_budget, what
+        assert p.kernels[0].tiles == tuple(tiles(direction, p.block, dtype.itemsize)), what
+        twice = sum(t.nbytes for t in tiles(direction, 2 * p.block, dtype.itemsize))
+        assert twice > hw.ub_budget or 2 * p.block > hardware.MAX_BLOCK_N, (*what, p.block)
         # The block does not depend on the element count (no recompile per batch size).
-        assert _glu.plan_tiles(act, direction, 1000, dtype, hw).block == p.block
+        assert plan(direction, 1000, dtype, hw).block == p.block, what
 
 
 def test_bigger_ub_gives_bigger_tiles():
