@@ -42,8 +42,17 @@ def few_cores(monkeypatch):
 
 @pytest.fixture
 def small_ub(monkeypatch):
-    """A 16 KiB UB (8 KiB budget): a few hundred columns no longer fit one tile."""
-    monkeypatch.setenv("LIGER_ASCEND_UB_BYTES", str(16 * 1024))
+    """An 8 KiB UB (about 7 KiB budget): a few hundred columns no longer fit one tile."""
+    monkeypatch.setenv("LIGER_ASCEND_UB_BYTES", str(8 * 1024))
+
+
+@pytest.fixture
+def rows_per_tile(monkeypatch):
+    """At most 8 rows per tile: tile shapes no longer depend on the row count, so a few dozen
+    short rows would otherwise fit one tile; capped, programs walk several row blocks."""
+    from liger_ops_ascend import hardware
+
+    monkeypatch.setattr(hardware, "MAX_BLOCK_M", 8)
 
 
 @pytest.fixture

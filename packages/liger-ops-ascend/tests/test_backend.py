@@ -47,3 +47,11 @@ def test_entry_point_and_dependencies():
     assert '"triton-ascend>=3.2"' in deps and '"triton>' not in deps and '"triton"' not in deps
     assert '"liger-core>=0.1,<0.2"' in deps and '"pybind11"' in deps
     assert 'npu = ["torch-npu"]' in PYPROJECT
+
+
+def test_the_npu_first_run_covers_every_op():
+    # tools/npu_first_run.sh compiles and profiles the ops by family: a new op joins a family.
+    from test_npu_first_run import FAMILIES
+
+    ops = [op for family in FAMILIES.values() for op in family]
+    assert sorted(ops) == sorted(BACKEND.ops), set(BACKEND.ops) ^ set(ops)

@@ -26,5 +26,28 @@ def test_group_norm_chunked(small_ub, few_cores, backend, device, current_hw, sh
 
 def test_group_norm_many_groups_single_tile(few_cores, backend, device, current_hw):
     dtype = torch.bfloat16
-    assert group_norm.plan_groups(5, 16, 8, 3, dtype, dtype, dtype, current_hw()).single_tile
+    # 16 spatial positions: 32-byte channel rows, so a group's two channels share one tile.
+    assert group_norm.plan_groups(5, 16, 8, 16, dtype, dtype, dtype, current_hw()).single_tile
+    check(backend, "group_norm", group_norm_op.args(device, shape=(5, 16, 16), groups=8, dtype=dtype))
+
+
+def test_group_norm_unaligned_channels_one_per_tile(few_cores, backend, device, current_hw):
+    # 3 spatial positions in bf16: channel rows 6 bytes apart, one channel per tile.
+    dtype = torch.bfloat16
+    p = group_norm.plan_groups(5, 16, 8, 3, dtype, dtype, dtype, current_hw())
+    assert not p.group_rows and p.block_c == 1 and p.n_c_chunks == 2
     check(backend, "group_norm", group_norm_op.args(device, shape=(5, 16, 3), groups=8, dtype=dtype))
+
+
+@pytest.mark.parametrize("params", ["wb", "none"])
+def test_group_norm_group_rows(monkeypatch, few_cores, backend, device, current_hw, params):
+    # No spatial axis, 8-channel groups (32-byte fp32 rows): 4 groups per tile, 6 groups a sample
+    # (a ragged group block), programs walking several (sample, group block) pairs.
+    from liger_ops_ascend import hardware
+
+    monkeypatch.setattr(hardware, "MAX_BLOCK_M", 4)
+    dtype = torch.float32
+    p = group_norm.plan_groups(5, 48, 6, 1, dtype, dtype, dtype, current_hw())
+    assert p.group_rows and p.block_c == 4 and p.n_gblocks == 2 and p.n_iters > 1
+    args = group_norm_op.args(device, shape=(5, 48), groups=6, dtype=dtype, weight=params == "wb", bias=params == "wb")
+    check(backend, "group_norm", args)

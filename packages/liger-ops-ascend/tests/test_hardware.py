@@ -27,7 +27,10 @@ def clean_env(monkeypatch):
 def test_soc_table(soc, ub_kib, ai, vector):
     hw = hardware.for_soc(soc)
     assert (hw.ub_bytes, hw.ai_cores, hw.vector_cores) == (ub_kib * 1024, ai, vector)
-    assert hw.ub_budget == ub_kib * 1024 // 2  # double buffering halves the UB
+    # The whole UB less the compiler's share, in 32-byte blocks (multi-buffering is counted
+    # per tile, not by halving the UB).
+    assert hw.ub_budget == int(ub_kib * 1024 * hardware.UB_USABLE) // 32 * 32
+    assert 0.85 * ub_kib * 1024 < hw.ub_budget < ub_kib * 1024
 
 
 @pytest.mark.parametrize(
@@ -54,7 +57,7 @@ def test_env_overrides(monkeypatch):
     monkeypatch.setenv("LIGER_ASCEND_VECTOR_CORES", "7")
     monkeypatch.setenv("LIGER_ASCEND_UB_BYTES", "0x10000")
     hw = hardware.current()
-    assert (hw.soc, hw.vector_cores, hw.ub_bytes, hw.ub_budget) == ("Ascend950", 7, 65536, 32768)
+    assert (hw.soc, hw.vector_cores, hw.ub_bytes, hw.ub_budget) == ("Ascend950", 7, 65536, 58976)
 
 
 @pytest.mark.parametrize(
@@ -75,6 +78,7 @@ def test_alignment_helpers():
     assert [hardware.align_up(n) for n in (0, 1, 32, 33, 100)] == [0, 32, 32, 64, 128]
     assert (hardware.min_block(2), hardware.min_block(4)) == (16, 8)
     assert Tile("t", 3, 5, 2).nbytes == 3 * 32  # each 10-byte row padded to 32 bytes
+    assert Tile("t", 3, 5, 2, buffers=2).nbytes == 2 * 3 * 32  # a multi-buffered DMA buffer
 
 
 def test_unknown_device_soc_plans_for_the_default_with_a_warning():

@@ -23,12 +23,13 @@ def test_layer_norm_chunked(small_ub, backend, device, current_hw, params):
     check(backend, "layer_norm", args)
 
 
-def test_layer_norm_multi_row_and_chunked_multi_row(monkeypatch, few_cores, backend, device, current_hw):
-    args = layer_norm_op.args(device, shape=(45, 100), dtype=torch.float32, param_dtype=torch.float32)
-    p = layer_norm.plan_tiles("backward", 45, 100, torch.float32, torch.float32, torch.float32, current_hw())
-    assert p.block_m > 1
+def test_layer_norm_multi_row_and_chunked_multi_row(monkeypatch, few_cores, rows_per_tile, backend, device, current_hw):
+    # 120-wide fp32 rows: 32-byte aligned, and a ragged last chunk of 32 columns.
+    args = layer_norm_op.args(device, shape=(45, 120), dtype=torch.float32, param_dtype=torch.float32)
+    p = layer_norm.plan_tiles("backward", 45, 120, torch.float32, torch.float32, torch.float32, current_hw())
+    assert p.block_m > 1 and p.n_iters > 1
     check(backend, "layer_norm", args)
     monkeypatch.setattr(hardware, "MAX_BLOCK_N", 32)
-    p = layer_norm.plan_tiles("backward", 45, 100, torch.float32, torch.float32, torch.float32, current_hw())
+    p = layer_norm.plan_tiles("backward", 45, 120, torch.float32, torch.float32, torch.float32, current_hw())
     assert p.chunked and p.block_m > 1 and p.n_iters > 1
     check(backend, "layer_norm", args)

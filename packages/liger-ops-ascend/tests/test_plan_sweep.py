@@ -1,9 +1,11 @@
 """Every tile plan for real model shapes passes the launch guard on every SoC of the table.
 
 The interpreter checks neither the grid limit nor the UB, so this sweep is what shows that
-no shape a model produces overflows an Ascend core: hidden sizes 64..65536 (those of
-LLaMA, Qwen, Mistral, Gemma, Phi, DeepSeek, and odd ones), 1..65536 rows, every dtype
-pair, with and without weight, forward and backward.
+no shape a model produces overflows an Ascend core (by the UB model, ub_model.md): hidden
+sizes 64..65536 (those of LLaMA, Qwen, Mistral, Gemma, Phi, DeepSeek, and odd ones),
+1..65536 rows, every dtype pair, with and without weight, forward and backward. It also pins
+what the model promises: tile shapes that never depend on the row count, one row per tile over
+unaligned rows, and one pass per row for the norms at hidden 4096 in bf16.
 """
 
 from __future__ import annotations
@@ -37,12 +39,13 @@ DTYPES = [  # (x, weight)
 def test_every_plan_fits_grid_and_ub(soc):
     hw = hardware.for_soc(soc)
     checked = 0
+    shapes = {}
     for (x_dtype, w_dtype), hidden, rows, mode, direction in itertools.product(
         DTYPES, HIDDEN, ROWS, ("llama", "gemma"), ("forward", "backward")
     ):
         p = rms_norm.plan_tiles(direction, rows, hidden, x_dtype, w_dtype, mode, hw)
         for kernel in p.kernels:
-            check(kernel, hw)  # grid < 65536 and live tiles within the UB budget
+            check(kernel, hw)  # grid < 65536, live tiles within the UB budget, aligned rows, int32 offsets
             assert kernel.grid == (p.programs,)
             checked += 1
         what = f"{soc} {direction} {rows}x{hidden} {x_dtype}/{w_dtype}: {p}"
@@ -54,21 +57,93 @@ def test_every_plan_fits_grid_and_ub(soc):
         # Powers of two (tl.arange) and a tail of at least one 32-byte block.
         assert p.block_m & (p.block_m - 1) == 0 and p.block_n & (p.block_n - 1) == 0, what
         assert p.block_n * x_dtype.itemsize >= hardware.ALIGN_BYTES, what
-        # Short rows share a tile; wide rows are chunked one or two rows at a time.
-        if hidden <= 128 and rows >= 16 * hw.vector_cores:
+        # Short aligned rows share a tile; unaligned rows never do; wide rows are chunked.
+        aligned = hidden * x_dtype.itemsize % hardware.ALIGN_BYTES == 0
+        if hidden <= 128 and aligned:
             assert p.block_m >= 8 and not p.chunked, what
+        if not aligned:
+            assert p.block_m == 1, what
         if hidden >= 16384:
             assert p.chunked, what
+        # The tile shape (what the kernel is compiled for) is the same for every row count.
+        key = (x_dtype, w_dtype, hidden, mode, direction)
+        assert shapes.setdefault(key, (p.block_m, p.block_n)) == (p.block_m, p.block_n), what
     assert checked > 10000
 
 
+@pytest.mark.parametrize("soc", list(hardware.SOC_TABLE))
+def test_llama_hidden_4096_bf16_norms_plan_one_pass_per_row(soc):
+    from liger_ops_ascend import layer_norm
+
+    hw = hardware.for_soc(soc)
+    bf16 = torch.bfloat16
+    for direction, rows in itertools.product(("forward", "backward"), ROWS):
+        for p in (
+            rms_norm.plan_tiles(direction, rows, 4096, bf16, bf16, "llama", hw),
+            rms_norm.plan_tiles(direction, rows, 4096, bf16, bf16, "llama", hw, bf16),  # fused_add_rms_norm
+            layer_norm.plan_tiles(direction, rows, 4096, bf16, bf16, bf16, hw),
+        ):
+            assert not p.chunked and p.block_n == 4096 and len(p.kernels) == 1, (soc, direction, rows, p)
+
+
+@pytest.mark.parametrize("soc", list(hardware.SOC_TABLE))
+def test_flat_activation_blocks_are_the_largest_the_ub_allows(soc):
+    import functools
+
+    from liger_ops_ascend import _glu, relu_squared
+
+    hw = hardware.for_soc(soc)
+    # (name, plan of (direction, n, dtype), tiles of (direction, block, element bytes))
+    ops = [
+        (
+            _glu._NAMES[act],
+            functools.partial(_glu.plan_tiles, act),
+            lambda direction, block, xb, act=act: getattr(_glu, f"{direction}_tiles")(block, xb, act),
+        )
+        for act in (_glu.SILU, _glu.GELU_TANH)
+    ]
+    ops.append(
+        (
+            "relu_squared",
+            relu_squared.plan_tiles,
+            lambda direction, block, xb: getattr(relu_squared, f"{direction}_tiles")(block, xb),
+        )
+    )
+    for (name, plan, tiles), dtype, direction in itertools.product(
+        ops, (torch.bfloat16, torch.float32), ("forward", "backward")
+    ):
+        what = (soc, name, dtype, direction)
+        p = plan(direction, 4096 * 14336, dtype, hw)
+        assert p.kernels[0].ub_bytes <= hw.ub_budget, what
+        assert p.kernels[0].tiles == tuple(tiles(direction, p.block, dtype.itemsize)), what
+        twice = sum(t.nbytes for t in tiles(direction, 2 * p.block, dtype.itemsize))
+        assert twice > hw.ub_budget or 2 * p.block > hardware.MAX_BLOCK_N, (*what, p.block)
+        # The block does not depend on the element count (no recompile per batch size).
+        assert plan(direction, 1000, dtype, hw).block == p.block, what
+
+
 def test_bigger_ub_gives_bigger_tiles():
-    # LLaMA-7B rows in bf16: chunked on a 192 KiB UB, one tile per row on the 950's 256 KiB.
+    # LLaMA-3-70B rows (8192) in bf16: chunked on a 192 KiB UB, one tile per row on the 950's 256 KiB.
     a2, a5 = (
-        rms_norm.plan_tiles("forward", 4096, 4096, torch.bfloat16, torch.bfloat16, "llama", hardware.for_soc(soc))
+        rms_norm.plan_tiles("forward", 4096, 8192, torch.bfloat16, torch.bfloat16, "llama", hardware.for_soc(soc))
         for soc in ("Ascend910B2", "Ascend950")
     )
-    assert a2.chunked and not a5.chunked and a5.block_n == 4096
+    assert a2.chunked and not a5.chunked and a5.block_n == 8192
+
+
+def test_row_strides_set_alignment_and_int32_caps():
+    hw = hardware.for_soc("Ascend910B2")
+    bf16 = torch.bfloat16
+    dense = rms_norm.plan_tiles("forward", 4096, 64, bf16, bf16, "llama", hw)
+    assert dense.block_m > 1
+    # A view with a 100-element row stride (200 bytes): one row per tile.
+    view = rms_norm.plan_tiles("forward", 4096, 64, bf16, bf16, "llama", hw, row_strides=[(100, 2), (64, 2)])
+    assert view.block_m == 1 and view.kernels[0].row_pitches == (128, 200)
+    # A huge (aligned) row stride: no more rows per tile than keep in-tile offsets in int32.
+    far = rms_norm.plan_tiles("forward", 4096, 64, bf16, bf16, "llama", hw, row_strides=[(2**28, 2), (64, 2)])
+    assert far.block_m == 8 and far.kernels[0].int32_extent == 7 * 2**28 + 64  # 16 rows: past int32
+    for p in (dense, view, far):
+        check(p.kernels[0], hw)
 
 
 # -- the 1.1 norm family ---------------------------------------------------------------------
@@ -105,8 +180,10 @@ def test_norm_family_plans_fit_grid_and_ub(soc):
             dyt.plan_tiles(direction, rows, hidden, dtype, torch.float32, dtype, hw),
         ):
             _check_row_plan(p, hw, rows, hidden, f"{what}: {p}")
-            if hidden <= 128 and rows >= 16 * hw.vector_cores:
-                assert p.block_m >= 8, what  # short rows share a tile
+            if hidden <= 128 and hidden * dtype.itemsize % hardware.ALIGN_BYTES == 0:
+                assert p.block_m >= 8, what  # short aligned rows share a tile
+            if hidden * dtype.itemsize % hardware.ALIGN_BYTES:
+                assert p.block_m == 1, what  # unaligned rows never do
 
 
 @pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
@@ -117,15 +194,25 @@ def test_group_norm_plans_never_launch_a_program_per_group(soc):
     hw = hardware.for_soc(soc)
     for (batch, channels, groups, spatial), dtype in itertools.product(
         [(1, 64, 32, 1), (4096, 256, 32, 1), (65536, 64, 64, 1), (8192, 512, 32, 49), (32, 320, 32, 64 * 64),
-         (2, 128, 1, 512 * 512), (1, 4096, 2, 3)],
+         (2, 128, 1, 512 * 512), (1, 4096, 2, 3), (16384, 4096, 64, 1)],
         NORM_DTYPES,
     ):  # fmt: skip
         p = group_norm.plan_groups(batch, channels, groups, spatial, dtype, torch.float32, torch.float32, hw)
         for kernel in p.kernels:
             check(kernel, hw)
             assert kernel.grid == (p.programs,) and p.programs <= hw.vector_cores
-        assert p.programs * p.n_iters >= batch * groups
-        assert p.block_c * p.n_c_chunks >= channels // groups and p.block_s * p.n_s_chunks >= spatial
+        assert p.programs * p.n_iters >= p.n_blocks
+        cpg = channels // groups
+        if p.group_rows:
+            # Several whole groups per tile: no program walks one tiny group at a time.
+            assert spatial == 1 and p.block_c > 1 and p.block_s >= cpg and p.n_gblocks * p.block_c >= groups
+            assert p.n_blocks == batch * p.n_gblocks
+        else:
+            assert p.n_blocks == batch * groups
+            assert p.block_c * p.n_c_chunks >= cpg and p.block_s * p.n_s_chunks >= spatial
+        # A per-token norm over head groups (64 of 64 channels, aligned rows) tiles several groups.
+        if (channels // groups, spatial) == (8, 1) and dtype == torch.float32:
+            assert p.group_rows
 
 
 # -- the 1.2 activations ---------------------------------------------------------------------

@@ -26,7 +26,7 @@ def _plans(shape, dtype, w_dtype, hw, casting_mode="llama"):
 
 @pytest.mark.parametrize("casting_mode", ["llama", "gemma", "none"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_multi_row_tiles(few_cores, backend, device, current_hw, casting_mode, dtype):
+def test_multi_row_tiles(few_cores, rows_per_tile, backend, device, current_hw, casting_mode, dtype):
     fwd, bwd = _plans((45, 48), dtype, dtype, current_hw())
     assert not fwd.chunked and fwd.block_m > 1 and bwd.block_m > 1
     assert fwd.n_iters > 1 and fwd.programs == 3
@@ -34,9 +34,9 @@ def test_multi_row_tiles(few_cores, backend, device, current_hw, casting_mode, d
     check(backend, "rms_norm", args, casting_mode=casting_mode, offset=0.5)
 
 
-def test_multi_row_tiles_no_weight_in_place(few_cores, backend, device, current_hw):
-    assert _plans((3, 15, 20), torch.float16, None, current_hw())[1].block_m > 1
-    args = rms_norm_op.args(device, shape=(3, 15, 20), dtype=torch.float16, weight=False)
+def test_multi_row_tiles_no_weight_in_place(few_cores, rows_per_tile, backend, device, current_hw):
+    assert _plans((3, 15, 32), torch.float16, None, current_hw())[1].block_m > 1
+    args = rms_norm_op.args(device, shape=(3, 15, 32), dtype=torch.float16, weight=False)
     check(backend, "rms_norm", args, in_place=True)
 
 
@@ -59,12 +59,21 @@ def test_chunked_wide_rows_fp32_weight_with_fp16_input(small_ub, backend, device
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_chunked_multi_row_tiles(monkeypatch, few_cores, backend, device, current_hw, dtype):
-    # Chunks capped at 32 columns while the UB has room: tiles of several rows x 32 columns.
+def test_chunked_multi_row_tiles(monkeypatch, few_cores, rows_per_tile, backend, device, current_hw, dtype):
+    # Chunks capped at 32 columns while the UB has room: tiles of several rows x 32 columns
+    # (112-wide rows: 32-byte aligned, a ragged last chunk).
     monkeypatch.setattr(hardware, "MAX_BLOCK_N", 32)
-    fwd, bwd = _plans((40, 100), dtype, dtype, current_hw())
+    fwd, bwd = _plans((40, 112), dtype, dtype, current_hw())
     assert fwd.chunked and bwd.chunked and fwd.block_m > 1 and bwd.block_m > 1 and fwd.n_iters > 1
-    check(backend, "rms_norm", rms_norm_op.args(device, shape=(40, 100), dtype=dtype), casting_mode="gemma", offset=1.0)
+    check(backend, "rms_norm", rms_norm_op.args(device, shape=(40, 112), dtype=dtype), casting_mode="gemma", offset=1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_unaligned_rows_one_per_tile(few_cores, backend, device, current_hw, dtype):
+    # 100-wide rows are 200 or 400 bytes apart: never several per tile (vector-core faults).
+    fwd, bwd = _plans((45, 100), dtype, dtype, current_hw())
+    assert fwd.block_m == 1 and bwd.block_m == 1 and not fwd.chunked and fwd.n_iters > 1
+    check(backend, "rms_norm", rms_norm_op.args(device, shape=(45, 100), dtype=dtype))
 
 
 @pytest.mark.parametrize("n_cols", [40, 300], ids=["single", "chunked"])
@@ -95,7 +104,7 @@ def test_fused_add_rms_norm_chunked(small_ub, backend, device, current_hw, dtype
     check(backend, "fused_add_rms_norm", args, unused_outputs=("new_residual",), in_place=True)
 
 
-def test_fused_add_rms_norm_multi_row(few_cores, backend, device, current_hw):
+def test_fused_add_rms_norm_multi_row(few_cores, rows_per_tile, backend, device, current_hw):
     p = rms_norm.plan_tiles("forward", 45, 48, torch.float16, torch.float16, "gemma", current_hw(), torch.float16)
     assert p.block_m > 1 and p.n_iters > 1
     args = fused_add_rms_norm_op.args(device, shape=(45, 48), dtype=torch.float16)
@@ -125,7 +134,7 @@ def test_guard_refuses_an_over_budget_plan_before_launching():
     hw = hardware.for_soc("Ascend910B2")
     p = rms_norm.plan_tiles("backward", 1000, 4096, torch.bfloat16, torch.bfloat16, "llama", hw)
     tiny = hardware.Hardware("Ascend910B2", 32 * 1024, hw.vector_cores, hw.ai_cores)
-    with pytest.raises(launch.AscendLaunchError, match=r"rms_norm_backward_coef: its tiles need \d+ bytes"):
+    with pytest.raises(launch.AscendLaunchError, match=r"rms_norm_backward: its tiles need \d+ bytes"):
         launch.launch(FakeKernel(), p.kernels[0], tiny)
     assert calls == []
     launch.launch(FakeKernel(), p.kernels[0], hw)

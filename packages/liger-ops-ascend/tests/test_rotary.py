@@ -13,8 +13,14 @@ from liger_core.ops import rope as rope_op
 from liger_ops_ascend import _rotary
 
 
+@pytest.fixture
+def ub_16k(monkeypatch):
+    """A 16 KiB UB: a few 128-dim heads per block, not all 13."""
+    monkeypatch.setenv("LIGER_ASCEND_UB_BYTES", str(16 * 1024))
+
+
 @pytest.mark.parametrize("unsqueeze_dim", [1, 2])
-def test_rope_head_blocks(small_ub, few_cores, backend, device, current_hw, unsqueeze_dim):
+def test_rope_head_blocks(ub_16k, few_cores, backend, device, current_hw, unsqueeze_dim):
     p = _rotary.plan_rotary("rope_forward", 2 * 5, 13, 128, (torch.float32,), torch.float32, current_hw())
     assert 1 < p.block_h < 13 and 13 % p.block_h
     # (batch, q heads, k heads, seq, head_dim), LLaMA's transposed views, a cos/sin per batch.
@@ -24,6 +30,6 @@ def test_rope_head_blocks(small_ub, few_cores, backend, device, current_hw, unsq
     check(backend, "rope", args)
 
 
-def test_mrope_head_blocks(small_ub, few_cores, backend, device):
+def test_mrope_head_blocks(ub_16k, few_cores, backend, device):
     args = qwen2vl_mrope_op.args(device, shape=(2, 13, 5, 5, 128), dtype=torch.bfloat16, section=[16, 24, 24])
     check(backend, "qwen2vl_mrope", args)

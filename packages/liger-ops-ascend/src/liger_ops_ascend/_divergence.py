@@ -21,14 +21,15 @@ Rows whose label is ``ignore_index`` contribute nothing.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import triton
 import triton.language as tl
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._jit import row_block, tile_indices
-from liger_ops_ascend._tiling import FP32, RowPlan, elem_bytes, loaded, plan_rows
+from liger_ops_ascend._jit import below, row_block, tile_indices
+from liger_ops_ascend._tiling import FP32, RowPlan, dma, elem_bytes, mask, plan_rows, rows_f32, strides_of, work
 from liger_ops_ascend.launch import Tile, launch
 
 KL_DIV = 0
@@ -50,9 +51,12 @@ def _divergence_kernel(
     acc = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for blk in range(pid, n_blocks, num_programs):
         row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
-        keep = row_mask
+        # Rows that contribute, compared in fp32 (`_jit.below`): inside the tensor, and with a
+        # label other than ignore_index (labels and ignore_index are exact in fp32).
+        keep = below(m_idx, n_rows - row0)
         if HAS_LABELS:
-            keep = keep & (tl.load(LABELS + rows, mask=row_mask, other=ignore_index) != ignore_index)
+            labels = tl.load(LABELS + rows, mask=row_mask, other=ignore_index).to(tl.float32)
+            keep = keep & (labels != ignore_index)
         base = row0.to(tl.int64)
         x_tile = X + base * x_row_stride + m_idx[:, None] * x_row_stride
         y_tile = Y + base * y_row_stride + m_idx[:, None] * y_row_stride
@@ -61,7 +65,7 @@ def _divergence_kernel(
         for c in range(n_chunks):
             cols = c * BLOCK_N + n_idx
             mask = row_mask[:, None] & (cols < n_cols)[None, :]
-            live = keep[:, None] & (cols < n_cols)[None, :]
+            live = keep[:, None] & below(n_idx, n_cols - c * BLOCK_N)[None, :]
             x = tl.load(x_tile + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             y = tl.load(y_tile + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             if KIND == 0:
@@ -70,7 +74,7 @@ def _divergence_kernel(
                     loss = ey * (y - x)
                     grad = -ey
                 else:
-                    loss = y * (tl.log(tl.maximum(y, param)) - x)
+                    loss = y * (tl.log(tl.maximum(y, param, propagate_nan=tl.PropagateNan.ALL)) - x)
                     grad = -y
             elif KIND == 1:
                 if BETA_CASE == 0:
@@ -84,7 +88,7 @@ def _divergence_kernel(
                 else:
                     a = y + log_beta
                     b = x + log_1m_beta
-                    top = tl.maximum(a, b)
+                    top = tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
                     log_m = top + tl.log(tl.exp(a - top) + tl.exp(b - top))
                     ex = tl.exp(x)
                     loss = param * tl.exp(y) * (y - log_m) + (1.0 - param) * ex * (x - log_m)
@@ -106,20 +110,33 @@ def _divergence_kernel(
 
 
 def divergence_tiles(m: int, n: int, xb: int, yb: int) -> tuple[Tile, ...]:
-    tiles = loaded("x", m, n, xb) + loaded("y", m, n, yb)
-    names = ("exp_x", "exp_y", "a", "b", "top", "log_m", "loss", "grad_f32", "live", "out_f32")
-    tiles += [Tile(t, m, n, FP32) for t in names] + [Tile("grad", m, n, xb)]
-    return tuple(tiles + [Tile(t, 1, m, FP32) for t in ("labels", "keep", "acc")])
+    """In the terms of the UB model (ub_model.md), for the heaviest kind (jsd, general beta)."""
+    tiles = dma("x", m, n, xb) + dma("y", m, n, yb) + dma("loss", m, n, FP32) + dma("grad", m, n, xb)
+    tiles += dma("labels", 1, m, 4)
+    # Peak: x and y in fp32, exp(x), exp(y), log M and the loss, then the gradient.
+    tiles += work("f32_", m, n, 6)
+    # The padded-column mask, per chunk: an fp32 index and its compare; the row mask's.
+    tiles += work("col_index", 1, n, 1) + work("live", m, n, 1, 1)
+    return tuple(tiles + mask(m, n) + rows_f32(("labels_f32", "keep", "acc"), m))
 
 
 def plan_tiles(
-    kind: int, n_rows: int, n_cols: int, x_dtype: torch.dtype, y_dtype: torch.dtype, hw: hardware.Hardware
+    kind: int,
+    n_rows: int,
+    n_cols: int,
+    x_dtype: torch.dtype,
+    y_dtype: torch.dtype,
+    hw: hardware.Hardware,
+    row_strides: Sequence[tuple[int, int]] | None = None,
 ) -> RowPlan:
     """The tile plan of divergence ``kind`` over ``(n_rows, n_cols)`` rows (one kernel serves
     whole and chunked rows)."""
     kernels = ((_NAMES[kind], divergence_tiles),)
-    sizes = {"xb": elem_bytes(x_dtype), "yb": elem_bytes(y_dtype)}
-    return plan_rows(_NAMES[kind], n_rows, n_cols, kernels, kernels, hw, sizes)
+    xb, yb = elem_bytes(x_dtype), elem_bytes(y_dtype)
+    sizes = {"xb": xb, "yb": yb}
+    # x and y may be strided views; the loss (fp32) and the gradient are dense outputs.
+    strides = [(n_cols, xb), (n_cols, yb), (n_cols, FP32)] if row_strides is None else row_strides
+    return plan_rows(_NAMES[kind], n_rows, n_cols, kernels, kernels, hw, sizes, strides)
 
 
 # -- host side -------------------------------------------------------------------------------
@@ -150,7 +167,8 @@ def divergence_forward(
     if n_rows == 0 or n_cols == 0:
         loss = torch.zeros((n_rows, n_cols) if elementwise else (), dtype=torch.float32, device=dev)
         return loss, grad
-    p = plan_tiles(kind, n_rows, n_cols, x.dtype, y.dtype, hw)
+    strides = strides_of(x, y, grad) + [(n_cols, FP32)]
+    p = plan_tiles(kind, n_rows, n_cols, x.dtype, y.dtype, hw, strides)
     out = torch.empty((n_rows, n_cols) if elementwise else (p.programs,), dtype=torch.float32, device=dev)
     beta_case, log_beta, log_1m_beta = 2, 0.0, 0.0
     if kind == JSD:

@@ -5,7 +5,8 @@ activation a constexpr, and the autograd Function both ops share.
 (as the models' eager code does). The inputs are flattened and walked as blocks of
 ``BLOCK`` elements by one program per vector core (``range(pid, n_blocks, programs)``); the
 block is the largest power of two whose live tiles fit the UB budget (`_tiling.plan_flat`),
-so a 14336-wide row or a whole batch is sub-blocked the same way.
+whatever the number of elements (no recompile per batch size), so a 14336-wide row or a whole
+batch is sub-blocked the same way.
 
 GELU (tanh approximation) is written with a sigmoid, ``0.5 * (1 + tanh(u)) = sigmoid(2u)``:
 no cancellation near ``u = 0`` and only ``exp``, which the NPU and the interpreter both have.
@@ -23,7 +24,7 @@ import triton
 import triton.language as tl
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._tiling import FP32, FlatPlan, elem_bytes, f32_copy, plan_flat
+from liger_ops_ascend._tiling import FlatPlan, dma, elem_bytes, plan_flat, work
 from liger_ops_ascend.launch import Tile, launch
 
 SILU = 0
@@ -53,10 +54,12 @@ def _glu_forward_kernel(A, B, C, n, n_blocks, ACT: tl.constexpr, BLOCK: tl.const
     idx = tl.arange(0, BLOCK)
     for blk in range(pid, n_blocks, num_programs):
         start = (pid * 0 + blk).to(tl.int64) * BLOCK
-        # Compare in int32: int64 vector compares run as scalar code on the vector cores.
+        # A load/store mask: the compiler turns it into the DMA's length. The bound is cast to
+        # int32 so the index is not widened to int64 (int64 vector arithmetic is scalar code).
         mask = idx < tl.minimum(n - start, BLOCK).to(tl.int32)
-        a = tl.load(A + start + idx, mask=mask, other=0.0)
-        b = tl.load(B + start + idx, mask=mask, other=0.0)
+        # Padded lanes only reach masked-off stores: no fill before the DMA.
+        a = tl.load(A + start + idx, mask=mask, care_padding=False)
+        b = tl.load(B + start + idx, mask=mask, care_padding=False)
         act, _ = _act_and_grad(a.to(tl.float32), ACT)
         c = act.to(a.dtype).to(tl.float32) * b.to(tl.float32)
         tl.store(C + start + idx, c.to(C.dtype.element_ty), mask=mask)
@@ -69,11 +72,10 @@ def _glu_backward_kernel(DC, A, B, DA, DB, n, n_blocks, ACT: tl.constexpr, BLOCK
     idx = tl.arange(0, BLOCK)
     for blk in range(pid, n_blocks, num_programs):
         start = (pid * 0 + blk).to(tl.int64) * BLOCK
-        # Compare in int32: int64 vector compares run as scalar code on the vector cores.
         mask = idx < tl.minimum(n - start, BLOCK).to(tl.int32)
-        dc = tl.load(DC + start + idx, mask=mask, other=0.0).to(tl.float32)
-        a = tl.load(A + start + idx, mask=mask, other=0.0)
-        b = tl.load(B + start + idx, mask=mask, other=0.0).to(tl.float32)
+        dc = tl.load(DC + start + idx, mask=mask, care_padding=False).to(tl.float32)
+        a = tl.load(A + start + idx, mask=mask, care_padding=False)
+        b = tl.load(B + start + idx, mask=mask, care_padding=False).to(tl.float32)
         act, dact = _act_and_grad(a.to(tl.float32), ACT)
         db = dc * act.to(a.dtype).to(tl.float32)
         da = dc * b * dact
@@ -81,24 +83,28 @@ def _glu_backward_kernel(DC, A, B, DA, DB, n, n_blocks, ACT: tl.constexpr, BLOCK
         tl.store(DB + start + idx, db.to(DB.dtype.element_ty), mask=mask)
 
 
-def forward_tiles(block: int, xb: int) -> tuple[Tile, ...]:
-    tiles = [Tile(t, 1, block, xb) for t in ("a", "b", "act_rounded", "c")]
-    tiles += f32_copy("a", 1, block, xb) + f32_copy("b", 1, block, xb) + f32_copy("act_rounded", 1, block, xb)
-    tiles += [Tile(t, 1, block, FP32) for t in ("u", "sigmoid", "act", "c_f32")]
+# Tiles in the terms of the UB model (ub_model.md). Peak fp32 tiles, by hand from the kernels:
+# forward, SiLU: a (then act in its place), sigmoid, b; GELU adds a^2 / u. Backward, SiLU: dc,
+# b, act, d act / da and one product once a and the sigmoid are dead; GELU adds du.
+_F32_PEAK = {("forward", SILU): 3, ("forward", GELU_TANH): 4, ("backward", SILU): 5, ("backward", GELU_TANH): 6}
+
+
+def forward_tiles(block: int, xb: int, act: int = SILU) -> tuple[Tile, ...]:
+    tiles = dma("a", 1, block, xb) + dma("b", 1, block, xb) + dma("c", 1, block, xb)
+    # act is rounded to the input dtype before the multiply: one tile in that dtype.
+    tiles += work("f32_", 1, block, _F32_PEAK["forward", act]) + work("act_rounded", 1, block, 1, xb)
     return tuple(tiles)
 
 
-def backward_tiles(block: int, xb: int) -> tuple[Tile, ...]:
-    tiles = [Tile(t, 1, block, xb) for t in ("dc", "a", "b", "act_rounded", "da", "db")]
-    for t in ("dc", "a", "b", "act_rounded"):
-        tiles += f32_copy(t, 1, block, xb)
-    tiles += [Tile(t, 1, block, FP32) for t in ("u", "sigmoid", "act", "dact", "du", "da_f32", "db_f32")]
+def backward_tiles(block: int, xb: int, act: int = SILU) -> tuple[Tile, ...]:
+    tiles = [t for name in ("dc", "a", "b", "da", "db") for t in dma(name, 1, block, xb)]
+    tiles += work("f32_", 1, block, _F32_PEAK["backward", act]) + work("act_rounded", 1, block, 1, xb)
     return tuple(tiles)
 
 
 @functools.lru_cache(maxsize=1024)
 def _plan_tiles(act: int, direction: str, n: int, xb: int, hw: hardware.Hardware, max_block: int) -> FlatPlan:
-    tiles = functools.partial(forward_tiles if direction == "forward" else backward_tiles, xb=xb)
+    tiles = functools.partial(forward_tiles if direction == "forward" else backward_tiles, xb=xb, act=act)
     name = f"{_NAMES[act]}_{direction}"
     return plan_flat(name, n, ((name, tiles),), hw, hardware.min_block(xb), max_block)
 

@@ -21,7 +21,7 @@ def tanh(z):
 def online_lse_step(run_max, run_sum, x):
     """One chunk of an online logsumexp over the rows of ``x`` (masked entries -inf): the
     running max and sum of exponentials (relative to the max) after the chunk."""
-    new_max = tl.maximum(run_max, tl.max(x, axis=1))
+    new_max = tl.maximum(run_max, tl.max(x, axis=1), propagate_nan=tl.PropagateNan.ALL)
     # Rows of a block past the end stay at -inf: keep their rescale finite.
     safe = tl.where(new_max == -float("inf"), 0.0, new_max)
     run_sum = run_sum * tl.exp(run_max - safe) + tl.sum(tl.exp(x - safe[:, None]), axis=1)
@@ -52,3 +52,12 @@ def tile_indices(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """``(pid, num_programs, m_idx, n_idx)`` of a grid-stride row kernel: this program, the
     grid's size, and the row and column indices inside a ``BLOCK_M x BLOCK_N`` tile."""
     return tl.program_id(0), tl.num_programs(0), tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_N)
+
+
+@triton.jit
+def below(idx, limit):
+    """``idx < limit`` for an int index vector and an int scalar, compared in fp32: A2/A3 have
+    no int32/int64 vector compare (it runs as scalar code), an fp32 compare is one vector
+    instruction. Exact: ``idx`` is a tile index (< 2**24), and a ``limit`` past 2**24 rounds to
+    a float that is still past every such index."""
+    return idx.to(tl.float32) < limit

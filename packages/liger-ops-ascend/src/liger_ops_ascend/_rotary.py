@@ -3,8 +3,8 @@ kernel, its tile plan and the autograd Function both ops share.
 
 Work is flattened over the ``batch * seq`` positions: one program per vector core walks
 the positions ``pid, pid + programs, ...``. At each position it loads the cos/sin row once
-(both halves; for M-RoPE each column from its section's table) and rotates every head of q
-and of k with it, ``BLOCK_H`` heads x ``head_dim / 2`` columns (the two halves) at a time,
+(both halves; for M-RoPE each column selected from its section's table) and rotates
+every head of q and of k with it, ``BLOCK_H`` heads x ``head_dim / 2`` columns (the two halves) at a time,
 ``BLOCK_H`` sized to the UB budget. Any strides of q/k (LLaMA's transposed views) and both
 layouts are addressed directly, without copies.
 
@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._tiling import FP32, elem_bytes, loaded
+from liger_ops_ascend._tiling import dma, elem_bytes, mask, once, work
 from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
 
 
@@ -32,19 +32,44 @@ from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
 def _rotate_heads(
     X, XO, in_base, out_base, sh, osh, n_heads, c1, c2, sa, sb, cols, col_mask, BLOCK_H: tl.constexpr, half
 ):
-    """o1 = x1 * c1 + x2 * sa, o2 = x2 * c2 + x1 * sb for every head at one position."""
+    """o1 = x1 * c1 + x2 * sa, o2 = x2 * c2 + x1 * sb for every head at one position.
+
+    The head blocks are walked with 64-bit pointers advanced by ``BLOCK_H`` heads; inside a block
+    the head offsets ``h_idx * stride`` stay below ``BLOCK_H * stride``, which the plan keeps
+    in int32 (a head index times the stride would not be bounded)."""
     h_idx = tl.arange(0, BLOCK_H)
+    x_blk = X + in_base
+    o_blk = XO + out_base
     for h0 in range(0, n_heads, BLOCK_H):
-        heads = h0 + h_idx
-        mask = (heads < n_heads)[:, None] & col_mask[None, :]
-        x_ptr = X + in_base + heads[:, None] * sh + cols[None, :]
-        x1 = tl.load(x_ptr, mask=mask, other=0.0).to(tl.float32)
-        x2 = tl.load(x_ptr + half, mask=mask, other=0.0).to(tl.float32)
+        mask = (h0 + h_idx < n_heads)[:, None] & col_mask[None, :]
+        x_ptr = x_blk + h_idx[:, None] * sh + cols[None, :]
+        # Elementwise: padded lanes only reach masked-off stores, so no load fills them.
+        x1 = tl.load(x_ptr, mask=mask, care_padding=False).to(tl.float32)
+        x2 = tl.load(x_ptr + half, mask=mask, care_padding=False).to(tl.float32)
         o1 = x1 * c1[None, :] + x2 * sa[None, :]
         o2 = x2 * c2[None, :] + x1 * sb[None, :]
-        o_ptr = XO + out_base + heads[:, None] * osh + cols[None, :]
+        o_ptr = o_blk + h_idx[:, None] * osh + cols[None, :]
         tl.store(o_ptr, o1.to(XO.dtype.element_ty), mask=mask)
         tl.store(o_ptr + half, o2.to(XO.dtype.element_ty), mask=mask)
+        x_blk += BLOCK_H * sh
+        o_blk += BLOCK_H * osh
+
+
+@triton.jit
+def _table_half(base, st, cols, col_mask, in_t, in_h, MROPE: tl.constexpr):
+    """One half row of cos or sin in fp32. M-RoPE: each column from its section's table
+    (temporal, height, width): the three tables' rows loaded whole and selected per column by
+    fp32 compares made once per program. The offsets stay affine in ``cols`` (an offset computed
+    from a compare makes the compiler scalarise the load) and the masks are plain upper bounds
+    (masks with lower bounds crash triton-ascend 3.2.0's DiscreteMaskAccessConversion pass here,
+    tests/test_compiled_access.py); the extra reads are two half rows of a small table."""
+    if MROPE:
+        t = tl.load(base + cols, mask=col_mask, care_padding=False)
+        h = tl.load(base + st + cols, mask=col_mask, care_padding=False)
+        w = tl.load(base + st + st + cols, mask=col_mask, care_padding=False)
+        return tl.where(in_t, t, tl.where(in_h, h, w)).to(tl.float32)
+    else:
+        return tl.load(base + cols, mask=col_mask, care_padding=False).to(tl.float32)
 
 
 @triton.jit
@@ -89,24 +114,20 @@ def _rotary_kernel(
     num_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_D)
     col_mask = cols < half
-    if MROPE:
-        # The table (temporal, height, width) each column of a half comes from.
-        section = (cols >= sec0).to(tl.int32) + (cols >= sec0 + sec1).to(tl.int32)
-        c_off = section * c_st + cols
-        s_off = section * s_st + cols
-    else:
-        c_off = cols
-        s_off = cols
+    # M-RoPE's section of each column, compared in fp32 once (unused without M-RoPE).
+    cols_f = cols.to(tl.float32)
+    in_t = cols_f < sec0
+    in_h = cols_f < sec0 + sec1
     for pos_i in range(pid, n_pos, num_programs):
         pos = (pid * 0 + pos_i).to(tl.int64)
         b = pos // seq
         s = pos % seq
         c_base = COS + b * c_sb + s * c_ss
         s_base = SIN + b * s_sb + s * s_ss
-        c1 = tl.load(c_base + c_off, mask=col_mask, other=0.0).to(tl.float32)
-        c2 = tl.load(c_base + c_off + half, mask=col_mask, other=0.0).to(tl.float32)
-        s1 = tl.load(s_base + s_off, mask=col_mask, other=0.0).to(tl.float32)
-        s2 = tl.load(s_base + s_off + half, mask=col_mask, other=0.0).to(tl.float32)
+        c1 = _table_half(c_base, c_st, cols, col_mask, in_t, in_h, MROPE)
+        c2 = _table_half(c_base + half, c_st, cols, col_mask, in_t, in_h, MROPE)
+        s1 = _table_half(s_base, s_st, cols, col_mask, in_t, in_h, MROPE)
+        s2 = _table_half(s_base + half, s_st, cols, col_mask, in_t, in_h, MROPE)
         if BACKWARD:
             sa = s2
             sb = -s1
@@ -123,16 +144,19 @@ def _rotary_kernel(
         )  # fmt: skip
 
 
-def rotary_tiles(block_h: int, block_d: int, xb: int, cb: int) -> tuple[Tile, ...]:
-    """One head block of q or k (the larger dtype) and the four cos/sin half rows."""
-    tiles = []
-    for half in ("1", "2"):
-        tiles += loaded(f"x{half}", block_h, block_d, xb)
-        tiles += [Tile(f"o{half}_f32", block_h, block_d, FP32), Tile(f"o{half}", block_h, block_d, xb)]
-        tiles += [Tile(f"x{half}_times_table_f32", block_h, block_d, FP32)]
-    for t in ("c1", "c2", "s1", "s2", "sa", "sb"):
-        tiles += loaded(t, 1, block_d, cb)
-    return tuple(tiles)
+def rotary_tiles(block_h: int, block_d: int, xb: int, cb: int, mrope: bool = False) -> tuple[Tile, ...]:
+    """In the terms of the UB model (ub_model.md): one head block of q or k (the larger dtype),
+    its two halves in and out, and the cos/sin half rows of the position (three tables each with
+    M-RoPE)."""
+    tiles = [t for name in ("x1", "x2", "o1", "o2") for t in dma(name, block_h, block_d, xb)]
+    # Peak: both halves in fp32 and two products.
+    tiles += work("f32_", block_h, block_d, 4)
+    for name in ("c1", "c2", "s1", "s2"):
+        for table in ("t", "h", "w") if mrope else ("",):
+            tiles += dma(f"{name}{table}", 1, block_d, cb)
+    tiles += work("table_f32_", 1, block_d, 6)
+    tiles += once("in_t", 1, block_d, 1) + once("in_h", 1, block_d, 1) if mrope else []
+    return tuple(tiles + mask(block_h, block_d))
 
 
 @dataclass(frozen=True)
@@ -145,20 +169,43 @@ class RotaryPlan:
 
 @functools.lru_cache(maxsize=1024)
 def _plan_rotary(
-    op: str, n_pos: int, heads: int, half: int, xb: int, cb: int, hw: hardware.Hardware, max_block_h: int
+    op: str,
+    n_pos: int,
+    heads: int,
+    half: int,
+    xb: int,
+    cb: int,
+    mrope: bool,
+    pitches: tuple[int, ...],
+    max_stride: int,
+    hw: hardware.Hardware,
+    max_block_h: int,
 ) -> RotaryPlan:
     min_d = max(hardware.min_block(xb), hardware.min_block(cb))
     block_d = max(min_d, triton.next_power_of_2(max(half, 1)))
-    if sum(t.nbytes for t in rotary_tiles(1, block_d, xb, cb)) > hw.ub_budget:
+
+    def need(block_h: int) -> int:
+        return sum(t.nbytes for t in rotary_tiles(block_h, block_d, xb, cb, mrope))
+
+    if need(1) > hw.ub_budget:
         raise AscendLaunchError(
             f"liger-ops-ascend {op}: head_dim {2 * half} too wide for one tile; {hw.describe_budget()}"
         )
     block_h = 1
     cap = min(max_block_h, triton.next_power_of_2(max(heads, 1)))
-    while block_h * 2 <= cap and sum(t.nbytes for t in rotary_tiles(block_h * 2, block_d, xb, cb)) <= hw.ub_budget:
+    # Several heads per tile only over 32-byte aligned head strides, with int32 in-tile offsets.
+    aligned = not any(p % hardware.ALIGN_BYTES for p in pitches)
+    while (
+        aligned
+        and block_h * 2 <= cap
+        and 2 * block_h * max_stride + 2 * block_d <= hardware.INT32_MAX
+        and need(block_h * 2) <= hw.ub_budget
+    ):
         block_h *= 2
     programs = min(hw.vector_cores, max(n_pos, 1))
-    return RotaryPlan(block_h, block_d, programs, KernelPlan(op, (programs,), rotary_tiles(block_h, block_d, xb, cb)))
+    extent = block_h * max_stride + 2 * block_d
+    tiles = rotary_tiles(block_h, block_d, xb, cb, mrope)
+    return RotaryPlan(block_h, block_d, programs, KernelPlan(op, (programs,), tiles, block_h, pitches, extent))
 
 
 def plan_rotary(
@@ -169,10 +216,18 @@ def plan_rotary(
     x_dtypes: Sequence[torch.dtype],
     cos_dtype: torch.dtype,
     hw: hardware.Hardware,
+    head_strides: Sequence[int] = (),
+    mrope: bool = False,
 ) -> RotaryPlan:
-    """Tile plan for ``n_pos`` positions of up to ``heads`` heads of ``head_dim``."""
+    """Tile plan for ``n_pos`` positions of up to ``heads`` heads of ``head_dim``; ``head_strides``:
+    the head strides (elements) of q, k and their outputs (default: contiguous heads)."""
     xb = max(elem_bytes(d) for d in x_dtypes)
-    return _plan_rotary(op, n_pos, heads, head_dim // 2, xb, elem_bytes(cos_dtype), hw, hardware.MAX_BLOCK_M)
+    strides = tuple(head_strides) or (head_dim,)
+    pitches = tuple(sorted({st * elem_bytes(d) for st in strides for d in x_dtypes}))
+    return _plan_rotary(
+        op, n_pos, heads, head_dim // 2, xb, elem_bytes(cos_dtype), mrope, pitches, max(strides), hw,
+        hardware.MAX_BLOCK_M,
+    )  # fmt: skip
 
 
 # -- host side -------------------------------------------------------------------------------
@@ -217,7 +272,8 @@ def rotary(
     s_sb = sin.stride(-3) if sin.shape[-3] > 1 else 0
     sections = tuple(mrope_section) if mrope else (0, 0, 0)
     op = ("qwen2vl_mrope" if mrope else "rope") + ("_backward" if backward else "_forward")
-    p = plan_rotary(op, n_pos, max(n_qh, n_kh), dim, (q.dtype, k.dtype), cos.dtype, hw)
+    heads = max(n_qh, n_kh)
+    p = plan_rotary(op, n_pos, heads, dim, (q.dtype, k.dtype), cos.dtype, hw, (q_sh, k_sh, qo_sh, ko_sh), mrope)
     launch(
         _rotary_kernel,
         p.kernel,

@@ -11,9 +11,12 @@ Two shapes of work cover every op here:
 - flat plans (`plan_flat`): ``n`` independent elements (swiglu, geglu): blocks of
   ``block`` elements walked by one program per vector core.
 
-Each op describes the tiles its kernels keep live as a function of the tile shape; the
-helpers pick the largest power-of-two tile whose live set fits the UB budget and return
-the `KernelPlan`s that `launch.launch` checks again before every launch.
+Each op describes the tiles its kernels keep live as a function of the tile shape, in the
+terms of the UB model (``ub_model.md``: `dma` buffers of a loop count twice, `once` buffers
+once, `work` tiles at the kernel's peak); the helpers pick the largest power-of-two tile whose
+live set fits the UB budget and return the `KernelPlan`s that `launch.launch` checks again
+before every launch. Tile shapes depend on the row width, the dtypes and the row pitches,
+never on the row count, so a new batch size never compiles a new kernel.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
 
 FP32 = 4
 # Row strides beyond this would overflow the int32 offsets inside a tile of MAX_BLOCK_M rows.
-MAX_ROW_STRIDE = (2**31 - 1) // (hardware.MAX_BLOCK_M + 1)
+MAX_ROW_STRIDE = hardware.INT32_MAX // (hardware.MAX_BLOCK_M + 1)
 
 # A kernel of a row plan: its name, and its live tiles as a function of the tile shape (rows,
 # columns) and of the plan's sizes (element bytes, options) as keywords.
@@ -45,20 +48,45 @@ def elem_bytes(dtype: torch.dtype | None) -> int:
     return 0 if dtype is None else dtype.itemsize
 
 
-def prev_pow2(n: int) -> int:
-    return 1 << (max(1, n).bit_length() - 1)
+def strides_of(*tensors: torch.Tensor | None) -> list[tuple[int, int]]:
+    """(row stride in elements, element bytes) of each present ``(rows, cols)`` tensor, as
+    `plan_rows` takes them."""
+    return [(t.stride(0), t.element_size()) for t in tensors if t is not None]
+
+
+# -- the terms of the UB model (ub_model.md) ---------------------------------------------------
+
+
+def dma(name: str, rows: int, cols: int, nbytes: int) -> list[Tile]:
+    """A buffer that a loop loads from or stores to HBM, in its own dtype: multi-buffered
+    (nothing if the tensor is absent)."""
+    return [Tile(name, rows, cols, nbytes, hardware.UB_MULTI_BUFFER)] if nbytes else []
+
+
+def once(name: str, rows: int, cols: int, nbytes: int) -> list[Tile]:
+    """A buffer a program fills once (a weight loaded before its loop, an accumulator)."""
+    return [Tile(name, rows, cols, nbytes)] if nbytes else []
 
 
 def f32_copy(name: str, rows: int, cols: int, nbytes: int) -> list[Tile]:
-    """The fp32 working copy of a loaded tile: none when the data already is fp32."""
+    """The fp32 working copy of a loaded tile: none when the data already is fp32 (or absent)."""
     return [] if nbytes in (0, FP32) else [Tile(f"{name}_f32", rows, cols, FP32)]
 
 
-def loaded(name: str, rows: int, cols: int, nbytes: int) -> list[Tile]:
-    """A tile loaded in its own dtype plus its fp32 working copy (nothing if absent)."""
-    if not nbytes:
-        return []
-    return [Tile(name, rows, cols, nbytes), *f32_copy(name, rows, cols, nbytes)]
+def work(name: str, rows: int, cols: int, count: int, nbytes: int = FP32) -> list[Tile]:
+    """``count`` computed tiles live at the kernel's peak (the compiler reuses the buffers of
+    values that are dead by then, so this is the peak, not the number of named values)."""
+    return [Tile(f"{name}{i}", rows, cols, nbytes) for i in range(count)]
+
+
+def rows_f32(names: Sequence[str], m: int) -> list[Tile]:
+    """Per-row fp32 vectors of a tile of ``m`` rows (statistics, coefficients)."""
+    return [Tile(name, 1, m, FP32) for name in names]
+
+
+def mask(rows: int, cols: int) -> list[Tile]:
+    """The tile's boolean mask, one byte an element."""
+    return [Tile("mask", rows, cols, 1)]
 
 
 @dataclass(frozen=True)
@@ -86,36 +114,61 @@ def plan_rows(
     chunked: Sequence[RowKernel],
     hw: hardware.Hardware,
     elem_sizes: Mapping[str, int],
+    row_strides: Sequence[tuple[int, int]] | None = None,
     **options: object,
 ) -> RowPlan:
     """The largest tile whose kernels fit the UB: whole rows (``single`` kernels) when one
     row fits, else ``chunked`` kernels over the widest chunk that fits; then as many rows
-    per tile as fit, leaving every vector core at least one row block.
+    per tile as fit (one when a row pitch is not 32-byte aligned, and no more than keep the
+    int32 offsets inside a tile from wrapping).
 
     ``elem_sizes``: the element bytes of the op's tensors (0: absent), the tile functions'
     keywords with ``options``; a tile is at least one 32-byte block of the narrowest dtype.
-    Plans are cached; the tile caps are read from `hardware` at each call.
+    ``row_strides``: (row stride in elements, element bytes) of each tensor the tiles span
+    rows of; default dense ``n_cols``-wide rows of every present dtype. The tile shape does
+    not depend on ``n_rows`` (no recompile per batch size); the grid does. Tile shapes are
+    cached; the tile caps are read from `hardware` at each call.
     """
     min_n = max(hardware.min_block(b) for b in elem_sizes.values() if b)
+    if row_strides is None:
+        row_strides = [(n_cols, b) for b in elem_sizes.values() if b]
+    pitches = tuple(sorted({stride * b for stride, b in row_strides}))
+    max_stride = max((stride for stride, _ in row_strides), default=n_cols)
     sizes = tuple(sorted({**elem_sizes, **options}.items()))
-    return _plan_rows(
-        op, n_rows, n_cols, tuple(single), tuple(chunked), sizes, hw, min_n, hardware.MAX_BLOCK_M, hardware.MAX_BLOCK_N
+    block_m, block_n, tiles = _row_tiles(
+        op, n_cols, tuple(single), tuple(chunked), sizes, hw, min_n, pitches, max_stride,
+        hardware.MAX_BLOCK_M, hardware.MAX_BLOCK_N,
+    )  # fmt: skip
+    n_blocks = triton.cdiv(max(n_rows, 1), block_m)
+    programs = min(hw.vector_cores, n_blocks)
+    n_chunks = triton.cdiv(max(n_cols, 1), block_n)
+    extent = (block_m - 1) * max_stride + block_n * n_chunks
+    return RowPlan(
+        block_m=block_m,
+        block_n=block_n,
+        n_chunks=n_chunks,
+        programs=programs,
+        n_iters=triton.cdiv(n_blocks, programs),
+        n_blocks=n_blocks,
+        kernels=tuple(KernelPlan(name, (programs,), t, block_m, pitches, extent) for name, t in tiles),
     )
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan_rows(
+def _row_tiles(
     op: str,
-    n_rows: int,
     n_cols: int,
     single: tuple[RowKernel, ...],
     chunked: tuple[RowKernel, ...],
     sizes: tuple[tuple[str, object], ...],
     hw: hardware.Hardware,
     min_n: int,
+    pitches: tuple[int, ...],
+    max_stride: int,
     max_block_m: int,
     max_block_n: int,
-) -> RowPlan:
+) -> tuple[int, int, tuple[tuple[str, tuple[Tile, ...]], ...]]:
+    """(block_m, block_n, per kernel its tiles) of `plan_rows`."""
     budget = hw.ub_budget
     kw = dict(sizes)
 
@@ -133,21 +186,17 @@ def _plan_rows(
             f"{hw.describe_budget()}"
         )
     block_m = 1
-    m_cap = min(max_block_m, prev_pow2(triton.cdiv(n_rows, hw.vector_cores)))
-    while block_m * 2 <= m_cap and worst(kernels, block_m * 2, block_n) <= budget:
+    # Several rows per tile only over 32-byte aligned rows, and with int32 in-tile offsets.
+    aligned = not any(p % hardware.ALIGN_BYTES for p in pitches)
+    span = block_n * triton.cdiv(max(n_cols, 1), block_n)
+    while (
+        aligned
+        and block_m * 2 <= max_block_m
+        and (2 * block_m - 1) * max_stride + span <= hardware.INT32_MAX
+        and worst(kernels, block_m * 2, block_n) <= budget
+    ):
         block_m *= 2
-    n_blocks = triton.cdiv(max(n_rows, 1), block_m)
-    programs = min(hw.vector_cores, n_blocks)
-    grid = (programs,)
-    return RowPlan(
-        block_m=block_m,
-        block_n=block_n,
-        n_chunks=triton.cdiv(max(n_cols, 1), block_n),
-        programs=programs,
-        n_iters=triton.cdiv(n_blocks, programs),
-        n_blocks=n_blocks,
-        kernels=tuple(KernelPlan(name, grid, tuple(tiles(block_m, block_n, **kw))) for name, tiles in kernels),
-    )
+    return block_m, block_n, tuple((name, tuple(tiles(block_m, block_n, **kw))) for name, tiles in kernels)
 
 
 def row_kernels(
@@ -193,14 +242,15 @@ def plan_flat(
     min_block: int,
     max_block: int,
 ) -> FlatPlan:
-    """The largest block (a power of two) whose kernels fit the UB, no longer than needed
-    to give every vector core a block; one program per vector core, grid-stride over blocks."""
+    """The largest block (a power of two, at most ``max_block``) whose kernels fit the UB,
+    whatever ``n`` is (no recompile per size); one program per vector core (never more than
+    blocks), grid-stride over blocks."""
     budget = hw.ub_budget
 
     def worst(block: int) -> int:
         return max(sum(t.nbytes for t in tiles(block)) for _, tiles in kernels)
 
-    block = max(min_block, min(max_block, triton.next_power_of_2(max(1, triton.cdiv(n, hw.vector_cores)))))
+    block = max(min_block, max_block)
     while block > min_block and worst(block) > budget:
         block //= 2
     if worst(block) > budget:

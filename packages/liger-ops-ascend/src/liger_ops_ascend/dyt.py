@@ -11,6 +11,8 @@ scalar per program. All summed afterwards: no atomics.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import triton
 import triton.language as tl
@@ -19,7 +21,20 @@ from liger_core.ops.dyt import check_args
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import row_block, tanh, tile_indices, tile_ptrs
-from liger_ops_ascend._tiling import FP32, RowPlan, as_rows, dtype_of, elem_bytes, loaded, plan_rows, sum_partials
+from liger_ops_ascend._tiling import (
+    FP32,
+    RowPlan,
+    as_rows,
+    dma,
+    dtype_of,
+    elem_bytes,
+    mask,
+    once,
+    plan_rows,
+    strides_of,
+    sum_partials,
+    work,
+)
 from liger_ops_ascend.launch import Tile, launch
 
 
@@ -45,14 +60,15 @@ def _dyt_forward_kernel(
     for c in range(n_chunks):
         cols = c * BLOCK_N + n_idx
         col_mask = cols < n_cols
-        gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
+        # Elementwise: padded lanes only reach masked-off stores, so no load fills them.
+        gamma = tl.load(GAMMA + cols, mask=col_mask, care_padding=False).to(tl.float32)
         if HAS_BETA:
-            beta = tl.load(BETA + cols, mask=col_mask, other=0.0).to(tl.float32)
+            beta = tl.load(BETA + cols, mask=col_mask, care_padding=False).to(tl.float32)
         for blk in range(pid, n_blocks, num_programs):
             row0, _, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
             mask = row_mask[:, None] & col_mask[None, :]
             base = row0.to(tl.int64)
-            xf = tl.load(tile_ptrs(X, base, m_idx, x_row_stride, cols), mask=mask, other=0.0).to(tl.float32)
+            xf = tl.load(tile_ptrs(X, base, m_idx, x_row_stride, cols), mask=mask, care_padding=False).to(tl.float32)
             y = gamma[None, :] * tanh(alpha * xf)
             if HAS_BETA:
                 y = y + beta[None, :]
@@ -111,17 +127,24 @@ def _dyt_backward_kernel(
 # -- tile plans ------------------------------------------------------------------------------
 
 
+# Tiles in the terms of the UB model (ub_model.md). gamma and beta are loaded per column chunk
+# (the outer loop): DMA buffers.
+
+
 def forward_tiles(m: int, n: int, xb: int, gb: int, bb: int) -> tuple[Tile, ...]:
-    tiles = loaded("x", m, n, xb) + [Tile(t, m, n, FP32) for t in ("z", "exp", "t", "y_f32")] + [Tile("y", m, n, xb)]
-    return tuple(tiles + loaded("gamma", 1, n, gb) + loaded("beta", 1, n, bb))
+    tiles = dma("x", m, n, xb) + dma("y", m, n, xb) + dma("gamma", 1, n, gb) + dma("beta", 1, n, bb)
+    # Peak: x in fp32, alpha * x, exp and tanh (in place of exp), then y in tanh's place.
+    tiles += work("f32_", m, n, 3) + work("params_f32", 1, n, 2 if bb else 1)
+    return tuple(tiles + mask(m, n))
 
 
 def backward_tiles(m: int, n: int, xb: int, gb: int, bb: int) -> tuple[Tile, ...]:
-    tiles = loaded("x", m, n, xb) + loaded("dy", m, n, xb)
-    tiles += [Tile(t, m, n, FP32) for t in ("z", "exp", "t", "dy_t", "gz", "gz_x", "dx_f32")] + [Tile("dx", m, n, xb)]
-    tiles += loaded("gamma", 1, n, gb)
-    tiles += [Tile(t, 1, n, FP32) for t in ("dg_acc", "db_acc", "da_acc", "colsum")]
-    return tuple(tiles)
+    tiles = dma("x", m, n, xb) + dma("dy", m, n, xb) + dma("dx", m, n, xb) + dma("gamma", 1, n, gb)
+    # Peak: x and dy in fp32, tanh, the gradient of z and one product.
+    tiles += work("f32_", m, n, 5) + work("gamma_f32", 1, n, 1)
+    tiles += [t for name in ("dg_acc", "db_acc", "da_acc") for t in once(name, 1, n, FP32)]
+    tiles += work("colsum", 1, n, 1) if m > 1 else []
+    return tuple(tiles + mask(m, n))
 
 
 def plan_tiles(
@@ -132,12 +155,15 @@ def plan_tiles(
     gamma_dtype: torch.dtype,
     beta_dtype: torch.dtype | None,
     hw: hardware.Hardware,
+    row_strides: Sequence[tuple[int, int]] | None = None,
 ) -> RowPlan:
     """The tile plan of ``direction`` ("forward" or "backward") for ``(n_rows, n_cols)`` rows; the
-    same kernel serves whole and chunked rows."""
+    same kernel serves whole and chunked rows. ``row_strides``: as `plan_rows` takes them."""
     kernels = ((f"dyt_{direction}", forward_tiles if direction == "forward" else backward_tiles),)
-    sizes = {"xb": elem_bytes(x_dtype), "gb": elem_bytes(gamma_dtype), "bb": elem_bytes(beta_dtype)}
-    return plan_rows(f"dyt {direction}", n_rows, n_cols, kernels, kernels, hw, sizes)
+    xb = elem_bytes(x_dtype)
+    sizes = {"xb": xb, "gb": elem_bytes(gamma_dtype), "bb": elem_bytes(beta_dtype)}
+    strides = [(n_cols, xb)] if row_strides is None else row_strides
+    return plan_rows(f"dyt {direction}", n_rows, n_cols, kernels, kernels, hw, sizes, strides)
 
 
 # -- host side -------------------------------------------------------------------------------
@@ -150,7 +176,7 @@ def dyt_forward(
     y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     if n_rows == 0 or n_cols == 0:
         return y
-    p = plan_tiles("forward", n_rows, n_cols, x2d.dtype, gamma.dtype, dtype_of(beta), hw)
+    p = plan_tiles("forward", n_rows, n_cols, x2d.dtype, gamma.dtype, dtype_of(beta), hw, strides_of(x2d, y))
     launch(
         _dyt_forward_kernel,
         p.kernels[0],
@@ -187,7 +213,7 @@ def dyt_backward(
     if n_rows == 0 or n_cols == 0:
         db = None if beta_dtype is None else torch.zeros(n_cols, dtype=beta_dtype, device=x2d.device)
         return dx, torch.zeros_like(alpha), torch.zeros_like(gamma), db
-    p = plan_tiles("backward", n_rows, n_cols, x2d.dtype, gamma.dtype, beta_dtype, hw)
+    p = plan_tiles("backward", n_rows, n_cols, x2d.dtype, gamma.dtype, beta_dtype, hw, strides_of(dy2d, x2d, dx))
     dgamma_part = torch.empty((p.programs, n_cols), dtype=torch.float32, device=x2d.device)
     dbeta_part = dgamma_part if beta_dtype is None else torch.empty_like(dgamma_part)
     dalpha_part = torch.empty(p.programs, dtype=torch.float32, device=x2d.device)

@@ -7,7 +7,10 @@ the fallbacks, and the table alone serves the Triton interpreter on CPU.
 Environment overrides (for a chip missing from the table, or to model another chip):
     LIGER_ASCEND_SOC            SoC name from ``SOC_TABLE`` (``Ascend910B4``, ``Ascend950``, ...).
     LIGER_ASCEND_VECTOR_CORES   vector cores = programs of a vector-only kernel's grid.
-    LIGER_ASCEND_UB_BYTES       UB bytes per core, before double buffering halves it.
+    LIGER_ASCEND_UB_BYTES       UB bytes per core (the whole UB, as the compiler counts it).
+
+The Unified Buffer model (what a kernel's tiles cost, against what budget) is described term by
+term, with its sources and what only an NPU can confirm, in ``ub_model.md`` beside this file.
 """
 
 from __future__ import annotations
@@ -23,11 +26,20 @@ import torch
 # The product of a launch grid must stay below this ("grid should be less than 65536!").
 GRID_LIMIT = 65536
 # Vector instructions and UB allocations work on 32-byte blocks: a tile's tail axis is
-# padded to a multiple of this many bytes.
+# padded to a multiple of this many bytes. Tiles of several rows also need row pitches (the
+# row stride in HBM) that are multiples of it: upstream liger-kernel saw vector-core faults
+# for unaligned rows (ub_model.md).
 ALIGN_BYTES = 32
-# Double buffering (on by default in triton-ascend) keeps two copies of every tile in
-# flight, so the live tiles of a kernel may use 1/UB_BUFFERS of the UB.
-UB_BUFFERS = 2
+# Auto multi-buffer (on by default) allocates every buffer that a loop moves between HBM and
+# the UB this many times, so the next iteration's DMA overlaps this one's compute.
+UB_MULTI_BUFFER = 2
+# Share of the UB the planned tiles may fill. The compiler checks its allocation against the
+# whole UB ("requires N bits while 1572864 bits available"); the rest is held back for its own
+# local buffers (reductions, scalars), as upstream liger-kernel holds back 10 to 15 percent.
+UB_USABLE = 0.9
+# Offsets inside a tile are int32 (int64 vector arithmetic runs as scalar code): the largest
+# in-tile offset a plan may form.
+INT32_MAX = 2**31 - 1
 
 KIB = 1024
 
@@ -98,13 +110,15 @@ class Hardware:
 
     @property
     def ub_budget(self) -> int:
-        """Bytes all live tiles of one kernel may occupy: the UB halved by double buffering."""
-        return self.ub_bytes // UB_BUFFERS
+        """Bytes the tiles of one kernel may occupy at their peak, multi-buffered DMA buffers
+        counted twice: ``UB_USABLE`` of the UB, in whole 32-byte blocks."""
+        return int(self.ub_bytes * UB_USABLE) // ALIGN_BYTES * ALIGN_BYTES
 
     def describe_budget(self) -> str:
         return (
-            f"{self.soc}'s budget is {self.ub_budget} bytes "
-            f"({self.ub_bytes // KIB} KiB UB per core / {UB_BUFFERS} for double buffering)"
+            f"{self.soc}'s budget is {self.ub_budget} bytes ({self.ub_bytes // KIB} KiB UB per core, "
+            f"{round(100 * UB_USABLE)}% of it for the planned tiles; a loop's DMA buffers count "
+            f"{UB_MULTI_BUFFER}x for multi-buffering)"
         )
 
 

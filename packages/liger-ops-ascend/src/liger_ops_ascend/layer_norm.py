@@ -14,6 +14,9 @@ kernel walks column chunks so one chunk of each partial stays in the UB.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
+
 import torch
 import triton
 import triton.language as tl
@@ -21,8 +24,22 @@ from liger_core.backend import implements
 from liger_core.ops.layer_norm import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._jit import row_block, tile_indices, tile_ptrs
-from liger_ops_ascend._tiling import FP32, RowPlan, as_rows, dtype_of, elem_bytes, loaded, plan_rows, sum_partials
+from liger_ops_ascend._jit import below, row_block, tile_indices, tile_ptrs
+from liger_ops_ascend._tiling import (
+    FP32,
+    RowPlan,
+    as_rows,
+    dma,
+    dtype_of,
+    elem_bytes,
+    mask,
+    once,
+    plan_rows,
+    rows_f32,
+    strides_of,
+    sum_partials,
+    work,
+)
 from liger_ops_ascend.launch import Tile, launch
 
 
@@ -52,17 +69,21 @@ def _layer_norm_forward_kernel(
     y_tile = m_idx[:, None] * y_row_stride
     if SINGLE_PASS:
         col_mask = n_idx < n_cols
+        # The centring's column mask, compared in fp32 once per program (below()).
+        col_live = below(n_idx, n_cols)
+        # The parameters' padded columns only reach masked-off stores: no fill.
         if HAS_WEIGHT:
-            w = tl.load(W + n_idx, mask=col_mask, other=0.0).to(tl.float32)
+            w = tl.load(W + n_idx, mask=col_mask, care_padding=False).to(tl.float32)
         if HAS_BIAS:
-            b = tl.load(B + n_idx, mask=col_mask, other=0.0).to(tl.float32)
+            b = tl.load(B + n_idx, mask=col_mask, care_padding=False).to(tl.float32)
         for blk in range(pid, n_blocks, num_programs):
             row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
             mask = row_mask[:, None] & col_mask[None, :]
             x = tl.load(X + row0.to(tl.int64) * x_row_stride + x_tile + n_idx[None, :], mask=mask, other=0.0)
             xf = x.to(tl.float32)
             mean = tl.sum(xf, axis=1) / n_cols
-            xc = tl.where(mask, xf - mean[:, None], 0.0)
+            # Rows past the end are zeros: centred they stay zeros, so only columns need the mask.
+            xc = tl.where(col_live[None, :], xf - mean[:, None], 0.0)
             rstd = tl.math.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
             y = xc * rstd[:, None]
             if HAS_WEIGHT:
@@ -87,23 +108,23 @@ def _layer_norm_forward_kernel(
                 cols = c * BLOCK_N + n_idx
                 mask = row_mask[:, None] & (cols < n_cols)[None, :]
                 xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-                d = tl.where(mask, xf - shift, 0.0)
+                d = tl.where(below(n_idx, n_cols - c * BLOCK_N)[None, :], xf - shift, 0.0)
                 s1 += tl.sum(d, axis=1)
                 s2 += tl.sum(d * d, axis=1)
             m1 = s1 / n_cols
             mean = tl.reshape(shift, (BLOCK_M,)) + m1
-            rstd = tl.math.rsqrt(tl.maximum(s2 / n_cols - m1 * m1, 0.0) + eps)
+            rstd = tl.math.rsqrt(tl.maximum(s2 / n_cols - m1 * m1, 0.0, propagate_nan=tl.PropagateNan.ALL) + eps)
             # Pass 2: normalise, scale and shift chunk by chunk.
             for c in range(n_chunks):
                 cols = c * BLOCK_N + n_idx
                 col_mask = cols < n_cols
                 mask = row_mask[:, None] & col_mask[None, :]
-                xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                xf = tl.load(x_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32)
                 y = (xf - mean[:, None]) * rstd[:, None]
                 if HAS_WEIGHT:
-                    y = y * tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+                    y = y * tl.load(W + cols, mask=col_mask, care_padding=False).to(tl.float32)[None, :]
                 if HAS_BIAS:
-                    y = y + tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+                    y = y + tl.load(B + cols, mask=col_mask, care_padding=False).to(tl.float32)[None, :]
                 tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
             tl.store(MEAN + rows, mean, mask=row_mask)
             tl.store(RSTD + rows, rstd, mask=row_mask)
@@ -147,6 +168,11 @@ def _layer_norm_backward_kernel(
         mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
         rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
         x_hat = (x.to(tl.float32) - mean[:, None]) * rstd[:, None]
+        # The parameter gradients first, so g can take dy's place: at most three fp32 tiles live.
+        if HAS_WEIGHT:
+            dw_acc += tl.sum(dy * x_hat, axis=0)
+        if HAS_BIAS:
+            db_acc += tl.sum(dy, axis=0)
         g = dy
         if HAS_WEIGHT:
             g = dy * w[None, :]
@@ -154,10 +180,6 @@ def _layer_norm_backward_kernel(
         c1 = tl.sum(g * x_hat, axis=1) / n_cols
         dx = (g - c2[:, None] - x_hat * c1[:, None]) * rstd[:, None]
         tl.store(tile_ptrs(DX, base, m_idx, dx_row_stride, n_idx), dx.to(DX.dtype.element_ty), mask=mask)
-        if HAS_WEIGHT:
-            dw_acc += tl.sum(dy * x_hat, axis=0)
-        if HAS_BIAS:
-            db_acc += tl.sum(dy, axis=0)
     if HAS_WEIGHT:
         tl.store(DW_PARTIAL + pid.to(tl.int64) * n_cols + n_idx, dw_acc, mask=col_mask)
     if HAS_BIAS:
@@ -191,7 +213,7 @@ def _layer_norm_backward_coef_kernel(
         x_base = X + base * x_row_stride + m_idx[:, None] * x_row_stride
         dy_base = DY + base * dy_row_stride + m_idx[:, None] * dy_row_stride
         mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
-        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+        rstd = tl.load(RSTD + rows, mask=row_mask, care_padding=False)
         acc_g = tl.zeros((BLOCK_M,), dtype=tl.float32)
         acc_gx = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for c in range(n_chunks):
@@ -238,7 +260,7 @@ def _layer_norm_backward_chunked_kernel(
         cols = c * BLOCK_N + n_idx
         col_mask = cols < n_cols
         if HAS_WEIGHT:
-            w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+            w = tl.load(W + cols, mask=col_mask, care_padding=False).to(tl.float32)
             dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         if HAS_BIAS:
             db_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
@@ -250,63 +272,81 @@ def _layer_norm_backward_chunked_kernel(
             dy = tl.load(tile_ptrs(DY, base, m_idx, dy_row_stride, cols), mask=mask, other=0.0).to(tl.float32)
             mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
             rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
-            c1 = tl.load(C1 + rows, mask=row_mask, other=0.0)
-            c2 = tl.load(C2 + rows, mask=row_mask, other=0.0)
+            c1 = tl.load(C1 + rows, mask=row_mask, care_padding=False)
+            c2 = tl.load(C2 + rows, mask=row_mask, care_padding=False)
             x_hat = (xf - mean[:, None]) * rstd[:, None]
+            if HAS_WEIGHT:
+                dw_acc += tl.sum(dy * x_hat, axis=0)
+            if HAS_BIAS:
+                db_acc += tl.sum(dy, axis=0)
             g = dy
             if HAS_WEIGHT:
                 g = dy * w[None, :]
             dx = (g - c2[:, None] - x_hat * c1[:, None]) * rstd[:, None]
             tl.store(tile_ptrs(DX, base, m_idx, dx_row_stride, cols), dx.to(DX.dtype.element_ty), mask=mask)
-            if HAS_WEIGHT:
-                dw_acc += tl.sum(dy * x_hat, axis=0)
-            if HAS_BIAS:
-                db_acc += tl.sum(dy, axis=0)
         if HAS_WEIGHT:
             tl.store(DW_PARTIAL + pid.to(tl.int64) * n_cols + cols, dw_acc, mask=col_mask)
         if HAS_BIAS:
             tl.store(DB_PARTIAL + pid.to(tl.int64) * n_cols + cols, db_acc, mask=col_mask)
 
 
-# -- tile plans (every named fp32 temporary gets its own buffer; see rms_norm) ---------------
+# -- tile plans ------------------------------------------------------------------------------
+#
+# Each kernel's tiles in the terms of the UB model (ub_model.md), as a function of the tile shape
+# (m x n), the element bytes of x (xb; y, dy and dx share it), the weight's (wb) and the bias's
+# (bb, 0 when absent), and whether the row is walked in chunks (parameters then load per chunk).
 
 
-def _params(n: int, wb: int, bb: int) -> list[Tile]:
-    return loaded("weight", 1, n, wb) + loaded("bias", 1, n, bb)
+def _param(name: str, n: int, nbytes: int, chunked: bool) -> list[Tile]:
+    """A parameter in fp32 (1 x n): loaded once before the row loop, or per chunk (DMA)."""
+    if not nbytes:
+        return []
+    return (dma(name, 1, n, nbytes) if chunked else []) + once(f"{name}_f32", 1, n, FP32)
 
 
-def forward_tiles(m: int, n: int, xb: int, wb: int, bb: int) -> tuple[Tile, ...]:
-    tiles = loaded("x", m, n, xb) + [Tile("x_centred_f32", m, n, FP32), Tile("sq_f32", m, n, FP32)]
-    tiles += [Tile("y_f32", m, n, FP32), Tile("y", m, n, xb)] + _params(n, wb, bb)
-    tiles += [Tile(name, 1, m, FP32) for name in ("shift", "sum1", "sum2", "mean", "rstd")]
-    return tuple(tiles)
+def forward_tiles(m: int, n: int, xb: int, wb: int, bb: int, chunked: bool = False) -> tuple[Tile, ...]:
+    tiles = dma("x", m, n, xb) + dma("y", m, n, xb) + dma("mean", 1, m, FP32) + dma("rstd", 1, m, FP32)
+    # Peak: x in fp32 (its DMA buffer when x is fp32), x centred and its square.
+    tiles += work("f32_", m, n, 3 if xb != FP32 else 2)
+    # The centring's fp32 column mask: once per program, or per chunk (with its fp32 index).
+    tiles += work("col_index", 1, n, 1) + work("col_live", 1, n, 1, 1) if chunked else once("col_live", 1, n, 1)
+    tiles += _param("weight", n, wb, chunked) + _param("bias", n, bb, chunked) + mask(m, n)
+    return tuple(tiles + rows_f32(("shift", "sum1", "sum2", "mean_f32", "rstd_f32"), m))
 
 
-def backward_tiles(m: int, n: int, xb: int, wb: int, bb: int) -> tuple[Tile, ...]:
-    tiles = loaded("x", m, n, xb) + loaded("dy", m, n, xb)
-    tiles += [Tile(name, m, n, FP32) for name in ("x_hat", "g", "g_x_hat", "dx_f32")] + [Tile("dx", m, n, xb)]
-    tiles += _params(n, wb, bb)
-    if wb:
-        tiles += [Tile("dy_x_hat_f32", m, n, FP32), Tile("dw_acc_f32", 1, n, FP32), Tile("dw_colsum_f32", 1, n, FP32)]
-    if bb:
-        tiles += [Tile("db_acc_f32", 1, n, FP32), Tile("db_colsum_f32", 1, n, FP32)]
-    tiles += [Tile(name, 1, m, FP32) for name in ("mean", "rstd", "c1", "c2")]
-    return tuple(tiles)
+def backward_tiles(m: int, n: int, xb: int, wb: int, bb: int, chunked: bool = False) -> tuple[Tile, ...]:
+    """The single-pass backward and the chunked stage 2 (which also loads c1, c2 per row)."""
+    tiles = dma("x", m, n, xb) + dma("dy", m, n, xb) + dma("dx", m, n, xb)
+    tiles += [t for name in ("mean", "rstd", *(("c1", "c2") if chunked else ())) for t in dma(name, 1, m, FP32)]
+    # Peak, parameter gradients first: dy (then g in its place), x_hat, one product.
+    tiles += work("f32_", m, n, 3) + _param("weight", n, wb, chunked)
+    for name, nbytes in (("dw", wb), ("db", bb)):
+        tiles += once(f"{name}_acc", 1, n, FP32 if nbytes else 0) + (
+            work(f"{name}_colsum", 1, n, 1) if nbytes and m > 1 else []
+        )
+    return tuple(tiles + mask(m, n) + rows_f32(("mean_f32", "rstd_f32", "c1_f32", "c2_f32"), m))
 
 
-def backward_coef_tiles(m: int, n: int, xb: int, wb: int, bb: int) -> tuple[Tile, ...]:
-    tiles = loaded("x", m, n, xb) + loaded("dy", m, n, xb) + loaded("weight", 1, n, wb)
-    tiles += [Tile("g_f32", m, n, FP32), Tile("x_centred_f32", m, n, FP32), Tile("g_x_f32", m, n, FP32)]
-    tiles += [Tile(name, 1, m, FP32) for name in ("mean", "rstd", "acc_g", "acc_gx")]
-    return tuple(tiles)
+def backward_coef_tiles(m: int, n: int, xb: int, wb: int, bb: int, chunked: bool = True) -> tuple[Tile, ...]:
+    """Chunked stage 1: sum(g) and sum(g * (x - mean)) per row."""
+    tiles = dma("x", m, n, xb) + dma("dy", m, n, xb) + dma("mean", 1, m, FP32) + dma("rstd", 1, m, FP32)
+    # Peak: x and g in fp32 and one product.
+    tiles += work("f32_", m, n, 3) + _param("weight", n, wb, chunked) + mask(m, n)
+    return tuple(tiles + rows_f32(("mean_f32", "rstd_f32", "acc_g", "acc_gx"), m))
 
 
 # Per direction: the kernels when the row fits one tile, and when it is chunked.
 _KERNELS = {
-    "forward": ((("layer_norm_forward", forward_tiles),), (("layer_norm_forward_chunked", forward_tiles),)),
+    "forward": (
+        (("layer_norm_forward", forward_tiles),),
+        (("layer_norm_forward_chunked", functools.partial(forward_tiles, chunked=True)),),
+    ),
     "backward": (
         (("layer_norm_backward", backward_tiles),),
-        (("layer_norm_backward_coef", backward_coef_tiles), ("layer_norm_backward_chunked", backward_tiles)),
+        (
+            ("layer_norm_backward_coef", backward_coef_tiles),
+            ("layer_norm_backward_chunked", functools.partial(backward_tiles, chunked=True)),
+        ),
     ),
 }
 
@@ -319,11 +359,15 @@ def plan_tiles(
     w_dtype: torch.dtype | None,
     b_dtype: torch.dtype | None,
     hw: hardware.Hardware,
+    row_strides: Sequence[tuple[int, int]] | None = None,
 ) -> RowPlan:
-    """The tile plan of ``direction`` ("forward" or "backward") for ``(n_rows, n_cols)`` rows."""
-    sizes = {"xb": elem_bytes(x_dtype), "wb": elem_bytes(w_dtype), "bb": elem_bytes(b_dtype)}
+    """The tile plan of ``direction`` ("forward" or "backward") for ``(n_rows, n_cols)`` rows;
+    ``row_strides`` as `plan_rows` takes them (default: dense rows)."""
+    xb = elem_bytes(x_dtype)
+    sizes = {"xb": xb, "wb": elem_bytes(w_dtype), "bb": elem_bytes(b_dtype)}
     single, chunked = _KERNELS[direction]
-    return plan_rows(f"layer_norm {direction}", n_rows, n_cols, single, chunked, hw, sizes)
+    strides = [(n_cols, xb)] if row_strides is None else row_strides
+    return plan_rows(f"layer_norm {direction}", n_rows, n_cols, single, chunked, hw, sizes, strides)
 
 
 # -- host side -------------------------------------------------------------------------------
@@ -339,7 +383,7 @@ def layer_norm_forward(
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
     if n_rows == 0 or n_cols == 0:
         return y, mean, rstd
-    p = plan_tiles("forward", n_rows, n_cols, x2d.dtype, dtype_of(weight), dtype_of(bias), hw)
+    p = plan_tiles("forward", n_rows, n_cols, x2d.dtype, dtype_of(weight), dtype_of(bias), hw, strides_of(x2d, y))
     launch(
         _layer_norm_forward_kernel,
         p.kernels[0],
@@ -383,7 +427,8 @@ def layer_norm_backward(
         dw = torch.zeros_like(weight) if has_w else None
         db = torch.zeros_like(bias) if has_b else None
         return dx, dw, db
-    p = plan_tiles("backward", n_rows, n_cols, x2d.dtype, dtype_of(weight), dtype_of(bias), hw)
+    strides = strides_of(dy2d, x2d, dx)
+    p = plan_tiles("backward", n_rows, n_cols, x2d.dtype, dtype_of(weight), dtype_of(bias), hw, strides)
     part = (p.programs, n_cols)
     dw_part = torch.empty(part, dtype=torch.float32, device=x2d.device) if has_w else rstd
     db_part = torch.empty(part, dtype=torch.float32, device=x2d.device) if has_b else rstd

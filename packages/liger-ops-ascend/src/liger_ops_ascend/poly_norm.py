@@ -14,6 +14,8 @@ and summed afterwards (no atomics).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import triton
 import triton.language as tl
@@ -22,7 +24,19 @@ from liger_core.ops.poly_norm import check_args
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import row_block, tile_indices
-from liger_ops_ascend._tiling import FP32, RowPlan, as_rows, elem_bytes, loaded, plan_rows, row_kernels
+from liger_ops_ascend._tiling import (
+    FP32,
+    RowPlan,
+    as_rows,
+    dma,
+    elem_bytes,
+    mask,
+    plan_rows,
+    row_kernels,
+    rows_f32,
+    strides_of,
+    work,
+)
 from liger_ops_ascend.launch import Tile, launch
 
 
@@ -44,7 +58,7 @@ def _poly_norm_forward_kernel(
     BLOCK_N: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
 ):
-    """RSTD[row] = (r1, r2, r3), the reciprocal RMS of x, x^2 and x^3."""
+    """RSTD[:, row] = (r1, r2, r3), the reciprocal RMS of x, x^2 and x^3."""
     pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     w0 = tl.load(W).to(tl.float32)
     w1 = tl.load(W + 1).to(tl.float32)
@@ -82,13 +96,14 @@ def _poly_norm_forward_kernel(
             for c in range(n_chunks):
                 cols = c * BLOCK_N + n_idx
                 mask = row_mask[:, None] & (cols < n_cols)[None, :]
-                xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                xf = tl.load(x_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32)
                 x2 = xf * xf
                 y = (w0 * r3)[:, None] * (x2 * xf) + (w1 * r2)[:, None] * x2 + (w2 * r1)[:, None] * xf + bias
                 tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
-        tl.store(RSTD + rows * 3, r1, mask=row_mask)
-        tl.store(RSTD + rows * 3 + 1, r2, mask=row_mask)
-        tl.store(RSTD + rows * 3 + 2, r3, mask=row_mask)
+        # RSTD is (3, n_rows): each coefficient's rows are contiguous (one DMA each).
+        tl.store(RSTD + rows, r1, mask=row_mask)
+        tl.store(RSTD + n_rows + rows, r2, mask=row_mask)
+        tl.store(RSTD + n_rows + n_rows + rows, r3, mask=row_mask)
 
 
 @triton.jit
@@ -125,9 +140,9 @@ def _poly_norm_backward_kernel(
         x_base = X + base * x_row_stride + m_idx[:, None] * x_row_stride
         dy_base = DY + base * dy_row_stride + m_idx[:, None] * dy_row_stride
         dx_base = DX + base * dx_row_stride + m_idx[:, None] * dx_row_stride
-        r1 = tl.load(RSTD + rows * 3, mask=row_mask, other=0.0)
-        r2 = tl.load(RSTD + rows * 3 + 1, mask=row_mask, other=0.0)
-        r3 = tl.load(RSTD + rows * 3 + 2, mask=row_mask, other=0.0)
+        r1 = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+        r2 = tl.load(RSTD + n_rows + rows, mask=row_mask, other=0.0)
+        r3 = tl.load(RSTD + n_rows + n_rows + rows, mask=row_mask, other=0.0)
         if SINGLE_PASS:
             mask = row_mask[:, None] & (n_idx < n_cols)[None, :]
             xf = tl.load(x_base + n_idx[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -166,8 +181,8 @@ def _poly_norm_backward_kernel(
             for c in range(n_chunks):
                 cols = c * BLOCK_N + n_idx
                 mask = row_mask[:, None] & (cols < n_cols)[None, :]
-                xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-                dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                xf = tl.load(x_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32)
+                dy = tl.load(dy_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32)
                 x2 = xf * xf
                 g1 = (w2 * r1)[:, None] * (dy - (xf * r1[:, None]) * a1[:, None])
                 g2 = (w1 * r2)[:, None] * (dy - (x2 * r2[:, None]) * a2[:, None])
@@ -187,27 +202,42 @@ def _poly_norm_backward_kernel(
 # -- tile plans ------------------------------------------------------------------------------
 
 
+# Tiles in the terms of the UB model (ub_model.md).
+
+
 def forward_tiles(m: int, n: int, xb: int) -> tuple[Tile, ...]:
-    tiles = loaded("x", m, n, xb) + [Tile(t, m, n, FP32) for t in ("x2", "x3", "x4", "x6", "y_f32")]
-    tiles += [Tile("y", m, n, xb)] + [Tile(t, 1, m, FP32) for t in ("s2", "s4", "s6", "r1", "r2", "r3")]
-    return tuple(tiles)
+    tiles = dma("x", m, n, xb) + dma("y", m, n, xb) + [t for k in "123" for t in dma(f"r{k}", 1, m, FP32)]
+    # Peak: x in fp32, x^2, a power of it and one product (y takes a dead buffer).
+    tiles += work("f32_", m, n, 4)
+    return tuple(tiles + mask(m, n) + rows_f32(("s2", "s4", "s6", "r1_f32", "r2_f32", "r3_f32"), m))
 
 
 def backward_tiles(m: int, n: int, xb: int) -> tuple[Tile, ...]:
-    tiles = loaded("x", m, n, xb) + loaded("dy", m, n, xb)
-    tiles += [Tile(t, m, n, FP32) for t in ("x2", "dyx", "g1", "g2", "g3", "n_k", "dx_f32")] + [Tile("dx", m, n, xb)]
-    tiles += [Tile(f"row_{t}", 1, m, FP32) for t in ("r1", "r2", "r3", "d0", "d1", "d2", "d3", "a1", "a2", "a3")]
-    tiles += [Tile(f"acc_{t}", 1, m, FP32) for t in ("1", "2", "3", "b")]
-    return tuple(tiles)
+    tiles = dma("x", m, n, xb) + dma("dy", m, n, xb) + dma("dx", m, n, xb)
+    tiles += [t for k in "123" for t in dma(f"r{k}", 1, m, FP32)]
+    # Peak: x and dy in fp32, x^2, dy * x, one g_k and dx.
+    tiles += work("f32_", m, n, 6)
+    rows = [f"row_{t}" for t in ("r1", "r2", "r3", "d0", "d1", "d2", "d3", "a1", "a2", "a3")]
+    return tuple(tiles + mask(m, n) + rows_f32(rows + [f"acc_{t}" for t in "123b"], m))
 
 
 _KERNELS = row_kernels("poly_norm", forward_tiles, backward_tiles)
 
 
-def plan_tiles(direction: str, n_rows: int, n_cols: int, x_dtype: torch.dtype, hw: hardware.Hardware) -> RowPlan:
-    """The tile plan of ``direction`` ("forward" or "backward") for ``(n_rows, n_cols)`` rows."""
+def plan_tiles(
+    direction: str,
+    n_rows: int,
+    n_cols: int,
+    x_dtype: torch.dtype,
+    hw: hardware.Hardware,
+    row_strides: Sequence[tuple[int, int]] | None = None,
+) -> RowPlan:
+    """The tile plan of ``direction`` ("forward" or "backward") for ``(n_rows, n_cols)`` rows;
+    ``row_strides`` as `plan_rows` takes them (default dense)."""
     single, chunked = _KERNELS[direction]
-    return plan_rows(f"poly_norm {direction}", n_rows, n_cols, single, chunked, hw, {"xb": elem_bytes(x_dtype)})
+    return plan_rows(
+        f"poly_norm {direction}", n_rows, n_cols, single, chunked, hw, {"xb": elem_bytes(x_dtype)}, row_strides
+    )
 
 
 # -- host side -------------------------------------------------------------------------------
@@ -216,13 +246,13 @@ def plan_tiles(direction: str, n_rows: int, n_cols: int, x_dtype: torch.dtype, h
 def poly_norm_forward(
     x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, hw: hardware.Hardware
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(y, rstd)``, rstd ``(n_rows, 3)``: the reciprocal RMS of x, x^2 and x^3 per row."""
+    """``(y, rstd)``, rstd ``(3, n_rows)``: the reciprocal RMS of x, x^2 and x^3 per row."""
     n_rows, n_cols = x2d.shape
     y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
-    rstd = torch.empty((n_rows, 3), dtype=torch.float32, device=x2d.device)
+    rstd = torch.empty((3, n_rows), dtype=torch.float32, device=x2d.device)
     if n_rows == 0 or n_cols == 0:
         return y, rstd
-    p = plan_tiles("forward", n_rows, n_cols, x2d.dtype, hw)
+    p = plan_tiles("forward", n_rows, n_cols, x2d.dtype, hw, strides_of(x2d, y))
     launch(
         _poly_norm_forward_kernel,
         p.kernels[0],
@@ -259,7 +289,7 @@ def poly_norm_backward(
     dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     if n_rows == 0 or n_cols == 0:
         return dx, torch.zeros_like(weight), torch.zeros_like(bias)
-    p = plan_tiles("backward", n_rows, n_cols, x2d.dtype, hw)
+    p = plan_tiles("backward", n_rows, n_cols, x2d.dtype, hw, strides_of(dy2d, x2d, dx))
     partial = torch.empty((p.programs, 4), dtype=torch.float32, device=x2d.device)
     launch(
         _poly_norm_backward_kernel,

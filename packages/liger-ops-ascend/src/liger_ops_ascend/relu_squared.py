@@ -3,9 +3,10 @@ plan and autograd Function.
 
 Elementwise like the gated activations and walked like them: the input flattened into blocks
 of ``BLOCK`` elements, one program per vector core striding over the blocks, the block the
-largest power of two whose live tiles fit the UB budget (`_tiling.plan_flat`). Forward reads x
-and writes y; backward reads the incoming gradient and x (saved: the gradient needs relu(x))
-and writes grad_x = 2 * relu(x) * grad_y, in fp32 and rounded once.
+largest power of two whose live tiles fit the UB budget (`_tiling.plan_flat`), whatever the
+number of elements (no recompile per batch size). Forward reads x and writes y; backward reads
+the incoming gradient and x (saved: the gradient needs relu(x)) and writes
+grad_x = 2 * relu(x) * grad_y, in fp32 and rounded once.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from liger_core.backend import implements
 from liger_core.ops.relu_squared import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._tiling import FP32, FlatPlan, elem_bytes, f32_copy, plan_flat
+from liger_ops_ascend._tiling import FlatPlan, dma, elem_bytes, plan_flat, work
 from liger_ops_ascend.launch import Tile, launch
 
 
@@ -30,10 +31,12 @@ def _relu_squared_forward_kernel(X, Y, n, n_blocks, BLOCK: tl.constexpr):
     idx = tl.arange(0, BLOCK)
     for blk in range(pid, n_blocks, num_programs):
         start = (pid * 0 + blk).to(tl.int64) * BLOCK
-        # Compare in int32: int64 vector compares run as scalar code on the vector cores.
+        # A load/store mask (the compiler turns it into the DMA's length), its bound cast to
+        # int32 so the index is not widened to int64 (int64 vector arithmetic is scalar code).
         mask = idx < tl.minimum(n - start, BLOCK).to(tl.int32)
-        x = tl.load(X + start + idx, mask=mask, other=0.0).to(tl.float32)
-        r = tl.where(x > 0.0, x, 0.0)
+        # Padded lanes only reach masked-off stores: no fill before the DMA.
+        x = tl.load(X + start + idx, mask=mask, care_padding=False).to(tl.float32)
+        r = tl.where(x > 0.0, x, 0.0)  # an fp32 compare: vectorised
         tl.store(Y + start + idx, (r * r).to(Y.dtype.element_ty), mask=mask)
 
 
@@ -45,25 +48,25 @@ def _relu_squared_backward_kernel(DY, X, DX, n, n_blocks, BLOCK: tl.constexpr):
     for blk in range(pid, n_blocks, num_programs):
         start = (pid * 0 + blk).to(tl.int64) * BLOCK
         mask = idx < tl.minimum(n - start, BLOCK).to(tl.int32)
-        dy = tl.load(DY + start + idx, mask=mask, other=0.0).to(tl.float32)
-        x = tl.load(X + start + idx, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + start + idx, mask=mask, care_padding=False).to(tl.float32)
+        x = tl.load(X + start + idx, mask=mask, care_padding=False).to(tl.float32)
         r = tl.where(x > 0.0, x, 0.0)
         tl.store(DX + start + idx, (2.0 * r * dy).to(DX.dtype.element_ty), mask=mask)
 
 
+# Tiles in the terms of the UB model (ub_model.md). Peak fp32 tiles, by hand from the kernels:
+# forward, x and relu(x) (the square takes x's buffer); backward, dy, x and relu(x) (the
+# gradient takes x's buffer).
+_F32_PEAK = {"forward": 2, "backward": 3}
+
+
 def forward_tiles(block: int, xb: int) -> tuple[Tile, ...]:
-    return (
-        Tile("x", 1, block, xb),
-        *f32_copy("x", 1, block, xb),
-        Tile("relu", 1, block, FP32),
-        Tile("y", 1, block, xb),
-    )
+    return (*dma("x", 1, block, xb), *dma("y", 1, block, xb), *work("f32_", 1, block, _F32_PEAK["forward"]))
 
 
 def backward_tiles(block: int, xb: int) -> tuple[Tile, ...]:
-    tiles = [Tile(t, 1, block, xb) for t in ("dy", "x", "dx")]
-    tiles += f32_copy("dy", 1, block, xb) + f32_copy("x", 1, block, xb)
-    return (*tiles, Tile("relu", 1, block, FP32), Tile("dx_f32", 1, block, FP32))
+    tiles = [t for name in ("dy", "x", "dx") for t in dma(name, 1, block, xb)]
+    return (*tiles, *work("f32_", 1, block, _F32_PEAK["backward"]))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -25,6 +25,9 @@ vector arithmetic runs as scalar code on the vector cores.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
+
 import torch
 import triton
 import triton.language as tl
@@ -34,7 +37,21 @@ from liger_core.ops.rms_norm import check_args
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import row_block, tile_indices, tile_ptrs
-from liger_ops_ascend._tiling import FP32, RowPlan, as_rows, dtype_of, elem_bytes, plan_rows, sum_partials
+from liger_ops_ascend._tiling import (
+    FP32,
+    RowPlan,
+    as_rows,
+    dma,
+    dtype_of,
+    elem_bytes,
+    mask,
+    once,
+    plan_rows,
+    rows_f32,
+    strides_of,
+    sum_partials,
+    work,
+)
 from liger_ops_ascend.launch import Tile, launch
 
 # casting_mode -> whether x_hat is rounded to x.dtype before the weight multiply
@@ -81,8 +98,9 @@ def _rms_norm_forward_kernel(
     if SINGLE_PASS:
         col_mask = n_idx < n_cols
         if HAS_WEIGHT:
-            # One weight load per program, reused for every row block it handles.
-            w_eff = tl.load(W + n_idx, mask=col_mask, other=0.0).to(tl.float32) + offset
+            # One weight load per program, reused for every row block it handles; its padded
+            # columns only reach masked-off stores (no fill needed).
+            w_eff = tl.load(W + n_idx, mask=col_mask, care_padding=False).to(tl.float32) + offset
         for blk in range(pid, n_blocks, num_programs):
             row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
             mask = row_mask[:, None] & col_mask[None, :]
@@ -126,11 +144,11 @@ def _rms_norm_forward_kernel(
                 cols = c * BLOCK_N + n_idx
                 col_mask = cols < n_cols
                 mask = row_mask[:, None] & col_mask[None, :]
-                x = tl.load(x_base + x_tile + cols[None, :], mask=mask, other=0.0)
+                x = tl.load(x_base + x_tile + cols[None, :], mask=mask, care_padding=False)
                 if HAS_RESIDUAL:
                     # Recomputed from x and r rather than read back from S: no program
                     # reads what it wrote in the same launch.
-                    r = tl.load(r_base + r_tile + cols[None, :], mask=mask, other=0.0)
+                    r = tl.load(r_base + r_tile + cols[None, :], mask=mask, care_padding=False)
                     x = (x.to(tl.float32) + r.to(tl.float32)).to(S.dtype.element_ty)
                     s_ptr = S + row0.to(tl.int64) * s_row_stride + s_tile + cols[None, :]
                     tl.store(s_ptr, x, mask=mask)
@@ -138,7 +156,7 @@ def _rms_norm_forward_kernel(
                 if ROUND_X_HAT:
                     x_hat = x_hat.to(x.dtype).to(tl.float32)
                 if HAS_WEIGHT:
-                    w_eff = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
+                    w_eff = tl.load(W + cols, mask=col_mask, care_padding=False).to(tl.float32) + offset
                     x_hat = x_hat * w_eff[None, :]
                 tl.store(y_base + y_tile + cols[None, :], x_hat.to(Y.dtype.element_ty), mask=mask)
             tl.store(RSTD + rows, rstd, mask=row_mask)
@@ -152,10 +170,19 @@ def _store_grad_x(
     """Store a tile of grad_x; fused_add_rms_norm: new_residual's own incoming gradient joins the
     total (HAS_DS), which is also stored as grad_residual in the residual's dtype (HAS_DR)."""
     if HAS_DS:
-        dx += tl.load(tile_ptrs(DS, base, m_idx, ds_row_stride, cols), mask=mask, other=0.0).to(tl.float32)
+        # Padded lanes only reach masked-off stores: no fill.
+        dx += tl.load(tile_ptrs(DS, base, m_idx, ds_row_stride, cols), mask=mask, care_padding=False).to(tl.float32)
     if HAS_DR:
         tl.store(tile_ptrs(DR, base, m_idx, dr_row_stride, cols), dx.to(DR.dtype.element_ty), mask=mask)
     tl.store(tile_ptrs(DX, base, m_idx, dx_row_stride, cols), dx.to(DX.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _dw_x_hat(x_hat, x, ROUND_X_HAT: tl.constexpr):
+    """x_hat as grad_weight sees it: rounded to x's dtype where the forward rounded it."""
+    if ROUND_X_HAT:
+        return x_hat.to(x.dtype).to(tl.float32)
+    return x_hat
 
 
 @triton.jit
@@ -200,16 +227,14 @@ def _rms_norm_backward_kernel(
         x_hat = x.to(tl.float32) * rstd[:, None]
         g = dy
         if HAS_WEIGHT:
+            # grad_weight first, so g can take dy's place: at most three fp32 tiles live.
+            dw_acc += tl.sum(dy * _dw_x_hat(x_hat, x, ROUND_X_HAT), axis=0)
             g = dy * w_eff[None, :]
         mean_gx = tl.sum(g * x_hat, axis=1) / n_cols
         dx = (g - x_hat * mean_gx[:, None]) * rstd[:, None]
         _store_grad_x(
             dx, DX, DS, DR, base, m_idx, n_idx, mask, dx_row_stride, ds_row_stride, dr_row_stride, HAS_DS, HAS_DR
         )
-        if HAS_WEIGHT:
-            if ROUND_X_HAT:
-                x_hat = x_hat.to(x.dtype).to(tl.float32)
-            dw_acc += tl.sum(dy * x_hat, axis=0)
     if HAS_WEIGHT:
         tl.store(DW_PARTIAL + pid.to(tl.int64) * n_cols + n_idx, dw_acc, mask=col_mask)
 
@@ -249,7 +274,7 @@ def _rms_norm_backward_coef_kernel(
             if HAS_WEIGHT:
                 g = g * (tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset)[None, :]
             acc += tl.sum(g * xf, axis=1)
-        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+        rstd = tl.load(RSTD + rows, mask=row_mask, care_padding=False)
         # sum(g * x_hat) = rstd * sum(g * x)
         tl.store(MEAN_GX + rows, acc * rstd / n_cols, mask=row_mask)
 
@@ -289,7 +314,7 @@ def _rms_norm_backward_chunked_kernel(
         cols = c * BLOCK_N + n_idx
         col_mask = cols < n_cols
         if HAS_WEIGHT:
-            w_eff = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
+            w_eff = tl.load(W + cols, mask=col_mask, care_padding=False).to(tl.float32) + offset
             dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for blk in range(pid, n_blocks, num_programs):
             row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
@@ -298,99 +323,91 @@ def _rms_norm_backward_chunked_kernel(
             x = tl.load(tile_ptrs(X, base, m_idx, x_row_stride, cols), mask=mask, other=0.0)
             dy = tl.load(tile_ptrs(DY, base, m_idx, dy_row_stride, cols), mask=mask, other=0.0).to(tl.float32)
             rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
-            mean_gx = tl.load(MEAN_GX + rows, mask=row_mask, other=0.0)
+            mean_gx = tl.load(MEAN_GX + rows, mask=row_mask, care_padding=False)
             x_hat = x.to(tl.float32) * rstd[:, None]
             g = dy
             if HAS_WEIGHT:
+                dw_acc += tl.sum(dy * _dw_x_hat(x_hat, x, ROUND_X_HAT), axis=0)
                 g = dy * w_eff[None, :]
             dx = (g - x_hat * mean_gx[:, None]) * rstd[:, None]
             _store_grad_x(
                 dx, DX, DS, DR, base, m_idx, cols, mask, dx_row_stride, ds_row_stride, dr_row_stride, HAS_DS, HAS_DR
             )
-            if HAS_WEIGHT:
-                if ROUND_X_HAT:
-                    x_hat = x_hat.to(x.dtype).to(tl.float32)
-                dw_acc += tl.sum(dy * x_hat, axis=0)
         if HAS_WEIGHT:
             tl.store(DW_PARTIAL + pid.to(tl.int64) * n_cols + cols, dw_acc, mask=col_mask)
 
 
 # -- tile plans ------------------------------------------------------------------------------
 #
-# Each kernel's live UB tiles as a function of the tile shape (m rows x n columns), the
-# element sizes of x (xb; y, dy and dx share it) and of the weight (wb, 0 when there is
-# none). Deliberately conservative: every named fp32 temporary of the kernel gets its own
-# buffer, conversions to fp32 of fp32 data are free, and the tail axis is padded to 32 bytes.
+# Each kernel's tiles in the terms of the UB model (ub_model.md) as a function of the tile shape
+# (m rows x n columns), the element bytes of x (xb; y, dy, dx and the new residual share it), of
+# the weight (wb, 0 without) and of the residual (rb, 0 without: rms_norm), and whether the row
+# is walked in chunks (the weight is then loaded per chunk, inside a loop).
 
 
-def forward_tiles(m: int, n: int, xb: int, wb: int, round_x_hat: bool, rb: int = 0) -> tuple[Tile, ...]:
-    """``rb``: the residual's element bytes with fused_add_rms_norm, else 0."""
-    tiles = [Tile("x", m, n, xb)]
-    if xb != FP32:
-        tiles.append(Tile("x_f32", m, n, FP32))
-    if rb:
-        tiles += [Tile("residual", m, n, rb), Tile("sum_f32", m, n, FP32), Tile("new_residual", m, n, xb)]
-        if rb != FP32:
-            tiles.append(Tile("residual_f32", m, n, FP32))
-    tiles += [Tile("x_sq_f32", m, n, FP32), Tile("x_hat_f32", m, n, FP32)]
+def _weight(n: int, wb: int, chunked: bool) -> list[Tile]:
+    """The weight as the kernels use it: w + offset in fp32 (1 x n). Loaded once before the row
+    loop (its own buffer is dead before the loop's peak) or per chunk (a DMA buffer)."""
+    if not wb:
+        return []
+    return (dma("weight", 1, n, wb) if chunked else []) + once("weight_f32", 1, n, FP32)
+
+
+def forward_tiles(
+    m: int, n: int, xb: int, wb: int, round_x_hat: bool, rb: int = 0, chunked: bool = False
+) -> tuple[Tile, ...]:
+    tiles = dma("x", m, n, xb) + dma("y", m, n, xb) + dma("rstd", 1, m, FP32)
+    tiles += dma("residual", m, n, rb) + (dma("new_residual", m, n, xb) if rb else [])
+    # Peak: x in fp32 (its DMA buffer when x is fp32 and there is no residual to add) and x * x.
+    tiles += work("f32_", m, n, 2 if (xb != FP32 or rb) else 1)
     if round_x_hat and xb != FP32:
-        tiles.append(Tile("x_hat_rounded", m, n, xb))
-    tiles.append(Tile("y", m, n, xb))
-    if wb:
-        tiles += [Tile("weight", 1, n, wb), Tile("weight_f32", 1, n, FP32)]
-    tiles += [Tile("sum_sq_f32", 1, m, FP32), Tile("rstd_f32", 1, m, FP32)]
+        tiles += work("x_hat_rounded", m, n, 1, xb)
+    tiles += _weight(n, wb, chunked) + mask(m, n) + rows_f32(("sum_sq", "rstd_f32"), m)
     return tuple(tiles)
 
 
-def backward_tiles(m: int, n: int, xb: int, wb: int, round_x_hat: bool, rb: int = 0) -> tuple[Tile, ...]:
+def backward_tiles(
+    m: int, n: int, xb: int, wb: int, round_x_hat: bool, rb: int = 0, chunked: bool = False
+) -> tuple[Tile, ...]:
     """The single-pass backward and the chunked stage 2 (same live set, plus mean_gx rows).
-    With a residual (``rb``): the new residual's gradient and the residual's own."""
-    tiles = [Tile("x", m, n, xb), Tile("dy", m, n, xb)]
-    if xb != FP32:
-        tiles += [Tile("x_f32", m, n, FP32), Tile("dy_f32", m, n, FP32)]
-    tiles.append(Tile("x_hat_f32", m, n, FP32))
-    if wb:
-        tiles.append(Tile("g_f32", m, n, FP32))
-    tiles += [Tile("g_x_hat_f32", m, n, FP32), Tile("dx_f32", m, n, FP32), Tile("dx", m, n, xb)]
-    if rb:
-        tiles += [Tile("d_new_residual", m, n, xb), Tile("d_residual", m, n, rb)]
-        if xb != FP32:
-            tiles.append(Tile("d_new_residual_f32", m, n, FP32))
+    With a residual (``rb``): the new residual's gradient in, the residual's gradient out."""
+    tiles = dma("x", m, n, xb) + dma("dy", m, n, xb) + dma("dx", m, n, xb) + dma("rstd", 1, m, FP32)
+    tiles += (dma("d_new_residual", m, n, xb) + dma("d_residual", m, n, rb)) if rb else []
+    tiles += dma("mean_gx", 1, m, FP32) if chunked else []
+    # Peak, grad_weight first: dy (then g in its place), x_hat, one product; without a
+    # weight g is dy itself.
+    tiles += work("f32_", m, n, 3 if (wb or xb != FP32) else 2)
     if wb:
         if round_x_hat and xb != FP32:
-            tiles.append(Tile("x_hat_rounded", m, n, xb))
-        tiles += [
-            Tile("dy_x_hat_f32", m, n, FP32),
-            Tile("weight", 1, n, wb),
-            Tile("weight_f32", 1, n, FP32),
-            Tile("dw_acc_f32", 1, n, FP32),
-            Tile("dw_colsum_f32", 1, n, FP32),
-        ]
-    tiles += [Tile("rstd_f32", 1, m, FP32), Tile("mean_gx_f32", 1, m, FP32)]
-    return tuple(tiles)
+            tiles += work("x_hat_rounded", m, n, 1, xb)
+        tiles += _weight(n, wb, chunked) + once("dw_acc", 1, n, FP32)
+        tiles += work("dw_colsum", 1, n, 1) if m > 1 else []
+    return tuple(tiles + mask(m, n) + rows_f32(("rstd_f32", "mean_gx_f32"), m))
 
 
-def backward_coef_tiles(m: int, n: int, xb: int, wb: int, round_x_hat: bool, rb: int = 0) -> tuple[Tile, ...]:
-    tiles = [Tile("x", m, n, xb), Tile("dy", m, n, xb)]
-    if xb != FP32:
-        tiles += [Tile("x_f32", m, n, FP32), Tile("dy_f32", m, n, FP32)]
-    if wb:
-        tiles += [Tile("g_f32", m, n, FP32), Tile("weight", 1, n, wb), Tile("weight_f32", 1, n, FP32)]
-    tiles += [Tile("g_x_f32", m, n, FP32), Tile("acc_f32", 1, m, FP32), Tile("rstd_f32", 1, m, FP32)]
-    return tuple(tiles)
+def backward_coef_tiles(
+    m: int, n: int, xb: int, wb: int, round_x_hat: bool, rb: int = 0, chunked: bool = True
+) -> tuple[Tile, ...]:
+    """Chunked stage 1: sum(g * x) per row."""
+    tiles = dma("x", m, n, xb) + dma("dy", m, n, xb) + dma("rstd", 1, m, FP32) + dma("mean_gx", 1, m, FP32)
+    # Peak: x and g in fp32 and their product.
+    tiles += work("f32_", m, n, 3) + _weight(n, wb, chunked)
+    return tuple(tiles + mask(m, n) + rows_f32(("acc", "rstd_f32"), m))
 
 
 # Per op and direction: the kernels when the row fits one tile, and when it is chunked.
+_CHUNKED_FORWARD = functools.partial(forward_tiles, chunked=True)
+_CHUNKED_BACKWARD = functools.partial(backward_tiles, chunked=True)
 _KERNELS = {
     (op, direction): kernels
     for op in ("rms_norm", "fused_add_rms_norm")
     for direction, kernels in (
-        ("forward", (((f"{op}_forward", forward_tiles),), ((f"{op}_forward_chunked", forward_tiles),))),
+        ("forward", (((f"{op}_forward", forward_tiles),), ((f"{op}_forward_chunked", _CHUNKED_FORWARD),))),
         (
             "backward",
             (
                 ((f"{op}_backward", backward_tiles),),
-                ((f"{op}_backward_coef", backward_coef_tiles), (f"{op}_backward_chunked", backward_tiles)),
+                ((f"{op}_backward_coef", backward_coef_tiles), (f"{op}_backward_chunked", _CHUNKED_BACKWARD)),
             ),
         ),
     )
@@ -406,15 +423,21 @@ def plan_tiles(
     casting_mode: str,
     hw: hardware.Hardware,
     residual_dtype: torch.dtype | None = None,
+    row_strides: Sequence[tuple[int, int]] | None = None,
 ) -> RowPlan:
     """The tile plan of ``direction`` ("forward" or "backward") for ``(n_rows, n_cols)`` rows;
-    ``residual_dtype`` for fused_add_rms_norm."""
+    ``residual_dtype`` for fused_add_rms_norm; ``row_strides`` as `plan_rows` takes them (default:
+    dense rows)."""
     op = "rms_norm" if residual_dtype is None else "fused_add_rms_norm"
-    sizes = {"xb": elem_bytes(x_dtype), "wb": elem_bytes(w_dtype), "rb": elem_bytes(residual_dtype)}
+    xb, rb = elem_bytes(x_dtype), elem_bytes(residual_dtype)
+    sizes = {"xb": xb, "wb": elem_bytes(w_dtype), "rb": rb}
+    if row_strides is None:
+        row_strides = [(n_cols, b) for b in (xb, rb) if b]
     single, chunked = _KERNELS[op, direction]
     return plan_rows(
-        f"{op} {direction}", n_rows, n_cols, single, chunked, hw, sizes, round_x_hat=_ROUND_X_HAT[casting_mode]
-    )
+        f"{op} {direction}", n_rows, n_cols, single, chunked, hw, sizes, row_strides,
+        round_x_hat=_ROUND_X_HAT[casting_mode],
+    )  # fmt: skip
 
 
 # -- host side -------------------------------------------------------------------------------
@@ -436,7 +459,8 @@ def rms_norm_forward(
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
     if n_rows == 0 or n_cols == 0:
         return y, rstd, s
-    p = plan_tiles("forward", n_rows, n_cols, x2d.dtype, dtype_of(weight), casting_mode, hw, dtype_of(r2d))
+    strides = strides_of(x2d, r2d, y, s)
+    p = plan_tiles("forward", n_rows, n_cols, x2d.dtype, dtype_of(weight), casting_mode, hw, dtype_of(r2d), strides)
     launch(
         _rms_norm_forward_kernel,
         p.kernels[0],
@@ -495,7 +519,8 @@ def rms_norm_backward(
     if n_rows == 0 or n_cols == 0:
         return dx, (torch.zeros_like(weight) if has_weight else None), dr
     round_x_hat = _ROUND_X_HAT[casting_mode]
-    p = plan_tiles("backward", n_rows, n_cols, x2d.dtype, dtype_of(weight), casting_mode, hw, residual_dtype)
+    strides = strides_of(dy2d, x2d, dx, ds2d, dr)
+    p = plan_tiles("backward", n_rows, n_cols, x2d.dtype, dtype_of(weight), casting_mode, hw, residual_dtype, strides)
     dw_partial = torch.empty((p.programs, n_cols), dtype=torch.float32, device=x2d.device) if has_weight else rstd
     w = weight if has_weight else x2d
     common = {"HAS_WEIGHT": has_weight, "BLOCK_M": p.block_m, "BLOCK_N": p.block_n}

@@ -16,7 +16,18 @@ from liger_core.ops.softmax import check_args
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import online_lse_step, row_block, tile_indices
-from liger_ops_ascend._tiling import FP32, RowPlan, as_rows, elem_bytes, launch_rows, loaded, plan_rows, row_kernels
+from liger_ops_ascend._tiling import (
+    RowPlan,
+    as_rows,
+    dma,
+    elem_bytes,
+    launch_rows,
+    mask,
+    plan_rows,
+    row_kernels,
+    rows_f32,
+    work,
+)
 from liger_ops_ascend.launch import Tile
 
 
@@ -33,8 +44,11 @@ def _softmax_forward_kernel(
         if SINGLE_PASS:
             mask = row_mask[:, None] & (n_idx < n_cols)[None, :]
             x = tl.load(x_base + n_idx[None, :], mask=mask, other=-float("inf")).to(tl.float32)
-            e = tl.exp(x - tl.max(x, axis=1)[:, None])
-            y = e / tl.sum(e, axis=1)[:, None]
+            # Rows past the end are all -inf: a finite max and a unit sum keep them NaN-free.
+            mx = tl.max(x, axis=1)
+            e = tl.exp(x - tl.where(mx == -float("inf"), 0.0, mx)[:, None])
+            total = tl.sum(e, axis=1)
+            y = e / tl.where(total > 0.0, total, 1.0)[:, None]
             tl.store(y_base + n_idx[None, :], y.to(Y.dtype.element_ty), mask=mask)
         else:
             run_max = tl.full((BLOCK_M,), -float("inf"), tl.float32)
@@ -48,7 +62,8 @@ def _softmax_forward_kernel(
             for c in range(n_chunks):
                 cols = c * BLOCK_N + n_idx
                 mask = row_mask[:, None] & (cols < n_cols)[None, :]
-                x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+                # Padded lanes only reach masked-off stores: no fill.
+                x = tl.load(x_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32)
                 y = tl.exp(x - safe[:, None]) / run_sum[:, None]
                 tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
@@ -82,20 +97,24 @@ def _softmax_backward_kernel(
             for c in range(n_chunks):
                 cols = c * BLOCK_N + n_idx
                 mask = row_mask[:, None] & (cols < n_cols)[None, :]
-                y = tl.load(y_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-                dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                y = tl.load(y_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32)
+                dy = tl.load(dy_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32)
                 tl.store(dx_base + cols[None, :], (y * (dy - dot[:, None])).to(DX.dtype.element_ty), mask=mask)
 
 
+# Tiles in the terms of the UB model (ub_model.md).
+
+
 def forward_tiles(m: int, n: int, xb: int) -> tuple[Tile, ...]:
-    tiles = loaded("x", m, n, xb) + [Tile(t, m, n, FP32) for t in ("shifted", "exp", "y_f32")] + [Tile("y", m, n, xb)]
-    return tuple(tiles + [Tile(t, 1, m, FP32) for t in ("max", "max_new", "sum", "rescale")])
+    # Peak: x in fp32 and exp(x - max) (y takes x's place).
+    tiles = dma("x", m, n, xb) + dma("y", m, n, xb) + work("f32_", m, n, 2)
+    return tuple(tiles + mask(m, n) + rows_f32(("max", "max_new", "sum", "rescale"), m))
 
 
 def backward_tiles(m: int, n: int, xb: int) -> tuple[Tile, ...]:
-    tiles = loaded("y", m, n, xb) + loaded("dy", m, n, xb)
-    tiles += [Tile(t, m, n, FP32) for t in ("dy_y", "dy_minus_dot", "dx_f32")] + [Tile("dx", m, n, xb)]
-    return tuple(tiles + [Tile("dot", 1, m, FP32)])
+    # Peak: y and dy in fp32 and their product.
+    tiles = dma("y", m, n, xb) + dma("dy", m, n, xb) + dma("dx", m, n, xb) + work("f32_", m, n, 3)
+    return tuple(tiles + mask(m, n) + rows_f32(("dot",), m))
 
 
 _KERNELS = row_kernels("softmax", forward_tiles, backward_tiles)

@@ -22,14 +22,25 @@ from liger_core.ops.sparsemax import check_args
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import row_block, tile_indices
-from liger_ops_ascend._tiling import FP32, RowPlan, as_rows, elem_bytes, launch_rows, loaded, plan_rows, row_kernels
+from liger_ops_ascend._tiling import (
+    RowPlan,
+    as_rows,
+    dma,
+    elem_bytes,
+    launch_rows,
+    mask,
+    plan_rows,
+    row_kernels,
+    rows_f32,
+    work,
+)
 from liger_ops_ascend.launch import Tile
 
 
 @triton.jit
 def _excess(x, tau):
     """sum(max(x - tau, 0)) per row of the tile."""
-    return tl.sum(tl.maximum(x - tau[:, None], 0.0), axis=1)
+    return tl.sum(tl.maximum(x - tau[:, None], 0.0, propagate_nan=tl.PropagateNan.ALL), axis=1)
 
 
 @triton.jit
@@ -53,8 +64,10 @@ def _sparsemax_forward_kernel(
         if SINGLE_PASS:
             mask = row_mask[:, None] & (n_idx < n_cols)[None, :]
             x = tl.load(x_base + n_idx[None, :], mask=mask, other=-float("inf")).to(tl.float32)
-            # Rows past the end (all -inf) get a finite bracket; their stores are masked.
-            hi = tl.where(row_mask, tl.max(x, axis=1), 0.0)
+            # Rows past the end (all -inf) get a finite bracket (a float compare); their stores
+            # are masked.
+            hi = tl.max(x, axis=1)
+            hi = tl.where(hi == -float("inf"), 0.0, hi)
             lo = hi - 1.0
             for _ in range(BISECTION_STEPS):
                 mid = 0.5 * (lo + hi)
@@ -64,8 +77,10 @@ def _sparsemax_forward_kernel(
             tau = lo
             for _ in range(REFINE_STEPS):
                 total, count = _support_sums(x, tau)
-                tau = tl.where(count > 0, (total - 1.0) / tl.maximum(count, 1.0), tau)
-            y = tl.maximum(x - tau[:, None], 0.0)
+                tau = tl.where(
+                    count > 0, (total - 1.0) / tl.maximum(count, 1.0, propagate_nan=tl.PropagateNan.ALL), tau
+                )
+            y = tl.maximum(x - tau[:, None], 0.0, propagate_nan=tl.PropagateNan.ALL)
             tl.store(y_base + n_idx[None, :], y.to(Y.dtype.element_ty), mask=mask)
         else:
             hi = tl.full((BLOCK_M,), -float("inf"), tl.float32)
@@ -73,8 +88,8 @@ def _sparsemax_forward_kernel(
                 cols = c * BLOCK_N + n_idx
                 mask = row_mask[:, None] & (cols < n_cols)[None, :]
                 x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
-                hi = tl.maximum(hi, tl.max(x, axis=1))
-            hi = tl.where(row_mask, hi, 0.0)
+                hi = tl.maximum(hi, tl.max(x, axis=1), propagate_nan=tl.PropagateNan.ALL)
+            hi = tl.where(hi == -float("inf"), 0.0, hi)
             lo = hi - 1.0
             for _ in range(BISECTION_STEPS):
                 mid = 0.5 * (lo + hi)
@@ -98,12 +113,15 @@ def _sparsemax_forward_kernel(
                     t, k = _support_sums(x, tau)
                     total += t
                     count += k
-                tau = tl.where(count > 0, (total - 1.0) / tl.maximum(count, 1.0), tau)
+                tau = tl.where(
+                    count > 0, (total - 1.0) / tl.maximum(count, 1.0, propagate_nan=tl.PropagateNan.ALL), tau
+                )
             for c in range(n_chunks):
                 cols = c * BLOCK_N + n_idx
                 mask = row_mask[:, None] & (cols < n_cols)[None, :]
-                x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
-                y = tl.maximum(x - tau[:, None], 0.0)
+                # Padded lanes only reach masked-off stores: no fill.
+                x = tl.load(x_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32)
+                y = tl.maximum(x - tau[:, None], 0.0, propagate_nan=tl.PropagateNan.ALL)
                 tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
@@ -123,7 +141,7 @@ def _sparsemax_backward_kernel(
             mask = row_mask[:, None] & (n_idx < n_cols)[None, :]
             inside = tl.load(y_base + n_idx[None, :], mask=mask, other=0.0).to(tl.float32) > 0.0
             dy = tl.load(dy_base + n_idx[None, :], mask=mask, other=0.0).to(tl.float32)
-            count = tl.maximum(tl.sum(inside.to(tl.float32), axis=1), 1.0)
+            count = tl.maximum(tl.sum(inside.to(tl.float32), axis=1), 1.0, propagate_nan=tl.PropagateNan.ALL)
             mean = tl.sum(tl.where(inside, dy, 0.0), axis=1) / count
             dx = tl.where(inside, dy - mean[:, None], 0.0)
             tl.store(dx_base + n_idx[None, :], dx.to(DX.dtype.element_ty), mask=mask)
@@ -137,26 +155,30 @@ def _sparsemax_backward_kernel(
                 dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
                 total += tl.sum(tl.where(inside, dy, 0.0), axis=1)
                 count += tl.sum(inside.to(tl.float32), axis=1)
-            mean = total / tl.maximum(count, 1.0)
+            mean = total / tl.maximum(count, 1.0, propagate_nan=tl.PropagateNan.ALL)
             for c in range(n_chunks):
                 cols = c * BLOCK_N + n_idx
                 mask = row_mask[:, None] & (cols < n_cols)[None, :]
-                inside = tl.load(y_base + cols[None, :], mask=mask, other=0.0).to(tl.float32) > 0.0
-                dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+                inside = tl.load(y_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32) > 0.0
+                dy = tl.load(dy_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32)
                 dx = tl.where(inside, dy - mean[:, None], 0.0)
                 tl.store(dx_base + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
 
 
+# Tiles in the terms of the UB model (ub_model.md).
+
+
 def forward_tiles(m: int, n: int, xb: int) -> tuple[Tile, ...]:
-    tiles = loaded("x", m, n, xb) + [Tile(t, m, n, FP32) for t in ("x_minus_tau", "clipped", "inside", "y_f32")]
-    tiles += [Tile("y", m, n, xb)]
-    return tuple(tiles + [Tile(t, 1, m, FP32) for t in ("lo", "hi", "mid", "excess", "total", "count", "tau")])
+    # Peak: x in fp32, x - tau and its clipped value (the support's mask reuses one).
+    tiles = dma("x", m, n, xb) + dma("y", m, n, xb) + work("f32_", m, n, 3)
+    return tuple(tiles + mask(m, n) + rows_f32(("lo", "hi", "mid", "excess", "total", "count", "tau"), m))
 
 
 def backward_tiles(m: int, n: int, xb: int) -> tuple[Tile, ...]:
-    tiles = loaded("y", m, n, xb) + loaded("dy", m, n, xb)
-    tiles += [Tile(t, m, n, FP32) for t in ("inside", "dy_inside", "dx_f32")] + [Tile("dx", m, n, xb)]
-    return tuple(tiles + [Tile(t, 1, m, FP32) for t in ("total", "count", "mean")])
+    # Peak: dy in fp32, the support's mask and dy inside it.
+    tiles = dma("y", m, n, xb) + dma("dy", m, n, xb) + dma("dx", m, n, xb) + work("f32_", m, n, 2)
+    tiles += work("inside", m, n, 1, 1)
+    return tuple(tiles + mask(m, n) + rows_f32(("total", "count", "mean"), m))
 
 
 _KERNELS = row_kernels("sparsemax", forward_tiles, backward_tiles)
