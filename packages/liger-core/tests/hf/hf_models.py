@@ -216,6 +216,11 @@ def mini_config(model_type: str, size: Size, **overrides):
     return AutoConfig.for_model(_TEXT_CONFIG.get(model_type, model_type), **kw)
 
 
+def _alternate(size: Size, kind: str) -> list[str]:
+    """Layer types: ``kind`` and full attention in turn, over every layer."""
+    return [kind, "full_attention"] * (size.layers // 2)
+
+
 def _moe(size: Size, **kw) -> dict:
     return {"num_experts_per_tok": 2, "output_router_logits": True, "router_aux_loss_coef": 0.02, **kw}
 
@@ -255,7 +260,7 @@ _TEXT_EXTRA = {
         size,
         num_local_experts=4,
         sliding_window=size.seq // 2,
-        layer_types=["sliding_attention", "full_attention"],
+        layer_types=_alternate(size, "sliding_attention"),
     ),
     "llama4": lambda size: dict(
         num_local_experts=4,
@@ -270,14 +275,14 @@ _TEXT_EXTRA = {
         vocab_size_per_layer_input=size.vocab,
         final_logit_softcapping=30.0,
         sliding_window=size.seq // 2,
-        layer_types=["sliding_attention", "full_attention"],
+        layer_types=_alternate(size, "sliding_attention"),
     ),
     "qwen3_next": lambda size: _moe(
         size,
         num_experts=4,
         moe_intermediate_size=size.intermediate // 2,
         shared_expert_intermediate_size=size.intermediate // 2,
-        layer_types=["linear_attention", "full_attention"],
+        layer_types=_alternate(size, "linear_attention"),
         partial_rotary_factor=0.5,
         **_LINEAR_ATTENTION,
     ),
@@ -369,7 +374,7 @@ def _multimodal_config(model_type: str, size: Size, text: dict, overrides: dict)
                 text,
                 final_logit_softcapping=30.0,
                 sliding_window=size.seq // 2,
-                layer_types=["sliding_attention", "full_attention"],
+                layer_types=_alternate(size, "sliding_attention"),
                 global_head_dim=size.head_dim,
                 num_global_key_value_heads=size.kv_heads,
                 hidden_size_per_layer_input=0,
@@ -413,7 +418,7 @@ def _multimodal_config(model_type: str, size: Size, text: dict, overrides: dict)
         kw = dict(text_config=dict(text, **_mrope(mrope, mrope_interleaved=True), **moe), vision_config=vision, **qwen)
     elif model_type in ("qwen3_5", "qwen3_5_moe"):
         vision = _qwen_vision(size, **v, out_hidden_size=size.hidden, num_position_embeddings=16)
-        text = dict(text, layer_types=["linear_attention", "full_attention"], **_LINEAR_ATTENTION)
+        text = dict(text, layer_types=_alternate(size, "linear_attention"), **_LINEAR_ATTENTION)
         text.update(_mrope([1, 1, 0] if half == 4 else mrope, mrope_interleaved=True, partial_rotary_factor=0.5))
         if model_type.endswith("moe"):
             text.update(text_moe, shared_expert_intermediate_size=size.intermediate // 2, output_router_logits=True)
@@ -585,7 +590,7 @@ def variant_config(model_type: str, variant: str, size: Size):
     kw = dict(_SLIDING.get(model_type, {}))
     kw["tie_word_embeddings"] = not gemma  # mini_config ties gemma's only
     if model_type == "gemma3_text":
-        kw["layer_types"] = ["sliding_attention", "full_attention"]  # both RoPE tables (local and global)
+        kw["layer_types"] = _alternate(size, "sliding_attention")  # both RoPE tables (local and global)
     if model_type == "phi3":
         kw["partial_rotary_factor"] = 0.75  # head_dim 8: rotates 6 of 8 dims (mini_config's 0.5 rotates 4)
     if model_type in ("llama", "granite"):
