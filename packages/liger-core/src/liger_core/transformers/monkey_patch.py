@@ -675,8 +675,11 @@ def _apply(model_type: str, flags: dict[str, bool], model: nn.Module | None, con
                 # forward); point it at Liger's, or pickling the model finds two functions by one name.
                 module.rotary_fn = stock_ropes[rotary]
         for head, forward in heads.items():
-            # The class is patched above; an instance may carry its own bound forward too.
-            if isinstance(model, head) and "forward" in model.__dict__:
+            # The class is patched above; an instance may carry its own bound forward too. Only a bound stock
+            # forward is replaced: a wrapper installed on the instance (TRL's fused LM head, accelerate's
+            # mixed-precision wrapper) is kept, or the patch would silently drop what it adds.
+            own = model.__dict__.get("forward")
+            if isinstance(model, head) and getattr(own, "__func__", None) in (_stock_value(head, "forward"), forward):
                 model.forward = MethodType(forward, model)
     for fn, kwargs in subs:
         fn(**kwargs)
