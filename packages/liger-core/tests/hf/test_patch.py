@@ -304,3 +304,25 @@ def test_ops_are_served_by_the_backend_under_test(device):
     assert backend is not None, f"no backend serves {device}"
     used = ("rms_norm", "swiglu", "geglu", "rope", "fused_linear_cross_entropy")
     assert [op for op in used if op not in backend.ops] == [], f"{backend.name} lacks ops the patches use"
+
+
+def test_liger_families_lists_every_family_and_its_ops(capsys):
+    """``liger families``: every family, each flag's ops from the catalogue, what the family lacks yet."""
+    import json
+
+    from liger_core.cli import main
+    from liger_core.interface import CATALOGUE
+
+    assert main(["families", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert set(info["families"]) == set(mp.FAMILIES)
+    for model_type, fam in info["families"].items():
+        assert set(fam["flags"]) == set(mp.FAMILIES[model_type].flags)
+        assert all(op in CATALOGUE for ops in fam["ops"].values() for op in ops)
+        for flag, _ in mp.FAMILIES[model_type].unavailable:
+            assert fam["ops"][flag] == [] and fam["not_yet"]
+    assert info["families"]["nemotron"]["ops"]["relu_squared"] == ["relu_squared"]
+    assert info["families"]["qwen2_vl"]["ops"]["rope"] == ["rope", "qwen2vl_mrope"]
+    assert main(["families"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("45 model families") and "deepseek_v3" in text and "RoPE (interleaved)" in text
