@@ -322,8 +322,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 def collect_families() -> dict[str, Any]:
     """Every patched model family: its flags and defaults, the catalogue ops each flag uses, what it lacks yet,
     and whether the installed transformers (if any) has it. Needs no transformers to list them."""
-    import importlib.util
-
     from liger_core.transformers import monkey_patch as mp
 
     try:
@@ -335,7 +333,7 @@ def collect_families() -> dict[str, Any]:
     families = {}
     for model_type, fam in mp.FAMILIES.items():
         ops = mp.family_ops(model_type)
-        available = installed is not None and importlib.util.find_spec(fam.modeling) is not None
+        available = installed is not None and mp.family_available(model_type)
         families[model_type] = {
             "function": f"apply_liger_kernel_to_{model_type}",
             "module": fam.modeling,

@@ -279,6 +279,9 @@ _TEXT_EXTRA = {
     ),
     "qwen3_next": lambda size: _moe(
         size,
+        # transformers 5.0.0's stock router loss fails for this config (one_hot over fewer classes than the
+        # router's indices); newer releases compute it.
+        output_router_logits=transformers.__version__ != "5.0.0",
         num_experts=4,
         moe_intermediate_size=size.intermediate // 2,
         shared_expert_intermediate_size=size.intermediate // 2,
@@ -286,7 +289,8 @@ _TEXT_EXTRA = {
         partial_rotary_factor=0.5,
         **_LINEAR_ATTENTION,
     ),
-    "hunyuan_v1_moe": lambda size: dict(num_experts=4, moe_topk=2, num_shared_expert=1),
+    # Both names: the router reads num_experts, the experts num_local_experts (transformers 5.0).
+    "hunyuan_v1_moe": lambda size: dict(num_experts=4, num_local_experts=4, moe_topk=2, num_shared_expert=1),
     "deepseek_v2": lambda size: dict(_DEEPSEEK, moe_intermediate_size=size.intermediate // 2),
     "deepseek_v3": lambda size: dict(_DEEPSEEK, moe_intermediate_size=size.intermediate // 2),
     # No router loss: transformers' DeepSeek-V4 model returns no router logits to balance (stock fails with it on).

@@ -23,6 +23,7 @@ Every patch is recorded; `revert_liger_kernel_patches` restores the stock object
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -555,7 +556,10 @@ def _check_transformers() -> None:
 
 def family_available(model_type: str) -> bool:
     """Whether the installed transformers has this family's modeling module."""
-    return importlib.util.find_spec(FAMILIES[_canonical(model_type)].modeling) is not None
+    try:
+        return importlib.util.find_spec(FAMILIES[_canonical(model_type)].modeling) is not None
+    except ModuleNotFoundError:  # not even its package (transformers.models.<module>)
+        return False
 
 
 def _canonical(model_type: str) -> str:
