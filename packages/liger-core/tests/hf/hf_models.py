@@ -92,7 +92,17 @@ MOE_FAMILIES = (
     "qwen3_5_moe",
 )
 # Class names of the table that only some transformers releases have (the others name them otherwise).
-NAMES_OF_OTHER_RELEASES: dict[str, set[str]] = {"glm4v_moe": {"Glm4vMoeisionMlp", "Glm4vMoeVisionMlp"}}
+NAMES_OF_OTHER_RELEASES: dict[str, set[str]] = {
+    "glm4v_moe": {"Glm4vMoeisionMlp", "Glm4vMoeVisionMlp", "Glm4vMoeTextExperts", "Glm4vMoeTextNaiveMoe"},
+    "qwen2_vl": {"Qwen2VLRMSNorm", "Qwen2RMSNorm"},
+    "qwen2_5_vl": {"Qwen2_5_VLRMSNorm", "Qwen2RMSNorm"},
+    "deepseek_v3": {"DeepseekV3Experts"},  # transformers 5.0: a list of DeepseekV3MLP experts
+}
+# Run-time fallbacks a family legitimately has in some transformers release (message fragment).
+KNOWN_FALLBACKS: dict[str, str] = {
+    # transformers 5.0's HunYuan-MoE routes with one weight per expert, which its stock experts read their own way.
+    "hunyuan_v1_moe": "routing weights other than one per selected expert",
+}
 # The text config a text family's causal LM is built from, where the family's model type is a composite's.
 _TEXT_CONFIG = {"llama4": "llama4_text"}
 
@@ -590,6 +600,7 @@ def variant_config(model_type: str, variant: str, size: Size):
     """``mini_config`` of ``model_type`` changed as ``variant`` (one of VARIANTS) says."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}; got {variant!r}")
+    require_family(model_type)
     gemma = model_type.startswith("gemma")
     kw = dict(_SLIDING.get(model_type, {}))
     kw["tie_word_embeddings"] = not gemma  # mini_config ties gemma's only

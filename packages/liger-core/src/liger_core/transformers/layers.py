@@ -286,6 +286,10 @@ def experts_class(base: type, kind: str = "swiglu") -> type:
         self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
     ) -> torch.Tensor:
         reason = self._liger_fallback or tensor_reason(hidden_states)
+        if reason is None and top_k_weights.shape != top_k_index.shape:
+            # transformers 5.0's HunYuan-MoE hands over one weight per expert, which its stock experts
+            # implementation reads differently from the loop below.
+            reason = "routing weights other than one per selected expert"
         if reason is not None:
             warn_fallback(type(self).__name__, reason)
             return base.forward(self, hidden_states, top_k_index, top_k_weights)

@@ -410,7 +410,7 @@ FAMILIES: dict[str, Family] = {
     "qwen2_vl": Family(
         "qwen2_vl",
         ("Qwen2VLForConditionalGeneration",),
-        ("Qwen2VLRMSNorm",),
+        ("Qwen2VLRMSNorm", "Qwen2RMSNorm"),  # transformers 5.0 builds Qwen2's
         mlps=("Qwen2MLP",),
         vision_layer_norm=True,
         flags=("rope", "cross_entropy", "fused_linear_cross_entropy", "rms_norm", "layer_norm", "swiglu"),
@@ -420,7 +420,7 @@ FAMILIES: dict[str, Family] = {
     "qwen2_5_vl": Family(
         "qwen2_5_vl",
         ("Qwen2_5_VLForConditionalGeneration",),
-        ("Qwen2_5_VLRMSNorm",),
+        ("Qwen2_5_VLRMSNorm", "Qwen2RMSNorm"),  # transformers 5.0 builds Qwen2's
         mlps=("Qwen2MLP", "Qwen2_5_VLMLP"),
         mrope=True,
     ),
@@ -464,8 +464,8 @@ FAMILIES: dict[str, Family] = {
         ("Glm4vMoeForConditionalGeneration",),
         ("Glm4vMoeRMSNorm", "Glm4vMoeTextRMSNorm"),
         _LLAMA,
-        mlps=("Glm4vMoeTextMLP", "Glm4vMoeisionMlp", "Glm4vMoeVisionMlp"),
-        experts=("Glm4vMoeTextExperts",),
+        mlps=("Glm4vMoeTextMLP", "Glm4vMoeisionMlp", "Glm4vMoeVisionMlp"),  # transformers' spelling varies
+        experts=("Glm4vMoeTextExperts", "Glm4vMoeTextNaiveMoe"),  # the latter: transformers 5.0
         rope="partial",
         logits=_moe("glm4v_moe"),
     ),
