@@ -36,13 +36,16 @@ from importlib import metadata
 
 if "--smoke" in sys.argv:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# The source tree's backend has no entry point: the registry loads it from this variable (set
+# here unless the caller set it, as benchmarks/run_gpu.sh does).
+os.environ.setdefault("LIGER_EXTRA_BACKENDS", "liger_ops_cuda")
 
 import torch
 import triton
 
 from liger_core import __version__ as core_version
 from liger_core.functional import liger_geglu, liger_qwen2vl_mrope, liger_rope, liger_swiglu
-from liger_core.registry import register_backend
+from liger_core.registry import serving
 from liger_ops_cuda import BACKEND, hardware
 from liger_ops_cuda import _glu as glu
 from liger_ops_cuda import _rotary as rotary
@@ -399,8 +402,13 @@ def main():
     else:
         device = "cuda"
         device_name = torch.cuda.get_device_name()
-    register_backend(BACKEND)
     os.environ.setdefault("LIGER_BACKEND", BACKEND.name)  # the interpreter smoke run: force it
+    ops = [op.strip() for op in args.ops.split(",")]
+    for op in ops:  # "liger" must be this package's kernels, not the reference fallback
+        served = serving(op, device)
+        if served.backend != BACKEND.name:
+            why = served.error or f"backend {served.backend!r} serves it"
+            sys.exit(f"{op} on {device} would not run {BACKEND.distribution}'s kernels: {why}")
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(0)
 
@@ -410,8 +418,8 @@ def main():
         tune(args, dtype, device, bw)
 
     rows = []
-    for op in args.ops.split(","):
-        run_op(op.strip(), args, dtype, device, bw, rows)
+    for op in ops:
+        run_op(op, args, dtype, device, bw, rows)
 
     print(f"\n{'op':14} {'layout':6} {'mode':9} {'provider':22} {'ms':>9} {'GB/s':>7} {'copy%':>6}")
     for r in rows:

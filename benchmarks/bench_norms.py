@@ -29,9 +29,8 @@ if "--smoke" in sys.argv:
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from liger_ops_cuda import dyt, fused_add_rms_norm, group_norm, hardware, layer_norm, poly_norm  # noqa: E402
-from liger_ops_cuda._partials import backward_row_plan  # noqa: E402
-from liger_ops_cuda.rms_norm import TilePlan, plan_tiles  # noqa: E402
+from liger_ops_cuda import dyt, group_norm, hardware, layer_norm, poly_norm, rms_norm  # noqa: E402
+from liger_ops_cuda._tiling import TilePlan, plan_backward_tiles, plan_tiles  # noqa: E402
 
 
 @contextmanager
@@ -95,18 +94,19 @@ def tune_rows(name, timer, fwd_fn, bwd_fn, n_cols, smoke):
 def bench_fused_add(timer, m, n, dtype, dev, smoke):
     x, r, dy, ds = (torch.randn(m, n, device=dev, dtype=dtype) for _ in range(4))
     w = torch.randn(n, device=dev, dtype=dtype) * 0.1 + 1
-    _, s, rstd = fused_add_rms_norm.fused_add_rms_norm_forward(x, r, w, 1e-6, 0.0, "llama", plan_tiles(n))
+    # fused_add_rms_norm is rms_norm's launchers with a residual (forward) and its gradient (backward).
+    _, rstd, s = rms_norm.rms_norm_forward(x, w, 1e-6, 0.0, "llama", plan_tiles(n), residual2d=r)
     rows = tune_rows(
         "fused_add_rms_norm",
         timer,
-        lambda plan: fused_add_rms_norm.fused_add_rms_norm_forward(x, r, w, 1e-6, 0.0, "llama", plan),
-        lambda plan, programs: fused_add_rms_norm.fused_add_rms_norm_backward(
-            dy, ds, s, w, rstd, 0.0, "llama", False, dtype, plan, True, programs
+        lambda plan: rms_norm.rms_norm_forward(x, w, 1e-6, 0.0, "llama", plan, residual2d=r),
+        lambda plan, programs: rms_norm.rms_norm_backward(
+            dy, s, w, rstd, 0.0, "llama", False, plan, programs, dres2d=ds, residual_dtype=dtype
         ),
         n,
         smoke,
     )
-    bwd = backward_row_plan(n, hardware.FUSED_ADD_RMS_NORM_BACKWARD_TILE_ELEMENTS)
+    bwd = plan_backward_tiles(n, hardware.FUSED_ADD_RMS_NORM_BACKWARD_TILE_ELEMENTS)
     return rows, f"defaults: forward {plan_tiles(n)}, backward {bwd}"
 
 
@@ -123,7 +123,7 @@ def bench_layer_norm(timer, m, n, dtype, dev, smoke):
         n,
         smoke,
     )
-    bwd = backward_row_plan(n, hardware.LAYER_NORM_BACKWARD_TILE_ELEMENTS)
+    bwd = plan_backward_tiles(n, hardware.LAYER_NORM_BACKWARD_TILE_ELEMENTS)
     return rows, f"defaults: forward {plan_tiles(n)}, backward {bwd}"
 
 
@@ -131,7 +131,7 @@ def bench_poly_norm(timer, m, n, dtype, dev, smoke):
     x, dy = (torch.randn(m, n, device=dev, dtype=dtype) for _ in range(2))
     w = torch.tensor([0.3, 0.4, 0.5], device=dev, dtype=dtype)
     b = torch.tensor([0.1], device=dev, dtype=dtype)
-    _, rstd = poly_norm.poly_norm_forward(x, w, b, 1e-6, poly_norm.forward_plan(n))
+    _, rstd = poly_norm.poly_norm_forward(x, w, b, 1e-6, poly_norm.plan_forward(n))
     rows = tune_rows(
         "poly_norm",
         timer,
@@ -140,7 +140,7 @@ def bench_poly_norm(timer, m, n, dtype, dev, smoke):
         n,
         smoke,
     )
-    return rows, f"defaults: forward {poly_norm.forward_plan(n)}, backward {poly_norm.backward_plan(n)}"
+    return rows, f"defaults: forward {poly_norm.plan_forward(n)}, backward {poly_norm.plan_backward(n)}"
 
 
 def bench_dyt(timer, m, n, dtype, dev, smoke):

@@ -8,17 +8,26 @@ of `liger_rms_norm` over calling the CUDA autograd Function directly. Writes JSO
     PYTHONPATH=packages/liger-core/src:packages/liger-ops-cuda/src \
         python benchmarks/bench_rms_norm.py --out benchmarks/results/rms_norm_H100.json
 
-`--tune` first times the candidate tile plans of the CUDA kernels and prints them.
+`--tune` first times the candidate tile plans of the CUDA kernels and prints them. `--smoke`
+runs every code path once on CPU in the Triton interpreter at 8 x 64 (wall clock, no peak
+memory, no torch.compile: checks the script, the numbers mean nothing).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
 import time
+
+if "--smoke" in sys.argv:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+# The source tree's backend has no entry point: the registry loads it from this variable (set
+# here unless the caller set it, as benchmarks/run_gpu.sh does).
+os.environ.setdefault("LIGER_EXTRA_BACKENDS", "liger_ops_cuda")
 
 import torch
 import triton
@@ -26,11 +35,35 @@ from triton.testing import do_bench, do_bench_cudagraph
 
 from liger_core import __version__ as core_version
 from liger_core.functional import liger_rms_norm
-from liger_core.registry import register_backend
+from liger_core.registry import serving
 from liger_ops_cuda import BACKEND, hardware
 from liger_ops_cuda import rms_norm as cuda_rms_norm
+from liger_ops_cuda._tiling import TilePlan, plan_tiles
 
 QUANTILES = [0.2, 0.5, 0.8]
+SMOKE = "--smoke" in sys.argv
+
+
+class _Host:
+    """The torch.cuda calls used here, for --smoke on CPU: nothing to wait for, no device memory."""
+
+    synchronize = reset_peak_memory_stats = staticmethod(lambda: None)
+    memory_allocated = max_memory_allocated = staticmethod(lambda: 0)
+
+
+cuda = _Host if SMOKE else torch.cuda
+
+
+def bench(fn, graph=False, **kwargs):
+    """``do_bench`` (``graph``: ``do_bench_cudagraph``) of ``fn``; --smoke: one wall-clock call
+    after a warm-up call, returned as do_bench would (one value per quantile)."""
+    if not SMOKE:
+        return (do_bench_cudagraph if graph else do_bench)(fn, **kwargs)
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    ms = (time.perf_counter() - t0) * 1e3
+    return [ms] * len(kwargs["quantiles"]) if kwargs.get("quantiles") else ms
 
 
 def torch_rms_norm(x, weight, eps):
@@ -46,8 +79,9 @@ def providers(eps):
         "liger-multivendor": lambda x, w: liger_rms_norm(x, w, eps),
         "liger-multivendor-inplace": lambda x, w: liger_rms_norm(x, w, eps, 0.0, "llama", True),
         "torch": lambda x, w: torch_rms_norm(x, w, eps),
-        "torch.compile": torch.compile(lambda x, w: torch_rms_norm(x, w, eps)),
     }
+    if not SMOKE:
+        out["torch.compile"] = torch.compile(lambda x, w: torch_rms_norm(x, w, eps))
     try:
         import liger_kernel
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction as UpstreamFn
@@ -64,10 +98,10 @@ def providers(eps):
     return out
 
 
-def copy_bandwidth(nbytes):
-    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda").normal_()
+def copy_bandwidth(nbytes, device):
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device).normal_()
     dst = torch.empty_like(src)
-    ms = do_bench(lambda: dst.copy_(src), quantiles=[0.5], return_mode="median")
+    ms = bench(lambda: dst.copy_(src), quantiles=[0.5], return_mode="median")
     ms = ms if isinstance(ms, float) else ms[0]
     return 2 * nbytes / (ms * 1e-3) / 1e9
 
@@ -86,19 +120,20 @@ def bench_provider(fn, x, w, dy, mode):
             fn(x, w).backward(dy)
 
     call()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    p20, p50, p80 = do_bench(call, quantiles=QUANTILES, grad_to_none=[x, w], warmup=50, rep=300)
-    peak_mb = (torch.cuda.max_memory_allocated() - base) / 2**20
+    cuda.synchronize()
+    cuda.reset_peak_memory_stats()
+    base = cuda.memory_allocated()
+    p20, p50, p80 = bench(call, quantiles=QUANTILES, grad_to_none=[x, w], warmup=50, rep=300)
+    peak_mb = (cuda.max_memory_allocated() - base) / 2**20
     # Host time to issue one call (no sync inside the loop): above the kernel time, the
     # GPU waits on Python and do_bench measures the host.
-    torch.cuda.synchronize()
+    cuda.synchronize()
+    host_calls = 2 if SMOKE else 100
     t0 = time.perf_counter()
-    for _ in range(100):
+    for _ in range(host_calls):
         call()
-    host_us = (time.perf_counter() - t0) / 100 * 1e6
-    torch.cuda.synchronize()
+    host_us = (time.perf_counter() - t0) / host_calls * 1e6
+    cuda.synchronize()
     # Device time alone: the same call captured in a CUDA graph and replayed, so Python's
     # launch cost (above the kernel time at this size on the lent hosts) drops out.
     try:
@@ -113,7 +148,7 @@ def bench_provider(fn, x, w, dy, mode):
             x.grad = w.grad = None
             call()
 
-        graph = do_bench_cudagraph(fresh_grads_call, quantiles=QUANTILES, rep=200)
+        graph = bench(fresh_grads_call, graph=True, quantiles=QUANTILES, rep=200)
     except NotImplementedError:
         graph = (None, None, None)
     except Exception as e:  # noqa: BLE001 - recorded, not fatal
@@ -135,14 +170,16 @@ def dispatch_overhead_us(x, w, eps, calls=20000, rounds=21):
     alternate and the overhead is the median of the per-round differences (and, as a
     second estimate, the difference of the fastest rounds)."""
     fn = cuda_rms_norm.LigerRMSNormFunction.apply
+    if SMOKE:
+        calls, rounds = 3, 3
 
     def loop(f):
-        torch.cuda.synchronize()
+        cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(calls):
             f()
         t1 = time.perf_counter()
-        torch.cuda.synchronize()
+        cuda.synchronize()
         return (t1 - t0) / calls * 1e6
 
     direct, dispatched = [], []
@@ -164,18 +201,20 @@ def tune(x, w, dy, eps):
     m, n = x.shape
     print(f"tuning tile plans for {m}x{n} {x.dtype} (CUDA-graph replays: device time only)")
     rows = []
-    base = cuda_rms_norm.plan_tiles(n)
-    for block_m in (1, 2, 4, 8):
-        for warps in (2, 4, 8, 16, 32):
-            plan = cuda_rms_norm.TilePlan(block_m, base.block_n, False, warps)
-            fwd = do_bench_cudagraph(
-                lambda: cuda_rms_norm.rms_norm_forward(x, w, eps, 0.0, "llama", plan), return_mode="median"
+    base = plan_tiles(n)
+    sweep = (lambda values: values[:2]) if SMOKE else (lambda values: values)
+    for block_m in sweep((1, 2, 4, 8)):
+        for warps in sweep((2, 4, 8, 16, 32)):
+            plan = TilePlan(block_m, base.block_n, False, warps)
+            fwd = bench(
+                lambda: cuda_rms_norm.rms_norm_forward(x, w, eps, 0.0, "llama", plan), graph=True, return_mode="median"
             )
-            _, rstd = cuda_rms_norm.rms_norm_forward(x, w, eps, 0.0, "llama", plan)
-            for per_sm in (1, 2, 4):
+            _, rstd, _ = cuda_rms_norm.rms_norm_forward(x, w, eps, 0.0, "llama", plan)
+            for per_sm in sweep((1, 2, 4)):
                 programs = hardware.sm_count() * per_sm
-                bwd = do_bench_cudagraph(
+                bwd = bench(
                     lambda: cuda_rms_norm.rms_norm_backward(dy, x, w, rstd, 0.0, "llama", False, plan, programs),
+                    graph=True,
                     return_mode="median",
                 )
                 rows.append((block_m, warps, per_sm, fwd, bwd))
@@ -190,7 +229,7 @@ def tune(x, w, dy, eps):
         f"  best backward: block_m={best_bwd[0]} warps={best_bwd[1]} programs/SM={best_bwd[2]} "
         f"{best_bwd[4] * 1e3:.1f} us"
     )
-    print(f"  default plans: forward {base}, backward {cuda_rms_norm.plan_tiles(n, backward=True)}")
+    print(f"  default plans: forward {base}, backward {plan_tiles(n, backward=True)}")
 
 
 def main():
@@ -201,22 +240,31 @@ def main():
     ap.add_argument("--eps", type=float, default=1e-6)
     ap.add_argument("--out", default=None, help="JSON path")
     ap.add_argument("--tune", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="every code path once, CPU + Triton interpreter, 8 x 64")
     args = ap.parse_args()
 
-    register_backend(BACKEND)
+    if SMOKE:
+        args.tokens, args.hidden = 8, 64
+        device, device_name = "cpu", "cpu (Triton interpreter smoke run)"
+        os.environ.setdefault("LIGER_BACKEND", BACKEND.name)  # CPU tensors: force the CUDA kernels
+    else:
+        device, device_name = "cuda", torch.cuda.get_device_name()
+    served = serving("rms_norm", device)  # "liger-multivendor" must be this package's kernels
+    if served.backend != BACKEND.name:
+        why = served.error or f"backend {served.backend!r} serves it"
+        sys.exit(f"rms_norm on {device} would not run {BACKEND.distribution}'s kernels: {why}")
     dtype = getattr(torch, args.dtype)
-    gen = torch.Generator(device="cuda").manual_seed(0)
+    gen = torch.Generator(device=device).manual_seed(0)
     m, n = args.tokens, args.hidden
-    x = torch.randn(m, n, device="cuda", dtype=dtype, generator=gen)
-    w = torch.randn(n, device="cuda", dtype=dtype, generator=gen) * 0.1 + 1
-    dy = torch.randn(m, n, device="cuda", dtype=dtype, generator=gen)
+    x = torch.randn(m, n, device=device, dtype=dtype, generator=gen)
+    w = torch.randn(n, device=device, dtype=dtype, generator=gen) * 0.1 + 1
+    dy = torch.randn(m, n, device=device, dtype=dtype, generator=gen)
 
     if args.tune:
         tune(x, w, dy, args.eps)
 
-    device_name = torch.cuda.get_device_name()
-    bw_large = copy_bandwidth(2 * 2**30)
-    bw_same = copy_bandwidth(m * n * dtype.itemsize)
+    bw_large = copy_bandwidth(2 * 2**30 if not SMOKE else 2**20, device)
+    bw_same = copy_bandwidth(m * n * dtype.itemsize, device)
     print(f"{device_name}: copy bandwidth {bw_large:.0f} GB/s (2 GiB), {bw_same:.0f} GB/s ({m}x{n} {args.dtype})")
 
     rows = []

@@ -534,3 +534,31 @@ def test_a_backward_that_cannot_be_replayed_is_full_minus_forward():
     # Only the backward mode was asked for: forward and full are timed to derive it, not reported.
     only = runner.measure(fn, {"x": x}, ["backward"], "wall", "cpu", 1)
     assert set(only) == {"backward"} and "full minus forward" in only["backward"].note
+
+
+def test_an_op_that_takes_no_keyword_arguments_is_called_positionally(fake_backend, clean_registry):
+    """An autograd Function's apply takes no keyword arguments on torch 2.11: the bench calls
+    this project's op as dispatch does."""
+    from liger_core.ops import rms_norm
+
+    class PositionalOnly(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight, eps, offset, casting_mode, in_place):
+            return rms_norm.math(x, weight, eps, offset, casting_mode, in_place)
+
+        @staticmethod
+        def backward(ctx, dy):
+            return dy, None, None, None, None, None
+
+        @classmethod
+        def apply(cls, *args, **kwargs):
+            if kwargs:
+                raise TypeError("apply() takes no keyword arguments")
+            return super().apply(*args)
+
+    clean_registry.register_backend(
+        fake_backend(name="posonly", device_types=("cpu",), ops={"rms_norm": PositionalOnly})
+    )
+    result = run_bench(ops=["rms_norm"], providers=["liger"], modes=["forward"], device="cpu", backend="posonly",
+                       rep_ms=1, progress=False)  # fmt: skip
+    assert result.rows[0]["status"] == "ok", result.rows[0]["note"]

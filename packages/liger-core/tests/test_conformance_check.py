@@ -108,3 +108,30 @@ def test_loss_options_and_samples():
         check_sample(fake, op, s, "cpu")
     outs, _ = check(fake, op, make_args(op, "cpu", weighted=True), lse_square_scale=0.1, return_z_loss=True)
     assert set(outs) == {"loss", "z_loss"}
+
+
+def test_an_input_reached_only_through_an_unused_output_has_a_zero_gradient():
+    from liger_core.ops import rope
+
+    fake = backend(rope=rope.rope)
+    _, grads = check(fake, "rope", make_args("rope", "cpu"), unused_outputs=("k_out",))
+    assert "k" not in grads or not grads["k"].any()  # None or zeros
+
+    class Leaky(torch.autograd.Function):
+        """Exact outputs; a backward that gives k a gradient although k_out got none."""
+
+        @staticmethod
+        def forward(ctx, q, k, cos, sin, position_ids, unsqueeze_dim):
+            ctx.args = (q.detach(), k.detach(), cos, sin, position_ids, unsqueeze_dim)
+            return rope.rope(*ctx.args)
+
+        @staticmethod
+        def backward(ctx, dq, dk):
+            q, k, *rest = ctx.args
+            with torch.enable_grad():
+                q = q.clone().requires_grad_()
+                (gq,) = torch.autograd.grad(rope.rope(q, k, *rest)[0], q, dq)
+            return gq, torch.ones_like(k), None, None, None, None
+
+    with pytest.raises(AssertionError, match="rope grad_k"):
+        check(backend(rope=Leaky), "rope", make_args("rope", "cpu"), unused_outputs=("k_out",))

@@ -1,22 +1,43 @@
-"""The backend object and the package metadata that liger-core and pip rely on."""
+"""The backend object, the package layout it is collected from, and the package metadata that
+liger-core and pip rely on."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import torch
+from liger_core import registry
 from liger_core.backend import validate
+from liger_core.interface import CATALOGUE, INTERFACE_VERSION, format_version
 
 from liger_ops_ascend import BACKEND, __version__
 
 PYPROJECT = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+# Ops whose Function lives in another op's module (CONTRIBUTING.md, "The layout of a vendor package").
+MODULE_OF = {"fused_add_rms_norm": "rms_norm"}
 
 
 def test_backend_is_valid_for_this_core():
     validate(BACKEND)
-    assert (BACKEND.name, BACKEND.device_types, BACKEND.interface_version) == ("ascend", ("npu",), "1.3")
+    # Every op of the catalogue is implemented: the derived interface is core's own.
+    assert (BACKEND.name, BACKEND.device_types) == ("ascend", ("npu",))
+    assert BACKEND.interface_version == format_version(INTERFACE_VERSION)
     assert (BACKEND.distribution, BACKEND.version) == ("liger-ops-ascend", __version__)
     assert "triton" in BACKEND.runtime()
+
+
+def test_registry_loads_the_source_tree_backend(backend):
+    # tests/conftest.py names the package in LIGER_EXTRA_BACKENDS: the registry's backend is ours.
+    assert backend is BACKEND and registry.get_backend("ascend") is BACKEND
+
+
+def test_every_op_is_a_marked_function_in_its_module():
+    assert sorted(BACKEND.ops) == sorted(CATALOGUE)
+    for op, impl in BACKEND.ops.items():
+        assert issubclass(impl, torch.autograd.Function), op
+        assert impl.__module__ == f"liger_ops_ascend.{MODULE_OF.get(op, op)}", (op, impl.__module__)
+        assert impl.__name__.startswith("Liger") and impl.__name__.endswith("Function"), impl.__name__
 
 
 def test_entry_point_and_dependencies():

@@ -1,3 +1,4 @@
-"""The shared liger-core conformance suite against this package's backend."""
+"""The liger-core conformance suite, generated from the ops' declarations, against this
+package's backend."""
 
 from liger_core.conformance.cases import *

@@ -13,8 +13,7 @@ import itertools
 import pytest
 import torch
 
-from liger_ops_ascend import hardware
-from liger_ops_ascend import rms_norm as ascend_rms_norm
+from liger_ops_ascend import hardware, rms_norm
 from liger_ops_ascend.launch import check
 
 HIDDEN = [
@@ -41,7 +40,7 @@ def test_every_plan_fits_grid_and_ub(soc):
     for (x_dtype, w_dtype), hidden, rows, mode, direction in itertools.product(
         DTYPES, HIDDEN, ROWS, ("llama", "gemma"), ("forward", "backward")
     ):
-        p = ascend_rms_norm.plan(direction, rows, hidden, x_dtype, w_dtype, mode, hw)
+        p = rms_norm.plan_tiles(direction, rows, hidden, x_dtype, w_dtype, mode, hw)
         for kernel in p.kernels:
             check(kernel, hw)  # grid < 65536 and live tiles within the UB budget
             assert kernel.grid == (p.programs,)
@@ -66,7 +65,7 @@ def test_every_plan_fits_grid_and_ub(soc):
 def test_bigger_ub_gives_bigger_tiles():
     # LLaMA-7B rows in bf16: chunked on a 192 KiB UB, one tile per row on the 950's 256 KiB.
     a2, a5 = (
-        ascend_rms_norm.plan("forward", 4096, 4096, torch.bfloat16, torch.bfloat16, "llama", hardware.for_soc(soc))
+        rms_norm.plan_tiles("forward", 4096, 4096, torch.bfloat16, torch.bfloat16, "llama", hardware.for_soc(soc))
         for soc in ("Ascend910B2", "Ascend950")
     )
     assert a2.chunked and not a5.chunked and a5.block_n == 4096
@@ -98,12 +97,12 @@ def test_norm_family_plans_fit_grid_and_ub(soc):
     ):
         what = f"{soc} {direction} {rows}x{hidden} {dtype}"
         for p in (
-            ascend_rms_norm.plan(direction, rows, hidden, dtype, torch.float32, "llama", hw, torch.float32),
-            ascend_rms_norm.plan(direction, rows, hidden, dtype, dtype, "gemma", hw, dtype),
-            layer_norm.plan(direction, rows, hidden, dtype, torch.float32, torch.float32, hw),
-            layer_norm.plan(direction, rows, hidden, dtype, None, None, hw),
-            poly_norm.plan(direction, rows, hidden, dtype, hw),
-            dyt.plan(direction, rows, hidden, dtype, torch.float32, dtype, hw),
+            rms_norm.plan_tiles(direction, rows, hidden, dtype, torch.float32, "llama", hw, torch.float32),
+            rms_norm.plan_tiles(direction, rows, hidden, dtype, dtype, "gemma", hw, dtype),
+            layer_norm.plan_tiles(direction, rows, hidden, dtype, torch.float32, torch.float32, hw),
+            layer_norm.plan_tiles(direction, rows, hidden, dtype, None, None, hw),
+            poly_norm.plan_tiles(direction, rows, hidden, dtype, hw),
+            dyt.plan_tiles(direction, rows, hidden, dtype, torch.float32, dtype, hw),
         ):
             _check_row_plan(p, hw, rows, hidden, f"{what}: {p}")
             if hidden <= 128 and rows >= 16 * hw.vector_cores:
@@ -121,7 +120,7 @@ def test_group_norm_plans_never_launch_a_program_per_group(soc):
          (2, 128, 1, 512 * 512), (1, 4096, 2, 3)],
         NORM_DTYPES,
     ):  # fmt: skip
-        p = group_norm.plan(batch, channels, groups, spatial, dtype, torch.float32, torch.float32, hw)
+        p = group_norm.plan_groups(batch, channels, groups, spatial, dtype, torch.float32, torch.float32, hw)
         for kernel in p.kernels:
             check(kernel, hw)
             assert kernel.grid == (p.programs,) and p.programs <= hw.vector_cores
@@ -134,23 +133,27 @@ def test_group_norm_plans_never_launch_a_program_per_group(soc):
 
 @pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
 def test_activation_plans_fit_grid_and_ub(soc):
-    from liger_ops_ascend import _gated, rope, softmax, sparsemax
+    from liger_ops_ascend import _glu, _rotary, relu_squared, softmax, sparsemax
 
     hw = hardware.for_soc(soc)
     for dtype in NORM_DTYPES:
         # swiglu/geglu: up to 65536 tokens x 28672 (LLaMA-70B intermediate) elements.
         for n, act, direction in itertools.product(
-            [1, 100, 4099, 14336, 4096 * 14336, 65536 * 28672], (_gated.SILU, _gated.GELU_TANH), ("forward", "backward")
+            [1, 100, 4099, 14336, 4096 * 14336, 65536 * 28672], (_glu.SILU, _glu.GELU_TANH), ("forward", "backward")
         ):
-            p = _gated.plan(act, direction, n, dtype, hw)
+            p = _glu.plan_tiles(act, direction, n, dtype, hw)
             check(p.kernels[0], hw)
             assert p.programs <= hw.vector_cores and p.programs * p.n_iters * p.block >= n
+            if act == _glu.SILU:  # relu_squared: the same element counts (Nemotron's up projection)
+                p = relu_squared.plan_tiles(direction, n, dtype, hw)
+                check(p.kernels[0], hw)
+                assert p.programs <= hw.vector_cores and p.programs * p.n_iters * p.block >= n
         for rows, hidden, direction in itertools.product(NORM_ROWS, NORM_HIDDEN + [262144], ("forward", "backward")):
             for mod in (softmax, sparsemax):
-                _check_row_plan(mod.plan(direction, rows, hidden, dtype, hw), hw, rows, hidden, f"{soc} {mod}")
+                _check_row_plan(mod.plan_tiles(direction, rows, hidden, dtype, hw), hw, rows, hidden, f"{soc} {mod}")
         # rope: up to 65536 tokens x 128 heads of 256.
         for n_pos, heads, dim in itertools.product([1, 4096, 65536 * 8], [1, 8, 32, 128], [2, 64, 128, 256]):
-            p = rope.plan("rope_forward", n_pos, heads, dim, (dtype, torch.float32), torch.float32, hw)
+            p = _rotary.plan_rotary("rope_forward", n_pos, heads, dim, (dtype, torch.float32), torch.float32, hw)
             check(p.kernel, hw)
             assert p.programs <= hw.vector_cores and p.block_d >= dim // 2
 
@@ -160,7 +163,7 @@ def test_activation_plans_fit_grid_and_ub(soc):
 
 @pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
 def test_loss_plans_keep_vocab_chunks_in_the_ub(soc):
-    from liger_ops_ascend import _divergence, cross_entropy
+    from liger_ops_ascend import _cross_entropy, _divergence
 
     hw = hardware.for_soc(soc)
     vocabs = [2, 1000, 32000, 32768, 50257, 128256, 151936, 152064, 256000, 262144]
@@ -169,10 +172,10 @@ def test_loss_plans_keep_vocab_chunks_in_the_ub(soc):
     ):
         what = f"{soc} cross_entropy {direction} {tokens}x{vocab} {dtype}"
         for w_dtype in (None, torch.float32):
-            p = cross_entropy.plan(direction, tokens, vocab, dtype, w_dtype, hw)
+            p = _cross_entropy.plan_tiles(direction, tokens, vocab, dtype, w_dtype, hw)
             _check_row_plan(p, hw, tokens, vocab, what)
             if vocab >= 32768:
                 assert p.chunked, what  # a large vocabulary is never one tile
         for kind in (_divergence.KL_DIV, _divergence.JSD, _divergence.TVD):
-            p = _divergence.plan(kind, tokens, vocab, dtype, torch.float32, hw)
+            p = _divergence.plan_tiles(kind, tokens, vocab, dtype, torch.float32, hw)
             _check_row_plan(p, hw, tokens, vocab, f"{soc} divergence {kind} {tokens}x{vocab}")

@@ -2,7 +2,8 @@
 
 Triton's NVIDIA backend and its bundled ptxas need no device, so the real compiler (not the
 interpreter) checks every kernel variant here: type errors across branches, constexpr paths,
-pointer arithmetic. Run by tests/test_losses.py in a subprocess (the interpreter must be off):
+pointer arithmetic. Run by tests/test_compile_losses.py in a subprocess (the interpreter must
+be off):
 
     python compile_loss_kernels.py          # a variant per path (quick)
     python compile_loss_kernels.py --all    # every constexpr combination (250 kernels, ~1 min)
@@ -29,8 +30,9 @@ def main() -> int:
         from triton.backends.compiler import GPUTarget
         from triton.compiler import ASTSource
 
-        from liger_ops_cuda import _ce_kernels as K
-        from liger_ops_cuda import _div_kernels as D
+        from liger_ops_cuda import _cross_entropy as K
+        from liger_ops_cuda import _divergence as D
+        from liger_ops_cuda import _tiling
         from liger_ops_cuda import fused_linear_cross_entropy as F
     except Exception as e:  # noqa: BLE001 - any import failure means: cannot check here
         print(f"no Triton compiler: {e!r}", file=sys.stderr)
@@ -53,12 +55,12 @@ def main() -> int:
         ce.update(n_cols="i32", n_tiles="i32", ignore_index="i32", softcap="fp32", label_smoothing="fp32")
         ce.update(lse_square_scale="fp32")
         for hb, hw, hs, sm in combos(4):
-            flags = dict(HAS_BIAS=hb, HAS_WEIGHT=hw, HAS_SOFTCAP=hs, SMOOTH=sm, BLOCK=4096)
-            jobs.append((K._ce_partials_kernel, ce, flags))
+            flags = dict(HAS_BIAS=hb, HAS_WEIGHT=hw, HAS_SOFTCAP=hs, SMOOTH=sm, BLOCK_N=4096)
+            jobs.append((K._cross_entropy_partials_kernel, ce, flags))
             for lp, wl, wg in ((True, True, False), (True, True, True), (False, False, True)):
                 mode = dict(LSE_FROM_PARTIALS=lp, WRITE_LOSS=wl, WRITE_Z=wl, WRITE_GRAD=wg, BLOCK_TILES=32)
-                jobs.append((K._ce_finish_kernel, ce, {**flags, **mode}))
-            jobs.append((K._ce_row_kernel, ce, {**flags, "WRITE_Z": hs, "BLOCK": 8192}))
+                jobs.append((K._cross_entropy_finish_kernel, ce, {**flags, **mode}))
+            jobs.append((K._cross_entropy_row_kernel, ce, {**flags, "WRITE_Z": hs, "BLOCK_N": 8192}))
         # fused_linear_cross_entropy's vocabulary-major kernels (logits in grad_weight's storage).
         vt = {n: "*fp32" for n in ("BIAS", "W", "WSUM", "PART_MAX", "PART_SUM", "PART_WX", "LOSS", "ZLOSS", "LSE")}
         vt.update({n: "*fp32" for n in ("SCALES", "UP")})
@@ -66,28 +68,35 @@ def main() -> int:
         vt.update(ignore_index="i32", softcap="fp32", label_smoothing="fp32", lse_square_scale="fp32")
         for hb, hw, hs, sm in combos(4):
             flags = dict(HAS_BIAS=hb, HAS_WEIGHT=hw, HAS_SOFTCAP=hs, SMOOTH=sm, BLOCK_T=64)
-            jobs.append((F._vt_partials_kernel, vt, {**flags, "BLOCK_V": 64}))
-            jobs.append((F._vt_finish_kernel, vt, {**flags, "BLOCK_G": 64}))
-            jobs.append((F._vt_grad_kernel, vt, {**flags, "BLOCK_V": 64}))
+            jobs.append((F._vocab_major_partials_kernel, vt, {**flags, "BLOCK_V": 64}))
+            jobs.append((F._vocab_major_finish_kernel, vt, {**flags, "BLOCK_G": 64}))
+            jobs.append((F._vocab_major_grad_kernel, vt, {**flags, "BLOCK_V": 64}))
         for y in ("i64", "i32"):
             stats = dict(Y=f"*{y}", W=f"*{xdt}", OUT="*fp32", n_rows="i32", n_cols="i32", ignore_index="i32")
             for hw, mean, wt in combos(3):
                 jobs.append(
-                    (K._ce_target_stats_kernel, stats, dict(HAS_WEIGHT=hw, MEAN=mean, WEIGHT_TOTAL=wt, BLOCK=4096))
+                    (
+                        K._cross_entropy_target_stats_kernel,
+                        stats,
+                        dict(HAS_WEIGHT=hw, MEAN=mean, WEIGHT_TOTAL=wt, BLOCK=4096),
+                    )
                 )
-        jobs.append((K._scale_unless_one_kernel, {"G": f"*{xdt}", "UP": "*fp32", "n_elements": "i64"}, {"BLOCK": 8192}))
-        rows = dict(x_stride="i32", y_stride="i32", t_stride="i32", g_stride="i32", p_stride="i32", q_stride="i32")
-        rows.update(out_stride="i32", n_cols="i32", n_tiles="i32", ignore_index="i32")
+        scale = {"G": f"*{xdt}", "UP": "*fp32", "n_elements": "i64"}
+        jobs.append((_tiling._scale_unless_one_kernel, scale, {"BLOCK": 8192}))
+        rows = {f"{t}_row_stride": "i32" for t in ("x", "y", "t", "g", "p", "q", "out")}
+        rows.update(n_cols="i32", n_tiles="i32", ignore_index="i32")
         kl = dict(rows, X=f"*{xdt}", T=f"*{xdt}", G=f"*{xdt}", OUT="*fp32", eps="fp32", grad_scale="fp32")
         for lt, el, wg in combos(3):
-            jobs.append((D._kl_div_kernel, kl, dict(LOG_TARGET=lt, ELEMENTWISE=el, WRITE_GRAD=wg, BLOCK=4096)))
+            jobs.append(
+                (D._kl_div_forward_kernel, kl, dict(LOG_TARGET=lt, ELEMENTWISE=el, WRITE_GRAD=wg, BLOCK_N=4096))
+            )
         js = dict(rows, X=f"*{xdt}", Y=f"*{xdt}", G=f"*{xdt}", PART="*fp32", LABELS="*i64", INV_N="*fp32", beta="fp32")
         for mode in (0, 1, 2):
             for hl, wg in combos(2):
-                jobs.append((D._jsd_kernel, js, dict(MODE=mode, HAS_LABELS=hl, WRITE_GRAD=wg, BLOCK=4096)))
+                jobs.append((D._jsd_forward_kernel, js, dict(MODE=mode, HAS_LABELS=hl, WRITE_GRAD=wg, BLOCK_N=4096)))
         tv = dict(rows, P=f"*{xdt}", Q=f"*{xdt}", G=f"*{xdt}", OUT="*fp32", LABELS="*i64", SCALE="*fp32")
         for hl, el, wg in combos(3):
-            jobs.append((D._tvd_kernel, tv, dict(HAS_LABELS=hl, ELEMENTWISE=el, WRITE_GRAD=wg, BLOCK=4096)))
+            jobs.append((D._tvd_forward_kernel, tv, dict(HAS_LABELS=hl, ELEMENTWISE=el, WRITE_GRAD=wg, BLOCK_N=4096)))
     try:
         compile_kernel(*jobs[0])
     except Exception as e:  # noqa: BLE001 - the backend itself cannot run here

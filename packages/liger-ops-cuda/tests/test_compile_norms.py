@@ -1,5 +1,6 @@
-"""The compiled path without a GPU: build the norm-family kernels (interface 1.1) for an
-H100/H200 (sm_90) down to a cubin.
+"""The compiled path without a GPU: build the norm-family kernels (rms_norm with and without
+the residual, layer_norm, poly_norm, dyt, group_norm, the partial sums) for an H100/H200
+(sm_90) down to a cubin.
 
 The interpreter runs kernels as Python and never sees what only the Triton compiler checks
 (loop-carried types, constexpr branches). A subprocess without TRITON_INTERPRET compiles
@@ -26,8 +27,8 @@ try:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     import torch
-    from liger_ops_cuda import _partials, dyt, fused_add_rms_norm, group_norm, hardware, layer_norm, poly_norm
-    from liger_ops_cuda.rms_norm import plan_tiles
+    from liger_ops_cuda import _tiling, dyt, group_norm, hardware, layer_norm, poly_norm, rms_norm
+    from liger_ops_cuda._tiling import plan_backward_tiles, plan_tiles
 except Exception as e:
     print(json.dumps({"skip": f"cannot import the compiler: {e!r}"})); sys.exit(SKIP)
 target = GPUTarget("cuda", 90, 32)
@@ -62,7 +63,7 @@ rows = []
 # Row ops: the LLaMA hidden size and a chunked (wide) row in bf16, the whole-row plan in fp32.
 for dt, n in (("bf16", 4096), ("bf16", 20000), ("fp32", 4096)):
     fp = plan_tiles(n)
-    bp = _partials.backward_row_plan(n, hardware.LAYER_NORM_BACKWARD_TILE_ELEMENTS)
+    bp = plan_backward_tiles(n, hardware.LAYER_NORM_BACKWARD_TILE_ELEMENTS)
     tag = f"{dt} n={n}"
     T = dict(X=P(dt), W=P(dt), B=P(dt), Y=P(dt), MEAN=P("fp32"), RSTD=P("fp32"), eps="fp32")
     c = dict(HAS_WEIGHT=True, HAS_BIAS=True, BLOCK_M=fp.block_m, BLOCK_N=fp.block_n, CHUNKED=fp.chunked)
@@ -70,30 +71,36 @@ for dt, n in (("bf16", 4096), ("bf16", 20000), ("fp32", 4096)):
     T = dict(DY=P(dt), X=P(dt), W=P(dt), MEAN=P("fp32"), RSTD=P("fp32"), DX=P(dt), PARTIAL=P("fp32"))
     c = dict(HAS_WEIGHT=True, NEED_PARTIAL=True, BLOCK_M=bp.block_m, BLOCK_N=bp.block_n, CHUNKED=bp.chunked)
     rows.append(variant(f"layer_norm bwd {tag}", layer_norm._layer_norm_backward_kernel, T, c, bp.num_warps))
+    # rms_norm (its tuned plans) and fused_add_rms_norm (HAS_RESIDUAL / HAS_DRES, its own backward tile).
     T = dict(X=P(dt), R=P(dt), W=P(dt), Y=P(dt), S=P(dt), RSTD=P("fp32"), eps="fp32", offset="fp32")
     c = dict(HAS_WEIGHT=True, ROUND_X_HAT=True, BLOCK_M=fp.block_m, BLOCK_N=fp.block_n, CHUNKED=fp.chunked)
-    k = fused_add_rms_norm._fused_add_rms_norm_forward_kernel
-    rows.append(variant(f"fused_add fwd {tag}", k, T, c, fp.num_warps))
-    T = dict(DY=P(dt), DS=P(dt), S=P(dt), W=P(dt), RSTD=P("fp32"), DX=P(dt), DR=P("fp32"), DW_PARTIAL=P("fp32"),
+    k = rms_norm._rms_norm_forward_kernel
+    c_rms = dict(c, HAS_RESIDUAL=False, UNMASKED=not fp.chunked)
+    rows.append(variant(f"rms_norm fwd {tag}", k, T, c_rms, fp.num_warps))
+    rows.append(variant(f"fused_add fwd {tag}", k, T, dict(c, HAS_RESIDUAL=True, UNMASKED=False), fp.num_warps))
+    T = dict(DY=P(dt), X=P(dt), W=P(dt), RSTD=P("fp32"), DX=P(dt), DW_PARTIAL=P("fp32"), DRES=P(dt), DR_OUT=P("fp32"),
              offset="fp32")
-    c = dict(HAS_WEIGHT=True, NEED_DW=True, HAS_DS=True, WRITE_DR=dt != "fp32", ROUND_X_HAT=dt != "fp32",
-             BLOCK_M=bp.block_m, BLOCK_N=bp.block_n, CHUNKED=bp.chunked)
-    bp = _partials.backward_row_plan(n, hardware.FUSED_ADD_RMS_NORM_BACKWARD_TILE_ELEMENTS)
-    c.update(BLOCK_M=bp.block_m, BLOCK_N=bp.block_n, CHUNKED=bp.chunked)
-    k = fused_add_rms_norm._fused_add_rms_norm_backward_kernel
+    k = rms_norm._rms_norm_backward_kernel
+    rp = plan_tiles(n, backward=True)
+    c = dict(HAS_WEIGHT=True, NEED_DW=True, HAS_DRES=False, WRITE_DR=False, ROUND_X_HAT=dt != "fp32",
+             BLOCK_M=rp.block_m, BLOCK_N=rp.block_n, CHUNKED=rp.chunked)
+    rows.append(variant(f"rms_norm bwd {tag}", k, T, c, rp.num_warps))
+    bp = plan_backward_tiles(n, hardware.FUSED_ADD_RMS_NORM_BACKWARD_TILE_ELEMENTS)
+    c.update(HAS_DRES=True, WRITE_DR=dt != "fp32", BLOCK_M=bp.block_m, BLOCK_N=bp.block_n, CHUNKED=bp.chunked)
     rows.append(variant(f"fused_add bwd {tag}", k, T, c, bp.num_warps))
     T = dict(X=P(dt), W=P("fp32"), B=P("fp32"), Y=P(dt), RSTD=P("fp32"), eps="fp32")
-    c = dict(BLOCK_M=fp.block_m, BLOCK_N=fp.block_n, CHUNKED=fp.chunked)
-    rows.append(variant(f"poly_norm fwd {tag}", poly_norm._poly_norm_forward_kernel, T, c, fp.num_warps))
-    pp = poly_norm.backward_plan(n)
+    pf = poly_norm.plan_forward(n)
+    c = dict(BLOCK_M=pf.block_m, BLOCK_N=pf.block_n, CHUNKED=pf.chunked)
+    rows.append(variant(f"poly_norm fwd {tag}", poly_norm._poly_norm_forward_kernel, T, c, pf.num_warps))
+    pp = poly_norm.plan_backward(n)
     T = dict(DY=P(dt), X=P(dt), W=P("fp32"), RSTD=P("fp32"), DX=P(dt), PARTIAL=P("fp32"))
     c = dict(BLOCK_M=pp.block_m, BLOCK_N=pp.block_n, CHUNKED=pp.chunked)
     rows.append(variant(f"poly_norm bwd {tag}", poly_norm._poly_norm_backward_kernel, T, c, pp.num_warps))
-    bm, bn, w = dyt._tile(n, hardware.DYT_TILE_ELEMENTS, hardware.DYT_MAX_BLOCK_N)
+    bm, bn, w = dyt.plan_dyt(n, hardware.DYT_TILE_ELEMENTS, hardware.DYT_MAX_BLOCK_N)
     T = dict(X=P(dt), ALPHA=P(dt), GAMMA=P(dt), BETA=P(dt), Y=P(dt))
     c = dict(HAS_BETA=True, BLOCK_M=bm, BLOCK_N=bn)
     rows.append(variant(f"dyt fwd {tag}", dyt._dyt_forward_kernel, T, c, w))
-    bm, bn, w = dyt._tile(n, hardware.DYT_BACKWARD_TILE_ELEMENTS, hardware.DYT_MAX_BLOCK_N)
+    bm, bn, w = dyt.plan_dyt(n, hardware.DYT_BACKWARD_TILE_ELEMENTS, hardware.DYT_MAX_BLOCK_N)
     T = dict(DY=P(dt), X=P(dt), ALPHA=P(dt), GAMMA=P(dt), DX=P(dt), PARTIAL=P("fp32"), ALPHA_PARTIAL=P("fp32"))
     c = dict(NEED_PARTIAL=True, BLOCK_M=bm, BLOCK_N=bn)
     rows.append(variant(f"dyt bwd {tag}", dyt._dyt_backward_kernel, T, c, w))
@@ -106,27 +113,27 @@ for dt in ("bf16", "fp32"):
             tiles = dict(BLOCK_C=p.block_c, BLOCK_HW=p.block_hw)
             if not split:
                 T = dict(X=P(dt), W=P(dt), B=P(dt), Y=P(dt), MEAN=P("fp32"), RSTD=P("fp32"), eps="fp32")
-                rows.append(variant(f"gn fused fwd {tag}", group_norm._gn_fused_forward_kernel, T,
+                rows.append(variant(f"gn fused fwd {tag}", group_norm._group_norm_fused_forward_kernel, T,
                                     dict(HAS_WEIGHT=True, HAS_BIAS=True, **tiles), p.num_warps))
                 T = dict(X=P(dt), DY=P(dt), W=P(dt), MEAN=P("fp32"), RSTD=P("fp32"), DX=P(dt), PARTIAL=P("fp32"))
-                rows.append(variant(f"gn fused bwd {tag}", group_norm._gn_fused_backward_kernel, T,
+                rows.append(variant(f"gn fused bwd {tag}", group_norm._group_norm_fused_backward_kernel, T,
                                     dict(HAS_WEIGHT=True, NEED_PARTIAL=True, **tiles), p.num_warps))
                 continue
             cp2 = triton.next_power_of_2(p.n_chunks)
             T = dict(X=P(dt), STATS=P("fp32"))
-            rows.append(variant(f"gn split stats {tag}", group_norm._gn_split_stats_kernel, T,
+            rows.append(variant(f"gn split stats {tag}", group_norm._group_norm_split_stats_kernel, T,
                                 dict(**tiles, CHUNKS_P2=cp2), p.num_warps))
             T = dict(X=P(dt), W=P(dt), B=P(dt), Y=P(dt), STATS=P("fp32"), MEAN=P("fp32"), RSTD=P("fp32"), eps="fp32")
-            rows.append(variant(f"gn split apply {tag}", group_norm._gn_split_apply_kernel, T,
+            rows.append(variant(f"gn split apply {tag}", group_norm._group_norm_split_apply_kernel, T,
                                 dict(HAS_WEIGHT=True, HAS_BIAS=False, **tiles, CHUNKS_P2=cp2), p.num_warps))
             T = dict(X=P(dt), DY=P(dt), W=P(dt), MEAN=P("fp32"), RSTD=P("fp32"), GSUMS=P("fp32"), PARTIAL=P("fp32"))
-            rows.append(variant(f"gn split grad sums {tag}", group_norm._gn_split_grad_sums_kernel, T,
+            rows.append(variant(f"gn split grad sums {tag}", group_norm._group_norm_split_grad_sums_kernel, T,
                                 dict(HAS_WEIGHT=True, NEED_PARTIAL=True, **tiles, CHUNKS_P2=cp2), p.num_warps))
             T = dict(X=P(dt), DY=P(dt), W=P(dt), MEAN=P("fp32"), RSTD=P("fp32"), GSUMS=P("fp32"), DX=P(dt))
-            rows.append(variant(f"gn split grad apply {tag}", group_norm._gn_split_grad_apply_kernel, T,
+            rows.append(variant(f"gn split grad apply {tag}", group_norm._group_norm_split_grad_apply_kernel, T,
                                 dict(HAS_WEIGHT=True, **tiles, CHUNKS_P2=cp2), p.num_warps))
 T = dict(PARTIAL=P("fp32"), OUT0=P("bf16"), OUT1=P("fp32"))
-rows.append(variant("sum_partials", _partials._sum_partials_kernel, T,
+rows.append(variant("sum_partials", _tiling._sum_partials_kernel, T,
                     dict(HAS_OUT0=True, HAS_OUT1=True, BLOCK_P=hardware.REDUCE_ROWS, BLOCK=hardware.REDUCE_BLOCK), 4))
 print(json.dumps({"rows": rows}))
 """

@@ -86,8 +86,8 @@ def _rms_norm_cases() -> list[dict]:
     fwd.update({k: "i32" for k in ("x_row_stride", "r_row_stride", "y_row_stride", "s_row_stride", "n_rows", "n_cols")})
     fwd.update({"eps": "fp32", "offset": "fp32"})
     bwd = {"DY": "*bf16", "X": "*bf16", "W": "*fp32", "RSTD": "*fp32", "DX": "*bf16", "DW_PARTIAL": "*fp32"}
-    bwd.update({"DRES": "*bf16", "DR_OUT": "*fp32"})
-    strides = ("dy_row_stride", "x_row_stride", "dx_row_stride", "dres_row_stride", "dr_out_row_stride")
+    bwd.update({"DS": "*bf16", "DR": "*fp32"})
+    strides = ("dy_row_stride", "x_row_stride", "dx_row_stride", "ds_row_stride", "dr_row_stride")
     bwd.update({k: "i32" for k in (*strides, "n_rows", "n_cols")})
     bwd.update({"offset": "fp32", "tiles_per_program": "i32"})
     cases = []
@@ -104,7 +104,7 @@ def _rms_norm_cases() -> list[dict]:
         cases.append(
             _case("rms_norm", "_rms_norm_forward_kernel", fwd, {**common, "HAS_RESIDUAL": residual}, plan.num_warps)
         )
-        bwd_constants = {**common, "HAS_DRES": residual, "STATIC_TILES": 0}
+        bwd_constants = {**common, "HAS_DS": residual, "STATIC_TILES": 0}
         cases.append(_case("rms_norm", "_rms_norm_backward_kernel", bwd, bwd_constants, plan.num_warps))
     return cases
 
@@ -123,9 +123,9 @@ def _sig(pointers: str, ints: str = "", floats: str = "", dtype: str = "bf16") -
 
 def _norm_cases() -> list[dict]:
     """One compiled variant per 1.1 norm kernel: a wide chunked row or a multi-row tile."""
-    from liger_ops_xpu._tiling import plan_tiles
-    from liger_ops_xpu.dyt import plan_dyt
-    from liger_ops_xpu.group_norm import plan_group
+    from liger_ops_xpu._tiling import plan_blocks, plan_tiles
+    from liger_ops_xpu.group_norm import plan_groups
+    from liger_ops_xpu.poly_norm import plan_poly_norm
 
     cases = []
     ln = plan_tiles(20000)
@@ -136,7 +136,7 @@ def _norm_cases() -> list[dict]:
     bwd.update(_sig("", "dy_row_stride x_row_stride dx_row_stride n_rows n_cols tiles_per_program"))
     cases.append(_case("layer_norm", "_layer_norm_backward_kernel", bwd, {**ln_c, "STATIC_TILES": 0}, ln.num_warps))
 
-    pn = plan_tiles(4096)
+    pn = plan_poly_norm(4096)
     pn_c = {"BLOCK_M": pn.block_m, "BLOCK_N": pn.block_n, "N_CHUNKS": pn.n_chunks}
     fwd = _sig("X W:fp32 B:fp32 Y RSTD:fp32", "x_row_stride y_row_stride n_rows n_cols", "eps")
     cases.append(_case("poly_norm", "_poly_norm_forward_kernel", fwd, pn_c, pn.num_warps))
@@ -144,7 +144,7 @@ def _norm_cases() -> list[dict]:
     bwd.update(_sig("", "tiles_per_program"))
     cases.append(_case("poly_norm", "_poly_norm_backward_kernel", bwd, {**pn_c, "STATIC_TILES": 0}, pn.num_warps))
 
-    gn = plan_group(10, 4096)
+    gn = plan_groups(10, 4096)
     gn_c = {"HAS_WEIGHT": True, "HAS_BIAS": True, "BLOCK_C": gn.block_c, "BLOCK_S": gn.block_s}
     gn_c.update(N_C_CHUNKS=gn.n_c_chunks, N_S_CHUNKS=gn.n_s_chunks)
     ints = "n_channels channels_per_group n_spatial n_groups"
@@ -153,7 +153,7 @@ def _norm_cases() -> list[dict]:
     bwd = _sig("DY X W:fp32 MEAN:fp32 RSTD:fp32 DX DW_PARTIAL:fp32 DB_PARTIAL:fp32", ints)
     cases.append(_case("group_norm", "_group_norm_backward_kernel", bwd, gn_c, gn.num_warps))
 
-    dp = plan_dyt(4096)
+    dp = plan_blocks(4096)
     dp_c = {"HAS_BETA": True, "BLOCK_M": dp.block_m, "BLOCK_N": dp.block_n}
     fwd = _sig("X ALPHA:fp32 GAMMA:fp32 BETA:fp32 Y", "x_row_stride y_row_stride n_rows n_cols")
     cases.append(_case("dyt", "_dyt_forward_kernel", fwd, dp_c, dp.num_warps, register_heavy=False))
@@ -166,22 +166,30 @@ def _norm_cases() -> list[dict]:
 
 
 def _activation_cases() -> list[dict]:
-    """One compiled variant per 1.2 kernel (both glu activations; rope with MROPE on)."""
+    """One compiled variant per 1.2 kernel (both glu activations; the rotary kernel with MROPE on)."""
+    from liger_ops_xpu import hardware
     from liger_ops_xpu._tiling import plan_flat, plan_tiles
+    from liger_ops_xpu.rotary import plan_rotary
 
     cases = []
     flat = plan_flat(1 << 20)
     for act in (0, 1):
         c = {"ACT": act, "BLOCK": flat.block}
-        fwd = _sig("A B Y", "n_elements")
-        cases.append(_case("_glu", "_glu_forward_kernel", fwd, c, flat.num_warps, register_heavy=False))
-        bwd = _sig("DY A B DA DB", "n_elements")
-        cases.append(_case("_glu", "_glu_backward_kernel", bwd, c, flat.num_warps, register_heavy=False))
+        fwd = _sig("A B C", "n")
+        cases.append(_case("glu", "_glu_forward_kernel", fwd, c, flat.num_warps, register_heavy=False))
+        bwd = _sig("DC A B DA DB", "n")
+        cases.append(_case("glu", "_glu_backward_kernel", bwd, c, flat.num_warps, register_heavy=False))
+
+    c = {"BLOCK": flat.block}
+    cases.append(_case("relu_squared", "_relu_squared_forward_kernel", _sig("X Y", "n"), c, flat.num_warps, False))
+    cases.append(_case("relu_squared", "_relu_squared_backward_kernel", _sig("DY X DX", "n"), c, flat.num_warps, False))
 
     strides = " ".join(f"{t}_s{a}" for t in ("q", "k", "qo", "ko") for a in "bhs")
-    rope = _sig("Q K QO KO COS:fp32 SIN:fp32", f"{strides} t_s3 t_sb t_ss seq n_q_heads n_k_heads half sec0 sec1")
-    c = {"MROPE": True, "BACKWARD": True, "HEADS_BLOCK": 32, "HALF_BLOCK": 64, "N_Q_CHUNKS": 1, "N_K_CHUNKS": 1}
-    cases.append(_case("rope", "_rope_kernel", rope, c, 8, register_heavy=False))
+    rotary = _sig("Q K QO KO COS:fp32 SIN:fp32", f"{strides} c_saxis c_sb c_ss seq n_qh n_kh half sec0 sec1")
+    rp = plan_rotary(32, 8, 128)  # LLaMA-3-8B's heads at head_dim 128
+    c = {"MROPE": True, "BACKWARD": True, "HEADS_BLOCK": rp.heads_block, "HALF_BLOCK": rp.half_block}
+    c.update(N_Q_CHUNKS=rp.n_q_chunks, N_K_CHUNKS=rp.n_k_chunks)
+    cases.append(_case("rotary", "_rotary_kernel", rotary, c, rp.num_warps, register_heavy=False))
 
     for n_cols in (4096, 40000):
         plan = plan_tiles(n_cols)
@@ -190,7 +198,8 @@ def _activation_cases() -> list[dict]:
         bwd = _sig("DY Y DX", "dy_row_stride y_row_stride dx_row_stride n_rows n_cols")
         cases.append(_case("softmax", "_softmax_forward_kernel", fwd, c, plan.num_warps))
         cases.append(_case("softmax", "_softmax_backward_kernel", bwd, c, plan.num_warps))
-        sc = {**c, "BISECTION_STEPS": 24, "MICHELOT_STEPS": 2}
+        sc = {**c, "BISECTION_STEPS": hardware.SPARSEMAX_BISECTION_STEPS}
+        sc["MICHELOT_STEPS"] = hardware.SPARSEMAX_MICHELOT_STEPS
         cases.append(_case("sparsemax", "_sparsemax_forward_kernel", fwd, sc, plan.num_warps))
         cases.append(_case("sparsemax", "_sparsemax_backward_kernel", bwd, c, plan.num_warps))
     return cases
@@ -199,38 +208,39 @@ def _activation_cases() -> list[dict]:
 def _loss_cases() -> list[dict]:
     """The cross-entropy pair with every option on (a 128k vocabulary in 4096-wide blocks) and the
     divergence pair for the general JSD and KL with log targets."""
-    from liger_ops_xpu._divergence import JSD, KL, plan_divergence
-    from liger_ops_xpu.cross_entropy import plan_vocab
+    from liger_ops_xpu import hardware
+    from liger_ops_xpu._cross_entropy import plan_vocab
+    from liger_ops_xpu._matmul import plan_matmul
+    from liger_ops_xpu._tiling import plan_blocks
+    from liger_ops_xpu.divergence import JSD, KL
 
     cases = []
     plan = plan_vocab(128256)
-    c = {"HAS_WEIGHT": True, "HAS_SMOOTHING": True, "HAS_SOFTCAP": True, "BLOCK_V": plan.block_v}
-    c["N_BLOCKS"] = plan.n_blocks
+    c = {"HAS_WEIGHT": True, "HAS_SMOOTHING": True, "HAS_SOFTCAP": True, "BLOCK_N": plan.block_n}
+    c["N_CHUNKS"] = plan.n_chunks
     opts = "ignore_index:i32 lse_square_scale label_smoothing softcap w_total"
-    fwd = _sig("X TARGET:i64 W:fp32 LOSS:fp32 Z:fp32 LSE:fp32", "x_row_stride n_cols", opts.replace(":i32", ""))
+    fwd = _sig("X Y:i64 W:fp32 LOSS:fp32 ZLOSS:fp32 LSE:fp32", "x_row_stride n_cols", opts.replace(":i32", ""))
     fwd["ignore_index"] = "i32"
-    cases.append(_case("cross_entropy", "_ce_forward_kernel", fwd, c, plan.num_warps))
-    bwd = _sig("X TARGET:i64 W:fp32 LSE:fp32 GRAD_OUT:fp32 DX", "x_row_stride dx_row_stride grad_out_stride n_cols")
+    cases.append(_case("_cross_entropy", "_cross_entropy_forward_kernel", fwd, c, plan.num_warps))
+    bwd = _sig("X Y:i64 W:fp32 LSE:fp32 GRAD_OUT:fp32 DX", "x_row_stride dx_row_stride grad_out_stride n_cols")
     bwd.update(_sig("", "ignore_index", "lse_square_scale label_smoothing softcap w_total loss_scale z_scale"))
-    cases.append(_case("cross_entropy", "_ce_backward_kernel", bwd, c, plan.num_warps))
+    cases.append(_case("_cross_entropy", "_cross_entropy_backward_kernel", bwd, c, plan.num_warps))
 
-    dp = plan_divergence(128256)
+    dp = plan_blocks(128256)
     for kind, log_target in ((JSD, False), (KL, True)):
         c = {"KIND": kind, "LOG_TARGET": log_target, "HAS_LABELS": kind == JSD, "BLOCK_M": dp.block_m}
         c["BLOCK_N"] = dp.block_n
         fwd = _sig("X Y LABELS:i64 OUT:fp32 PARTIAL:fp32", "x_row_stride y_row_stride out_row_stride n_rows n_cols")
         fwd.update(_sig("", "ignore_index", "beta eps"))
         fc = {**c, "STORE_ELEMENTS": kind == KL}
-        cases.append(_case("_divergence", "_divergence_forward_kernel", fwd, fc, dp.num_warps, register_heavy=False))
+        cases.append(_case("divergence", "_divergence_forward_kernel", fwd, fc, dp.num_warps, register_heavy=False))
         bwd = _sig("X Y LABELS:i64 GRAD_OUT:fp32 DX", "x_row_stride y_row_stride g_row_stride g_col_stride")
         bwd.update(_sig("", "dx_row_stride n_rows n_cols ignore_index", "beta eps scale"))
-        cases.append(_case("_divergence", "_divergence_backward_kernel", bwd, c, dp.num_warps, register_heavy=False))
-
-    from liger_ops_xpu import hardware
+        cases.append(_case("divergence", "_divergence_backward_kernel", bwd, c, dp.num_warps, register_heavy=False))
 
     mm = _sig("A B C:fp32", "M N K a_row_stride b_row_stride c_row_stride")
-    c = {"BLOCK_M": hardware.MATMUL_BLOCK_M, "BLOCK_N": hardware.MATMUL_BLOCK_N, "BLOCK_K": hardware.MATMUL_BLOCK_K}
-    c.update(N_K_BLOCKS=4096 // hardware.MATMUL_BLOCK_K, UPCAST=False)
+    block_m, block_n, block_k = plan_matmul(8192, 128256, 4096)  # a chunk of LLaMA-3's logits
+    c = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "N_K_BLOCKS": 4096 // block_k, "UPCAST": False}
     cases.append(_case("_matmul", "_matmul_nt_kernel", mm, c, hardware.MATMUL_NUM_WARPS))
     return cases
 

@@ -44,17 +44,6 @@ def test_persistent_programs_scale_with_eus_and_warps(monkeypatch):
     assert hardware.persistent_programs(32) == 1
 
 
-def test_num_warps_for():
-    previous = 0
-    for elements in [1, 100, 512, 1000, 4096, 8192, 16384, 1 << 20]:
-        warps = hardware.num_warps_for(elements)
-        assert warps & (warps - 1) == 0 and hardware.MIN_NUM_WARPS <= warps <= hardware.MAX_NUM_WARPS_LARGE_GRF
-        assert warps >= previous
-        previous = warps
-    assert hardware.num_warps_for(1 << 20) == hardware.MAX_NUM_WARPS_LARGE_GRF
-    assert hardware.num_warps_for(8192, sub_group=16) == 2 * hardware.num_warps_for(8192, sub_group=32)
-
-
 @pytest.mark.parametrize("device", ["cpu", "xpu"])
 def test_interpreter_launches_get_no_grf_mode(device):
     if not hardware.interpreting():

@@ -71,8 +71,9 @@ class Backend:
         device_types: torch device types it serves natively (``("cuda",)``).
         interface_version: ``"MAJOR.MINOR"`` of the op interface it implements.
         ops: op name -> implementation: a function with the contract's parameters (names and
-            order; defaults may be left out, dispatch passes every argument), or an autograd
-            Function whose ``forward(ctx, ...)`` takes them.
+            order; defaults may be left out: dispatch passes every argument, positionally), or an
+            autograd Function whose ``forward(ctx, ...)`` takes them (its ``apply`` is called; on
+            some torch versions it takes no keyword arguments).
         runtime: optional ``() -> str`` describing the kernel runtime (Triton
             distribution and version) for ``liger info``.
     """
@@ -130,7 +131,8 @@ def implements(*ops: str) -> Callable[[Callable], Callable]:
         )
 
     def mark(impl: Callable) -> Callable:
-        setattr(impl, _OP_MARK, tuple(getattr(impl, _OP_MARK, ())) + ops)
+        # The object's own mark (a subclass of a marked Function does not inherit its parent's ops).
+        setattr(impl, _OP_MARK, tuple(vars(impl).get(_OP_MARK, ())) + ops)
         return impl
 
     return mark
@@ -148,7 +150,8 @@ def collect_ops(package: str) -> dict[str, Callable]:
         for obj in vars(module).values():
             if getattr(obj, "__module__", None) != module.__name__:
                 continue  # imported from elsewhere: counted where it is defined
-            for op in getattr(obj, _OP_MARK, ()):
+            marks = vars(obj).get(_OP_MARK, ()) if hasattr(obj, "__dict__") else ()
+            for op in marks:
                 where = f"{module.__name__}.{getattr(obj, '__qualname__', obj)}"
                 if op in found:
                     raise LigerBackendError(f"{package}: op {op!r} is implemented twice, by {found[op][1]} and {where}")

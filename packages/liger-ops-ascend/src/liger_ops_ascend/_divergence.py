@@ -1,7 +1,8 @@
-"""The elementwise divergences (kl_div, jsd, tvd) for Ascend NPUs: one row-tiled kernel.
+"""The elementwise divergences (kl_div, jsd, tvd) for Ascend NPUs: one row-tiled kernel, its
+tile plan and the autograd Function the three ops share.
 
 Each loss is a sum of per-element terms whose gradient is also per element, so one pass
-does both: tiles of ``BLOCK_M`` rows x ``BLOCK_N`` vocabulary columns (`_tiling.row_plan`:
+does both: tiles of ``BLOCK_M`` rows x ``BLOCK_N`` vocabulary columns (`_tiling.plan_rows`:
 several short rows per tile, UB-sized chunks of wide vocabularies), one program per vector
 core walking row blocks. The scalar reductions are per-program fp32 partial sums added
 afterwards (no atomics); ``"none"`` writes the per-element loss. The gradient (already
@@ -19,21 +20,21 @@ Rows whose label is ``ignore_index`` contribute nothing.
 
 from __future__ import annotations
 
-import functools
+import math
 
 import torch
 import triton
 import triton.language as tl
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._tiling import FP32, MAX_BLOCK_M, RowPlan, elem_bytes, loaded, row_plan
+from liger_ops_ascend._jit import row_block, tile_indices
+from liger_ops_ascend._tiling import FP32, RowPlan, elem_bytes, loaded, plan_rows
 from liger_ops_ascend.launch import Tile, launch
 
 KL_DIV = 0
 JSD = 1
 TVD = 2
 _NAMES = {KL_DIV: "kl_div", JSD: "jsd", TVD: "tvd"}
-MAX_BLOCK_N = 65536
 
 
 @triton.jit
@@ -45,15 +46,10 @@ def _divergence_kernel(
 ):  # fmt: skip
     """OUT: per-element loss (ELEMENTWISE) or one partial sum per program. BETA_CASE (jsd):
     0 forward KL, 1 reverse KL, 2 general. ``param``: eps (kl_div) or beta (jsd)."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     acc = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for blk in range(pid, n_blocks, num_programs):
-        row0 = (pid * 0 + blk) * BLOCK_M
-        rows = row0 + m_idx
-        row_mask = rows < n_rows
+        row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         keep = row_mask
         if HAS_LABELS:
             keep = keep & (tl.load(LABELS + rows, mask=row_mask, other=ignore_index) != ignore_index)
@@ -116,19 +112,20 @@ def divergence_tiles(m: int, n: int, xb: int, yb: int) -> tuple[Tile, ...]:
     return tuple(tiles + [Tile(t, 1, m, FP32) for t in ("labels", "keep", "acc")])
 
 
-@functools.lru_cache(maxsize=1024)
-def _plan(kind: int, n_rows: int, n_cols: int, xb: int, yb: int, hw: hardware.Hardware, max_block_n: int) -> RowPlan:
-    tiles = functools.partial(divergence_tiles, xb=xb, yb=yb)
-    kernels = ((_NAMES[kind], tiles),)
-    min_n = max(hardware.min_block(xb), hardware.min_block(yb))
-    return row_plan(_NAMES[kind], n_rows, n_cols, kernels, kernels, hw, min_n, MAX_BLOCK_M, max_block_n)
+def plan_tiles(
+    kind: int, n_rows: int, n_cols: int, x_dtype: torch.dtype, y_dtype: torch.dtype, hw: hardware.Hardware
+) -> RowPlan:
+    """The tile plan of divergence ``kind`` over ``(n_rows, n_cols)`` rows (one kernel serves
+    whole and chunked rows)."""
+    kernels = ((_NAMES[kind], divergence_tiles),)
+    sizes = {"xb": elem_bytes(x_dtype), "yb": elem_bytes(y_dtype)}
+    return plan_rows(_NAMES[kind], n_rows, n_cols, kernels, kernels, hw, sizes)
 
 
-def plan(kind: int, n_rows: int, n_cols: int, x_dtype, y_dtype, hw: hardware.Hardware) -> RowPlan:
-    return _plan(kind, n_rows, n_cols, elem_bytes(x_dtype), elem_bytes(y_dtype), hw, MAX_BLOCK_N)
+# -- host side -------------------------------------------------------------------------------
 
 
-def divergence(
+def divergence_forward(
     kind: int,
     x: torch.Tensor,
     y: torch.Tensor,
@@ -153,14 +150,12 @@ def divergence(
     if n_rows == 0 or n_cols == 0:
         loss = torch.zeros((n_rows, n_cols) if elementwise else (), dtype=torch.float32, device=dev)
         return loss, grad
-    p = plan(kind, n_rows, n_cols, x.dtype, y.dtype, hw)
+    p = plan_tiles(kind, n_rows, n_cols, x.dtype, y.dtype, hw)
     out = torch.empty((n_rows, n_cols) if elementwise else (p.programs,), dtype=torch.float32, device=dev)
     beta_case, log_beta, log_1m_beta = 2, 0.0, 0.0
     if kind == JSD:
         beta_case = 0 if param == 0 else 1 if param == 1 else 2
         if beta_case == 2:
-            import math
-
             log_beta, log_1m_beta = math.log(param), math.log1p(-param)
     lab = None if labels is None else labels.to(torch.int32)
     launch(
@@ -176,13 +171,18 @@ def divergence(
 
 
 class LigerDivergenceFunction(torch.autograd.Function):
-    """Forward computes loss and (scaled) gradient together; backward scales by the upstream gradient."""
+    """Forward computes loss and (scaled) gradient together; backward scales by the upstream
+    gradient. The ops' Functions (`LigerKLDivFunction`, `LigerJSDFunction`, `LigerTVDFunction`)
+    check their arguments and call `forward` with their kind and scale; the backward is this one
+    (autograd drops its trailing None)."""
 
     @staticmethod
     def forward(ctx, x, y, labels, kind, ignore_index, scale, elementwise, log_target, param, out_dtype):
         hw = hardware.current(x.device)
         want_grad = ctx.needs_input_grad[0]
-        loss, grad = divergence(kind, x, y, labels, ignore_index, scale, elementwise, want_grad, hw, log_target, param)
+        loss, grad = divergence_forward(
+            kind, x, y, labels, ignore_index, scale, elementwise, want_grad, hw, log_target, param
+        )
         ctx.save_for_backward(grad)
         return loss.to(out_dtype)
 

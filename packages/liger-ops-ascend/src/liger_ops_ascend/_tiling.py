@@ -1,13 +1,14 @@
-"""Tile-plan helpers shared by the kernels of this package.
+"""Host-side helpers shared by the op modules of this package: tile plans, row views,
+per-program partial sums, token chunks.
 
 Two shapes of work cover every op here:
 
-- row plans (`row_plan`): ``n_rows`` independent rows of ``n_cols`` elements (norms,
+- row plans (`plan_rows`): ``n_rows`` independent rows of ``n_cols`` elements (norms,
   softmax, losses over a vocabulary). A tile is ``block_m`` rows x ``block_n`` columns;
   short rows share a tile, rows wider than the UB allows are walked in ``block_n``-wide
   chunks (``n_chunks > 1``). One program per vector core (never more programs than row
   blocks), each walking the row blocks ``pid, pid + programs, ...``.
-- flat plans (`flat_plan`): ``n`` independent elements (swiglu, geglu): blocks of
+- flat plans (`plan_flat`): ``n`` independent elements (swiglu, geglu): blocks of
   ``block`` elements walked by one program per vector core.
 
 Each op describes the tiles its kernels keep live as a function of the tile shape; the
@@ -17,25 +18,24 @@ the `KernelPlan`s that `launch.launch` checks again before every launch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import triton
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile
+from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
 
 FP32 = 4
-# Most rows in one tile: more only lengthens the per-row vectors without saving a DMA.
-MAX_BLOCK_M = 256
-# Widest tile along a row; the chunk width cap.
-MAX_BLOCK_N = 65536
 # Row strides beyond this would overflow the int32 offsets inside a tile of MAX_BLOCK_M rows.
-MAX_ROW_STRIDE = (2**31 - 1) // (MAX_BLOCK_M + 1)
+MAX_ROW_STRIDE = (2**31 - 1) // (hardware.MAX_BLOCK_M + 1)
 
-# Tiles of one kernel as a function of the tile shape (rows, columns).
-RowTiles = Callable[[int, int], Sequence[Tile]]
+# A kernel of a row plan: its name, and its live tiles as a function of the tile shape (rows,
+# columns) and of the plan's sizes (element bytes, options) as keywords.
+RowKernel = tuple[str, Callable[..., Sequence[Tile]]]
 # Tiles of one kernel as a function of the block length.
 FlatTiles = Callable[[int], Sequence[Tile]]
 
@@ -78,27 +78,49 @@ class RowPlan:
         return self.n_chunks > 1
 
 
-def row_plan(
+def plan_rows(
     op: str,
     n_rows: int,
     n_cols: int,
-    single: Sequence[tuple[str, RowTiles]],
-    chunked: Sequence[tuple[str, RowTiles]],
+    single: Sequence[RowKernel],
+    chunked: Sequence[RowKernel],
     hw: hardware.Hardware,
-    min_n: int,
-    max_block_m: int = MAX_BLOCK_M,
-    max_block_n: int = MAX_BLOCK_N,
+    elem_sizes: Mapping[str, int],
+    **options: object,
 ) -> RowPlan:
     """The largest tile whose kernels fit the UB: whole rows (``single`` kernels) when one
     row fits, else ``chunked`` kernels over the widest chunk that fits; then as many rows
     per tile as fit, leaving every vector core at least one row block.
 
-    ``min_n``: fewest columns of a tile (one 32-byte block of the narrowest dtype).
+    ``elem_sizes``: the element bytes of the op's tensors (0: absent), the tile functions'
+    keywords with ``options``; a tile is at least one 32-byte block of the narrowest dtype.
+    Plans are cached; the tile caps are read from `hardware` at each call.
     """
-    budget = hw.ub_budget
+    min_n = max(hardware.min_block(b) for b in elem_sizes.values() if b)
+    sizes = tuple(sorted({**elem_sizes, **options}.items()))
+    return _plan_rows(
+        op, n_rows, n_cols, tuple(single), tuple(chunked), sizes, hw, min_n, hardware.MAX_BLOCK_M, hardware.MAX_BLOCK_N
+    )
 
-    def worst(kernels: Sequence[tuple[str, RowTiles]], m: int, n: int) -> int:
-        return max(sum(t.nbytes for t in tiles(m, n)) for _, tiles in kernels)
+
+@functools.lru_cache(maxsize=4096)
+def _plan_rows(
+    op: str,
+    n_rows: int,
+    n_cols: int,
+    single: tuple[RowKernel, ...],
+    chunked: tuple[RowKernel, ...],
+    sizes: tuple[tuple[str, object], ...],
+    hw: hardware.Hardware,
+    min_n: int,
+    max_block_m: int,
+    max_block_n: int,
+) -> RowPlan:
+    budget = hw.ub_budget
+    kw = dict(sizes)
+
+    def worst(kernels: tuple[RowKernel, ...], m: int, n: int) -> int:
+        return max(sum(t.nbytes for t in tiles(m, n, **kw)) for _, tiles in kernels)
 
     block_n = max(min_n, min(triton.next_power_of_2(max(n_cols, 1)), max_block_n))
     kernels = single if block_n >= n_cols else chunked
@@ -124,8 +146,32 @@ def row_plan(
         programs=programs,
         n_iters=triton.cdiv(n_blocks, programs),
         n_blocks=n_blocks,
-        kernels=tuple(KernelPlan(name, grid, tuple(tiles(block_m, block_n))) for name, tiles in kernels),
+        kernels=tuple(KernelPlan(name, grid, tuple(tiles(block_m, block_n, **kw))) for name, tiles in kernels),
     )
+
+
+def row_kernels(
+    op: str, forward_tiles: Callable[..., Sequence[Tile]], backward_tiles: Callable[..., Sequence[Tile]]
+) -> dict[str, tuple[tuple[RowKernel, ...], tuple[RowKernel, ...]]]:
+    """Per direction, the kernels of an op with one kernel a direction: for whole rows
+    (``<op>_<direction>``) and for chunked rows (``<op>_<direction>_chunked``), as `plan_rows`
+    takes them (the names are what the guard reports)."""
+    return {
+        direction: (((f"{op}_{direction}", tiles),), ((f"{op}_{direction}_chunked", tiles),))
+        for direction, tiles in (("forward", forward_tiles), ("backward", backward_tiles))
+    }
+
+
+def launch_rows(
+    kernel: Any, p: RowPlan, hw: hardware.Hardware, rows: Sequence[torch.Tensor], **constexprs: object
+) -> None:
+    """Launch a row kernel whose arguments are ``rows`` (``(n_rows, n_cols)`` tensors), their row
+    strides, ``n_rows, n_cols, n_blocks, n_chunks`` and the tile shape (softmax, sparsemax)."""
+    n_rows, n_cols = rows[0].shape
+    launch(
+        kernel, p.kernels[0], hw, *rows, *(t.stride(0) for t in rows), n_rows, n_cols, p.n_blocks, p.n_chunks,
+        BLOCK_M=p.block_m, BLOCK_N=p.block_n, SINGLE_PASS=not p.chunked, **constexprs,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -139,13 +185,13 @@ class FlatPlan:
     kernels: tuple[KernelPlan, ...]
 
 
-def flat_plan(
+def plan_flat(
     op: str,
     n: int,
     kernels: Sequence[tuple[str, FlatTiles]],
     hw: hardware.Hardware,
     min_block: int,
-    max_block: int = MAX_BLOCK_N,
+    max_block: int,
 ) -> FlatPlan:
     """The largest block (a power of two) whose kernels fit the UB, no longer than needed
     to give every vector core a block; one program per vector core, grid-stride over blocks."""
@@ -172,14 +218,25 @@ def flat_plan(
     )
 
 
-def rows_view(t: torch.Tensor, n_cols: int) -> torch.Tensor:
-    """``t`` as a ``(rows, n_cols)`` view with unit column stride (a copy only if needed)."""
-    t2 = t.reshape(-1, n_cols)
+def as_rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (an input or its incoming gradient) as a ``(-1, hidden)`` view with unit column
+    stride and a row stride the int32 tile offsets can hold (a copy only if needed)."""
+    t2 = t.reshape(-1, t.shape[-1])
     if t2.stride(-1) != 1 or t2.stride(0) > MAX_ROW_STRIDE:
         t2 = t2.contiguous()
     return t2
 
 
-def partial_sums(partials: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def sum_partials(partials: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Second stage of a two-stage reduction: the per-program fp32 partial rows summed."""
     return partials.sum(0).to(dtype)
+
+
+def dtype_of(t: torch.Tensor | None) -> torch.dtype | None:
+    return None if t is None else t.dtype
+
+
+def chunk_tokens(n_tokens: int, hidden: int, vocab: int) -> int:
+    """Tokens per chunk of the fused linear losses: the chunk's logits about as many elements
+    as the whole input, a power of two."""
+    return max(1, min(n_tokens, triton.next_power_of_2(triton.cdiv(n_tokens, triton.cdiv(vocab, max(hidden, 1))))))

@@ -15,16 +15,18 @@ token and is unknown in the forward, so the backward recomputes each chunk's log
 from __future__ import annotations
 
 import torch
-import triton
+from liger_core.backend import implements
 from liger_core.ops.fused_linear_cross_entropy import check_args, target_stats
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend.cross_entropy import CEOptions, ce_backward_rows, ce_forward_rows, prepare_target, reduce_rows
-
-
-def chunk_tokens(n_tokens: int, hidden: int, vocab: int) -> int:
-    """Tokens per chunk: the chunk's logits about as many elements as the whole input."""
-    return max(1, min(n_tokens, triton.next_power_of_2(triton.cdiv(n_tokens, triton.cdiv(vocab, max(hidden, 1))))))
+from liger_ops_ascend._cross_entropy import (
+    CEOptions,
+    cross_entropy_backward,
+    cross_entropy_forward,
+    prepare_target,
+    reduce_rows,
+)
+from liger_ops_ascend._tiling import chunk_tokens
 
 
 def _chunked(x, w, bias, t, opts, hw, a_rows, b_rows, want_loss, want_grads, accum_dtype, w_dtype, b_dtype):
@@ -47,12 +49,12 @@ def _chunked(x, w, bias, t, opts, hw, a_rows, b_rows, want_loss, want_grads, acc
         logits = x_c @ w.t()
         if bias is not None:
             logits += bias
-        loss_c, z_c, lse_c = ce_forward_rows(logits, t_c, opts, hw)
+        loss_c, z_c, lse_c = cross_entropy_forward(logits, t_c, opts, hw)
         if want_loss:
             loss_rows[start:end], z_rows[start:end] = loss_c, z_c
         if want_grads:
             # The chunk's gradient overwrites its logits (our own buffer).
-            g = ce_backward_rows(logits, t_c, lse_c, a_rows[start:end], b_rows[start:end], opts, hw, out=logits)
+            g = cross_entropy_backward(logits, t_c, lse_c, a_rows[start:end], b_rows[start:end], opts, hw, out=logits)
             gx[start:end] = g @ w
             gw += (g.t() @ x_c).to(gw.dtype)
             if gb is not None:
@@ -60,25 +62,30 @@ def _chunked(x, w, bias, t, opts, hw, a_rows, b_rows, want_loss, want_grads, acc
     return loss_rows, z_rows, gx, gw, gb
 
 
+@implements("fused_linear_cross_entropy")
 class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx, x, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap,
-        accum_dtype,
+        ctx, input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap,
+        return_z_loss, accum_dtype,
     ):  # fmt: skip
-        n_valid, weight_sum = target_stats(x, weight, target, ce_weight, ignore_index)
-        hw = hardware.current(x.device)
-        x2 = x.contiguous()
-        w = weight.to(x.dtype).contiguous()
-        b = None if bias is None else bias.to(x.dtype)
+        check_args(
+            input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap,
+            return_z_loss, accum_dtype,
+        )  # fmt: skip
+        n_valid, weight_sum = target_stats(input, weight, target, ce_weight, ignore_index)
+        hw = hardware.current(input.device)
+        x2 = input.contiguous()
+        w = weight.to(input.dtype).contiguous()
+        b = None if bias is None else bias.to(input.dtype)
         t = prepare_target(target)
         opts = CEOptions(ce_weight, ignore_index, lse_square_scale, label_smoothing, softcap)
-        n = x.shape[0]
+        n = input.shape[0]
         # Scales of a unit upstream gradient (mean: 1/sum(w_y) and 1/n; sum: 1).
-        _, _, a, s = reduce_rows(torch.zeros(1, device=x.device), torch.zeros(1, device=x.device), reduction,
-                                 n_valid, weight_sum)  # fmt: skip
+        zero = torch.zeros(1, device=input.device)
+        _, _, a, s = reduce_rows(zero, zero, reduction, n_valid, weight_sum)
         eager = reduction != "none"
-        ones = torch.ones(n, dtype=torch.float32, device=x.device)
+        ones = torch.ones(n, dtype=torch.float32, device=input.device)
         w_dtype, b_dtype = weight.dtype, None if bias is None else bias.dtype
         loss_rows, z_rows, gx, gw, gb = _chunked(
             x2, w, b, t, opts, hw, ones * a, ones * s, True, eager, accum_dtype, w_dtype, b_dtype
@@ -91,12 +98,14 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
             ctx.save_for_backward(x2, w, b, t)
             ctx.opts, ctx.hw, ctx.accum = opts, hw, accum_dtype
         ctx.dtypes = (w_dtype, b_dtype, bias is not None)
+        if not return_z_loss:
+            return loss.float()
         z = z.float()
         ctx.mark_non_differentiable(z)
         return loss.float(), z
 
     @staticmethod
-    def backward(ctx, d_loss, _dz):
+    def backward(ctx, d_loss, *_dz):
         w_dtype, b_dtype, has_bias = ctx.dtypes
         if ctx.eager:
             gx, gw, gb = ctx.saved_tensors
@@ -110,24 +119,4 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
             _, _, gx, gw, gb = _chunked(x2, w, b, t, ctx.opts, ctx.hw, go, go, False, True, ctx.accum, w_dtype, b_dtype)
             gw = gw.to(w_dtype)
             gb = gb.to(b_dtype) if has_bias else None
-        return gx, gw, None, gb, None, None, None, None, None, None, None
-
-
-def fused_linear_cross_entropy(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    target: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    ce_weight: torch.Tensor | None = None,
-    ignore_index: int = -100,
-    lse_square_scale: float = 0.0,
-    label_smoothing: float = 0.0,
-    reduction: str = "mean",
-    softcap: float | None = None,
-    return_z_loss: bool = False,
-    accum_dtype: torch.dtype | None = None,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    args = (input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap)
-    check_args(*args, return_z_loss, accum_dtype)
-    loss, z = LigerFusedLinearCrossEntropyFunction.apply(*args, accum_dtype)
-    return (loss, z) if return_z_loss else loss
+        return gx, gw, None, gb, None, None, None, None, None, None, None, None

@@ -13,40 +13,50 @@ chunk-sized float32 buffers, far below ``tokens x vocab``.
 from __future__ import annotations
 
 import torch
+from liger_core.backend import implements
 from liger_core.ops import _losses
 from liger_core.ops.fused_linear_jsd import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._divergence import JSD, divergence
-from liger_ops_ascend.fused_linear_cross_entropy import chunk_tokens
+from liger_ops_ascend._divergence import JSD, divergence_forward
+from liger_ops_ascend._tiling import chunk_tokens
 
 
+@implements("fused_linear_jsd")
 class LigerFusedLinearJSDFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, s_in, s_w, t_in, t_w, labels, beta, ignore_index, temperature):
-        hw = hardware.current(s_in.device)
-        n_tokens, hidden = s_in.shape
-        vocab = s_w.shape[0]
-        n = _losses.label_count("fused_linear_jsd", labels, ignore_index, n_tokens)
+    def forward(
+        ctx, student_input, student_weight, teacher_input, teacher_weight, shift_labels, jsd_beta, ignore_index,
+        temperature,
+    ):  # fmt: skip
+        check_args(
+            student_input, student_weight, teacher_input, teacher_weight, shift_labels, jsd_beta, ignore_index,
+            temperature,
+        )  # fmt: skip
+        beta, ignore_index, temperature = float(jsd_beta), int(ignore_index), float(temperature)
+        hw = hardware.current(student_input.device)
+        n_tokens, hidden = student_input.shape
+        vocab = student_weight.shape[0]
+        n = _losses.label_count("fused_linear_jsd", shift_labels, ignore_index, n_tokens)
         scale = 1.0 / max(n, 1)
         want_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
         # The contract's logits are float32 products of the inputs.
-        s_w32, t_w32 = s_w.float(), t_w.float()
-        total = torch.zeros((), dtype=torch.float32, device=s_in.device)
-        gx = torch.empty_like(s_in) if want_grad else None
-        gw = torch.zeros((vocab, hidden), dtype=torch.float32, device=s_in.device) if want_grad else None
-        step = chunk_tokens(n_tokens, max(hidden, t_in.shape[1]), vocab)
+        s_w32, t_w32 = student_weight.float(), teacher_weight.float()
+        total = torch.zeros((), dtype=torch.float32, device=student_input.device)
+        gx = torch.empty_like(student_input) if want_grad else None
+        gw = torch.zeros((vocab, hidden), dtype=torch.float32, device=student_input.device) if want_grad else None
+        step = chunk_tokens(n_tokens, max(hidden, teacher_input.shape[1]), vocab)
         for start in range(0, n_tokens, step):
             end = min(start + step, n_tokens)
-            x_c = s_in[start:end].float()
+            x_c = student_input[start:end].float()
             s = x_c @ s_w32.t()
             s /= temperature
             s -= torch.logsumexp(s, dim=-1, keepdim=True)
-            t = t_in[start:end].float() @ t_w32.t()
+            t = teacher_input[start:end].float() @ t_w32.t()
             t /= temperature
             t -= torch.logsumexp(t, dim=-1, keepdim=True)
-            lab = None if labels is None else labels[start:end]
-            loss_c, g = divergence(JSD, s, t, lab, ignore_index, scale, False, want_grad, hw, param=float(beta))
+            lab = None if shift_labels is None else shift_labels[start:end]
+            loss_c, g = divergence_forward(JSD, s, t, lab, ignore_index, scale, False, want_grad, hw, param=beta)
             total += loss_c
             if want_grad:
                 # Back through log_softmax and the temperature: g - softmax * rowsum(g).
@@ -55,7 +65,7 @@ class LigerFusedLinearJSDFunction(torch.autograd.Function):
                 gx[start:end] = (g @ s_w32).to(gx.dtype)
                 gw += g.t() @ x_c
         ctx.save_for_backward(gx, gw)
-        ctx.w_dtype = s_w.dtype
+        ctx.w_dtype = student_weight.dtype
         return total
 
     @staticmethod
@@ -63,22 +73,3 @@ class LigerFusedLinearJSDFunction(torch.autograd.Function):
         gx, gw = ctx.saved_tensors
         go = d_loss.float()
         return (gx.float() * go).to(gx.dtype), (gw * go).to(ctx.w_dtype), None, None, None, None, None, None
-
-
-def fused_linear_jsd(
-    student_input: torch.Tensor,
-    student_weight: torch.Tensor,
-    teacher_input: torch.Tensor,
-    teacher_weight: torch.Tensor,
-    shift_labels: torch.Tensor | None = None,
-    jsd_beta: float = 0.5,
-    ignore_index: int = -100,
-    temperature: float = 1.0,
-) -> torch.Tensor:
-    check_args(
-        student_input, student_weight, teacher_input, teacher_weight, shift_labels, jsd_beta, ignore_index, temperature
-    )
-    return LigerFusedLinearJSDFunction.apply(
-        student_input, student_weight, teacher_input, teacher_weight, shift_labels, float(jsd_beta),
-        int(ignore_index), float(temperature),
-    )  # fmt: skip

@@ -1,13 +1,16 @@
-"""GEGLU for Ascend NPUs: ``gelu_tanh(a) * b`` (kernels and plans in `_gated`)."""
+"""GEGLU for Ascend NPUs: ``gelu_tanh(a) * b`` (kernels, plans and Function in `_glu`)."""
 
 from __future__ import annotations
 
-import torch
+from liger_core.backend import implements
 from liger_core.ops.geglu import check_args
 
-from liger_ops_ascend._gated import GELU_TANH, LigerGatedFunction
+from liger_ops_ascend._glu import GELU_TANH, LigerGLUFunction
 
 
-def geglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
-    check_args(a, b, in_place)
-    return LigerGatedFunction.apply(a, b, GELU_TANH, in_place)
+@implements("geglu")
+class LigerGEGLUFunction(LigerGLUFunction):
+    @staticmethod
+    def forward(ctx, a, b, in_place):
+        check_args(a, b, in_place)
+        return LigerGLUFunction.forward(ctx, a, b, GELU_TANH, in_place)

@@ -24,10 +24,11 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
 from liger_core.ops.group_norm import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._tiling import FP32, MAX_BLOCK_M, MAX_BLOCK_N, elem_bytes, loaded, partial_sums
+from liger_ops_ascend._tiling import FP32, dtype_of, elem_bytes, loaded, sum_partials
 from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
 
 
@@ -42,7 +43,7 @@ def _group_norm_forward_kernel(
     n_rows,
     n_groups,
     cpg,
-    hw,
+    spatial,
     n_c_chunks,
     n_s_chunks,
     eps,
@@ -56,14 +57,14 @@ def _group_norm_forward_kernel(
     num_programs = tl.num_programs(0)
     c_idx = tl.arange(0, BLOCK_C)
     s_idx = tl.arange(0, BLOCK_S)
-    group_size = cpg * hw
+    group_size = cpg * spatial
     for row_i in range(pid, n_rows, num_programs):
         row = pid * 0 + row_i  # a tensor: the interpreter's loop variable is a Python int
         g = row % n_groups
         base = row.to(tl.int64) * group_size
         if SINGLE_TILE:
-            mask = (c_idx < cpg)[:, None] & (s_idx < hw)[None, :]
-            offs = c_idx[:, None] * hw + s_idx[None, :]
+            mask = (c_idx < cpg)[:, None] & (s_idx < spatial)[None, :]
+            offs = c_idx[:, None] * spatial + s_idx[None, :]
             xf = tl.load(X + base + offs, mask=mask, other=0.0).to(tl.float32)
             mean = tl.sum(tl.sum(xf, axis=1), axis=0) / group_size
             xc = tl.where(mask, xf - mean, 0.0)
@@ -84,8 +85,8 @@ def _group_norm_forward_kernel(
                 chans = cc * BLOCK_C + c_idx
                 for sc in range(n_s_chunks):
                     sp = sc * BLOCK_S + s_idx
-                    mask = (chans < cpg)[:, None] & (sp < hw)[None, :]
-                    xf = tl.load(X + base + chans[:, None] * hw + sp[None, :], mask=mask, other=0.0).to(tl.float32)
+                    mask = (chans < cpg)[:, None] & (sp < spatial)[None, :]
+                    xf = tl.load(X + base + chans[:, None] * spatial + sp[None, :], mask=mask, other=0.0).to(tl.float32)
                     d = tl.where(mask, xf - shift, 0.0)
                     s1 += tl.sum(tl.sum(d, axis=1), axis=0)
                     s2 += tl.sum(tl.sum(d * d, axis=1), axis=0)
@@ -101,8 +102,8 @@ def _group_norm_forward_kernel(
                     b = tl.load(B + g * cpg + chans, mask=ch_mask, other=0.0).to(tl.float32)
                 for sc in range(n_s_chunks):
                     sp = sc * BLOCK_S + s_idx
-                    mask = ch_mask[:, None] & (sp < hw)[None, :]
-                    offs = chans[:, None] * hw + sp[None, :]
+                    mask = ch_mask[:, None] & (sp < spatial)[None, :]
+                    offs = chans[:, None] * spatial + sp[None, :]
                     xf = tl.load(X + base + offs, mask=mask, other=0.0).to(tl.float32)
                     y = (xf - mean) * rstd
                     if HAS_WEIGHT:
@@ -127,7 +128,7 @@ def _group_norm_backward_kernel(
     n_rows,
     n_groups,
     cpg,
-    hw,
+    spatial,
     n_c_chunks,
     n_s_chunks,
     HAS_WEIGHT: tl.constexpr,
@@ -142,7 +143,7 @@ def _group_norm_backward_kernel(
     num_programs = tl.num_programs(0)
     c_idx = tl.arange(0, BLOCK_C)
     s_idx = tl.arange(0, BLOCK_S)
-    group_size = cpg * hw
+    group_size = cpg * spatial
     for row_i in range(pid, n_rows, num_programs):
         row = pid * 0 + row_i  # a tensor: the interpreter's loop variable is a Python int
         g = row % n_groups
@@ -152,8 +153,8 @@ def _group_norm_backward_kernel(
         if SINGLE_TILE:
             # The whole group is one tile: one load of x and dy, kept in the UB.
             ch_mask = c_idx < cpg
-            mask = ch_mask[:, None] & (s_idx < hw)[None, :]
-            offs = c_idx[:, None] * hw + s_idx[None, :]
+            mask = ch_mask[:, None] & (s_idx < spatial)[None, :]
+            offs = c_idx[:, None] * spatial + s_idx[None, :]
             xf = tl.load(X + base + offs, mask=mask, other=0.0).to(tl.float32)
             dy = tl.load(DY + base + offs, mask=mask, other=0.0).to(tl.float32)
             x_hat = tl.where(mask, (xf - mean) * rstd, 0.0)
@@ -177,8 +178,8 @@ def _group_norm_backward_kernel(
                 ch_mask = chans < cpg
                 for sc in range(n_s_chunks):
                     sp = sc * BLOCK_S + s_idx
-                    mask = ch_mask[:, None] & (sp < hw)[None, :]
-                    offs = chans[:, None] * hw + sp[None, :]
+                    mask = ch_mask[:, None] & (sp < spatial)[None, :]
+                    offs = chans[:, None] * spatial + sp[None, :]
                     xf = tl.load(X + base + offs, mask=mask, other=0.0).to(tl.float32)
                     gr = tl.load(DY + base + offs, mask=mask, other=0.0).to(tl.float32)
                     if HAS_WEIGHT:
@@ -196,8 +197,8 @@ def _group_norm_backward_kernel(
                 db_acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
                 for sc in range(n_s_chunks):
                     sp = sc * BLOCK_S + s_idx
-                    mask = ch_mask[:, None] & (sp < hw)[None, :]
-                    offs = chans[:, None] * hw + sp[None, :]
+                    mask = ch_mask[:, None] & (sp < spatial)[None, :]
+                    offs = chans[:, None] * spatial + sp[None, :]
                     xf = tl.load(X + base + offs, mask=mask, other=0.0).to(tl.float32)
                     dy = tl.load(DY + base + offs, mask=mask, other=0.0).to(tl.float32)
                     x_hat = tl.where(mask, (xf - mean) * rstd, 0.0)
@@ -249,8 +250,16 @@ class GroupNormPlan:
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan(
-    n_rows: int, cpg: int, hw_size: int, xb: int, wb: int, bb: int, hw: hardware.Hardware, max_block_s: int
+def _plan_groups(
+    n_rows: int,
+    cpg: int,
+    spatial: int,
+    xb: int,
+    wb: int,
+    bb: int,
+    hw: hardware.Hardware,
+    max_block_c: int,
+    max_block_s: int,
 ) -> GroupNormPlan:
     fwd = functools.partial(forward_tiles, xb=xb, wb=wb, bb=bb)
     bwd = functools.partial(backward_tiles, xb=xb, wb=wb, bb=bb)
@@ -259,7 +268,7 @@ def _plan(
         return max(sum(t.nbytes for t in tiles(m, n)) for tiles in (fwd, bwd))
 
     min_n = max(hardware.min_block(b) for b in (xb, wb, bb) if b)
-    block_s = max(min_n, min(triton.next_power_of_2(hw_size), max_block_s))
+    block_s = max(min_n, min(triton.next_power_of_2(spatial), max_block_s))
     while block_s > min_n and need(1, block_s) > hw.ub_budget:
         block_s //= 2
     if need(1, block_s) > hw.ub_budget:
@@ -267,7 +276,7 @@ def _plan(
             f"liger-ops-ascend group_norm: even a 1x{block_s} tile overflows; {hw.describe_budget()}"
         )
     block_c = 1
-    c_cap = min(MAX_BLOCK_M, triton.next_power_of_2(cpg))
+    c_cap = min(max_block_c, triton.next_power_of_2(cpg))
     while block_c * 2 <= c_cap and need(block_c * 2, block_s) <= hw.ub_budget:
         block_c *= 2
     programs = min(hw.vector_cores, max(n_rows, 1))
@@ -276,7 +285,7 @@ def _plan(
         block_c=block_c,
         block_s=block_s,
         n_c_chunks=triton.cdiv(cpg, block_c),
-        n_s_chunks=triton.cdiv(hw_size, block_s),
+        n_s_chunks=triton.cdiv(spatial, block_s),
         programs=programs,
         n_iters=triton.cdiv(max(n_rows, 1), programs),
         kernels=(
@@ -286,7 +295,7 @@ def _plan(
     )
 
 
-def plan(
+def plan_groups(
     batch: int,
     channels: int,
     groups: int,
@@ -297,7 +306,7 @@ def plan(
     hw: hardware.Hardware,
 ) -> GroupNormPlan:
     """Tile plan (both directions) for ``batch * groups`` groups of ``channels // groups x spatial``."""
-    return _plan(
+    return _plan_groups(
         batch * groups,
         channels // groups,
         max(spatial, 1),
@@ -305,103 +314,124 @@ def plan(
         elem_bytes(w_dtype),
         elem_bytes(b_dtype),
         hw,
-        MAX_BLOCK_N,
+        hardware.MAX_BLOCK_M,
+        hardware.MAX_BLOCK_N,
     )
 
 
+# -- host side -------------------------------------------------------------------------------
+
+
+def group_norm_forward(
+    xc: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    num_groups: int,
+    eps: float,
+    p: GroupNormPlan,
+    hw: hardware.Hardware,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(y, mean, rstd)`` of contiguous ``(batch, channels, *spatial)`` input, per group."""
+    batch, num_channels = xc.shape[:2]
+    n_rows = batch * num_groups
+    y = torch.empty_like(xc)
+    mean = torch.empty(n_rows, dtype=torch.float32, device=xc.device)
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=xc.device)
+    if xc.numel():
+        launch(
+            _group_norm_forward_kernel,
+            p.kernels[0],
+            hw,
+            xc,
+            xc if weight is None else weight,
+            xc if bias is None else bias,
+            y,
+            mean,
+            rstd,
+            n_rows,
+            num_groups,
+            num_channels // num_groups,
+            xc[0, 0].numel(),
+            p.n_c_chunks,
+            p.n_s_chunks,
+            eps,
+            HAS_WEIGHT=weight is not None,
+            HAS_BIAS=bias is not None,
+            BLOCK_C=p.block_c,
+            BLOCK_S=p.block_s,
+            SINGLE_TILE=p.single_tile,
+        )
+    return y, mean, rstd
+
+
+def group_norm_backward(
+    dyc: torch.Tensor,
+    xc: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    num_groups: int,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    p: GroupNormPlan,
+    hw: hardware.Hardware,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """``(grad_x, grad_weight, grad_bias)``; ``dyc`` contiguous like ``xc``."""
+    batch, num_channels = xc.shape[:2]
+    dx = torch.empty_like(xc)
+    has_w, has_b = weight is not None, bias is not None
+    part = (batch, num_channels)
+    dw_part = torch.zeros(part, dtype=torch.float32, device=xc.device) if has_w else rstd
+    db_part = torch.zeros(part, dtype=torch.float32, device=xc.device) if has_b else rstd
+    if xc.numel():
+        launch(
+            _group_norm_backward_kernel,
+            p.kernels[1],
+            hw,
+            dyc,
+            xc,
+            xc if weight is None else weight,
+            mean,
+            rstd,
+            dx,
+            dw_part,
+            db_part,
+            batch * num_groups,
+            num_groups,
+            num_channels // num_groups,
+            xc[0, 0].numel(),
+            p.n_c_chunks,
+            p.n_s_chunks,
+            HAS_WEIGHT=has_w,
+            HAS_BIAS=has_b,
+            BLOCK_C=p.block_c,
+            BLOCK_S=p.block_s,
+            SINGLE_TILE=p.single_tile,
+        )
+    # Second stage: the per-sample partials summed over the batch.
+    dw = sum_partials(dw_part, weight.dtype) if has_w else None
+    db = sum_partials(db_part, bias.dtype) if has_b else None
+    return dx, dw, db
+
+
+@implements("group_norm")
 class LigerGroupNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, num_channels, num_groups, eps):
+        check_args(x, weight, bias, num_channels, num_groups, eps)
         hw = hardware.current(x.device)
         xc = x.contiguous()
         batch = x.shape[0]
         spatial = x[0, 0].numel() if batch and num_channels else 1
-        y = torch.empty_like(xc)
-        n_rows = batch * num_groups
-        mean = torch.empty(n_rows, dtype=torch.float32, device=x.device)
-        rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
-        p = plan(batch, num_channels, num_groups, spatial, x.dtype, _dtype(weight), _dtype(bias), hw)
-        if xc.numel():
-            launch(
-                _group_norm_forward_kernel,
-                p.kernels[0],
-                hw,
-                xc,
-                xc if weight is None else weight,
-                xc if bias is None else bias,
-                y,
-                mean,
-                rstd,
-                n_rows,
-                num_groups,
-                num_channels // num_groups,
-                spatial,
-                p.n_c_chunks,
-                p.n_s_chunks,
-                eps,
-                HAS_WEIGHT=weight is not None,
-                HAS_BIAS=bias is not None,
-                BLOCK_C=p.block_c,
-                BLOCK_S=p.block_s,
-                SINGLE_TILE=p.single_tile,
-            )
+        p = plan_groups(batch, num_channels, num_groups, spatial, x.dtype, dtype_of(weight), dtype_of(bias), hw)
+        y, mean, rstd = group_norm_forward(xc, weight, bias, num_groups, float(eps), p, hw)
         ctx.save_for_backward(xc, weight, bias, mean, rstd)
-        ctx.meta = (num_channels, num_groups, spatial, p, hw)
+        ctx.num_groups, ctx.plan, ctx.hw = num_groups, p, hw
         return y
 
     @staticmethod
     def backward(ctx, dy):
         xc, weight, bias, mean, rstd = ctx.saved_tensors
-        num_channels, num_groups, spatial, p, hw = ctx.meta
-        batch = xc.shape[0]
-        dyc = dy.contiguous()
-        dx = torch.empty_like(xc)
-        has_w, has_b = weight is not None, bias is not None
-        part = (batch, num_channels)
-        dw_part = torch.zeros(part, dtype=torch.float32, device=xc.device) if has_w else rstd
-        db_part = torch.zeros(part, dtype=torch.float32, device=xc.device) if has_b else rstd
-        if xc.numel():
-            launch(
-                _group_norm_backward_kernel,
-                p.kernels[1],
-                hw,
-                dyc,
-                xc,
-                xc if weight is None else weight,
-                mean,
-                rstd,
-                dx,
-                dw_part,
-                db_part,
-                batch * num_groups,
-                num_groups,
-                num_channels // num_groups,
-                spatial,
-                p.n_c_chunks,
-                p.n_s_chunks,
-                HAS_WEIGHT=has_w,
-                HAS_BIAS=has_b,
-                BLOCK_C=p.block_c,
-                BLOCK_S=p.block_s,
-                SINGLE_TILE=p.single_tile,
-            )
-        # Second stage: the per-sample partials summed over the batch.
-        dw = partial_sums(dw_part, weight.dtype) if has_w else None
-        db = partial_sums(db_part, bias.dtype) if has_b else None
+        dx, dw, db = group_norm_backward(
+            dy.contiguous(), xc, weight, bias, ctx.num_groups, mean, rstd, ctx.plan, ctx.hw
+        )
         return dx, dw, db, None, None, None
-
-
-def _dtype(t: torch.Tensor | None) -> torch.dtype | None:
-    return None if t is None else t.dtype
-
-
-def group_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    num_channels: int,
-    num_groups: int,
-    eps: float = 1e-5,
-) -> torch.Tensor:
-    check_args(x, weight, bias, num_channels, num_groups, eps)
-    return LigerGroupNormFunction.apply(x, weight, bias, num_channels, num_groups, float(eps))

@@ -31,6 +31,18 @@ UB_BUFFERS = 2
 
 KIB = 1024
 
+# -- tuned sizes (where each comes from: benchmarks/results/tuning-ascend.md) -----------------
+
+# Most rows in one tile (also heads per rope block, channels per group-norm block): more only
+# lengthens the per-row vectors without saving a DMA.
+MAX_BLOCK_M = 256
+# Widest tile along a row, and the chunk width of wider rows; the UB budget usually binds first.
+MAX_BLOCK_N = 65536
+# Sparsemax threshold: bisection halves [max - 1, max) to 2^-24 (fp32 resolution for O(1)
+# thresholds), then Michelot fixed-point steps make it exact once the support is found.
+SPARSEMAX_BISECTION_STEPS = 24
+SPARSEMAX_REFINE_STEPS = 3
+
 
 @dataclass(frozen=True)
 class SocInfo:
@@ -47,9 +59,8 @@ def _soc(name: str, ub_kib: int, ai_cores: int) -> SocInfo:
     return SocInfo(name, ub_kib * KIB, ai_cores, 2 * ai_cores)
 
 
-# Counts from CANN's platform_config/<SoC>.ini (ai_core_cnt / vector_core_cnt). The Ascend
-# 950 counts are not published in a form we could check: 32 AI cores is a placeholder, the
-# run-time query supersedes it on a real device.
+# UB KiB and AI cores per SoC (sources: benchmarks/results/tuning-ascend.md). Ascend950's
+# 32 AI cores are a placeholder: the run-time query supersedes it on a real device.
 SOC_TABLE: dict[str, SocInfo] = {
     s.name: s
     for s in (

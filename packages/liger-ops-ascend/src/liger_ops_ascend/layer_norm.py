@@ -1,6 +1,6 @@
 """LayerNorm for Ascend NPUs: triton-ascend kernels, UB-aware tile plans and autograd Function.
 
-Same launch and tiling scheme as rms_norm (see `_tiling.row_plan`): one program per vector
+Same launch and tiling scheme as rms_norm (see `_tiling.plan_rows`): one program per vector
 core walking row blocks; whole rows per tile (several short rows at once) when a row fits
 the UB, else ``BLOCK_N``-wide chunks. Whole rows: mean, then the variance of the centred
 row (two-pass, exact). Chunked rows: one pass of sums shifted by the row's first element
@@ -8,34 +8,22 @@ row (two-pass, exact). Chunked rows: one pass of sums shifted by the row's first
 
 Backward: grad_weight and grad_bias are per-program fp32 partials written once to
 ``(programs, hidden)`` buffers and summed afterwards (no atomics). Chunked rows first get
-their two row coefficients ``mean(g)`` and ``mean(g * x_hat)`` (``g = dy * weight``), then a
+their two row coefficients ``c1 = mean(g * x_hat)`` and ``c2 = mean(g)`` (``g = dy * weight``), then a
 kernel walks column chunks so one chunk of each partial stays in the UB.
 """
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
 from liger_core.ops.layer_norm import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._tiling import (
-    FP32,
-    MAX_BLOCK_M,
-    RowPlan,
-    elem_bytes,
-    loaded,
-    partial_sums,
-    row_plan,
-    rows_view,
-)
+from liger_ops_ascend._jit import row_block, tile_indices, tile_ptrs
+from liger_ops_ascend._tiling import FP32, RowPlan, as_rows, dtype_of, elem_bytes, loaded, plan_rows, sum_partials
 from liger_ops_ascend.launch import Tile, launch
-
-# Widest tile along a row (tests lower it to force chunking with room for several rows).
-MAX_BLOCK_N = 65536
 
 
 @triton.jit
@@ -59,10 +47,7 @@ def _layer_norm_forward_kernel(
     BLOCK_N: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     x_tile = m_idx[:, None] * x_row_stride
     y_tile = m_idx[:, None] * y_row_stride
     if SINGLE_PASS:
@@ -72,9 +57,7 @@ def _layer_norm_forward_kernel(
         if HAS_BIAS:
             b = tl.load(B + n_idx, mask=col_mask, other=0.0).to(tl.float32)
         for blk in range(pid, n_blocks, num_programs):
-            row0 = (pid * 0 + blk) * BLOCK_M
-            rows = row0 + m_idx
-            row_mask = rows < n_rows
+            row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
             mask = row_mask[:, None] & col_mask[None, :]
             x = tl.load(X + row0.to(tl.int64) * x_row_stride + x_tile + n_idx[None, :], mask=mask, other=0.0)
             xf = x.to(tl.float32)
@@ -93,9 +76,7 @@ def _layer_norm_forward_kernel(
             tl.store(RSTD + rows, rstd, mask=row_mask)
     else:
         for blk in range(pid, n_blocks, num_programs):
-            row0 = (pid * 0 + blk) * BLOCK_M
-            rows = row0 + m_idx
-            row_mask = rows < n_rows
+            row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
             x_base = X + row0.to(tl.int64) * x_row_stride + x_tile
             y_base = Y + row0.to(tl.int64) * y_row_stride + y_tile
             # Pass 1: sums of (x - shift) and its square, shift = the row's first element.
@@ -150,10 +131,7 @@ def _layer_norm_backward_kernel(
     BLOCK_N: tl.constexpr,
 ):
     """Whole rows in one tile: grad_x per row block, grad_weight/grad_bias summed in the UB."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     col_mask = n_idx < n_cols
     if HAS_WEIGHT:
         w = tl.load(W + n_idx, mask=col_mask, other=0.0).to(tl.float32)
@@ -161,25 +139,21 @@ def _layer_norm_backward_kernel(
     if HAS_BIAS:
         db_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for blk in range(pid, n_blocks, num_programs):
-        row0 = (pid * 0 + blk) * BLOCK_M
-        rows = row0 + m_idx
-        row_mask = rows < n_rows
+        row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         mask = row_mask[:, None] & col_mask[None, :]
         base = row0.to(tl.int64)
-        x = tl.load(X + base * x_row_stride + m_idx[:, None] * x_row_stride + n_idx[None, :], mask=mask, other=0.0)
-        dy_ptr = DY + base * dy_row_stride + m_idx[:, None] * dy_row_stride + n_idx[None, :]
-        dy = tl.load(dy_ptr, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(tile_ptrs(X, base, m_idx, x_row_stride, n_idx), mask=mask, other=0.0)
+        dy = tl.load(tile_ptrs(DY, base, m_idx, dy_row_stride, n_idx), mask=mask, other=0.0).to(tl.float32)
         mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
         rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
         x_hat = (x.to(tl.float32) - mean[:, None]) * rstd[:, None]
         g = dy
         if HAS_WEIGHT:
             g = dy * w[None, :]
-        c1 = tl.sum(g, axis=1) / n_cols
-        c2 = tl.sum(g * x_hat, axis=1) / n_cols
-        dx = (g - c1[:, None] - x_hat * c2[:, None]) * rstd[:, None]
-        dx_ptr = DX + base * dx_row_stride + m_idx[:, None] * dx_row_stride + n_idx[None, :]
-        tl.store(dx_ptr, dx.to(DX.dtype.element_ty), mask=mask)
+        c2 = tl.sum(g, axis=1) / n_cols
+        c1 = tl.sum(g * x_hat, axis=1) / n_cols
+        dx = (g - c2[:, None] - x_hat * c1[:, None]) * rstd[:, None]
+        tl.store(tile_ptrs(DX, base, m_idx, dx_row_stride, n_idx), dx.to(DX.dtype.element_ty), mask=mask)
         if HAS_WEIGHT:
             dw_acc += tl.sum(dy * x_hat, axis=0)
         if HAS_BIAS:
@@ -209,22 +183,17 @@ def _layer_norm_backward_coef_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    """Chunked rows, stage 1: C1[row] = mean(g), C2[row] = mean(g * x_hat)."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    """Chunked rows, stage 1: C1[row] = mean(g * x_hat), C2[row] = mean(g)."""
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     for blk in range(pid, n_blocks, num_programs):
-        row0 = (pid * 0 + blk) * BLOCK_M
-        rows = row0 + m_idx
-        row_mask = rows < n_rows
+        row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         base = row0.to(tl.int64)
         x_base = X + base * x_row_stride + m_idx[:, None] * x_row_stride
         dy_base = DY + base * dy_row_stride + m_idx[:, None] * dy_row_stride
         mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
         rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
-        acc1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        acc2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        acc_g = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        acc_gx = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for c in range(n_chunks):
             cols = c * BLOCK_N + n_idx
             col_mask = cols < n_cols
@@ -233,10 +202,10 @@ def _layer_norm_backward_coef_kernel(
             g = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             if HAS_WEIGHT:
                 g = g * tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
-            acc1 += tl.sum(g, axis=1)
-            acc2 += tl.sum(g * (xf - mean[:, None]), axis=1)
-        tl.store(C1 + rows, acc1 / n_cols, mask=row_mask)
-        tl.store(C2 + rows, acc2 * rstd / n_cols, mask=row_mask)
+            acc_g += tl.sum(g, axis=1)
+            acc_gx += tl.sum(g * (xf - mean[:, None]), axis=1)
+        tl.store(C2 + rows, acc_g / n_cols, mask=row_mask)
+        tl.store(C1 + rows, acc_gx * rstd / n_cols, mask=row_mask)
 
 
 @triton.jit
@@ -264,10 +233,7 @@ def _layer_norm_backward_chunked_kernel(
     BLOCK_N: tl.constexpr,
 ):
     """Chunked rows, stage 2: column chunk outer, the program's rows inner."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     for c in range(n_chunks):
         cols = c * BLOCK_N + n_idx
         col_mask = cols < n_cols
@@ -277,15 +243,11 @@ def _layer_norm_backward_chunked_kernel(
         if HAS_BIAS:
             db_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for blk in range(pid, n_blocks, num_programs):
-            row0 = (pid * 0 + blk) * BLOCK_M
-            rows = row0 + m_idx
-            row_mask = rows < n_rows
+            row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
             mask = row_mask[:, None] & col_mask[None, :]
             base = row0.to(tl.int64)
-            x_ptr = X + base * x_row_stride + m_idx[:, None] * x_row_stride + cols[None, :]
-            xf = tl.load(x_ptr, mask=mask, other=0.0).to(tl.float32)
-            dy_ptr = DY + base * dy_row_stride + m_idx[:, None] * dy_row_stride + cols[None, :]
-            dy = tl.load(dy_ptr, mask=mask, other=0.0).to(tl.float32)
+            xf = tl.load(tile_ptrs(X, base, m_idx, x_row_stride, cols), mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(tile_ptrs(DY, base, m_idx, dy_row_stride, cols), mask=mask, other=0.0).to(tl.float32)
             mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
             rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
             c1 = tl.load(C1 + rows, mask=row_mask, other=0.0)
@@ -294,9 +256,8 @@ def _layer_norm_backward_chunked_kernel(
             g = dy
             if HAS_WEIGHT:
                 g = dy * w[None, :]
-            dx = (g - c1[:, None] - x_hat * c2[:, None]) * rstd[:, None]
-            dx_ptr = DX + base * dx_row_stride + m_idx[:, None] * dx_row_stride + cols[None, :]
-            tl.store(dx_ptr, dx.to(DX.dtype.element_ty), mask=mask)
+            dx = (g - c2[:, None] - x_hat * c1[:, None]) * rstd[:, None]
+            tl.store(tile_ptrs(DX, base, m_idx, dx_row_stride, cols), dx.to(DX.dtype.element_ty), mask=mask)
             if HAS_WEIGHT:
                 dw_acc += tl.sum(dy * x_hat, axis=0)
             if HAS_BIAS:
@@ -336,32 +297,21 @@ def backward_tiles(m: int, n: int, xb: int, wb: int, bb: int) -> tuple[Tile, ...
 def backward_coef_tiles(m: int, n: int, xb: int, wb: int, bb: int) -> tuple[Tile, ...]:
     tiles = loaded("x", m, n, xb) + loaded("dy", m, n, xb) + loaded("weight", 1, n, wb)
     tiles += [Tile("g_f32", m, n, FP32), Tile("x_centred_f32", m, n, FP32), Tile("g_x_f32", m, n, FP32)]
-    tiles += [Tile(name, 1, m, FP32) for name in ("mean", "rstd", "acc1", "acc2")]
+    tiles += [Tile(name, 1, m, FP32) for name in ("mean", "rstd", "acc_g", "acc_gx")]
     return tuple(tiles)
 
 
+# Per direction: the kernels when the row fits one tile, and when it is chunked.
 _KERNELS = {
-    "forward": ((("forward", forward_tiles),), (("forward_chunked", forward_tiles),)),
+    "forward": ((("layer_norm_forward", forward_tiles),), (("layer_norm_forward_chunked", forward_tiles),)),
     "backward": (
-        (("backward", backward_tiles),),
-        (("backward_coef", backward_coef_tiles), ("backward_chunked", backward_tiles)),
+        (("layer_norm_backward", backward_tiles),),
+        (("layer_norm_backward_coef", backward_coef_tiles), ("layer_norm_backward_chunked", backward_tiles)),
     ),
 }
 
 
-@functools.lru_cache(maxsize=1024)
-def _plan(
-    direction: str, n_rows: int, n_cols: int, xb: int, wb: int, bb: int, hw: hardware.Hardware, max_block_n: int
-) -> RowPlan:
-    single, chunked = (
-        tuple((f"layer_norm_{name}", functools.partial(tiles, xb=xb, wb=wb, bb=bb)) for name, tiles in k)
-        for k in _KERNELS[direction]
-    )
-    min_n = max(hardware.min_block(b) for b in (xb, wb, bb) if b)
-    return row_plan(f"layer_norm {direction}", n_rows, n_cols, single, chunked, hw, min_n, MAX_BLOCK_M, max_block_n)
-
-
-def plan(
+def plan_tiles(
     direction: str,
     n_rows: int,
     n_cols: int,
@@ -371,150 +321,161 @@ def plan(
     hw: hardware.Hardware,
 ) -> RowPlan:
     """The tile plan of ``direction`` ("forward" or "backward") for ``(n_rows, n_cols)`` rows."""
-    return _plan(
-        direction, n_rows, n_cols, elem_bytes(x_dtype), elem_bytes(w_dtype), elem_bytes(b_dtype), hw, MAX_BLOCK_N
+    sizes = {"xb": elem_bytes(x_dtype), "wb": elem_bytes(w_dtype), "bb": elem_bytes(b_dtype)}
+    single, chunked = _KERNELS[direction]
+    return plan_rows(f"layer_norm {direction}", n_rows, n_cols, single, chunked, hw, sizes)
+
+
+# -- host side -------------------------------------------------------------------------------
+
+
+def layer_norm_forward(
+    x2d: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float, hw: hardware.Hardware
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(y, mean, rstd)`` of ``(n_rows, n_cols)`` rows."""
+    n_rows, n_cols = x2d.shape
+    y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
+    mean = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+    if n_rows == 0 or n_cols == 0:
+        return y, mean, rstd
+    p = plan_tiles("forward", n_rows, n_cols, x2d.dtype, dtype_of(weight), dtype_of(bias), hw)
+    launch(
+        _layer_norm_forward_kernel,
+        p.kernels[0],
+        hw,
+        x2d,
+        x2d if weight is None else weight,
+        x2d if bias is None else bias,
+        y,
+        mean,
+        rstd,
+        x2d.stride(0),
+        y.stride(0),
+        n_rows,
+        n_cols,
+        p.n_blocks,
+        p.n_chunks,
+        eps,
+        HAS_WEIGHT=weight is not None,
+        HAS_BIAS=bias is not None,
+        BLOCK_M=p.block_m,
+        BLOCK_N=p.block_n,
+        SINGLE_PASS=not p.chunked,
     )
+    return y, mean, rstd
 
 
-def _dtype(t: torch.Tensor | None) -> torch.dtype | None:
-    return None if t is None else t.dtype
+def layer_norm_backward(
+    dy2d: torch.Tensor,
+    x2d: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    hw: hardware.Hardware,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """``(grad_x, grad_weight, grad_bias)``."""
+    n_rows, n_cols = x2d.shape
+    dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
+    has_w, has_b = weight is not None, bias is not None
+    if n_rows == 0 or n_cols == 0:
+        dw = torch.zeros_like(weight) if has_w else None
+        db = torch.zeros_like(bias) if has_b else None
+        return dx, dw, db
+    p = plan_tiles("backward", n_rows, n_cols, x2d.dtype, dtype_of(weight), dtype_of(bias), hw)
+    part = (p.programs, n_cols)
+    dw_part = torch.empty(part, dtype=torch.float32, device=x2d.device) if has_w else rstd
+    db_part = torch.empty(part, dtype=torch.float32, device=x2d.device) if has_b else rstd
+    w = weight if has_w else x2d
+    common = {"HAS_WEIGHT": has_w, "BLOCK_M": p.block_m, "BLOCK_N": p.block_n}
+    if not p.chunked:
+        launch(
+            _layer_norm_backward_kernel,
+            p.kernels[0],
+            hw,
+            dy2d,
+            x2d,
+            w,
+            mean,
+            rstd,
+            dx,
+            dw_part,
+            db_part,
+            dy2d.stride(0),
+            x2d.stride(0),
+            dx.stride(0),
+            n_rows,
+            n_cols,
+            p.n_blocks,
+            HAS_BIAS=has_b,
+            **common,
+        )
+    else:
+        c1 = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+        c2 = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+        launch(
+            _layer_norm_backward_coef_kernel,
+            p.kernels[0],
+            hw,
+            dy2d,
+            x2d,
+            w,
+            mean,
+            rstd,
+            c1,
+            c2,
+            dy2d.stride(0),
+            x2d.stride(0),
+            n_rows,
+            n_cols,
+            p.n_blocks,
+            p.n_chunks,
+            **common,
+        )
+        launch(
+            _layer_norm_backward_chunked_kernel,
+            p.kernels[1],
+            hw,
+            dy2d,
+            x2d,
+            w,
+            mean,
+            rstd,
+            c1,
+            c2,
+            dx,
+            dw_part,
+            db_part,
+            dy2d.stride(0),
+            x2d.stride(0),
+            dx.stride(0),
+            n_rows,
+            n_cols,
+            p.n_blocks,
+            p.n_chunks,
+            HAS_BIAS=has_b,
+            **common,
+        )
+    dw = sum_partials(dw_part, weight.dtype) if has_w else None
+    db = sum_partials(db_part, bias.dtype) if has_b else None
+    return dx, dw, db
 
 
+@implements("layer_norm")
 class LigerLayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
-        shape = x.shape
+        check_args(x, weight, bias, eps)
         hw = hardware.current(x.device)
-        x2d = rows_view(x, shape[-1])
-        n_rows, n_cols = x2d.shape
-        y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-        mean = torch.empty(n_rows, dtype=torch.float32, device=x.device)
-        rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
-        if n_rows and n_cols:
-            p = plan("forward", n_rows, n_cols, x.dtype, _dtype(weight), _dtype(bias), hw)
-            launch(
-                _layer_norm_forward_kernel,
-                p.kernels[0],
-                hw,
-                x2d,
-                x2d if weight is None else weight,
-                x2d if bias is None else bias,
-                y,
-                mean,
-                rstd,
-                x2d.stride(0),
-                y.stride(0),
-                n_rows,
-                n_cols,
-                p.n_blocks,
-                p.n_chunks,
-                eps,
-                HAS_WEIGHT=weight is not None,
-                HAS_BIAS=bias is not None,
-                BLOCK_M=p.block_m,
-                BLOCK_N=p.block_n,
-                SINGLE_PASS=not p.chunked,
-            )
+        x2d = as_rows(x)
+        y, mean, rstd = layer_norm_forward(x2d, weight, bias, float(eps), hw)
         ctx.save_for_backward(x2d, weight, bias, mean, rstd)
         ctx.hw = hw
-        return y.view(shape)
+        return y.view(x.shape)
 
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, bias, mean, rstd = ctx.saved_tensors
-        hw = ctx.hw
-        n_rows, n_cols = x2d.shape
-        dy2d = rows_view(dy, n_cols)
-        dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
-        has_w, has_b = weight is not None, bias is not None
-        if n_rows == 0 or n_cols == 0:
-            dw = torch.zeros_like(weight) if has_w else None
-            db = torch.zeros_like(bias) if has_b else None
-            return dx.view(dy.shape), dw, db, None
-        p = plan("backward", n_rows, n_cols, x2d.dtype, _dtype(weight), _dtype(bias), hw)
-        part = (p.programs, n_cols)
-        dw_part = torch.empty(part, dtype=torch.float32, device=x2d.device) if has_w else rstd
-        db_part = torch.empty(part, dtype=torch.float32, device=x2d.device) if has_b else rstd
-        w = weight if has_w else x2d
-        common = {"HAS_WEIGHT": has_w, "BLOCK_M": p.block_m, "BLOCK_N": p.block_n}
-        if not p.chunked:
-            launch(
-                _layer_norm_backward_kernel,
-                p.kernels[0],
-                hw,
-                dy2d,
-                x2d,
-                w,
-                mean,
-                rstd,
-                dx,
-                dw_part,
-                db_part,
-                dy2d.stride(0),
-                x2d.stride(0),
-                dx.stride(0),
-                n_rows,
-                n_cols,
-                p.n_blocks,
-                HAS_BIAS=has_b,
-                **common,
-            )
-        else:
-            c1 = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
-            c2 = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
-            launch(
-                _layer_norm_backward_coef_kernel,
-                p.kernels[0],
-                hw,
-                dy2d,
-                x2d,
-                w,
-                mean,
-                rstd,
-                c1,
-                c2,
-                dy2d.stride(0),
-                x2d.stride(0),
-                n_rows,
-                n_cols,
-                p.n_blocks,
-                p.n_chunks,
-                **common,
-            )
-            launch(
-                _layer_norm_backward_chunked_kernel,
-                p.kernels[1],
-                hw,
-                dy2d,
-                x2d,
-                w,
-                mean,
-                rstd,
-                c1,
-                c2,
-                dx,
-                dw_part,
-                db_part,
-                dy2d.stride(0),
-                x2d.stride(0),
-                dx.stride(0),
-                n_rows,
-                n_cols,
-                p.n_blocks,
-                p.n_chunks,
-                HAS_BIAS=has_b,
-                **common,
-            )
-        dw = partial_sums(dw_part, weight.dtype) if has_w else None
-        db = partial_sums(db_part, bias.dtype) if has_b else None
+        dx, dw, db = layer_norm_backward(as_rows(dy), x2d, weight, bias, mean, rstd, ctx.hw)
         return dx.view(dy.shape), dw, db, None
-
-
-def layer_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    eps: float = 1e-5,
-) -> torch.Tensor:
-    check_args(x, weight, bias, eps)
-    return LigerLayerNormFunction.apply(x, weight, bias, float(eps))

@@ -3,7 +3,7 @@
 ``y = w0 * n(x^3) + w1 * n(x^2) + w2 * n(x) + b`` with ``n(u) = u * rsqrt(mean(u^2) + eps)``:
 three reciprocal RMS per row (of x, x^2, x^3), saved for the backward.
 
-Tiling as in rms_norm (`_tiling.row_plan`): whole rows per tile (several short rows at
+Tiling as in rms_norm (`_tiling.plan_rows`): whole rows per tile (several short rows at
 once, one load each) when a row fits the UB, else two passes over ``BLOCK_N``-wide chunks.
 
 Backward: with ``a_k = mean(dy * n_k)`` per row, ``grad_u_k = w_k * r_k * (dy - n_k * a_k)``
@@ -14,19 +14,16 @@ and summed afterwards (no atomics).
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
 from liger_core.ops.poly_norm import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._tiling import FP32, MAX_BLOCK_M, RowPlan, elem_bytes, loaded, row_plan, rows_view
+from liger_ops_ascend._jit import row_block, tile_indices
+from liger_ops_ascend._tiling import FP32, RowPlan, as_rows, elem_bytes, loaded, plan_rows, row_kernels
 from liger_ops_ascend.launch import Tile, launch
-
-# Widest tile along a row (tests lower it to force chunking with room for several rows).
-MAX_BLOCK_N = 65536
 
 
 @triton.jit
@@ -48,18 +45,13 @@ def _poly_norm_forward_kernel(
     SINGLE_PASS: tl.constexpr,
 ):
     """RSTD[row] = (r1, r2, r3), the reciprocal RMS of x, x^2 and x^3."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     w0 = tl.load(W).to(tl.float32)
     w1 = tl.load(W + 1).to(tl.float32)
     w2 = tl.load(W + 2).to(tl.float32)
     bias = tl.load(B).to(tl.float32)
     for blk in range(pid, n_blocks, num_programs):
-        row0 = (pid * 0 + blk) * BLOCK_M
-        rows = row0 + m_idx
-        row_mask = rows < n_rows
+        row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         x_base = X + row0.to(tl.int64) * x_row_stride + m_idx[:, None] * x_row_stride
         y_base = Y + row0.to(tl.int64) * y_row_stride + m_idx[:, None] * y_row_stride
         if SINGLE_PASS:
@@ -119,10 +111,7 @@ def _poly_norm_backward_kernel(
     SINGLE_PASS: tl.constexpr,
 ):
     """PARTIAL[pid] = (grad_w0, grad_w1, grad_w2, grad_b) over the program's rows."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     w0 = tl.load(W).to(tl.float32)
     w1 = tl.load(W + 1).to(tl.float32)
     w2 = tl.load(W + 2).to(tl.float32)
@@ -131,9 +120,7 @@ def _poly_norm_backward_kernel(
     acc3 = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc_b = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for blk in range(pid, n_blocks, num_programs):
-        row0 = (pid * 0 + blk) * BLOCK_M
-        rows = row0 + m_idx
-        row_mask = rows < n_rows
+        row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         base = row0.to(tl.int64)
         x_base = X + base * x_row_stride + m_idx[:, None] * x_row_stride
         dy_base = DY + base * dy_row_stride + m_idx[:, None] * dy_row_stride
@@ -214,95 +201,106 @@ def backward_tiles(m: int, n: int, xb: int) -> tuple[Tile, ...]:
     return tuple(tiles)
 
 
-@functools.lru_cache(maxsize=1024)
-def _plan(direction: str, n_rows: int, n_cols: int, xb: int, hw: hardware.Hardware, max_block_n: int) -> RowPlan:
-    tiles = functools.partial(forward_tiles if direction == "forward" else backward_tiles, xb=xb)
-    kernels = ((f"poly_norm_{direction}", tiles),)
-    chunked = ((f"poly_norm_{direction}_chunked", tiles),)
-    return row_plan(
-        f"poly_norm {direction}", n_rows, n_cols, kernels, chunked, hw, hardware.min_block(xb), MAX_BLOCK_M, max_block_n
-    )
+_KERNELS = row_kernels("poly_norm", forward_tiles, backward_tiles)
 
 
-def plan(direction: str, n_rows: int, n_cols: int, x_dtype: torch.dtype, hw: hardware.Hardware) -> RowPlan:
+def plan_tiles(direction: str, n_rows: int, n_cols: int, x_dtype: torch.dtype, hw: hardware.Hardware) -> RowPlan:
     """The tile plan of ``direction`` ("forward" or "backward") for ``(n_rows, n_cols)`` rows."""
-    return _plan(direction, n_rows, n_cols, elem_bytes(x_dtype), hw, MAX_BLOCK_N)
+    single, chunked = _KERNELS[direction]
+    return plan_rows(f"poly_norm {direction}", n_rows, n_cols, single, chunked, hw, {"xb": elem_bytes(x_dtype)})
 
 
+# -- host side -------------------------------------------------------------------------------
+
+
+def poly_norm_forward(
+    x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, hw: hardware.Hardware
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(y, rstd)``, rstd ``(n_rows, 3)``: the reciprocal RMS of x, x^2 and x^3 per row."""
+    n_rows, n_cols = x2d.shape
+    y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
+    rstd = torch.empty((n_rows, 3), dtype=torch.float32, device=x2d.device)
+    if n_rows == 0 or n_cols == 0:
+        return y, rstd
+    p = plan_tiles("forward", n_rows, n_cols, x2d.dtype, hw)
+    launch(
+        _poly_norm_forward_kernel,
+        p.kernels[0],
+        hw,
+        x2d,
+        weight,
+        bias,
+        y,
+        rstd,
+        x2d.stride(0),
+        y.stride(0),
+        n_rows,
+        n_cols,
+        p.n_blocks,
+        p.n_chunks,
+        eps,
+        BLOCK_M=p.block_m,
+        BLOCK_N=p.block_n,
+        SINGLE_PASS=not p.chunked,
+    )
+    return y, rstd
+
+
+def poly_norm_backward(
+    dy2d: torch.Tensor,
+    x2d: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    rstd: torch.Tensor,
+    hw: hardware.Hardware,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(grad_x, grad_weight, grad_bias)``."""
+    n_rows, n_cols = x2d.shape
+    dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
+    if n_rows == 0 or n_cols == 0:
+        return dx, torch.zeros_like(weight), torch.zeros_like(bias)
+    p = plan_tiles("backward", n_rows, n_cols, x2d.dtype, hw)
+    partial = torch.empty((p.programs, 4), dtype=torch.float32, device=x2d.device)
+    launch(
+        _poly_norm_backward_kernel,
+        p.kernels[0],
+        hw,
+        dy2d,
+        x2d,
+        weight,
+        rstd,
+        dx,
+        partial,
+        dy2d.stride(0),
+        x2d.stride(0),
+        dx.stride(0),
+        n_rows,
+        n_cols,
+        p.n_blocks,
+        p.n_chunks,
+        BLOCK_M=p.block_m,
+        BLOCK_N=p.block_n,
+        SINGLE_PASS=not p.chunked,
+    )
+    # Second stage: the per-program partials summed.
+    sums = partial.sum(0)
+    return dx, sums[:3].to(weight.dtype), sums[3:].to(bias.dtype).reshape(bias.shape)
+
+
+@implements("poly_norm")
 class LigerPolyNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
-        shape = x.shape
+        check_args(x, weight, bias, eps)
         hw = hardware.current(x.device)
-        x2d = rows_view(x, shape[-1])
-        n_rows, n_cols = x2d.shape
-        y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-        rstd = torch.empty((n_rows, 3), dtype=torch.float32, device=x.device)
-        if n_rows and n_cols:
-            p = plan("forward", n_rows, n_cols, x.dtype, hw)
-            launch(
-                _poly_norm_forward_kernel,
-                p.kernels[0],
-                hw,
-                x2d,
-                weight,
-                bias,
-                y,
-                rstd,
-                x2d.stride(0),
-                y.stride(0),
-                n_rows,
-                n_cols,
-                p.n_blocks,
-                p.n_chunks,
-                eps,
-                BLOCK_M=p.block_m,
-                BLOCK_N=p.block_n,
-                SINGLE_PASS=not p.chunked,
-            )
+        x2d = as_rows(x)
+        y, rstd = poly_norm_forward(x2d, weight, bias, float(eps), hw)
         ctx.save_for_backward(x2d, weight, bias, rstd)
         ctx.hw = hw
-        return y.view(shape)
+        return y.view(x.shape)
 
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, bias, rstd = ctx.saved_tensors
-        hw = ctx.hw
-        n_rows, n_cols = x2d.shape
-        dy2d = rows_view(dy, n_cols)
-        dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
-        if n_rows == 0 or n_cols == 0:
-            return dx.view(dy.shape), torch.zeros_like(weight), torch.zeros_like(bias), None
-        p = plan("backward", n_rows, n_cols, x2d.dtype, hw)
-        partial = torch.empty((p.programs, 4), dtype=torch.float32, device=x2d.device)
-        launch(
-            _poly_norm_backward_kernel,
-            p.kernels[0],
-            hw,
-            dy2d,
-            x2d,
-            weight,
-            rstd,
-            dx,
-            partial,
-            dy2d.stride(0),
-            x2d.stride(0),
-            dx.stride(0),
-            n_rows,
-            n_cols,
-            p.n_blocks,
-            p.n_chunks,
-            BLOCK_M=p.block_m,
-            BLOCK_N=p.block_n,
-            SINGLE_PASS=not p.chunked,
-        )
-        # Second stage: the per-program partials summed.
-        sums = partial.sum(0)
-        dw = sums[:3].to(weight.dtype)
-        db = sums[3:].to(bias.dtype).reshape(bias.shape)
+        dx, dw, db = poly_norm_backward(as_rows(dy), x2d, weight, bias, rstd, ctx.hw)
         return dx.view(dy.shape), dw, db, None
-
-
-def poly_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    check_args(x, weight, bias, eps)
-    return LigerPolyNormFunction.apply(x, weight, bias, float(eps))

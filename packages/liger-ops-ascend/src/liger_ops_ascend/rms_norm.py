@@ -1,22 +1,22 @@
-"""RMSNorm for Ascend NPUs: triton-ascend kernels, UB-aware tile plans and autograd Function.
+"""RMSNorm and fused_add_rms_norm (``HAS_RESIDUAL``) for Ascend NPUs: triton-ascend kernels,
+UB-aware tile plans and autograd Functions.
 
 Launch: one program per vector core (never more programs than row blocks); each program
 walks the row blocks ``pid, pid + programs, ...`` up to the last one (``range(pid, n_blocks,
 programs)``): no program ever runs an iteration past the end. That matters beyond saving
 work: triton-ascend's interpreter ignores the mask of a one-element store, so a masked-off
-per-row store of a block of one row would land past the end of its buffer. (The
-interpreter's loop variable is a Python int, hence ``pid * 0 + blk`` where a tensor is needed.)
+per-row store of a block of one row would land past the end of its buffer.
 
 Tiles: a program works on BLOCK_M rows x BLOCK_N columns at a time, sized so that every
-tile live at once fits the UB budget of the SoC (``plan_forward`` / ``plan_backward``):
+tile live at once fits the UB budget of the SoC (`plan_tiles`):
 - short rows: one tile holds several whole rows;
 - rows too wide for one tile: BLOCK_M = 1 and the row is processed in BLOCK_N-wide
   chunks, in two passes (sum of squares, then normalise).
 
 Backward: grad_weight is a per-program fp32 partial accumulated over the program's rows,
 written once to a ``(programs, hidden)`` buffer and summed by torch afterwards: no atomics,
-deterministic. With chunked rows, a first kernel computes each row's coefficient
-``mean(g * x_hat)`` and a second walks column chunks, so each program keeps one chunk of
+deterministic. With chunked rows, a first kernel computes each row's ``mean_gx =
+mean(g * x_hat)`` and a second walks column chunks, so each program keeps one chunk of
 grad_weight in the UB at a time.
 
 Only base offsets are int64 (scalars); offsets inside a tile stay int32, since int64
@@ -25,25 +25,16 @@ vector arithmetic runs as scalar code on the vector cores.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
-from liger_core.ops.fused_add_rms_norm import check_args as fused_check_args
+from liger_core.backend import implements
+from liger_core.ops.fused_add_rms_norm import check_args as check_fused_add_args
 from liger_core.ops.rms_norm import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._tiling import (
-    FP32,
-    MAX_BLOCK_M,
-    MAX_BLOCK_N,
-    RowPlan,
-    elem_bytes,
-    partial_sums,
-    row_plan,
-    rows_view,
-)
+from liger_ops_ascend._jit import row_block, tile_indices, tile_ptrs
+from liger_ops_ascend._tiling import FP32, RowPlan, as_rows, dtype_of, elem_bytes, plan_rows, sum_partials
 from liger_ops_ascend.launch import Tile, launch
 
 # casting_mode -> whether x_hat is rounded to x.dtype before the weight multiply
@@ -81,10 +72,7 @@ def _rms_norm_forward_kernel(
 ):
     """y = rms_norm(x), or with HAS_RESIDUAL (fused_add_rms_norm) s = x + r rounded to x's
     dtype, stored, and y = rms_norm(s)."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     x_tile = m_idx[:, None] * x_row_stride
     y_tile = m_idx[:, None] * y_row_stride
     r_tile = m_idx[:, None] * r_row_stride
@@ -96,9 +84,7 @@ def _rms_norm_forward_kernel(
             # One weight load per program, reused for every row block it handles.
             w_eff = tl.load(W + n_idx, mask=col_mask, other=0.0).to(tl.float32) + offset
         for blk in range(pid, n_blocks, num_programs):
-            row0 = (pid * 0 + blk) * BLOCK_M
-            rows = row0 + m_idx
-            row_mask = rows < n_rows
+            row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
             mask = row_mask[:, None] & col_mask[None, :]
             x_base = X + row0.to(tl.int64) * x_row_stride
             x = tl.load(x_base + x_tile + n_idx[None, :], mask=mask, other=0.0)
@@ -119,9 +105,7 @@ def _rms_norm_forward_kernel(
             tl.store(RSTD + rows, rstd, mask=row_mask)
     else:
         for blk in range(pid, n_blocks, num_programs):
-            row0 = (pid * 0 + blk) * BLOCK_M
-            rows = row0 + m_idx
-            row_mask = rows < n_rows
+            row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
             x_base = X + row0.to(tl.int64) * x_row_stride
             y_base = Y + row0.to(tl.int64) * y_row_stride
             r_base = R + row0.to(tl.int64) * r_row_stride
@@ -161,6 +145,20 @@ def _rms_norm_forward_kernel(
 
 
 @triton.jit
+def _store_grad_x(
+    dx, DX, DS, DR, base, m_idx, cols, mask, dx_row_stride, ds_row_stride, dr_row_stride,
+    HAS_DS: tl.constexpr, HAS_DR: tl.constexpr,
+):  # fmt: skip
+    """Store a tile of grad_x; fused_add_rms_norm: new_residual's own incoming gradient joins the
+    total (HAS_DS), which is also stored as grad_residual in the residual's dtype (HAS_DR)."""
+    if HAS_DS:
+        dx += tl.load(tile_ptrs(DS, base, m_idx, ds_row_stride, cols), mask=mask, other=0.0).to(tl.float32)
+    if HAS_DR:
+        tl.store(tile_ptrs(DR, base, m_idx, dr_row_stride, cols), dx.to(DR.dtype.element_ty), mask=mask)
+    tl.store(tile_ptrs(DX, base, m_idx, dx_row_stride, cols), dx.to(DX.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _rms_norm_backward_kernel(
     DY,
     X,
@@ -187,39 +185,27 @@ def _rms_norm_backward_kernel(
     HAS_DR: tl.constexpr,
 ):
     """Whole rows in one tile: grad_x per row block, grad_weight summed in the UB."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     col_mask = n_idx < n_cols
     if HAS_WEIGHT:
         w_eff = tl.load(W + n_idx, mask=col_mask, other=0.0).to(tl.float32) + offset
         dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for blk in range(pid, n_blocks, num_programs):
-        row0 = (pid * 0 + blk) * BLOCK_M
-        rows = row0 + m_idx
-        row_mask = rows < n_rows
+        row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         mask = row_mask[:, None] & col_mask[None, :]
         base = row0.to(tl.int64)
-        x = tl.load(X + base * x_row_stride + m_idx[:, None] * x_row_stride + n_idx[None, :], mask=mask, other=0.0)
-        dy_ptr = DY + base * dy_row_stride + m_idx[:, None] * dy_row_stride + n_idx[None, :]
-        dy = tl.load(dy_ptr, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(tile_ptrs(X, base, m_idx, x_row_stride, n_idx), mask=mask, other=0.0)
+        dy = tl.load(tile_ptrs(DY, base, m_idx, dy_row_stride, n_idx), mask=mask, other=0.0).to(tl.float32)
         rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
         x_hat = x.to(tl.float32) * rstd[:, None]
         g = dy
         if HAS_WEIGHT:
             g = dy * w_eff[None, :]
-        coef = tl.sum(g * x_hat, axis=1) / n_cols
-        dx = (g - x_hat * coef[:, None]) * rstd[:, None]
-        if HAS_DS:
-            # fused_add_rms_norm: new_residual's own incoming gradient joins the total.
-            ds_ptr = DS + base * ds_row_stride + m_idx[:, None] * ds_row_stride + n_idx[None, :]
-            dx += tl.load(ds_ptr, mask=mask, other=0.0).to(tl.float32)
-        if HAS_DR:
-            dr_ptr = DR + base * dr_row_stride + m_idx[:, None] * dr_row_stride + n_idx[None, :]
-            tl.store(dr_ptr, dx.to(DR.dtype.element_ty), mask=mask)
-        dx_ptr = DX + base * dx_row_stride + m_idx[:, None] * dx_row_stride + n_idx[None, :]
-        tl.store(dx_ptr, dx.to(DX.dtype.element_ty), mask=mask)
+        mean_gx = tl.sum(g * x_hat, axis=1) / n_cols
+        dx = (g - x_hat * mean_gx[:, None]) * rstd[:, None]
+        _store_grad_x(
+            dx, DX, DS, DR, base, m_idx, n_idx, mask, dx_row_stride, ds_row_stride, dr_row_stride, HAS_DS, HAS_DR
+        )
         if HAS_WEIGHT:
             if ROUND_X_HAT:
                 x_hat = x_hat.to(x.dtype).to(tl.float32)
@@ -234,7 +220,7 @@ def _rms_norm_backward_coef_kernel(
     X,
     W,
     RSTD,
-    COEF,
+    MEAN_GX,
     dy_row_stride,
     x_row_stride,
     n_rows,
@@ -246,15 +232,10 @@ def _rms_norm_backward_coef_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    """Chunked rows, stage 1: COEF[row] = mean(g * x_hat) over the whole row."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    """Chunked rows, stage 1: MEAN_GX[row] = mean(g * x_hat) over the whole row."""
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     for blk in range(pid, n_blocks, num_programs):
-        row0 = (pid * 0 + blk) * BLOCK_M
-        rows = row0 + m_idx
-        row_mask = rows < n_rows
+        row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         base = row0.to(tl.int64)
         x_base = X + base * x_row_stride + m_idx[:, None] * x_row_stride
         dy_base = DY + base * dy_row_stride + m_idx[:, None] * dy_row_stride
@@ -270,7 +251,7 @@ def _rms_norm_backward_coef_kernel(
             acc += tl.sum(g * xf, axis=1)
         rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
         # sum(g * x_hat) = rstd * sum(g * x)
-        tl.store(COEF + rows, acc * rstd / n_cols, mask=row_mask)
+        tl.store(MEAN_GX + rows, acc * rstd / n_cols, mask=row_mask)
 
 
 @triton.jit
@@ -279,7 +260,7 @@ def _rms_norm_backward_chunked_kernel(
     X,
     W,
     RSTD,
-    COEF,
+    MEAN_GX,
     DX,
     DW_PARTIAL,
     DS,
@@ -303,10 +284,7 @@ def _rms_norm_backward_chunked_kernel(
 ):
     """Chunked rows, stage 2: column chunk outer, the program's rows inner, so one chunk of
     grad_weight is accumulated in the UB and written once per chunk."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     for c in range(n_chunks):
         cols = c * BLOCK_N + n_idx
         col_mask = cols < n_cols
@@ -314,30 +292,21 @@ def _rms_norm_backward_chunked_kernel(
             w_eff = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
             dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for blk in range(pid, n_blocks, num_programs):
-            row0 = (pid * 0 + blk) * BLOCK_M
-            rows = row0 + m_idx
-            row_mask = rows < n_rows
+            row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
             mask = row_mask[:, None] & col_mask[None, :]
             base = row0.to(tl.int64)
-            x_ptr = X + base * x_row_stride + m_idx[:, None] * x_row_stride + cols[None, :]
-            x = tl.load(x_ptr, mask=mask, other=0.0)
-            dy_ptr = DY + base * dy_row_stride + m_idx[:, None] * dy_row_stride + cols[None, :]
-            dy = tl.load(dy_ptr, mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(tile_ptrs(X, base, m_idx, x_row_stride, cols), mask=mask, other=0.0)
+            dy = tl.load(tile_ptrs(DY, base, m_idx, dy_row_stride, cols), mask=mask, other=0.0).to(tl.float32)
             rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
-            coef = tl.load(COEF + rows, mask=row_mask, other=0.0)
+            mean_gx = tl.load(MEAN_GX + rows, mask=row_mask, other=0.0)
             x_hat = x.to(tl.float32) * rstd[:, None]
             g = dy
             if HAS_WEIGHT:
                 g = dy * w_eff[None, :]
-            dx = (g - x_hat * coef[:, None]) * rstd[:, None]
-            if HAS_DS:
-                ds_ptr = DS + base * ds_row_stride + m_idx[:, None] * ds_row_stride + cols[None, :]
-                dx += tl.load(ds_ptr, mask=mask, other=0.0).to(tl.float32)
-            if HAS_DR:
-                dr_ptr = DR + base * dr_row_stride + m_idx[:, None] * dr_row_stride + cols[None, :]
-                tl.store(dr_ptr, dx.to(DR.dtype.element_ty), mask=mask)
-            dx_ptr = DX + base * dx_row_stride + m_idx[:, None] * dx_row_stride + cols[None, :]
-            tl.store(dx_ptr, dx.to(DX.dtype.element_ty), mask=mask)
+            dx = (g - x_hat * mean_gx[:, None]) * rstd[:, None]
+            _store_grad_x(
+                dx, DX, DS, DR, base, m_idx, cols, mask, dx_row_stride, ds_row_stride, dr_row_stride, HAS_DS, HAS_DR
+            )
             if HAS_WEIGHT:
                 if ROUND_X_HAT:
                     x_hat = x_hat.to(x.dtype).to(tl.float32)
@@ -374,7 +343,7 @@ def forward_tiles(m: int, n: int, xb: int, wb: int, round_x_hat: bool, rb: int =
 
 
 def backward_tiles(m: int, n: int, xb: int, wb: int, round_x_hat: bool, rb: int = 0) -> tuple[Tile, ...]:
-    """The single-pass backward and the chunked stage 2 (same live set, plus coef rows).
+    """The single-pass backward and the chunked stage 2 (same live set, plus mean_gx rows).
     With a residual (``rb``): the new residual's gradient and the residual's own."""
     tiles = [Tile("x", m, n, xb), Tile("dy", m, n, xb)]
     if xb != FP32:
@@ -397,7 +366,7 @@ def backward_tiles(m: int, n: int, xb: int, wb: int, round_x_hat: bool, rb: int 
             Tile("dw_acc_f32", 1, n, FP32),
             Tile("dw_colsum_f32", 1, n, FP32),
         ]
-    tiles += [Tile("rstd_f32", 1, m, FP32), Tile("coef_f32", 1, m, FP32)]
+    tiles += [Tile("rstd_f32", 1, m, FP32), Tile("mean_gx_f32", 1, m, FP32)]
     return tuple(tiles)
 
 
@@ -411,48 +380,24 @@ def backward_coef_tiles(m: int, n: int, xb: int, wb: int, round_x_hat: bool, rb:
     return tuple(tiles)
 
 
+# Per op and direction: the kernels when the row fits one tile, and when it is chunked.
 _KERNELS = {
-    # direction -> (kernel name, tiles) when the row fits one tile, and when it is chunked
-    "forward": (
-        (("forward", forward_tiles),),
-        (("forward_chunked", forward_tiles),),
-    ),
-    "backward": (
-        (("backward", backward_tiles),),
-        (("backward_coef", backward_coef_tiles), ("backward_chunked", backward_tiles)),
-    ),
+    (op, direction): kernels
+    for op in ("rms_norm", "fused_add_rms_norm")
+    for direction, kernels in (
+        ("forward", (((f"{op}_forward", forward_tiles),), ((f"{op}_forward_chunked", forward_tiles),))),
+        (
+            "backward",
+            (
+                ((f"{op}_backward", backward_tiles),),
+                ((f"{op}_backward_coef", backward_coef_tiles), (f"{op}_backward_chunked", backward_tiles)),
+            ),
+        ),
+    )
 }
 
-RMSNormPlan = RowPlan
 
-
-@functools.lru_cache(maxsize=1024)
-def _plan(
-    direction: str,
-    n_rows: int,
-    n_cols: int,
-    xb: int,
-    wb: int,
-    round_x_hat: bool,
-    hw: hardware.Hardware,
-    max_block_m: int,
-    max_block_n: int,
-    rb: int = 0,
-) -> RowPlan:
-    op = "fused_add_rms_norm" if rb else "rms_norm"
-    single, chunked = (
-        tuple(
-            (f"{op}_{name}", functools.partial(tiles, xb=xb, wb=wb, round_x_hat=round_x_hat, rb=rb))
-            for name, tiles in k
-        )
-        for k in _KERNELS[direction]
-    )
-    # At least one 32-byte block for the narrowest dtype involved (tail alignment).
-    min_n = max(hardware.min_block(b) for b in (xb, wb, rb) if b)
-    return row_plan(f"{op} {direction}", n_rows, n_cols, single, chunked, hw, min_n, max_block_m, max_block_n)
-
-
-def plan(
+def plan_tiles(
     direction: str,
     n_rows: int,
     n_cols: int,
@@ -464,17 +409,11 @@ def plan(
 ) -> RowPlan:
     """The tile plan of ``direction`` ("forward" or "backward") for ``(n_rows, n_cols)`` rows;
     ``residual_dtype`` for fused_add_rms_norm."""
-    return _plan(
-        direction,
-        n_rows,
-        n_cols,
-        elem_bytes(x_dtype),
-        elem_bytes(w_dtype),
-        _ROUND_X_HAT[casting_mode],
-        hw,
-        MAX_BLOCK_M,
-        MAX_BLOCK_N,
-        elem_bytes(residual_dtype),
+    op = "rms_norm" if residual_dtype is None else "fused_add_rms_norm"
+    sizes = {"xb": elem_bytes(x_dtype), "wb": elem_bytes(w_dtype), "rb": elem_bytes(residual_dtype)}
+    single, chunked = _KERNELS[op, direction]
+    return plan_rows(
+        f"{op} {direction}", n_rows, n_cols, single, chunked, hw, sizes, round_x_hat=_ROUND_X_HAT[casting_mode]
     )
 
 
@@ -497,9 +436,7 @@ def rms_norm_forward(
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
     if n_rows == 0 or n_cols == 0:
         return y, rstd, s
-    w_dtype = None if weight is None else weight.dtype
-    r_dtype = None if r2d is None else r2d.dtype
-    p = plan("forward", n_rows, n_cols, x2d.dtype, w_dtype, casting_mode, hw, r_dtype)
+    p = plan_tiles("forward", n_rows, n_cols, x2d.dtype, dtype_of(weight), casting_mode, hw, dtype_of(r2d))
     launch(
         _rms_norm_forward_kernel,
         p.kernels[0],
@@ -558,9 +495,7 @@ def rms_norm_backward(
     if n_rows == 0 or n_cols == 0:
         return dx, (torch.zeros_like(weight) if has_weight else None), dr
     round_x_hat = _ROUND_X_HAT[casting_mode]
-    p = plan(
-        "backward", n_rows, n_cols, x2d.dtype, weight.dtype if has_weight else None, casting_mode, hw, residual_dtype
-    )
+    p = plan_tiles("backward", n_rows, n_cols, x2d.dtype, dtype_of(weight), casting_mode, hw, residual_dtype)
     dw_partial = torch.empty((p.programs, n_cols), dtype=torch.float32, device=x2d.device) if has_weight else rstd
     w = weight if has_weight else x2d
     common = {"HAS_WEIGHT": has_weight, "BLOCK_M": p.block_m, "BLOCK_N": p.block_n}
@@ -594,7 +529,7 @@ def rms_norm_backward(
             **residual,
         )
     else:
-        coef = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+        mean_gx = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
         launch(
             _rms_norm_backward_coef_kernel,
             p.kernels[0],
@@ -603,7 +538,7 @@ def rms_norm_backward(
             x2d,
             w,
             rstd,
-            coef,
+            mean_gx,
             dy2d.stride(0),
             x2d.stride(0),
             n_rows,
@@ -621,7 +556,7 @@ def rms_norm_backward(
             x2d,
             w,
             rstd,
-            coef,
+            mean_gx,
             dx,
             dw_partial,
             ds_arg,
@@ -641,83 +576,58 @@ def rms_norm_backward(
             **residual,
         )
     # Second stage of the grad_weight reduction: sum the per-program partial rows.
-    dw = partial_sums(dw_partial, weight.dtype) if has_weight else None
+    dw = sum_partials(dw_partial, weight.dtype) if has_weight else None
     return dx, dw, dr
 
 
+@implements("rms_norm")
 class LigerRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps, offset, casting_mode, in_place):
-        shape = x.shape
+        check_args(x, weight, eps, offset, casting_mode, in_place)
         hw = hardware.current(x.device)
-        x2d = rows_view(x, shape[-1])
-        y, rstd, _ = rms_norm_forward(x2d, weight, eps, offset, casting_mode, hw)
+        x2d = as_rows(x)
+        y, rstd, _ = rms_norm_forward(x2d, weight, float(eps), float(offset), casting_mode, hw)
         ctx.save_for_backward(x2d, weight, rstd)
-        ctx.offset, ctx.casting_mode, ctx.in_place, ctx.hw = offset, casting_mode, in_place, hw
-        return y.view(shape)
+        ctx.offset, ctx.casting_mode, ctx.in_place, ctx.hw = float(offset), casting_mode, in_place, hw
+        return y.view(x.shape)
 
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, rstd = ctx.saved_tensors
-        dy2d = rows_view(dy, x2d.shape[1])
-        dx, dw, _ = rms_norm_backward(dy2d, x2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.hw)
+        dx, dw, _ = rms_norm_backward(
+            as_rows(dy), x2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.hw
+        )
         return dx.view(dy.shape), dw, None, None, None, None
 
 
-def rms_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    eps: float = 1e-6,
-    offset: float = 0.0,
-    casting_mode: str = "llama",
-    in_place: bool = False,
-) -> torch.Tensor:
-    check_args(x, weight, eps, offset, casting_mode)
-    return LigerRMSNormFunction.apply(x, weight, float(eps), float(offset), casting_mode, in_place)
-
-
+@implements("fused_add_rms_norm")
 class LigerFusedAddRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, residual, weight, eps, offset, casting_mode, in_place):
-        shape = x.shape
+        check_fused_add_args(x, residual, weight, eps, offset, casting_mode, in_place)
         hw = hardware.current(x.device)
-        x2d = rows_view(x, shape[-1])
-        r2d = rows_view(residual, shape[-1])
-        y, rstd, s = rms_norm_forward(x2d, weight, eps, offset, casting_mode, hw, r2d)
+        x2d, r2d = as_rows(x), as_rows(residual)
+        y, rstd, s = rms_norm_forward(x2d, weight, float(eps), float(offset), casting_mode, hw, r2d)
         # The new residual is what was normalised: the backward needs it, not x or r.
         ctx.save_for_backward(s, weight, rstd)
-        ctx.offset, ctx.casting_mode, ctx.in_place, ctx.hw = offset, casting_mode, in_place, hw
+        ctx.offset, ctx.casting_mode, ctx.in_place, ctx.hw = float(offset), casting_mode, in_place, hw
         ctx.residual_dtype = residual.dtype
         # An unused new_residual gets no gradient (None) instead of a buffer of zeros.
         ctx.set_materialize_grads(False)
-        return y.view(shape), s.view(shape)
+        return y.view(x.shape), s.view(x.shape)
 
     @staticmethod
     def backward(ctx, dy, ds):
         s2d, weight, rstd = ctx.saved_tensors
-        n_cols = s2d.shape[1]
         shape = dy.shape if dy is not None else ds.shape
         if dy is None:
             # Only new_residual was used: its gradient passes straight to x and residual.
             dx = ds.to(s2d.dtype).clone()
             dw = torch.zeros_like(weight) if weight is not None else None
             return dx, ds.to(ctx.residual_dtype).clone(), dw, None, None, None, None
-        dy2d = rows_view(dy, n_cols)
-        ds2d = None if ds is None else rows_view(ds, n_cols)
+        ds2d = None if ds is None else as_rows(ds)
         dx, dw, dr = rms_norm_backward(
-            dy2d, s2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.hw, ds2d, ctx.residual_dtype
+            as_rows(dy), s2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.hw, ds2d, ctx.residual_dtype
         )
         return dx.view(shape), dr.view(shape), dw, None, None, None, None
-
-
-def fused_add_rms_norm(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    eps: float = 1e-6,
-    offset: float = 0.0,
-    casting_mode: str = "llama",
-    in_place: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    fused_check_args(x, residual, weight, eps, offset, casting_mode)
-    return LigerFusedAddRMSNormFunction.apply(x, residual, weight, float(eps), float(offset), casting_mode, in_place)

@@ -1,6 +1,6 @@
 """Softmax over the last dimension for Ascend NPUs: kernels, UB-aware plans, autograd Function.
 
-Rows tiled by `_tiling.row_plan`: whole rows (several short rows per tile) when a row fits the
+Rows tiled by `_tiling.plan_rows`: whole rows (several short rows per tile) when a row fits the
 UB, computed in one load; wider rows in ``BLOCK_N`` chunks: an online pass for the running max
 and sum of exponentials, then a normalising pass. Backward ``dx = y * (dy - sum(dy * y))``:
 one pass for whole rows, two for chunked ones. One program per vector core walking row blocks.
@@ -8,18 +8,16 @@ one pass for whole rows, two for chunked ones. One program per vector core walki
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
 from liger_core.ops.softmax import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._tiling import FP32, MAX_BLOCK_M, RowPlan, elem_bytes, loaded, row_plan, rows_view
-from liger_ops_ascend.launch import Tile, launch
-
-MAX_BLOCK_N = 65536
+from liger_ops_ascend._jit import online_lse_step, row_block, tile_indices
+from liger_ops_ascend._tiling import FP32, RowPlan, as_rows, elem_bytes, launch_rows, loaded, plan_rows, row_kernels
+from liger_ops_ascend.launch import Tile
 
 
 @triton.jit
@@ -27,13 +25,9 @@ def _softmax_forward_kernel(
     X, Y, x_row_stride, y_row_stride, n_rows, n_cols, n_blocks, n_chunks,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
 ):  # fmt: skip
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     for blk in range(pid, n_blocks, num_programs):
-        row0 = (pid * 0 + blk) * BLOCK_M
-        row_mask = (row0 + m_idx) < n_rows
+        row0, _, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         x_base = X + row0.to(tl.int64) * x_row_stride + m_idx[:, None] * x_row_stride
         y_base = Y + row0.to(tl.int64) * y_row_stride + m_idx[:, None] * y_row_stride
         if SINGLE_PASS:
@@ -43,23 +37,19 @@ def _softmax_forward_kernel(
             y = e / tl.sum(e, axis=1)[:, None]
             tl.store(y_base + n_idx[None, :], y.to(Y.dtype.element_ty), mask=mask)
         else:
-            m = tl.full((BLOCK_M,), -float("inf"), tl.float32)
-            d = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            run_max = tl.full((BLOCK_M,), -float("inf"), tl.float32)
+            run_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
             for c in range(n_chunks):
                 cols = c * BLOCK_N + n_idx
                 mask = row_mask[:, None] & (cols < n_cols)[None, :]
                 x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
-                m_new = tl.maximum(m, tl.max(x, axis=1))
-                # Rows of a block past the end stay at -inf: keep their rescale finite.
-                m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
-                d = d * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe[:, None]), axis=1)
-                m = m_new
-            m_safe = tl.where(m == -float("inf"), 0.0, m)
+                run_max, run_sum = online_lse_step(run_max, run_sum, x)
+            safe = tl.where(run_max == -float("inf"), 0.0, run_max)
             for c in range(n_chunks):
                 cols = c * BLOCK_N + n_idx
                 mask = row_mask[:, None] & (cols < n_cols)[None, :]
                 x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
-                y = tl.exp(x - m_safe[:, None]) / d[:, None]
+                y = tl.exp(x - safe[:, None]) / run_sum[:, None]
                 tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
@@ -68,13 +58,9 @@ def _softmax_backward_kernel(
     DY, Y, DX, dy_row_stride, y_row_stride, dx_row_stride, n_rows, n_cols, n_blocks, n_chunks,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
 ):  # fmt: skip
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     for blk in range(pid, n_blocks, num_programs):
-        row0 = (pid * 0 + blk) * BLOCK_M
-        row_mask = (row0 + m_idx) < n_rows
+        row0, _, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         base = row0.to(tl.int64)
         dy_base = DY + base * dy_row_stride + m_idx[:, None] * dy_row_stride
         y_base = Y + base * y_row_stride + m_idx[:, None] * y_row_stride
@@ -112,36 +98,41 @@ def backward_tiles(m: int, n: int, xb: int) -> tuple[Tile, ...]:
     return tuple(tiles + [Tile("dot", 1, m, FP32)])
 
 
-@functools.lru_cache(maxsize=1024)
-def _plan(direction: str, n_rows: int, n_cols: int, xb: int, hw: hardware.Hardware, max_block_n: int) -> RowPlan:
-    tiles = functools.partial(forward_tiles if direction == "forward" else backward_tiles, xb=xb)
-    single = ((f"softmax_{direction}", tiles),)
-    chunked = ((f"softmax_{direction}_chunked", tiles),)
-    min_n = hardware.min_block(xb)
-    return row_plan(f"softmax {direction}", n_rows, n_cols, single, chunked, hw, min_n, MAX_BLOCK_M, max_block_n)
+_KERNELS = row_kernels("softmax", forward_tiles, backward_tiles)
 
 
-def plan(direction: str, n_rows: int, n_cols: int, dtype: torch.dtype, hw: hardware.Hardware) -> RowPlan:
-    return _plan(direction, n_rows, n_cols, elem_bytes(dtype), hw, MAX_BLOCK_N)
+def plan_tiles(direction: str, n_rows: int, n_cols: int, x_dtype: torch.dtype, hw: hardware.Hardware) -> RowPlan:
+    """The tile plan of ``direction`` ("forward" or "backward") for ``(n_rows, n_cols)`` rows."""
+    single, chunked = _KERNELS[direction]
+    return plan_rows(f"softmax {direction}", n_rows, n_cols, single, chunked, hw, {"xb": elem_bytes(x_dtype)})
+
+
+# -- host side -------------------------------------------------------------------------------
 
 
 def softmax_forward(x2d: torch.Tensor, hw: hardware.Hardware) -> torch.Tensor:
     n_rows, n_cols = x2d.shape
     y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     if n_rows and n_cols:
-        p = plan("forward", n_rows, n_cols, x2d.dtype, hw)
-        launch(
-            _softmax_forward_kernel, p.kernels[0], hw, x2d, y, x2d.stride(0), y.stride(0), n_rows, n_cols,
-            p.n_blocks, p.n_chunks, BLOCK_M=p.block_m, BLOCK_N=p.block_n, SINGLE_PASS=not p.chunked,
-        )  # fmt: skip
+        launch_rows(_softmax_forward_kernel, plan_tiles("forward", n_rows, n_cols, x2d.dtype, hw), hw, (x2d, y))
     return y
 
 
+def softmax_backward(dy2d: torch.Tensor, y: torch.Tensor, hw: hardware.Hardware) -> torch.Tensor:
+    n_rows, n_cols = y.shape
+    dx = torch.empty((n_rows, n_cols), dtype=y.dtype, device=y.device)
+    if n_rows and n_cols:
+        launch_rows(_softmax_backward_kernel, plan_tiles("backward", n_rows, n_cols, y.dtype, hw), hw, (dy2d, y, dx))
+    return dx
+
+
+@implements("softmax")
 class LigerSoftmaxFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
+        check_args(x)
         hw = hardware.current(x.device)
-        y = softmax_forward(rows_view(x, x.shape[-1]), hw)
+        y = softmax_forward(as_rows(x), hw)
         ctx.save_for_backward(y)
         ctx.hw = hw
         return y.view(x.shape)
@@ -149,20 +140,4 @@ class LigerSoftmaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        hw = ctx.hw
-        n_rows, n_cols = y.shape
-        dy2d = rows_view(dy, n_cols)
-        dx = torch.empty((n_rows, n_cols), dtype=y.dtype, device=y.device)
-        if n_rows and n_cols:
-            p = plan("backward", n_rows, n_cols, y.dtype, hw)
-            launch(
-                _softmax_backward_kernel, p.kernels[0], hw, dy2d, y, dx, dy2d.stride(0), y.stride(0), dx.stride(0),
-                n_rows, n_cols, p.n_blocks, p.n_chunks, BLOCK_M=p.block_m, BLOCK_N=p.block_n,
-                SINGLE_PASS=not p.chunked,
-            )  # fmt: skip
-        return dx.view(dy.shape)
-
-
-def softmax(x: torch.Tensor) -> torch.Tensor:
-    check_args(x)
-    return LigerSoftmaxFunction.apply(x)
+        return softmax_backward(as_rows(dy), y, ctx.hw).view(dy.shape)

@@ -6,7 +6,7 @@ of ``tau`` with the root in ``[max(x) - 1, max(x))``. Bisection narrows it to fp
 then a few steps of Michelot's fixed point ``tau = (sum_{x > tau} x - 1) / |{x > tau}|``
 (monotone from below, exact once the support is found) make it exact.
 
-Rows tiled by `_tiling.row_plan`: whole rows in the UB (several short rows per tile) where
+Rows tiled by `_tiling.plan_rows`: whole rows in the UB (several short rows per tile) where
 they fit, every step then works on the loaded tile; wider rows repeat each step as a pass
 over ``BLOCK_N`` chunks. ``dim`` other than the last is moved last (a copy).
 Backward: on the support ``S = {y > 0}``, ``dx = dy - mean_S(dy)``, zero elsewhere.
@@ -14,21 +14,16 @@ Backward: on the support ``S = {y > 0}``, ``dx = dy - mean_S(dy)``, zero elsewhe
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
 from liger_core.ops.sparsemax import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._tiling import FP32, MAX_BLOCK_M, RowPlan, elem_bytes, loaded, row_plan, rows_view
-from liger_ops_ascend.launch import Tile, launch
-
-MAX_BLOCK_N = 65536
-# Bisection halves [max - 1, max) to 2^-24: fp32 resolution for the O(1) thresholds.
-BISECT_STEPS = 24
-MICHELOT_STEPS = 3
+from liger_ops_ascend._jit import row_block, tile_indices
+from liger_ops_ascend._tiling import FP32, RowPlan, as_rows, elem_bytes, launch_rows, loaded, plan_rows, row_kernels
+from liger_ops_ascend.launch import Tile
 
 
 @triton.jit
@@ -48,15 +43,11 @@ def _support_sums(x, tau):
 def _sparsemax_forward_kernel(
     X, Y, x_row_stride, y_row_stride, n_rows, n_cols, n_blocks, n_chunks,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
-    BISECT: tl.constexpr, MICHELOT: tl.constexpr,
+    BISECTION_STEPS: tl.constexpr, REFINE_STEPS: tl.constexpr,
 ):  # fmt: skip
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     for blk in range(pid, n_blocks, num_programs):
-        row0 = (pid * 0 + blk) * BLOCK_M
-        row_mask = (row0 + m_idx) < n_rows
+        row0, _, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         x_base = X + row0.to(tl.int64) * x_row_stride + m_idx[:, None] * x_row_stride
         y_base = Y + row0.to(tl.int64) * y_row_stride + m_idx[:, None] * y_row_stride
         if SINGLE_PASS:
@@ -65,13 +56,13 @@ def _sparsemax_forward_kernel(
             # Rows past the end (all -inf) get a finite bracket; their stores are masked.
             hi = tl.where(row_mask, tl.max(x, axis=1), 0.0)
             lo = hi - 1.0
-            for _ in range(BISECT):
+            for _ in range(BISECTION_STEPS):
                 mid = 0.5 * (lo + hi)
                 above = _excess(x, mid) >= 1.0
                 lo = tl.where(above, mid, lo)
                 hi = tl.where(above, hi, mid)
             tau = lo
-            for _ in range(MICHELOT):
+            for _ in range(REFINE_STEPS):
                 total, count = _support_sums(x, tau)
                 tau = tl.where(count > 0, (total - 1.0) / tl.maximum(count, 1.0), tau)
             y = tl.maximum(x - tau[:, None], 0.0)
@@ -85,7 +76,7 @@ def _sparsemax_forward_kernel(
                 hi = tl.maximum(hi, tl.max(x, axis=1))
             hi = tl.where(row_mask, hi, 0.0)
             lo = hi - 1.0
-            for _ in range(BISECT):
+            for _ in range(BISECTION_STEPS):
                 mid = 0.5 * (lo + hi)
                 f = tl.zeros((BLOCK_M,), dtype=tl.float32)
                 for c in range(n_chunks):
@@ -97,7 +88,7 @@ def _sparsemax_forward_kernel(
                 lo = tl.where(above, mid, lo)
                 hi = tl.where(above, hi, mid)
             tau = lo
-            for _ in range(MICHELOT):
+            for _ in range(REFINE_STEPS):
                 total = tl.zeros((BLOCK_M,), dtype=tl.float32)
                 count = tl.zeros((BLOCK_M,), dtype=tl.float32)
                 for c in range(n_chunks):
@@ -121,13 +112,9 @@ def _sparsemax_backward_kernel(
     DY, Y, DX, dy_row_stride, y_row_stride, dx_row_stride, n_rows, n_cols, n_blocks, n_chunks,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr,
 ):  # fmt: skip
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    m_idx = tl.arange(0, BLOCK_M)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     for blk in range(pid, n_blocks, num_programs):
-        row0 = (pid * 0 + blk) * BLOCK_M
-        row_mask = (row0 + m_idx) < n_rows
+        row0, _, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         base = row0.to(tl.int64)
         dy_base = DY + base * dy_row_stride + m_idx[:, None] * dy_row_stride
         y_base = Y + base * y_row_stride + m_idx[:, None] * y_row_stride
@@ -172,34 +159,46 @@ def backward_tiles(m: int, n: int, xb: int) -> tuple[Tile, ...]:
     return tuple(tiles + [Tile(t, 1, m, FP32) for t in ("total", "count", "mean")])
 
 
-@functools.lru_cache(maxsize=1024)
-def _plan(direction: str, n_rows: int, n_cols: int, xb: int, hw: hardware.Hardware, max_block_n: int) -> RowPlan:
-    tiles = functools.partial(forward_tiles if direction == "forward" else backward_tiles, xb=xb)
-    single = ((f"sparsemax_{direction}", tiles),)
-    chunked = ((f"sparsemax_{direction}_chunked", tiles),)
-    min_n = hardware.min_block(xb)
-    return row_plan(f"sparsemax {direction}", n_rows, n_cols, single, chunked, hw, min_n, MAX_BLOCK_M, max_block_n)
+_KERNELS = row_kernels("sparsemax", forward_tiles, backward_tiles)
 
 
-def plan(direction: str, n_rows: int, n_cols: int, dtype: torch.dtype, hw: hardware.Hardware) -> RowPlan:
-    return _plan(direction, n_rows, n_cols, elem_bytes(dtype), hw, MAX_BLOCK_N)
+def plan_tiles(direction: str, n_rows: int, n_cols: int, x_dtype: torch.dtype, hw: hardware.Hardware) -> RowPlan:
+    """The tile plan of ``direction`` ("forward" or "backward") for ``(n_rows, n_cols)`` rows."""
+    single, chunked = _KERNELS[direction]
+    return plan_rows(f"sparsemax {direction}", n_rows, n_cols, single, chunked, hw, {"xb": elem_bytes(x_dtype)})
 
 
+# -- host side -------------------------------------------------------------------------------
+
+
+def sparsemax_forward(x2d: torch.Tensor, hw: hardware.Hardware) -> torch.Tensor:
+    n_rows, n_cols = x2d.shape
+    y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
+    if n_rows and n_cols:
+        p = plan_tiles("forward", n_rows, n_cols, x2d.dtype, hw)
+        launch_rows(
+            _sparsemax_forward_kernel, p, hw, (x2d, y),
+            BISECTION_STEPS=hardware.SPARSEMAX_BISECTION_STEPS, REFINE_STEPS=hardware.SPARSEMAX_REFINE_STEPS,
+        )  # fmt: skip
+    return y
+
+
+def sparsemax_backward(dy2d: torch.Tensor, y: torch.Tensor, hw: hardware.Hardware) -> torch.Tensor:
+    n_rows, n_cols = y.shape
+    dx = torch.empty((n_rows, n_cols), dtype=y.dtype, device=y.device)
+    if n_rows and n_cols:
+        launch_rows(_sparsemax_backward_kernel, plan_tiles("backward", n_rows, n_cols, y.dtype, hw), hw, (dy2d, y, dx))
+    return dx
+
+
+@implements("sparsemax")
 class LigerSparsemaxFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, dim):
+        check_args(x, dim)
         hw = hardware.current(x.device)
         xt = x.transpose(dim, -1)
-        x2d = rows_view(xt, xt.shape[-1])
-        n_rows, n_cols = x2d.shape
-        y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-        if n_rows and n_cols:
-            p = plan("forward", n_rows, n_cols, x.dtype, hw)
-            launch(
-                _sparsemax_forward_kernel, p.kernels[0], hw, x2d, y, x2d.stride(0), y.stride(0), n_rows, n_cols,
-                p.n_blocks, p.n_chunks, BLOCK_M=p.block_m, BLOCK_N=p.block_n, SINGLE_PASS=not p.chunked,
-                BISECT=BISECT_STEPS, MICHELOT=MICHELOT_STEPS,
-            )  # fmt: skip
+        y = sparsemax_forward(as_rows(xt), hw)
         ctx.save_for_backward(y)
         ctx.dim, ctx.hw = dim, hw
         return y.view(xt.shape).transpose(dim, -1)
@@ -207,21 +206,5 @@ class LigerSparsemaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        hw, dim = ctx.hw, ctx.dim
-        n_rows, n_cols = y.shape
-        dyt = dy.transpose(dim, -1)
-        dy2d = rows_view(dyt, n_cols)
-        dx = torch.empty((n_rows, n_cols), dtype=y.dtype, device=y.device)
-        if n_rows and n_cols:
-            p = plan("backward", n_rows, n_cols, y.dtype, hw)
-            launch(
-                _sparsemax_backward_kernel, p.kernels[0], hw, dy2d, y, dx, dy2d.stride(0), y.stride(0), dx.stride(0),
-                n_rows, n_cols, p.n_blocks, p.n_chunks, BLOCK_M=p.block_m, BLOCK_N=p.block_n,
-                SINGLE_PASS=not p.chunked,
-            )  # fmt: skip
-        return dx.view(dyt.shape).transpose(dim, -1), None
-
-
-def sparsemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    check_args(x, dim)
-    return LigerSparsemaxFunction.apply(x, dim)
+        dyt = dy.transpose(ctx.dim, -1)
+        return sparsemax_backward(as_rows(dyt), y, ctx.hw).view(dyt.shape).transpose(ctx.dim, -1), None

@@ -1,13 +1,16 @@
-"""SwiGLU for Ascend NPUs: ``silu(a) * b`` (kernels and plans in `_gated`)."""
+"""SwiGLU for Ascend NPUs: ``silu(a) * b`` (kernels, plans and Function in `_glu`)."""
 
 from __future__ import annotations
 
-import torch
+from liger_core.backend import implements
 from liger_core.ops.swiglu import check_args
 
-from liger_ops_ascend._gated import SILU, LigerGatedFunction
+from liger_ops_ascend._glu import SILU, LigerGLUFunction
 
 
-def swiglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
-    check_args(a, b, in_place)
-    return LigerGatedFunction.apply(a, b, SILU, in_place)
+@implements("swiglu")
+class LigerSwiGLUFunction(LigerGLUFunction):
+    @staticmethod
+    def forward(ctx, a, b, in_place):
+        check_args(a, b, in_place)
+        return LigerGLUFunction.forward(ctx, a, b, SILU, in_place)

@@ -13,16 +13,12 @@ import triton
 import triton.language as tl
 
 from liger_ops_cuda import hardware
+from liger_ops_cuda._jit import tanh
+from liger_ops_cuda._tiling import flat
 
+# The activation (the kernels' ACT constexpr).
 SILU = 0
 GELU_TANH = 1
-
-
-@triton.jit
-def _tanh(z):
-    # 1 - 2 / (exp(2z) + 1): saturates cleanly to +-1 (exp overflow gives inf, then 1) and
-    # stays within Triton's portable core (the interpreter has no libdevice tanh).
-    return 1.0 - 2.0 / (tl.exp(2.0 * z) + 1.0)
 
 
 @triton.jit
@@ -35,7 +31,7 @@ def _act_and_grad(a, ACT: tl.constexpr):
         return a * s, s * (1.0 + a * (1.0 - s))
     else:
         inner = 0.7978845608028654 * (a + 0.044715 * a * a * a)
-        t = _tanh(inner)
+        t = tanh(inner)
         d = 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * a * a)
         return 0.5 * a * (1.0 + t), d
 
@@ -45,13 +41,13 @@ def _act(a, ACT: tl.constexpr):
     if ACT == 0:
         return a * tl.sigmoid(a)
     else:
-        return 0.5 * a * (1.0 + _tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)))
+        return 0.5 * a * (1.0 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)))
 
 
 @triton.jit
-def _glu_forward_kernel(A, B, C, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
+def _glu_forward_kernel(A, B, C, n_elements, ACT: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
+    mask = offs < n_elements
     a = tl.load(A + offs, mask=mask, other=0.0)
     b = tl.load(B + offs, mask=mask, other=0.0).to(tl.float32)
     act = _act(a.to(tl.float32), ACT).to(a.dtype).to(tl.float32)
@@ -59,10 +55,10 @@ def _glu_forward_kernel(A, B, C, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _glu_backward_kernel(DC, A, B, DA, DB, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
+def _glu_backward_kernel(DC, A, B, DA, DB, n_elements, ACT: tl.constexpr, BLOCK: tl.constexpr):
     # DA/DB may be A/B themselves (in_place): every element is read before it is written.
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
+    mask = offs < n_elements
     dc = tl.load(DC + offs, mask=mask, other=0.0).to(tl.float32)
     a_raw = tl.load(A + offs, mask=mask, other=0.0)
     b = tl.load(B + offs, mask=mask, other=0.0).to(tl.float32)
@@ -71,12 +67,6 @@ def _glu_backward_kernel(DC, A, B, DA, DB, n, ACT: tl.constexpr, BLOCK: tl.const
     da = dc * b * dact
     tl.store(DA + offs, da.to(DA.dtype.element_ty), mask=mask)
     tl.store(DB + offs, db.to(DB.dtype.element_ty), mask=mask)
-
-
-def _flat(t: torch.Tensor) -> torch.Tensor:
-    # Elementwise: any dense order would do, but a and b must share one, so rows are read in
-    # logical order from a contiguous buffer (a copy only for non-contiguous inputs).
-    return t.reshape(-1) if t.is_contiguous() else t.contiguous().reshape(-1)
 
 
 def glu_forward(a1: torch.Tensor, b1: torch.Tensor, act: int, block: int | None = None) -> torch.Tensor:
@@ -91,9 +81,11 @@ def glu_forward(a1: torch.Tensor, b1: torch.Tensor, act: int, block: int | None 
     return c
 
 
-def glu_backward(dc, a1, b1, act: int, in_place: bool, block: int | None = None):
+def glu_backward(
+    dc: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, act: int, in_place: bool, block: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Gradients for flat ``a1``/``b1``; with ``in_place`` they are written into ``a1``/``b1``."""
-    dc1 = _flat(dc)
+    dc1 = flat(dc)
     da, db = (a1, b1) if in_place else (torch.empty_like(a1), torch.empty_like(b1))
     n = a1.numel()
     if n:
@@ -105,9 +97,13 @@ def glu_backward(dc, a1, b1, act: int, in_place: bool, block: int | None = None)
 
 
 class LigerGLUFunction(torch.autograd.Function):
+    """The autograd Function of the gated activations: `LigerSwiGLUFunction` and
+    `LigerGEGLUFunction` check their arguments and call `shared_forward` with their activation;
+    backward (the same for both) is this one."""
+
     @staticmethod
-    def forward(ctx, a, b, act, in_place):
-        a1, b1 = _flat(a), _flat(b)
+    def shared_forward(ctx, a: torch.Tensor, b: torch.Tensor, act: int, in_place: bool) -> torch.Tensor:
+        a1, b1 = flat(a), flat(b)
         c = glu_forward(a1, b1, act)
         ctx.save_for_backward(a1, b1)
         ctx.act, ctx.in_place, ctx.shape = act, in_place, a.shape
@@ -122,4 +118,4 @@ class LigerGLUFunction(torch.autograd.Function):
             # so a node that also saved them (a misuse of in_place) raises instead of reading
             # gradients as activations.
             torch.autograd.graph.increment_version((a1, b1))
-        return da.view(ctx.shape), db.view(ctx.shape), None, None
+        return da.view(ctx.shape), db.view(ctx.shape), None

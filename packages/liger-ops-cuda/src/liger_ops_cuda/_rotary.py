@@ -161,7 +161,18 @@ def _bshd_strides(t: torch.Tensor, unsqueeze_dim: int) -> tuple[int, int, int, i
     return (sb, s2, s1, sd) if unsqueeze_dim == 1 else (sb, s1, s2, sd)
 
 
-def rotary(q, k, cos, sin, unsqueeze_dim, mrope_section=None, backward=False, q_out=None, k_out=None, plan=None):
+def rotary(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    unsqueeze_dim: int,
+    mrope_section: tuple[int, ...] | None = None,
+    backward: bool = False,
+    q_out: torch.Tensor | None = None,
+    k_out: torch.Tensor | None = None,
+    plan: RotaryPlan | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate ``q`` and ``k`` (or, with ``backward``, apply the transpose to their gradients)
     into new tensors laid out like ``q_out``/``k_out`` (default: like the inputs)."""
     q_out = torch.empty_like(q) if q_out is None else q_out
@@ -193,10 +204,12 @@ def rotary(q, k, cos, sin, unsqueeze_dim, mrope_section=None, backward=False, q_
 
 
 class LigerRotaryFunction(torch.autograd.Function):
-    """rope (``mrope_section`` None) and qwen2vl_mrope; no gradient to cos/sin."""
+    """The autograd Function of the rotary embeddings: `LigerRopeFunction` (``mrope_section``
+    None) and `LigerQwen2VLMRopeFunction` check their arguments and call `shared_forward`;
+    backward (the same for both) is this one. No gradient to cos/sin."""
 
     @staticmethod
-    def forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
+    def shared_forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
         q_out, k_out = rotary(q, k, cos, sin, unsqueeze_dim, mrope_section)
         ctx.save_for_backward(cos, sin)
         ctx.mrope_section, ctx.unsqueeze_dim = mrope_section, unsqueeze_dim

@@ -1,58 +1,16 @@
-"""The backend object liger-core discovers through the `liger.backends` entry point."""
+"""The backend object liger-core discovers through the `liger.backends` entry point: every
+`implements`-marked Function of this package, at the interface version they add up to."""
 
 from __future__ import annotations
 
-from liger_core.backend import Backend, triton_runtime
-from liger_ops_cuda import (
-    cross_entropy,
-    dyt,
-    fused_add_rms_norm,
-    fused_linear_cross_entropy,
-    fused_linear_jsd,
-    geglu,
-    group_norm,
-    jsd,
-    kl_div,
-    layer_norm,
-    poly_norm,
-    qwen2vl_mrope,
-    rms_norm,
-    rope,
-    softmax,
-    sparsemax,
-    swiglu,
-    tvd,
-)
+from liger_core.backend import triton_runtime, vendor_backend
 from liger_ops_cuda.__about__ import __version__
 
-INTERFACE_VERSION = "1.3"
-
-
-BACKEND = Backend(
-    name="cuda",
-    distribution="liger-ops-cuda",
-    version=__version__,
-    device_types=("cuda",),
-    interface_version=INTERFACE_VERSION,
-    ops={
-        "rms_norm": rms_norm.rms_norm,
-        "fused_add_rms_norm": fused_add_rms_norm.fused_add_rms_norm,
-        "layer_norm": layer_norm.layer_norm,
-        "group_norm": group_norm.group_norm,
-        "poly_norm": poly_norm.poly_norm,
-        "dyt": dyt.dyt,
-        "swiglu": swiglu.swiglu,
-        "geglu": geglu.geglu,
-        "rope": rope.rope,
-        "qwen2vl_mrope": qwen2vl_mrope.qwen2vl_mrope,
-        "softmax": softmax.softmax,
-        "sparsemax": sparsemax.sparsemax,
-        "cross_entropy": cross_entropy.cross_entropy,
-        "fused_linear_cross_entropy": fused_linear_cross_entropy.fused_linear_cross_entropy,
-        "kl_div": kl_div.kl_div,
-        "jsd": jsd.jsd,
-        "fused_linear_jsd": fused_linear_jsd.fused_linear_jsd,
-        "tvd": tvd.tvd,
-    },
+BACKEND = vendor_backend(
+    "cuda",
+    "liger-ops-cuda",
+    __version__,
+    ("cuda",),
+    __package__,
     runtime=lambda: triton_runtime("triton", "pytorch-triton"),
 )

@@ -13,9 +13,11 @@ import torch
 import triton
 import triton.language as tl
 
+from liger_core.backend import implements
 from liger_core.ops.dyt import check_args
 from liger_ops_cuda import hardware
-from liger_ops_cuda._partials import as_rows, grad_rows, sum_partials, tanh_f32
+from liger_ops_cuda._jit import tanh
+from liger_ops_cuda._tiling import as_rows, grad_rows, sum_partials
 
 
 @triton.jit
@@ -35,15 +37,15 @@ def _dyt_forward_kernel(
 ):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    cm = cols < n_cols
-    m = (rows < n_rows)[:, None] & cm[None, :]
-    r64 = rows.to(tl.int64)[:, None]
+    col_mask = cols < n_cols
+    mask = (rows < n_rows)[:, None] & col_mask[None, :]
+    rows64 = rows.to(tl.int64)[:, None]
     alpha = tl.load(ALPHA).to(tl.float32)
-    x = tl.load(X + r64 * x_row_stride + cols[None, :], mask=m, other=0.0, eviction_policy="evict_first")
-    y = tl.load(GAMMA + cols, mask=cm, other=0.0).to(tl.float32)[None, :] * tanh_f32(alpha * x.to(tl.float32))
+    x = tl.load(X + rows64 * x_row_stride + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
+    y = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :] * tanh(alpha * x.to(tl.float32))
     if HAS_BETA:
-        y = y + tl.load(BETA + cols, mask=cm, other=0.0).to(tl.float32)[None, :]
-    tl.store(Y + r64 * y_row_stride + cols[None, :], y.to(Y.dtype.element_ty), mask=m)
+        y = y + tl.load(BETA + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+    tl.store(Y + rows64 * y_row_stride + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -72,46 +74,46 @@ def _dyt_backward_kernel(
     row_start = pid_r * rows_per_program
     row_end = tl.minimum(row_start + rows_per_program, n_rows)
     cols = pid_c * BLOCK_N + tl.arange(0, BLOCK_N)
-    cm = cols < n_cols
+    col_mask = cols < n_cols
     alpha = tl.load(ALPHA).to(tl.float32)
-    gamma = tl.load(GAMMA + cols, mask=cm, other=0.0).to(tl.float32)
+    gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
     dg_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     db_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     da_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for block_start in range(row_start, row_end, BLOCK_M):
         rows = block_start + tl.arange(0, BLOCK_M)
-        m = (rows < row_end)[:, None] & cm[None, :]
-        r64 = rows.to(tl.int64)[:, None]
-        x = tl.load(X + r64 * x_row_stride + cols[None, :], mask=m, other=0.0).to(tl.float32)
-        dy = tl.load(DY + r64 * dy_row_stride + cols[None, :], mask=m, other=0.0).to(tl.float32)
-        t = tanh_f32(alpha * x)
+        mask = (rows < row_end)[:, None] & col_mask[None, :]
+        rows64 = rows.to(tl.int64)[:, None]
+        x = tl.load(X + rows64 * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + rows64 * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        t = tanh(alpha * x)
         # d tanh(alpha x) = (1 - t^2) d(alpha x); masked lanes have dy = 0.
         gd = dy * gamma[None, :] * (1.0 - t * t)
-        tl.store(DX + r64 * dx_row_stride + cols[None, :], (gd * alpha).to(DX.dtype.element_ty), mask=m)
+        tl.store(DX + rows64 * dx_row_stride + cols[None, :], (gd * alpha).to(DX.dtype.element_ty), mask=mask)
         if NEED_PARTIAL:
             da_acc += tl.sum(gd * x, axis=0)
             dg_acc += tl.sum(dy * t, axis=0)
             db_acc += tl.sum(dy, axis=0)
     if NEED_PARTIAL:
         base = PARTIAL + pid_r.to(tl.int64) * (2 * n_cols)
-        tl.store(base + cols, dg_acc, mask=cm)
-        tl.store(base + n_cols + cols, db_acc, mask=cm)
+        tl.store(base + cols, dg_acc, mask=col_mask)
+        tl.store(base + n_cols + cols, db_acc, mask=col_mask)
         tl.store(ALPHA_PARTIAL + pid_r * tl.num_programs(1) + pid_c, tl.sum(da_acc, axis=0))
 
 
-def _tile(n_cols: int, tile_elements: int, max_block_n: int) -> tuple[int, int, int]:
+def plan_dyt(n_cols: int, tile_elements: int, max_block_n: int) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps): whole short rows, several per tile; wide rows in column blocks."""
     block_n = min(triton.next_power_of_2(max(n_cols, 1)), max_block_n)
     block_m = max(1, min(tile_elements // block_n, 64))
     return block_m, block_n, hardware.num_warps_for(block_m * block_n, hardware.FORWARD_ELEMENTS_PER_WARP)
 
 
-def dyt_forward(x2d, alpha, gamma, beta):
+def dyt_forward(x2d: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None) -> torch.Tensor:
     n_rows, n_cols = x2d.shape
     y = torch.empty_like(x2d)
     if n_rows == 0 or n_cols == 0:
         return y
-    block_m, block_n, warps = _tile(n_cols, hardware.DYT_TILE_ELEMENTS, hardware.DYT_MAX_BLOCK_N)
+    block_m, block_n, warps = plan_dyt(n_cols, hardware.DYT_TILE_ELEMENTS, hardware.DYT_MAX_BLOCK_N)
     _dyt_forward_kernel[(triton.cdiv(n_rows, block_m), triton.cdiv(n_cols, block_n))](
         x2d,
         alpha,
@@ -130,10 +132,18 @@ def dyt_forward(x2d, alpha, gamma, beta):
     return y
 
 
-def dyt_backward(dy2d, x2d, alpha, gamma, beta, need_params=True, programs=None):
+def dyt_backward(
+    dy2d: torch.Tensor,
+    x2d: torch.Tensor,
+    alpha: torch.Tensor,
+    gamma: torch.Tensor,
+    beta: torch.Tensor | None,
+    need_params: bool = True,
+    programs: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     n_rows, n_cols = x2d.shape
     dx = torch.empty_like(x2d)
-    block_m, block_n, warps = _tile(n_cols, hardware.DYT_BACKWARD_TILE_ELEMENTS, hardware.DYT_MAX_BLOCK_N)
+    block_m, block_n, warps = plan_dyt(n_cols, hardware.DYT_BACKWARD_TILE_ELEMENTS, hardware.DYT_MAX_BLOCK_N)
     col_blocks = triton.cdiv(max(n_cols, 1), block_n)
     if programs is None:
         programs = hardware.sm_count(x2d.device.index) * hardware.BACKWARD_PROGRAMS_PER_SM
@@ -172,6 +182,7 @@ def dyt_backward(dy2d, x2d, alpha, gamma, beta, need_params=True, programs=None)
     return dx, d_alpha, d_gamma, d_beta
 
 
+@implements("dyt")
 class LigerDyTFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, alpha, gamma, beta):
@@ -187,8 +198,3 @@ class LigerDyTFunction(torch.autograd.Function):
         need_params = any(ctx.needs_input_grad[1:])
         dx, d_alpha, d_gamma, d_beta = dyt_backward(grad_rows(dy, x2d.shape), x2d, alpha, gamma, beta, need_params)
         return dx.view(dy.shape), d_alpha, d_gamma, d_beta
-
-
-def dyt(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None) -> torch.Tensor:
-    # Arguments are checked inside the Function, so calling it directly is just as safe.
-    return LigerDyTFunction.apply(x, alpha, gamma, beta)

@@ -28,54 +28,23 @@ import torch
 import triton
 import triton.language as tl
 
+from liger_core.backend import implements
 from liger_core.ops.fused_linear_cross_entropy import check_args
 from liger_ops_cuda import hardware
-from liger_ops_cuda._ce_kernels import (
-    _softcapped,
+from liger_ops_cuda._cross_entropy import (
     ce_grad_coefficients,
-    ce_grad_from_lse,
     ce_grad_values,
     ce_loss_terms,
-    ce_rows,
-    online_lse_step,
-    scale_unless_one,
+    cross_entropy_backward,
+    cross_entropy_forward,
+    loss_outputs,
+    reduce_rows,
+    softcapped,
+    target_stats,
     target_weight,
 )
-from liger_ops_cuda.cross_entropy import device_scales, reduce_rows
-
-
-def chunk_tokens(n_tokens: int, vocab: int, budget: int | None = None) -> int:
-    """Tokens per chunk: at most ``budget`` logits, a multiple of FLCE_CHUNK_MULTIPLE when
-    that fits, never more than the tokens there are (at least 1)."""
-    budget = hardware.FLCE_CHUNK_ELEMENTS if budget is None else budget
-    c = max(1, budget // max(vocab, 1))
-    mult = hardware.FLCE_CHUNK_MULTIPLE
-    if c >= mult:
-        c -= c % mult
-    return max(1, min(c, n_tokens))
-
-
-def _accumulate_weight_grad(gw: torch.Tensor, g: torch.Tensor, x: torch.Tensor, first: bool) -> None:
-    """``gw (+)= g^T @ x`` with gw in its own dtype (fp32 accumulation of bf16 GEMMs via
-    out_dtype where cuBLAS offers it)."""
-    gt = g.t()
-    if gw.dtype == g.dtype:
-        if first:
-            torch.mm(gt, x, out=gw)
-        else:
-            gw.addmm_(gt, x)
-        return
-    if gw.is_cuda:
-        try:
-            torch.addmm(gw, gt, x, beta=0.0 if first else 1.0, out_dtype=gw.dtype, out=gw)
-            return
-        except (TypeError, RuntimeError):
-            pass  # older torch: fall through (a temporary of grad_W's size)
-    prod = torch.mm(gt, x).to(gw.dtype)
-    if first:
-        gw.copy_(prod)
-    else:
-        gw.add_(prod)
+from liger_ops_cuda._jit import online_lse_step
+from liger_ops_cuda._tiling import accumulate_weight_grad, contiguous, plan_chunks, scale_unless_one
 
 
 def _chunk_loop(
@@ -86,7 +55,7 @@ def _chunk_loop(
     With ``saved_lse`` (backward of "none"), the gradient comes from it without a forward pass."""
     n, _ = x.shape
     vocab = w.shape[0]
-    c = chunk_tokens(n, vocab)
+    c = plan_chunks(n, vocab)
     want_grad = upstream is not None
     buf = torch.empty((min(c, n), vocab), dtype=x.dtype, device=x.device) if n else None
     first = True
@@ -98,12 +67,12 @@ def _chunk_loop(
         t = target[s:e]
         if saved_lse is not None:
             up = upstream[s:e] if upstream.numel() > 1 else upstream
-            ce_grad_from_lse(
+            cross_entropy_backward(
                 logits, t, ce_weight, weight_total, bias, saved_lse[s:e], logits, up, ignore_index,
                 lse_square_scale, label_smoothing, softcap, scales,
             )  # fmt: skip
         else:
-            rows = ce_rows(
+            rows = cross_entropy_forward(
                 logits, t, ce_weight, weight_total, bias, ignore_index, lse_square_scale, label_smoothing, softcap,
                 grad_out=logits if want_grad else None, upstream=upstream, scales=scales,
             )  # fmt: skip
@@ -115,7 +84,7 @@ def _chunk_loop(
             if grad_x is not None:
                 torch.mm(logits, w, out=grad_x[s:e])
             if grad_w is not None:
-                _accumulate_weight_grad(grad_w, logits, xc, first)
+                accumulate_weight_grad(grad_w, logits, xc, first)
             if grad_b is not None:
                 grad_b += logits.sum(0, dtype=torch.float32)
         first = False
@@ -124,13 +93,13 @@ def _chunk_loop(
 
 
 @triton.jit
-def _vt_offsets(vs, toks, n_tokens):
+def _vocab_major_offsets(vs, toks, n_tokens):
     # int64: vocab x tokens may pass 2**31 (it is as large as grad_W).
     return vs[:, None].to(tl.int64) * n_tokens + toks[None, :]
 
 
 @triton.jit
-def _vt_partials_kernel(
+def _vocab_major_partials_kernel(
     LT, BIAS, W, PART_MAX, PART_SUM, PART_WX, n_tokens, n_vocab, rows_per_group, softcap,
     HAS_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, SMOOTH: tl.constexpr,
     BLOCK_V: tl.constexpr, BLOCK_T: tl.constexpr,
@@ -149,10 +118,10 @@ def _vt_partials_kernel(
         vs = v0 + tl.arange(0, BLOCK_V)
         vmask = vs < v_stop
         mask = vmask[:, None] & tmask[None, :]
-        x = tl.load(LT + _vt_offsets(vs, toks, n_tokens), mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(LT + _vocab_major_offsets(vs, toks, n_tokens), mask=mask, other=0.0).to(tl.float32)
         if HAS_BIAS:
             x += tl.load(BIAS + vs, mask=vmask, other=0.0).to(tl.float32)[:, None]
-        x = _softcapped(x, softcap, HAS_SOFTCAP)
+        x = softcapped(x, softcap, HAS_SOFTCAP)
         m, s = online_lse_step(m, s, tl.where(mask, x, float("-inf")))
         if SMOOTH:
             if HAS_WEIGHT:
@@ -166,7 +135,7 @@ def _vt_partials_kernel(
 
 
 @triton.jit
-def _vt_finish_kernel(
+def _vocab_major_finish_kernel(
     LT, BIAS, Y, W, WSUM, PART_MAX, PART_SUM, PART_WX, LOSS, ZLOSS, LSE, n_tokens, n_vocab, n_groups,
     ignore_index, softcap, label_smoothing, lse_square_scale,
     HAS_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, SMOOTH: tl.constexpr,
@@ -191,7 +160,7 @@ def _vt_finish_kernel(
     x_y = tl.load(LT + y.to(tl.int64) * n_tokens + toks, mask=in_range, other=0.0).to(tl.float32)
     if HAS_BIAS:
         x_y += tl.load(BIAS + y, mask=in_range, other=0.0).to(tl.float32)
-    x_y = _softcapped(x_y, softcap, HAS_SOFTCAP)
+    x_y = softcapped(x_y, softcap, HAS_SOFTCAP)
     w_y, w_sum = target_weight(W, WSUM, y, in_range, n_vocab, HAS_WEIGHT)
     wx = 0.0
     if SMOOTH:
@@ -203,7 +172,7 @@ def _vt_finish_kernel(
 
 
 @triton.jit
-def _vt_grad_kernel(
+def _vocab_major_grad_kernel(
     LT, BIAS, Y, W, WSUM, LSE, SCALES, UP, n_tokens, n_vocab,
     ignore_index, softcap, label_smoothing, lse_square_scale,
     HAS_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, SMOOTH: tl.constexpr,
@@ -215,7 +184,7 @@ def _vt_grad_kernel(
     vmask = vs < n_vocab
     tmask = toks < n_tokens
     mask = vmask[:, None] & tmask[None, :]
-    offs = _vt_offsets(vs, toks, n_tokens)
+    offs = _vocab_major_offsets(vs, toks, n_tokens)
     y = tl.load(Y + toks, mask=tmask, other=ignore_index)
     valid = y != ignore_index
     lse = tl.load(LSE + toks, mask=tmask, other=0.0)
@@ -276,17 +245,17 @@ def _vocab_major_pass(
     bias_arg = bias if bias is not None else lt
     w_arg = ce_weight if ce_weight is not None else lt
     wsum_arg = weight_total if weight_total is not None else part_max
-    _vt_partials_kernel[(token_tiles, groups)](
+    _vocab_major_partials_kernel[(token_tiles, groups)](
         lt, bias_arg, w_arg, part_max, part_sum, part_wx, n, vocab, rows_per_group, sc,
         BLOCK_V=bv, BLOCK_T=bt, num_warps=warps, **flags,
     )  # fmt: skip
-    _vt_finish_kernel[(token_tiles,)](
+    _vocab_major_finish_kernel[(token_tiles,)](
         lt, bias_arg, target, w_arg, wsum_arg, part_max, part_sum, part_wx, rows_out.loss, rows_out.z,
         rows_out.lse, n, vocab, groups, ignore_index, sc, float(label_smoothing), float(lse_square_scale),
         BLOCK_T=bt, BLOCK_G=max(2, triton.next_power_of_2(groups)), num_warps=warps, **flags,
     )  # fmt: skip
     del part_max, part_sum, part_wx
-    _vt_grad_kernel[(triton.cdiv(vocab, bv), token_tiles)](
+    _vocab_major_grad_kernel[(triton.cdiv(vocab, bv), token_tiles)](
         lt, bias_arg, target, w_arg, wsum_arg, rows_out.lse, scales, upstream, n, vocab, ignore_index, sc,
         float(label_smoothing), float(lse_square_scale), BLOCK_V=bv, BLOCK_T=bt, num_warps=warps, **flags,
     )  # fmt: skip
@@ -315,26 +284,29 @@ class _Rows:
         self.lse = torch.empty_like(self.loss)
 
 
+@implements("fused_linear_cross_entropy")
 class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx, x, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap,
-        accum_dtype,
+        ctx, input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction,
+        softcap, return_z_loss, accum_dtype,
     ):  # fmt: skip
+        check_args(
+            input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction,
+            softcap, return_z_loss, accum_dtype,
+        )  # fmt: skip
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         need_b = bias is not None and ctx.needs_input_grad[3]
         any_grad = need_x or need_w or need_b
         defer = any_grad and reduction == "none"
-        x = x.contiguous()
+        x = input.contiguous()
         w = weight if weight.dtype == x.dtype else weight.to(x.dtype)  # as autocast would
         w = w.contiguous()
         target = target.contiguous()
-        weight_total = None
-        if ce_weight is not None:
-            ce_weight = ce_weight.contiguous()
-            weight_total = ce_weight.float().sum().reshape(1)
+        ce_weight = contiguous(ce_weight)
+        weight_total = ce_weight.float().sum().reshape(1) if ce_weight is not None else None
         n = x.shape[0]
-        scales, check = device_scales(
+        scales, _, check = target_stats(
             "fused_linear_cross_entropy", target, ignore_index, weight.shape[0], ce_weight, reduction
         )
         rows = _Rows(n, x.device)
@@ -353,20 +325,17 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
         ctx.defer = defer
         ctx.flags = (need_x, need_w, need_b, accum_dtype)
         ctx.args = (ignore_index, lse_square_scale, label_smoothing, softcap)
-        ctx.weight_dtype = weight.dtype
         if defer:
             ctx.save_for_backward(x, w, target, bias, ce_weight, weight_total, rows.lse, weight)
         else:
             ctx.save_for_backward(*grads)
-        ctx.mark_non_differentiable(z)
-        ctx.set_materialize_grads(False)
-        return loss, z
+        return loss_outputs(ctx, loss, z, return_z_loss)
 
     @staticmethod
-    def backward(ctx, grad_loss, grad_z):
-        nones = (None,) * 8
+    def backward(ctx, grad_loss, grad_z=None):
+        nones = (None,) * 8  # target and the options after bias
         if grad_loss is None:
-            return (None, None, None, None) + nones[:7]
+            return (None, None, None, None) + nones
         need_x, need_w, need_b, accum_dtype = ctx.flags
         up = grad_loss.float().contiguous()
         if ctx.defer:
@@ -381,7 +350,7 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
             gx, gw, gb = ctx.saved_tensors
             for g in (gx, gw, gb):
                 scale_unless_one(g, up)
-        return (gx if need_x else None, gw if need_w else None, None, gb if need_b else None) + nones[:7]
+        return (gx if need_x else None, gw if need_w else None, None, gb if need_b else None) + nones
 
 
 def _new_grads(x, weight, bias, need_x, need_w, need_b, accum_dtype):
@@ -398,28 +367,3 @@ def _finish_grads(grads, weight, bias):
     if gb is not None and gb.dtype != bias.dtype:
         gb = gb.to(bias.dtype)
     return gx, gw, gb
-
-
-def fused_linear_cross_entropy(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    target: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    ce_weight: torch.Tensor | None = None,
-    ignore_index: int = -100,
-    lse_square_scale: float = 0.0,
-    label_smoothing: float = 0.0,
-    reduction: str = "mean",
-    softcap: float | None = None,
-    return_z_loss: bool = False,
-    accum_dtype: torch.dtype | None = None,
-):
-    check_args(
-        input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap,
-        return_z_loss, accum_dtype,
-    )  # fmt: skip
-    loss, z = LigerFusedLinearCrossEntropyFunction.apply(
-        input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap,
-        accum_dtype,
-    )  # fmt: skip
-    return (loss, z) if return_z_loss else loss

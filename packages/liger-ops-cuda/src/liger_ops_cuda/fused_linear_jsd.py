@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import torch
 
+from liger_core.backend import implements
 from liger_core.ops.fused_linear_jsd import check_args
 from liger_ops_cuda import hardware
-from liger_ops_cuda._ce_kernels import scale_unless_one
-from liger_ops_cuda._div_kernels import inverse_count
-from liger_ops_cuda.fused_linear_cross_entropy import _accumulate_weight_grad, chunk_tokens
-from liger_ops_cuda.jsd import jsd_rows
+from liger_ops_cuda._divergence import inverse_count, jsd_forward
+from liger_ops_cuda._tiling import accumulate_weight_grad, contiguous, plan_chunks, scale_unless_one
 
 
 def _logits_fp32(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -30,19 +29,28 @@ def _logits_fp32(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return x.float() @ w.float().t()
 
 
+@implements("fused_linear_jsd")
 class LigerFusedLinearJSDFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, xs, ws, xt, wt, shift_labels, jsd_beta, ignore_index, temperature):
+    def forward(
+        ctx, student_input, student_weight, teacher_input, teacher_weight, shift_labels, jsd_beta, ignore_index,
+        temperature,
+    ):  # fmt: skip
+        check_args(
+            student_input, student_weight, teacher_input, teacher_weight, shift_labels, jsd_beta, ignore_index,
+            temperature,
+        )  # fmt: skip
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        xs, ws, xt, wt = xs.contiguous(), ws.contiguous(), xt.contiguous(), wt.contiguous()
-        labels = shift_labels.contiguous() if shift_labels is not None else None
+        xs, ws = student_input.contiguous(), student_weight.contiguous()
+        xt, wt = teacher_input.contiguous(), teacher_weight.contiguous()
+        labels = contiguous(shift_labels)
         n = xs.shape[0]
         vocab = ws.shape[0]
         inv_n = inverse_count(labels, ignore_index, n, xs.device)
         gx = torch.empty_like(xs) if need_x else None
         gw = torch.empty_like(ws) if need_w else None
         total = torch.zeros((), dtype=torch.float32, device=xs.device)
-        c = chunk_tokens(n, vocab, hardware.FLJSD_CHUNK_ELEMENTS)
+        c = plan_chunks(n, vocab, hardware.FLJSD_CHUNK_ELEMENTS)
         first = True
         for s in range(0, n, c):
             e = min(s + c, n)
@@ -51,7 +59,7 @@ class LigerFusedLinearJSDFunction(torch.autograd.Function):
             student = student.sub_(student.logsumexp(-1, keepdim=True))  # log-probs, in place
             teacher = teacher.sub_(teacher.logsumexp(-1, keepdim=True))
             want = need_x or need_w
-            part = jsd_rows(
+            part = jsd_forward(
                 student, teacher, labels[s:e] if labels is not None else None, jsd_beta, ignore_index, inv_n,
                 grad=teacher if want else None,
             )  # fmt: skip
@@ -65,7 +73,7 @@ class LigerFusedLinearJSDFunction(torch.autograd.Function):
                 if need_x:
                     torch.mm(g, ws, out=gx[s:e])
                 if need_w:
-                    _accumulate_weight_grad(gw, g, xs[s:e], first)
+                    accumulate_weight_grad(gw, g, xs[s:e], first)
             first = False
         if need_w and first:
             gw.zero_()
@@ -79,21 +87,3 @@ class LigerFusedLinearJSDFunction(torch.autograd.Function):
         scale_unless_one(gx, up)
         scale_unless_one(gw, up)
         return gx, gw, None, None, None, None, None, None
-
-
-def fused_linear_jsd(
-    student_input: torch.Tensor,
-    student_weight: torch.Tensor,
-    teacher_input: torch.Tensor,
-    teacher_weight: torch.Tensor,
-    shift_labels: torch.Tensor | None = None,
-    jsd_beta: float = 0.5,
-    ignore_index: int = -100,
-    temperature: float = 1.0,
-) -> torch.Tensor:
-    check_args(
-        student_input, student_weight, teacher_input, teacher_weight, shift_labels, jsd_beta, ignore_index, temperature
-    )
-    return LigerFusedLinearJSDFunction.apply(
-        student_input, student_weight, teacher_input, teacher_weight, shift_labels, jsd_beta, ignore_index, temperature
-    )

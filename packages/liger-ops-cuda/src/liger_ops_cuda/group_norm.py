@@ -26,13 +26,14 @@ import torch
 import triton
 import triton.language as tl
 
+from liger_core.backend import implements
 from liger_core.ops.group_norm import check_args
 from liger_ops_cuda import hardware
-from liger_ops_cuda._partials import sum_partials
+from liger_ops_cuda._tiling import sum_partials
 
 
 @triton.jit
-def _gn_chunk_stats(
+def _group_norm_chunk_stats(
     X_g, c_lo, n_cb, hw_lo, hw_hi, Cg, HW, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr, EVICT: tl.constexpr
 ):
     # (count, mean, M2) of channels [c_lo, c_lo + n_cb * BLOCK_C) x spatial [hw_lo, hw_hi).
@@ -42,9 +43,9 @@ def _gn_chunk_stats(
     # EVICT: "evict_last" where a second pass over the data follows.
     c0 = c_lo + tl.arange(0, BLOCK_C)
     h0 = hw_lo + tl.arange(0, BLOCK_HW)
-    m0 = (c0 < Cg)[:, None] & (h0 < hw_hi)[None, :]
-    x0 = tl.load(X_g + c0[:, None] * HW + h0[None, :], mask=m0, other=0.0).to(tl.float32)
-    shift = tl.sum(tl.sum(x0, axis=1), axis=0) / tl.maximum(tl.sum(tl.sum(m0.to(tl.float32), axis=1), axis=0), 1.0)
+    mask0 = (c0 < Cg)[:, None] & (h0 < hw_hi)[None, :]
+    x0 = tl.load(X_g + c0[:, None] * HW + h0[None, :], mask=mask0, other=0.0).to(tl.float32)
+    shift = tl.sum(tl.sum(x0, axis=1), axis=0) / tl.maximum(tl.sum(tl.sum(mask0.to(tl.float32), axis=1), axis=0), 1.0)
     acc1 = tl.zeros((BLOCK_C, BLOCK_HW), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_C, BLOCK_HW), dtype=tl.float32)
     for cb in range(0, n_cb):
@@ -52,9 +53,9 @@ def _gn_chunk_stats(
         c_mask = c < Cg
         for hs in range(hw_lo, hw_hi, BLOCK_HW):
             h = hs + tl.arange(0, BLOCK_HW)
-            m = c_mask[:, None] & (h < hw_hi)[None, :]
-            x = tl.load(X_g + c[:, None] * HW + h[None, :], mask=m, other=0.0, eviction_policy=EVICT)
-            d = tl.where(m, x.to(tl.float32) - shift, 0.0)
+            mask = c_mask[:, None] & (h < hw_hi)[None, :]
+            x = tl.load(X_g + c[:, None] * HW + h[None, :], mask=mask, other=0.0, eviction_policy=EVICT)
+            d = tl.where(mask, x.to(tl.float32) - shift, 0.0)
             acc1 += d
             acc2 += d * d
     n_channels = tl.minimum(Cg, c_lo + n_cb * BLOCK_C) - c_lo
@@ -66,7 +67,7 @@ def _gn_chunk_stats(
 
 
 @triton.jit
-def _gn_chunk_apply(
+def _group_norm_chunk_apply(
     X_g, Y_g, W, B, g_c0, mean, rstd, c_lo, n_cb, hw_lo, hw_hi, Cg, HW,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
 ):  # fmt: skip
@@ -83,15 +84,15 @@ def _gn_chunk_apply(
         shift = shift - mean * scale
         for h0 in range(hw_lo, hw_hi, BLOCK_HW):
             h = h0 + tl.arange(0, BLOCK_HW)
-            m = c_mask[:, None] & (h < hw_hi)[None, :]
+            mask = c_mask[:, None] & (h < hw_hi)[None, :]
             offs = c[:, None] * HW + h[None, :]
-            x = tl.load(X_g + offs, mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            x = tl.load(X_g + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
             y = x * scale[:, None] + shift[:, None]
-            tl.store(Y_g + offs, y.to(Y_g.dtype.element_ty), mask=m)
+            tl.store(Y_g + offs, y.to(Y_g.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _gn_chunk_grad_sums(
+def _group_norm_chunk_grad_sums(
     X_g, DY_g, W, PART_ROW, C, g_c0, mean, rstd, c_lo, n_cb, hw_lo, hw_hi, Cg, HW,
     HAS_WEIGHT: tl.constexpr, NEED_PARTIAL: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
     EVICT: tl.constexpr,
@@ -110,11 +111,11 @@ def _gn_chunk_grad_sums(
         acc_dy = tl.zeros((BLOCK_C, BLOCK_HW), dtype=tl.float32)
         for h0 in range(hw_lo, hw_hi, BLOCK_HW):
             h = h0 + tl.arange(0, BLOCK_HW)
-            m = c_mask[:, None] & (h < hw_hi)[None, :]
+            mask = c_mask[:, None] & (h < hw_hi)[None, :]
             offs = c[:, None] * HW + h[None, :]
-            x = tl.load(X_g + offs, mask=m, other=0.0, eviction_policy=EVICT).to(tl.float32)
-            dy = tl.load(DY_g + offs, mask=m, other=0.0, eviction_policy=EVICT).to(tl.float32)
-            acc_dyx += dy * tl.where(m, (x - mean) * rstd, 0.0)
+            x = tl.load(X_g + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
+            dy = tl.load(DY_g + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
+            acc_dyx += dy * tl.where(mask, (x - mean) * rstd, 0.0)
             acc_dy += dy
         dw_c = tl.sum(acc_dyx, axis=1)
         db_c = tl.sum(acc_dy, axis=1)
@@ -131,7 +132,7 @@ def _gn_chunk_grad_sums(
 
 
 @triton.jit
-def _gn_chunk_grad_apply(
+def _group_norm_chunk_grad_apply(
     X_g, DY_g, DX_g, W, g_c0, mean, rstd, c1, c2, c_lo, n_cb, hw_lo, hw_hi, Cg, HW,
     HAS_WEIGHT: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
 ):  # fmt: skip
@@ -143,22 +144,22 @@ def _gn_chunk_grad_apply(
             w = tl.load(W + g_c0 + c, mask=c_mask, other=0.0).to(tl.float32)
         for h0 in range(hw_lo, hw_hi, BLOCK_HW):
             h = h0 + tl.arange(0, BLOCK_HW)
-            m = c_mask[:, None] & (h < hw_hi)[None, :]
+            mask = c_mask[:, None] & (h < hw_hi)[None, :]
             offs = c[:, None] * HW + h[None, :]
-            x = tl.load(X_g + offs, mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
-            dy = tl.load(DY_g + offs, mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            x = tl.load(X_g + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            dy = tl.load(DY_g + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
             g = dy
             if HAS_WEIGHT:
                 g = dy * w[:, None]
             dx = rstd * (g - c2 - (x - mean) * rstd * c1)
-            tl.store(DX_g + offs, dx.to(DX_g.dtype.element_ty), mask=m)
+            tl.store(DX_g + offs, dx.to(DX_g.dtype.element_ty), mask=mask)
 
 
 # -- fused plan: one program per (batch, group) ---------------------------------------------
 
 
 @triton.jit
-def _gn_fused_forward_kernel(
+def _group_norm_fused_forward_kernel(
     X, W, B, Y, MEAN, RSTD, G, Cg, HW, eps,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
 ):  # fmt: skip
@@ -167,17 +168,17 @@ def _gn_fused_forward_kernel(
     g_c0 = (bg % G) * Cg
     n_cb = tl.cdiv(Cg, BLOCK_C)
     # The second pass re-reads the group: keep it in L2 (evict_last) on the way in.
-    n, mean, m2 = _gn_chunk_stats(X + base, 0, n_cb, 0, HW, Cg, HW, BLOCK_C, BLOCK_HW, "evict_last")
+    n, mean, m2 = _group_norm_chunk_stats(X + base, 0, n_cb, 0, HW, Cg, HW, BLOCK_C, BLOCK_HW, "evict_last")
     rstd = tl.math.rsqrt(m2 / n + eps)
     tl.store(MEAN + bg, mean)
     tl.store(RSTD + bg, rstd)
-    _gn_chunk_apply(
+    _group_norm_chunk_apply(
         X + base, Y + base, W, B, g_c0, mean, rstd, 0, n_cb, 0, HW, Cg, HW, HAS_WEIGHT, HAS_BIAS, BLOCK_C, BLOCK_HW
     )
 
 
 @triton.jit
-def _gn_fused_backward_kernel(
+def _group_norm_fused_backward_kernel(
     X, DY, W, MEAN, RSTD, DX, PARTIAL, G, C, Cg, HW,
     HAS_WEIGHT: tl.constexpr, NEED_PARTIAL: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
 ):  # fmt: skip
@@ -188,12 +189,12 @@ def _gn_fused_backward_kernel(
     mean = tl.load(MEAN + bg)
     rstd = tl.load(RSTD + bg)
     part_row = PARTIAL + (bg // G).to(tl.int64) * (2 * C)
-    s1, s2 = _gn_chunk_grad_sums(
+    s1, s2 = _group_norm_chunk_grad_sums(
         X + base, DY + base, W, part_row, C, g_c0, mean, rstd, 0, n_cb, 0, HW, Cg, HW,
         HAS_WEIGHT, NEED_PARTIAL, BLOCK_C, BLOCK_HW, "evict_last",
     )  # fmt: skip
     size = Cg * HW
-    _gn_chunk_grad_apply(
+    _group_norm_chunk_grad_apply(
         X + base, DY + base, DX + base, W, g_c0, mean, rstd, s1 / size, s2 / size, 0, n_cb, 0, HW, Cg, HW,
         HAS_WEIGHT, BLOCK_C, BLOCK_HW,
     )  # fmt: skip
@@ -203,7 +204,7 @@ def _gn_fused_backward_kernel(
 
 
 @triton.jit
-def _gn_split_stats_kernel(
+def _group_norm_split_stats_kernel(
     X, STATS, Cg, HW, n_spans, hw_span, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr, CHUNKS_P2: tl.constexpr
 ):
     bg = tl.program_id(0)
@@ -211,7 +212,7 @@ def _gn_split_stats_kernel(
     cb = chunk // n_spans
     hw_lo = (chunk % n_spans) * hw_span
     hw_hi = tl.minimum(hw_lo + hw_span, HW)
-    n, mean, m2 = _gn_chunk_stats(
+    n, mean, m2 = _group_norm_chunk_stats(
         X + bg.to(tl.int64) * Cg * HW, cb * BLOCK_C, 1, hw_lo, hw_hi, Cg, HW, BLOCK_C, BLOCK_HW, "evict_last"
     )
     out = STATS + (bg.to(tl.int64) * CHUNKS_P2 + chunk) * 3
@@ -221,7 +222,7 @@ def _gn_split_stats_kernel(
 
 
 @triton.jit
-def _gn_group_stats(STATS, bg, n_chunks, eps, CHUNKS_P2: tl.constexpr):
+def _group_norm_group_stats(STATS, bg, n_chunks, eps, CHUNKS_P2: tl.constexpr):
     # Combine a group's chunk statistics: mean = sum(n_i mean_i) / n,
     # M2 = sum(M2_i + n_i (mean_i - mean)^2).
     k = tl.arange(0, CHUNKS_P2)
@@ -238,7 +239,7 @@ def _gn_group_stats(STATS, bg, n_chunks, eps, CHUNKS_P2: tl.constexpr):
 
 
 @triton.jit
-def _gn_split_apply_kernel(
+def _group_norm_split_apply_kernel(
     X, W, B, Y, STATS, MEAN, RSTD, n_groups, G, Cg, HW, n_spans, hw_span, n_chunks, eps,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
     CHUNKS_P2: tl.constexpr,
@@ -246,7 +247,7 @@ def _gn_split_apply_kernel(
     # Reverse order: the chunks phase 1 read last are the first read here (still in L2).
     bg = n_groups - 1 - tl.program_id(0)
     chunk = n_chunks - 1 - tl.program_id(1)
-    mean, rstd = _gn_group_stats(STATS, bg, n_chunks, eps, CHUNKS_P2)
+    mean, rstd = _group_norm_group_stats(STATS, bg, n_chunks, eps, CHUNKS_P2)
     if chunk == 0:
         tl.store(MEAN + bg, mean)
         tl.store(RSTD + bg, rstd)
@@ -254,14 +255,14 @@ def _gn_split_apply_kernel(
     hw_lo = (chunk % n_spans) * hw_span
     hw_hi = tl.minimum(hw_lo + hw_span, HW)
     base = bg.to(tl.int64) * Cg * HW
-    _gn_chunk_apply(
+    _group_norm_chunk_apply(
         X + base, Y + base, W, B, (bg % G) * Cg, mean, rstd, cb * BLOCK_C, 1, hw_lo, hw_hi, Cg, HW,
         HAS_WEIGHT, HAS_BIAS, BLOCK_C, BLOCK_HW,
     )  # fmt: skip
 
 
 @triton.jit
-def _gn_split_grad_sums_kernel(
+def _group_norm_split_grad_sums_kernel(
     X, DY, W, MEAN, RSTD, GSUMS, PARTIAL, G, C, Cg, HW, n_spans, hw_span,
     HAS_WEIGHT: tl.constexpr, NEED_PARTIAL: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr,
     CHUNKS_P2: tl.constexpr,
@@ -277,7 +278,7 @@ def _gn_split_grad_sums_kernel(
     rstd = tl.load(RSTD + bg)
     # Partial row per (batch, spatial span): its channels are written by exactly one program.
     part_row = PARTIAL + ((bg // G) * n_spans + span).to(tl.int64) * (2 * C)
-    s1, s2 = _gn_chunk_grad_sums(
+    s1, s2 = _group_norm_chunk_grad_sums(
         X + base, DY + base, W, part_row, C, (bg % G) * Cg, mean, rstd, cb * BLOCK_C, 1, hw_lo, hw_hi, Cg, HW,
         HAS_WEIGHT, NEED_PARTIAL, BLOCK_C, BLOCK_HW, "evict_last",
     )  # fmt: skip
@@ -287,7 +288,7 @@ def _gn_split_grad_sums_kernel(
 
 
 @triton.jit
-def _gn_split_grad_apply_kernel(
+def _group_norm_split_grad_apply_kernel(
     X, DY, W, MEAN, RSTD, GSUMS, DX, n_groups, G, Cg, HW, n_spans, hw_span, n_chunks,
     HAS_WEIGHT: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_HW: tl.constexpr, CHUNKS_P2: tl.constexpr,
 ):  # fmt: skip
@@ -303,7 +304,7 @@ def _gn_split_grad_apply_kernel(
     hw_lo = (chunk % n_spans) * hw_span
     hw_hi = tl.minimum(hw_lo + hw_span, HW)
     base = bg.to(tl.int64) * Cg * HW
-    _gn_chunk_grad_apply(
+    _group_norm_chunk_grad_apply(
         X + base, DY + base, DX + base, W, (bg % G) * Cg, tl.load(MEAN + bg), tl.load(RSTD + bg), c1, c2,
         cb * BLOCK_C, 1, hw_lo, hw_hi, Cg, HW, HAS_WEIGHT, BLOCK_C, BLOCK_HW,
     )  # fmt: skip
@@ -350,7 +351,10 @@ def plan_groups(
     return GroupPlan(block_c, block_hw, warps, True, hw_span, n_spans, n_cb * n_spans)
 
 
-def group_norm_forward(x3, weight, bias, num_groups, eps, plan):
+def group_norm_forward(
+    x3: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, num_groups: int, eps: float,
+    plan: GroupPlan,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     batch, channels, hw = x3.shape
     cg = channels // num_groups
     n_groups = batch * num_groups
@@ -363,25 +367,36 @@ def group_norm_forward(x3, weight, bias, num_groups, eps, plan):
     b = bias if bias is not None else x3
     flags = dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_C=plan.block_c, BLOCK_HW=plan.block_hw)
     if not plan.split:
-        _gn_fused_forward_kernel[(n_groups,)](
+        _group_norm_fused_forward_kernel[(n_groups,)](
             x3, w, b, y, mean, rstd, num_groups, cg, hw, eps, **flags, num_warps=plan.num_warps
         )
         return y, mean, rstd
     chunks_p2 = triton.next_power_of_2(plan.n_chunks)
     stats = torch.empty((n_groups, chunks_p2, 3), dtype=torch.float32, device=x3.device)
     grid = (n_groups, plan.n_chunks)
-    _gn_split_stats_kernel[grid](
+    _group_norm_split_stats_kernel[grid](
         x3, stats, cg, hw, plan.n_spans, plan.hw_span,
         BLOCK_C=plan.block_c, BLOCK_HW=plan.block_hw, CHUNKS_P2=chunks_p2, num_warps=plan.num_warps,
     )  # fmt: skip
-    _gn_split_apply_kernel[grid](
+    _group_norm_split_apply_kernel[grid](
         x3, w, b, y, stats, mean, rstd, n_groups, num_groups, cg, hw, plan.n_spans, plan.hw_span, plan.n_chunks, eps,
         **flags, CHUNKS_P2=chunks_p2, num_warps=plan.num_warps,
     )  # fmt: skip
     return y, mean, rstd
 
 
-def group_norm_backward(dy3, x3, weight, bias, num_groups, mean, rstd, plan, need_dw=True, need_db=True):
+def group_norm_backward(
+    dy3: torch.Tensor,
+    x3: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    num_groups: int,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    plan: GroupPlan,
+    need_dw: bool = True,
+    need_db: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     batch, channels, hw = x3.shape
     cg = channels // num_groups
     n_groups = batch * num_groups
@@ -396,7 +411,7 @@ def group_norm_backward(dy3, x3, weight, bias, num_groups, mean, rstd, plan, nee
         flags = dict(HAS_WEIGHT=weight is not None, BLOCK_C=plan.block_c, BLOCK_HW=plan.block_hw)
         part = partial if need_partial else mean
         if not plan.split:
-            _gn_fused_backward_kernel[(n_groups,)](
+            _group_norm_fused_backward_kernel[(n_groups,)](
                 x3, dy3, w, mean, rstd, dx, part, num_groups, channels, cg, hw,
                 NEED_PARTIAL=need_partial, **flags, num_warps=plan.num_warps,
             )  # fmt: skip
@@ -404,11 +419,11 @@ def group_norm_backward(dy3, x3, weight, bias, num_groups, mean, rstd, plan, nee
             chunks_p2 = triton.next_power_of_2(plan.n_chunks)
             gsums = torch.empty((n_groups, chunks_p2, 2), dtype=torch.float32, device=x3.device)
             grid = (n_groups, plan.n_chunks)
-            _gn_split_grad_sums_kernel[grid](
+            _group_norm_split_grad_sums_kernel[grid](
                 x3, dy3, w, mean, rstd, gsums, part, num_groups, channels, cg, hw, plan.n_spans, plan.hw_span,
                 NEED_PARTIAL=need_partial, **flags, CHUNKS_P2=chunks_p2, num_warps=plan.num_warps,
             )  # fmt: skip
-            _gn_split_grad_apply_kernel[grid](
+            _group_norm_split_grad_apply_kernel[grid](
                 x3, dy3, w, mean, rstd, gsums, dx, n_groups, num_groups, cg, hw, plan.n_spans, plan.hw_span,
                 plan.n_chunks, **flags, CHUNKS_P2=chunks_p2, num_warps=plan.num_warps,
             )  # fmt: skip
@@ -421,6 +436,7 @@ def group_norm_backward(dy3, x3, weight, bias, num_groups, mean, rstd, plan, nee
     return dx, dw, db
 
 
+@implements("group_norm")
 class LigerGroupNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, num_channels, num_groups, eps):
@@ -441,15 +457,3 @@ class LigerGroupNormFunction(torch.autograd.Function):
         _, need_dw, need_db, _, _, _ = ctx.needs_input_grad
         dx, dw, db = group_norm_backward(dy3, x3, weight, bias, ctx.num_groups, mean, rstd, ctx.plan, need_dw, need_db)
         return dx.view(dy.shape), dw, db, None, None, None
-
-
-def group_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    num_channels: int,
-    num_groups: int,
-    eps: float = 1e-5,
-) -> torch.Tensor:
-    # Arguments are checked inside the Function, so calling it directly is just as safe.
-    return LigerGroupNormFunction.apply(x, weight, bias, num_channels, num_groups, eps)

@@ -14,10 +14,18 @@ import torch
 import triton
 import triton.language as tl
 
+from liger_core.backend import implements
 from liger_core.ops.layer_norm import check_args
 from liger_ops_cuda import hardware
-from liger_ops_cuda._partials import as_rows, backward_programs, backward_row_plan, grad_rows, sum_partials
-from liger_ops_cuda.rms_norm import plan_tiles
+from liger_ops_cuda._tiling import (
+    TilePlan,
+    as_rows,
+    backward_programs,
+    grad_rows,
+    plan_backward_tiles,
+    plan_tiles,
+    sum_partials,
+)
 
 
 @triton.jit
@@ -42,24 +50,24 @@ def _layer_norm_forward_kernel(
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < n_rows
-    r64 = rows.to(tl.int64)
-    x_base = X + r64[:, None] * x_row_stride
-    y_base = Y + r64[:, None] * y_row_stride
+    rows64 = rows.to(tl.int64)
+    x_rows = X + rows64[:, None] * x_row_stride
+    y_rows = Y + rows64[:, None] * y_row_stride
     cols = tl.arange(0, BLOCK_N)
 
     if CHUNKED:
         # Shift by the mean of the row's first chunk (close to the row's mean, unlike a
         # single element that may be an outlier): the shifted sums then do not cancel.
-        m0 = row_mask[:, None] & (cols < n_cols)[None, :]
-        x0 = tl.load(x_base + cols[None, :], mask=m0, other=0.0).to(tl.float32)
+        mask0 = row_mask[:, None] & (cols < n_cols)[None, :]
+        x0 = tl.load(x_rows + cols[None, :], mask=mask0, other=0.0).to(tl.float32)
         shift = tl.sum(x0, axis=1) / tl.minimum(n_cols, BLOCK_N)
         s1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
         s2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_N):
             c = start + cols
-            m = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(x_base + c[None, :], mask=m, other=0.0).to(tl.float32)
-            d = tl.where(m, x - shift[:, None], 0.0)
+            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            d = tl.where(mask, x - shift[:, None], 0.0)
             s1 += tl.sum(d, axis=1)
             s2 += tl.sum(d * d, axis=1)
         mean_d = s1 / n_cols
@@ -67,28 +75,28 @@ def _layer_norm_forward_kernel(
         rstd = tl.math.rsqrt(tl.maximum(s2 / n_cols - mean_d * mean_d, 0.0) + eps)
         for start in range(0, n_cols, BLOCK_N):
             c = start + cols
-            cm = c < n_cols
-            m = row_mask[:, None] & cm[None, :]
-            x = tl.load(x_base + c[None, :], mask=m, other=0.0).to(tl.float32)
+            col_mask = c < n_cols
+            mask = row_mask[:, None] & col_mask[None, :]
+            x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
             y = (x - mean[:, None]) * rstd[:, None]
             if HAS_WEIGHT:
-                y = y * tl.load(W + c, mask=cm, other=0.0).to(tl.float32)[None, :]
+                y = y * tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32)[None, :]
             if HAS_BIAS:
-                y = y + tl.load(B + c, mask=cm, other=0.0).to(tl.float32)[None, :]
-            tl.store(y_base + c[None, :], y.to(Y.dtype.element_ty), mask=m)
+                y = y + tl.load(B + c, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+            tl.store(y_rows + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
-        cm = cols < n_cols
-        m = row_mask[:, None] & cm[None, :]
-        x = tl.load(x_base + cols[None, :], mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        col_mask = cols < n_cols
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
         mean = tl.sum(x, axis=1) / n_cols
-        xc = tl.where(m, x - mean[:, None], 0.0)
+        xc = tl.where(mask, x - mean[:, None], 0.0)
         rstd = tl.math.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
         y = xc * rstd[:, None]
         if HAS_WEIGHT:
-            y = y * tl.load(W + cols, mask=cm, other=0.0).to(tl.float32)[None, :]
+            y = y * tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
         if HAS_BIAS:
-            y = y + tl.load(B + cols, mask=cm, other=0.0).to(tl.float32)[None, :]
-        tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=m)
+            y = y + tl.load(B + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     tl.store(MEAN + rows, mean, mask=row_mask)
     tl.store(RSTD + rows, rstd, mask=row_mask)
 
@@ -120,80 +128,84 @@ def _layer_norm_backward_kernel(
     row_start = pid * rows_per_program
     row_end = tl.minimum(row_start + rows_per_program, n_rows)
     cols = tl.arange(0, BLOCK_N)
-    dw_base = PARTIAL + pid.to(tl.int64) * (2 * n_cols)
-    db_base = dw_base + n_cols
+    dw_row = PARTIAL + pid.to(tl.int64) * (2 * n_cols)
+    db_row = dw_row + n_cols
 
     if CHUNKED:
         for i in range(0, row_end - row_start):
-            r64 = (row_start + i).to(tl.int64)
-            mean = tl.load(MEAN + r64)
-            rstd = tl.load(RSTD + r64)
+            row64 = (row_start + i).to(tl.int64)
+            mean = tl.load(MEAN + row64)
+            rstd = tl.load(RSTD + row64)
             acc_gx = tl.zeros((BLOCK_N,), dtype=tl.float32)
             acc_g = tl.zeros((BLOCK_N,), dtype=tl.float32)
             for start in range(0, n_cols, BLOCK_N):
                 c = start + cols
-                cm = c < n_cols
-                x = tl.load(X + r64 * x_row_stride + c, mask=cm, other=0.0).to(tl.float32)
-                g = tl.load(DY + r64 * dy_row_stride + c, mask=cm, other=0.0).to(tl.float32)
+                col_mask = c < n_cols
+                x = tl.load(X + row64 * x_row_stride + c, mask=col_mask, other=0.0).to(tl.float32)
+                g = tl.load(DY + row64 * dy_row_stride + c, mask=col_mask, other=0.0).to(tl.float32)
                 if HAS_WEIGHT:
-                    g = g * tl.load(W + c, mask=cm, other=0.0).to(tl.float32)
-                acc_gx += g * tl.where(cm, (x - mean) * rstd, 0.0)
+                    g = g * tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32)
+                acc_gx += g * tl.where(col_mask, (x - mean) * rstd, 0.0)
                 acc_g += g
             c1 = tl.sum(acc_gx, axis=0) / n_cols
             c2 = tl.sum(acc_g, axis=0) / n_cols
             for start in range(0, n_cols, BLOCK_N):
                 c = start + cols
-                cm = c < n_cols
-                x = tl.load(X + r64 * x_row_stride + c, mask=cm, other=0.0).to(tl.float32)
-                dy = tl.load(DY + r64 * dy_row_stride + c, mask=cm, other=0.0).to(tl.float32)
+                col_mask = c < n_cols
+                x = tl.load(X + row64 * x_row_stride + c, mask=col_mask, other=0.0).to(tl.float32)
+                dy = tl.load(DY + row64 * dy_row_stride + c, mask=col_mask, other=0.0).to(tl.float32)
                 x_hat = (x - mean) * rstd
                 g = dy
                 if HAS_WEIGHT:
-                    g = dy * tl.load(W + c, mask=cm, other=0.0).to(tl.float32)
+                    g = dy * tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32)
                 dx = rstd * (g - c2 - x_hat * c1)
-                tl.store(DX + r64 * dx_row_stride + c, dx.to(DX.dtype.element_ty), mask=cm)
+                tl.store(DX + row64 * dx_row_stride + c, dx.to(DX.dtype.element_ty), mask=col_mask)
                 if NEED_PARTIAL:
-                    tl.store(dw_base + c, tl.load(dw_base + c, mask=cm, other=0.0) + dy * x_hat, mask=cm)
-                    tl.store(db_base + c, tl.load(db_base + c, mask=cm, other=0.0) + dy, mask=cm)
+                    tl.store(dw_row + c, tl.load(dw_row + c, mask=col_mask, other=0.0) + dy * x_hat, mask=col_mask)
+                    tl.store(db_row + c, tl.load(db_row + c, mask=col_mask, other=0.0) + dy, mask=col_mask)
     else:
-        cm = cols < n_cols
+        col_mask = cols < n_cols
         if HAS_WEIGHT:
-            w = tl.load(W + cols, mask=cm, other=0.0).to(tl.float32)
+            w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
         dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         db_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for block_start in range(row_start, row_end, BLOCK_M):
             rows = block_start + tl.arange(0, BLOCK_M)
             row_mask = rows < row_end
-            r64 = rows.to(tl.int64)
-            m = row_mask[:, None] & cm[None, :]
-            x = tl.load(X + r64[:, None] * x_row_stride + cols[None, :], mask=m, other=0.0).to(tl.float32)
-            dy = tl.load(DY + r64[:, None] * dy_row_stride + cols[None, :], mask=m, other=0.0).to(tl.float32)
+            rows64 = rows.to(tl.int64)
+            mask = row_mask[:, None] & col_mask[None, :]
+            x = tl.load(X + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(DY + rows64[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
             rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
-            x_hat = tl.where(m, (x - mean[:, None]) * rstd[:, None], 0.0)
+            x_hat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
             g = dy
             if HAS_WEIGHT:
                 g = dy * w[None, :]
             c1 = tl.sum(g * x_hat, axis=1) / n_cols
             c2 = tl.sum(g, axis=1) / n_cols
             dx = rstd[:, None] * (g - c2[:, None] - x_hat * c1[:, None])
-            tl.store(DX + r64[:, None] * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=m)
+            tl.store(DX + rows64[:, None] * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
             if NEED_PARTIAL:
                 dw_acc += tl.sum(dy * x_hat, axis=0)
                 db_acc += tl.sum(dy, axis=0)
         if NEED_PARTIAL:
-            tl.store(dw_base + cols, dw_acc, mask=cm)
-            tl.store(db_base + cols, db_acc, mask=cm)
+            tl.store(dw_row + cols, dw_acc, mask=col_mask)
+            tl.store(db_row + cols, db_acc, mask=col_mask)
 
 
-def layer_norm_forward(x2d, weight, bias, eps, plan):
+def layer_norm_forward(
+    x2d: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float, plan: TilePlan
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     n_rows, n_cols = x2d.shape
     y = torch.empty_like(x2d)
     mean = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
     if n_rows == 0 or n_cols == 0:
         return y, mean, rstd
-    _layer_norm_forward_kernel[(triton.cdiv(n_rows, plan.block_m),)](
+    plan.launch(
+        _layer_norm_forward_kernel,
+        plan.row_grid(n_rows),
         x2d,
         weight if weight is not None else x2d,
         bias if bias is not None else x2d,
@@ -207,15 +219,22 @@ def layer_norm_forward(x2d, weight, bias, eps, plan):
         eps,
         HAS_WEIGHT=weight is not None,
         HAS_BIAS=bias is not None,
-        BLOCK_M=plan.block_m,
-        BLOCK_N=plan.block_n,
-        CHUNKED=plan.chunked,
-        num_warps=plan.num_warps,
     )
     return y, mean, rstd
 
 
-def layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, plan, need_dw=True, need_db=True, programs=None):
+def layer_norm_backward(
+    dy2d: torch.Tensor,
+    x2d: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    plan: TilePlan,
+    need_dw: bool = True,
+    need_db: bool = True,
+    programs: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     n_rows, n_cols = x2d.shape
     dx = torch.empty_like(x2d)
     need_dw = need_dw and weight is not None
@@ -228,7 +247,9 @@ def layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, plan, need_dw=True,
         alloc = torch.zeros if plan.chunked else torch.empty
         partial = alloc((programs, 2 * n_cols), dtype=torch.float32, device=x2d.device)
     if n_rows > 0 and n_cols > 0:
-        _layer_norm_backward_kernel[(programs,)](
+        plan.launch(
+            _layer_norm_backward_kernel,
+            (programs,),
             dy2d,
             x2d,
             weight if weight is not None else x2d,
@@ -244,10 +265,6 @@ def layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, plan, need_dw=True,
             rows_per_program,
             HAS_WEIGHT=weight is not None,
             NEED_PARTIAL=need_partial,
-            BLOCK_M=plan.block_m,
-            BLOCK_N=plan.block_n,
-            CHUNKED=plan.chunked,
-            num_warps=plan.num_warps,
         )
     dw = torch.empty_like(weight) if need_dw else None
     db = torch.empty_like(bias) if need_db else None
@@ -258,6 +275,7 @@ def layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, plan, need_dw=True,
     return dx, dw, db
 
 
+@implements("layer_norm")
 class LigerLayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
@@ -270,19 +288,9 @@ class LigerLayerNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, bias, mean, rstd = ctx.saved_tensors
-        plan = backward_row_plan(x2d.shape[1], hardware.LAYER_NORM_BACKWARD_TILE_ELEMENTS)
+        plan = plan_backward_tiles(x2d.shape[1], hardware.LAYER_NORM_BACKWARD_TILE_ELEMENTS)
         _, need_dw, need_db, _ = ctx.needs_input_grad
         dx, dw, db = layer_norm_backward(
             grad_rows(dy, x2d.shape), x2d, weight, bias, mean, rstd, plan, need_dw, need_db
         )
         return dx.view(dy.shape), dw, db, None
-
-
-def layer_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    eps: float = 1e-5,
-) -> torch.Tensor:
-    # Arguments are checked inside the Function, so calling it directly is just as safe.
-    return LigerLayerNormFunction.apply(x, weight, bias, eps)

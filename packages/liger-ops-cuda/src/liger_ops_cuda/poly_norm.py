@@ -13,10 +13,10 @@ import torch
 import triton
 import triton.language as tl
 
+from liger_core.backend import implements
 from liger_core.ops.poly_norm import check_args
 from liger_ops_cuda import hardware
-from liger_ops_cuda._partials import as_rows, backward_programs, grad_rows, sum_partials
-from liger_ops_cuda.rms_norm import _plan
+from liger_ops_cuda._tiling import TilePlan, as_rows, backward_programs, grad_rows, plan_rows, sum_partials
 
 
 @triton.jit
@@ -38,7 +38,7 @@ def _poly_norm_forward_kernel(
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < n_rows
-    r64 = rows.to(tl.int64)[:, None]
+    rows64 = rows.to(tl.int64)[:, None]
     cols = tl.arange(0, BLOCK_N)
     w0 = tl.load(W).to(tl.float32)
     w1 = tl.load(W + 1).to(tl.float32)
@@ -51,8 +51,8 @@ def _poly_norm_forward_kernel(
         s6 = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_N):
             c = start + cols
-            m = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(X + r64 * x_row_stride + c[None, :], mask=m, other=0.0).to(tl.float32)
+            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            x = tl.load(X + rows64 * x_row_stride + c[None, :], mask=mask, other=0.0).to(tl.float32)
             x2 = x * x
             s2 += tl.sum(x2, axis=1)
             s4 += tl.sum(x2 * x2, axis=1)
@@ -62,14 +62,14 @@ def _poly_norm_forward_kernel(
         r3 = tl.math.rsqrt(s6 / n_cols + eps)
         for start in range(0, n_cols, BLOCK_N):
             c = start + cols
-            m = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(X + r64 * x_row_stride + c[None, :], mask=m, other=0.0).to(tl.float32)
+            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            x = tl.load(X + rows64 * x_row_stride + c[None, :], mask=mask, other=0.0).to(tl.float32)
             x2 = x * x
             y = (w0 * r3)[:, None] * (x2 * x) + (w1 * r2)[:, None] * x2 + (w2 * r1)[:, None] * x + b
-            tl.store(Y + r64 * y_row_stride + c[None, :], y.to(Y.dtype.element_ty), mask=m)
+            tl.store(Y + rows64 * y_row_stride + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
-        m = row_mask[:, None] & (cols < n_cols)[None, :]
-        x = tl.load(X + r64 * x_row_stride + cols[None, :], mask=m, other=0.0, eviction_policy="evict_first")
+        mask = row_mask[:, None] & (cols < n_cols)[None, :]
+        x = tl.load(X + rows64 * x_row_stride + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
         x = x.to(tl.float32)
         x2 = x * x
         x3 = x2 * x
@@ -77,7 +77,7 @@ def _poly_norm_forward_kernel(
         r2 = tl.math.rsqrt(tl.sum(x2 * x2, axis=1) / n_cols + eps)
         r3 = tl.math.rsqrt(tl.sum(x3 * x3, axis=1) / n_cols + eps)
         y = (w0 * r3)[:, None] * x3 + (w1 * r2)[:, None] * x2 + (w2 * r1)[:, None] * x + b
-        tl.store(Y + r64 * y_row_stride + cols[None, :], y.to(Y.dtype.element_ty), mask=m)
+        tl.store(Y + rows64 * y_row_stride + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + rows * 3, r1, mask=row_mask)
     tl.store(RSTD + rows * 3 + 1, r2, mask=row_mask)
     tl.store(RSTD + rows * 3 + 2, r3, mask=row_mask)
@@ -128,18 +128,18 @@ def _poly_norm_backward_kernel(
 
     if CHUNKED:
         for i in range(0, row_end - row_start):
-            r64 = (row_start + i).to(tl.int64)
-            r1 = tl.load(RSTD + r64 * 3)
-            r2 = tl.load(RSTD + r64 * 3 + 1)
-            r3 = tl.load(RSTD + r64 * 3 + 2)
+            row64 = (row_start + i).to(tl.int64)
+            r1 = tl.load(RSTD + row64 * 3)
+            r2 = tl.load(RSTD + row64 * 3 + 1)
+            r3 = tl.load(RSTD + row64 * 3 + 2)
             e3 = tl.zeros((BLOCK_N,), dtype=tl.float32)
             e2 = tl.zeros((BLOCK_N,), dtype=tl.float32)
             e1 = tl.zeros((BLOCK_N,), dtype=tl.float32)
             for start in range(0, n_cols, BLOCK_N):
                 c = start + cols
-                cm = c < n_cols
-                x = tl.load(X + r64 * x_row_stride + c, mask=cm, other=0.0).to(tl.float32)
-                dy = tl.load(DY + r64 * dy_row_stride + c, mask=cm, other=0.0).to(tl.float32)
+                col_mask = c < n_cols
+                x = tl.load(X + row64 * x_row_stride + c, mask=col_mask, other=0.0).to(tl.float32)
+                dy = tl.load(DY + row64 * dy_row_stride + c, mask=col_mask, other=0.0).to(tl.float32)
                 x2 = x * x
                 e3 += dy * x2 * x
                 e2 += dy * x2
@@ -153,24 +153,24 @@ def _poly_norm_backward_kernel(
             d1 = w2 * r1 * t1 / n_cols
             for start in range(0, n_cols, BLOCK_N):
                 c = start + cols
-                cm = c < n_cols
-                x = tl.load(X + r64 * x_row_stride + c, mask=cm, other=0.0).to(tl.float32)
-                dy = tl.load(DY + r64 * dy_row_stride + c, mask=cm, other=0.0).to(tl.float32)
+                col_mask = c < n_cols
+                x = tl.load(X + row64 * x_row_stride + c, mask=col_mask, other=0.0).to(tl.float32)
+                dy = tl.load(DY + row64 * dy_row_stride + c, mask=col_mask, other=0.0).to(tl.float32)
                 dx = _poly_norm_grad_x(x, dy, r1, r2, r3, d1, d2, d3, w0, w1, w2)
-                tl.store(DX + r64 * dx_row_stride + c, dx.to(DX.dtype.element_ty), mask=cm)
+                tl.store(DX + row64 * dx_row_stride + c, dx.to(DX.dtype.element_ty), mask=col_mask)
                 a0 += dy
             a3 += e3 * r3
             a2 += e2 * r2
             a1 += e1 * r1
     else:
-        cm = cols < n_cols
+        col_mask = cols < n_cols
         for block_start in range(row_start, row_end, BLOCK_M):
             rows = block_start + tl.arange(0, BLOCK_M)
             row_mask = rows < row_end
-            r64 = rows.to(tl.int64)[:, None]
-            m = row_mask[:, None] & cm[None, :]
-            x = tl.load(X + r64 * x_row_stride + cols[None, :], mask=m, other=0.0).to(tl.float32)
-            dy = tl.load(DY + r64 * dy_row_stride + cols[None, :], mask=m, other=0.0).to(tl.float32)
+            rows64 = rows.to(tl.int64)[:, None]
+            mask = row_mask[:, None] & col_mask[None, :]
+            x = tl.load(X + rows64 * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(DY + rows64 * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             r1 = tl.load(RSTD + rows * 3, mask=row_mask, other=0.0)
             r2 = tl.load(RSTD + rows * 3 + 1, mask=row_mask, other=0.0)
             r3 = tl.load(RSTD + rows * 3 + 2, mask=row_mask, other=0.0)
@@ -187,7 +187,7 @@ def _poly_norm_backward_kernel(
             dx = _poly_norm_grad_x(
                 x, dy, r1[:, None], r2[:, None], r3[:, None], d1[:, None], d2[:, None], d3[:, None], w0, w1, w2
             )
-            tl.store(DX + r64 * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=m)
+            tl.store(DX + rows64 * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
             a3 += tl.sum(t3, axis=0)
             a2 += tl.sum(t2, axis=0)
             a1 += tl.sum(t1, axis=0)
@@ -199,13 +199,17 @@ def _poly_norm_backward_kernel(
     tl.store(out + 3, tl.sum(a0, axis=0))
 
 
-def poly_norm_forward(x2d, weight, bias, eps, plan):
+def poly_norm_forward(
+    x2d: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, plan: TilePlan
+) -> tuple[torch.Tensor, torch.Tensor]:
     n_rows, n_cols = x2d.shape
     y = torch.empty_like(x2d)
     rstd = torch.empty((n_rows, 3), dtype=torch.float32, device=x2d.device)
     if n_rows == 0 or n_cols == 0:
         return y, rstd
-    _poly_norm_forward_kernel[(triton.cdiv(n_rows, plan.block_m),)](
+    plan.launch(
+        _poly_norm_forward_kernel,
+        plan.row_grid(n_rows),
         x2d,
         weight,
         bias,
@@ -216,21 +220,27 @@ def poly_norm_forward(x2d, weight, bias, eps, plan):
         n_rows,
         n_cols,
         eps,
-        BLOCK_M=plan.block_m,
-        BLOCK_N=plan.block_n,
-        CHUNKED=plan.chunked,
-        num_warps=plan.num_warps,
     )
     return y, rstd
 
 
-def poly_norm_backward(dy2d, x2d, weight, bias, rstd, plan, programs=None):
+def poly_norm_backward(
+    dy2d: torch.Tensor,
+    x2d: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    rstd: torch.Tensor,
+    plan: TilePlan,
+    programs: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     n_rows, n_cols = x2d.shape
     dx = torch.empty_like(x2d)
     programs, rows_per_program = backward_programs(n_rows, plan.block_m, x2d.device, programs)
     partial = torch.zeros((programs, 4), dtype=torch.float32, device=x2d.device)
     if n_rows > 0 and n_cols > 0:
-        _poly_norm_backward_kernel[(programs,)](
+        plan.launch(
+            _poly_norm_backward_kernel,
+            (programs,),
             dy2d,
             x2d,
             weight,
@@ -243,10 +253,6 @@ def poly_norm_backward(dy2d, x2d, weight, bias, rstd, plan, programs=None):
             n_rows,
             n_cols,
             rows_per_program,
-            BLOCK_M=plan.block_m,
-            BLOCK_N=plan.block_n,
-            CHUNKED=plan.chunked,
-            num_warps=plan.num_warps,
         )
     dw = torch.empty_like(weight)
     db = torch.empty_like(bias)
@@ -254,9 +260,9 @@ def poly_norm_backward(dy2d, x2d, weight, bias, rstd, plan, programs=None):
     return dx, dw, db
 
 
-def forward_plan(n_cols: int):
+def plan_forward(n_cols: int) -> TilePlan:
     """RMSNorm's tiling with PolyNorm's forward tile and warps."""
-    return _plan(
+    return plan_rows(
         n_cols,
         hardware.POLY_NORM_FORWARD_TILE_ELEMENTS,
         hardware.POLY_NORM_FORWARD_ELEMENTS_PER_WARP,
@@ -265,11 +271,11 @@ def forward_plan(n_cols: int):
     )
 
 
-def backward_plan(n_cols: int):
+def plan_backward(n_cols: int) -> TilePlan:
     """RMSNorm's tiling with PolyNorm's smaller backward tile (its live set is larger), for
     wide rows' chunks too."""
     tile = hardware.POLY_NORM_BACKWARD_TILE_ELEMENTS
-    return _plan(
+    return plan_rows(
         n_cols,
         tile,
         hardware.POLY_NORM_BACKWARD_ELEMENTS_PER_WARP,
@@ -278,23 +284,19 @@ def backward_plan(n_cols: int):
     )
 
 
+@implements("poly_norm")
 class LigerPolyNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
         check_args(x, weight, bias, eps)
         x2d = as_rows(x)
-        y, rstd = poly_norm_forward(x2d, weight, bias, eps, forward_plan(x.shape[-1]))
+        y, rstd = poly_norm_forward(x2d, weight, bias, eps, plan_forward(x.shape[-1]))
         ctx.save_for_backward(x2d, weight, bias, rstd)
         return y.view(x.shape)
 
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, bias, rstd = ctx.saved_tensors
-        plan = backward_plan(x2d.shape[1])
+        plan = plan_backward(x2d.shape[1])
         dx, dw, db = poly_norm_backward(grad_rows(dy, x2d.shape), x2d, weight, bias, rstd, plan)
         return dx.view(dy.shape), dw, db, None
-
-
-def poly_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    # Arguments are checked inside the Function, so calling it directly is just as safe.
-    return LigerPolyNormFunction.apply(x, weight, bias, eps)

@@ -1,4 +1,4 @@
-"""Sparsemax for NVIDIA GPUs: Triton kernels and autograd Function (row tiling from `softmax`).
+"""Sparsemax for NVIDIA GPUs: Triton kernels and autograd Function (softmax's row tiling).
 
 No sort: per row the threshold tau (``sum(max(x - tau, 0)) == 1``) is bracketed by bisection
 on ``[max - 1, max]``, then made exact by Michelot steps: with the support ``S = {x > lo}``
@@ -15,13 +15,14 @@ import torch
 import triton
 import triton.language as tl
 
+from liger_core.backend import implements
 from liger_core.ops.sparsemax import check_args
 from liger_ops_cuda import hardware
-from liger_ops_cuda.softmax import as_rows, plan_rows
+from liger_ops_cuda._tiling import TilePlan, as_rows, plan_softmax_rows
 
 
 @triton.jit
-def _excess(x_base, cols, row_mask, n_cols, tau, BLOCK_N: tl.constexpr, CHUNKED: tl.constexpr, x_tile):
+def _excess(x_rows, cols, row_mask, n_cols, tau, BLOCK_N: tl.constexpr, CHUNKED: tl.constexpr, x_tile):
     """Per row: sum(max(x - tau, 0)), the support size and the support's sum, for x > tau."""
     if CHUNKED:
         over = tl.zeros(tau.shape, tl.float32)
@@ -29,8 +30,8 @@ def _excess(x_base, cols, row_mask, n_cols, tau, BLOCK_N: tl.constexpr, CHUNKED:
         total = tl.zeros(tau.shape, tl.float32)
         for start in range(0, n_cols, BLOCK_N):
             c = start + cols
-            m = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(x_base + c[None, :], mask=m, other=float("-inf")).to(tl.float32)
+            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            x = tl.load(x_rows + c[None, :], mask=mask, other=float("-inf")).to(tl.float32)
             inside = x > tau[:, None]
             over += tl.sum(tl.where(inside, x - tau[:, None], 0.0), axis=1)
             count += tl.sum(inside.to(tl.float32), axis=1)
@@ -52,8 +53,8 @@ def _sparsemax_forward_kernel(
 ):  # fmt: skip
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < n_rows
-    x_base = X + rows.to(tl.int64)[:, None] * x_row_stride
-    y_base = Y + rows.to(tl.int64)[:, None] * y_row_stride
+    x_rows = X + rows.to(tl.int64)[:, None] * x_row_stride
+    y_rows = Y + rows.to(tl.int64)[:, None] * y_row_stride
     cols = tl.arange(0, BLOCK_N)
 
     if CHUNKED:
@@ -61,12 +62,12 @@ def _sparsemax_forward_kernel(
         row_max = tl.full((BLOCK_M,), float("-inf"), tl.float32)
         for start in range(0, n_cols, BLOCK_N):
             c = start + cols
-            m = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(x_base + c[None, :], mask=m, other=float("-inf")).to(tl.float32)
+            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            x = tl.load(x_rows + c[None, :], mask=mask, other=float("-inf")).to(tl.float32)
             row_max = tl.maximum(row_max, tl.max(x, axis=1))
     else:
-        m = row_mask[:, None] & (cols < n_cols)[None, :]
-        x_tile = tl.load(x_base + cols[None, :], mask=m, other=float("-inf")).to(tl.float32)
+        mask = row_mask[:, None] & (cols < n_cols)[None, :]
+        x_tile = tl.load(x_rows + cols[None, :], mask=mask, other=float("-inf")).to(tl.float32)
         row_max = tl.max(x_tile, axis=1)
     row_max = tl.where(row_mask, row_max, 0.0)  # padding rows: keep the arithmetic finite
 
@@ -75,25 +76,25 @@ def _sparsemax_forward_kernel(
     hi = row_max
     for _ in tl.static_range(BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
-        over, count, total = _excess(x_base, cols, row_mask, n_cols, mid, BLOCK_N, CHUNKED, x_tile)
+        over, count, total = _excess(x_rows, cols, row_mask, n_cols, mid, BLOCK_N, CHUNKED, x_tile)
         above = over > 1.0
         lo = tl.where(above, mid, lo)
         hi = tl.where(above, hi, mid)
     tau = lo
     for _ in tl.static_range(REFINE_STEPS):
-        over, count, total = _excess(x_base, cols, row_mask, n_cols, tau, BLOCK_N, CHUNKED, x_tile)
+        over, count, total = _excess(x_rows, cols, row_mask, n_cols, tau, BLOCK_N, CHUNKED, x_tile)
         tau = tl.where(count > 0, (total - 1.0) / tl.maximum(count, 1.0), tau)
     tl.store(TAU + rows, tau, mask=row_mask)
 
     if CHUNKED:
         for start in range(0, n_cols, BLOCK_N):
             c = start + cols
-            m = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(x_base + c[None, :], mask=m, other=0.0).to(tl.float32)
-            tl.store(y_base + c[None, :], tl.maximum(x - tau[:, None], 0.0).to(Y.dtype.element_ty), mask=m)
+            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            tl.store(y_rows + c[None, :], tl.maximum(x - tau[:, None], 0.0).to(Y.dtype.element_ty), mask=mask)
     else:
         y = tl.maximum(x_tile - tau[:, None], 0.0)
-        tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=m)
+        tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -103,7 +104,7 @@ def _sparsemax_backward_kernel(
 ):  # fmt: skip
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < n_rows
-    r64 = rows.to(tl.int64)[:, None]
+    rows64 = rows.to(tl.int64)[:, None]
     cols = tl.arange(0, BLOCK_N)
     tau = tl.load(TAU + rows, mask=row_mask, other=0.0)
     if CHUNKED:
@@ -111,47 +112,63 @@ def _sparsemax_backward_kernel(
         count = tl.zeros((BLOCK_M,), tl.float32)
         for start in range(0, n_cols, BLOCK_N):
             c = start + cols
-            m = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(X + r64 * x_row_stride + c[None, :], mask=m, other=float("-inf")).to(tl.float32)
-            dy = tl.load(DY + r64 * dy_row_stride + c[None, :], mask=m, other=0.0).to(tl.float32)
+            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            x = tl.load(X + rows64 * x_row_stride + c[None, :], mask=mask, other=float("-inf")).to(tl.float32)
+            dy = tl.load(DY + rows64 * dy_row_stride + c[None, :], mask=mask, other=0.0).to(tl.float32)
             inside = x > tau[:, None]
             dy_sum += tl.sum(tl.where(inside, dy, 0.0), axis=1)
             count += tl.sum(inside.to(tl.float32), axis=1)
         mean = dy_sum / tl.maximum(count, 1.0)
         for start in range(0, n_cols, BLOCK_N):
             c = start + cols
-            m = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(X + r64 * x_row_stride + c[None, :], mask=m, other=float("-inf")).to(tl.float32)
-            dy = tl.load(DY + r64 * dy_row_stride + c[None, :], mask=m, other=0.0).to(tl.float32)
+            mask = row_mask[:, None] & (c < n_cols)[None, :]
+            x = tl.load(X + rows64 * x_row_stride + c[None, :], mask=mask, other=float("-inf")).to(tl.float32)
+            dy = tl.load(DY + rows64 * dy_row_stride + c[None, :], mask=mask, other=0.0).to(tl.float32)
             dx = tl.where(x > tau[:, None], dy - mean[:, None], 0.0)
-            tl.store(DX + r64 * dx_row_stride + c[None, :], dx.to(DX.dtype.element_ty), mask=m)
+            tl.store(DX + rows64 * dx_row_stride + c[None, :], dx.to(DX.dtype.element_ty), mask=mask)
     else:
-        m = row_mask[:, None] & (cols < n_cols)[None, :]
-        x = tl.load(X + r64 * x_row_stride + cols[None, :], mask=m, other=float("-inf")).to(tl.float32)
-        dy = tl.load(DY + r64 * dy_row_stride + cols[None, :], mask=m, other=0.0).to(tl.float32)
+        mask = row_mask[:, None] & (cols < n_cols)[None, :]
+        x = tl.load(X + rows64 * x_row_stride + cols[None, :], mask=mask, other=float("-inf")).to(tl.float32)
+        dy = tl.load(DY + rows64 * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         inside = x > tau[:, None]
         mean = tl.sum(tl.where(inside, dy, 0.0), axis=1) / tl.maximum(tl.sum(inside.to(tl.float32), axis=1), 1.0)
         dx = tl.where(inside, dy - mean[:, None], 0.0)
-        tl.store(DX + r64 * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=m)
+        tl.store(DX + rows64 * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
 
 
+def sparsemax_forward(x2d: torch.Tensor, plan: TilePlan) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(y, tau)``: the output rows and each row's float32 threshold."""
+    n_rows, n_cols = x2d.shape
+    y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
+    tau = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
+    if y.numel():
+        plan.launch(
+            _sparsemax_forward_kernel, plan.row_grid(n_rows),
+            x2d, y, tau, x2d.stride(0), y.stride(0), n_rows, n_cols,
+            BISECTION_STEPS=hardware.SPARSEMAX_BISECTION_STEPS, REFINE_STEPS=hardware.SPARSEMAX_REFINE_STEPS,
+        )  # fmt: skip
+    return y, tau
+
+
+def sparsemax_backward(dy2d: torch.Tensor, x2d: torch.Tensor, tau: torch.Tensor, plan: TilePlan) -> torch.Tensor:
+    n_rows, n_cols = x2d.shape
+    dx = torch.empty((n_rows, n_cols), dtype=dy2d.dtype, device=dy2d.device)
+    if dx.numel():
+        plan.launch(
+            _sparsemax_backward_kernel, plan.row_grid(n_rows),
+            dy2d, x2d, tau, dx, dy2d.stride(0), x2d.stride(0), dx.stride(0), n_rows, n_cols,
+        )  # fmt: skip
+    return dx
+
+
+@implements("sparsemax")
 class LigerSparsemaxFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, dim):
         check_args(x, dim)
         moved = x.movedim(dim, -1)
         x2d = as_rows(moved)
-        n_rows, n_cols = x2d.shape
-        y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-        tau = torch.empty(n_rows, dtype=torch.float32, device=x.device)
-        plan = plan_rows(n_cols)
-        if y.numel():
-            _sparsemax_forward_kernel[(triton.cdiv(n_rows, plan.block_m),)](
-                x2d, y, tau, x2d.stride(0), y.stride(0), n_rows, n_cols,
-                BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, CHUNKED=plan.chunked,
-                BISECTION_STEPS=hardware.SPARSEMAX_BISECTION_STEPS, REFINE_STEPS=hardware.SPARSEMAX_REFINE_STEPS,
-                num_warps=plan.num_warps,
-            )  # fmt: skip
+        y, tau = sparsemax_forward(x2d, plan_softmax_rows(x2d.shape[1]))
         ctx.save_for_backward(x2d, tau)
         ctx.dim, ctx.moved_shape = dim, moved.shape
         return y.view(moved.shape).movedim(-1, dim)
@@ -160,17 +177,5 @@ class LigerSparsemaxFunction(torch.autograd.Function):
     def backward(ctx, dy):
         x2d, tau = ctx.saved_tensors
         dy2d = as_rows(dy.movedim(ctx.dim, -1))
-        n_rows, n_cols = x2d.shape
-        dx = torch.empty((n_rows, n_cols), dtype=dy.dtype, device=dy.device)
-        plan = plan_rows(n_cols)
-        if dx.numel():
-            _sparsemax_backward_kernel[(triton.cdiv(n_rows, plan.block_m),)](
-                dy2d, x2d, tau, dx, dy2d.stride(0), x2d.stride(0), dx.stride(0), n_rows, n_cols,
-                BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, CHUNKED=plan.chunked, num_warps=plan.num_warps,
-            )  # fmt: skip
+        dx = sparsemax_backward(dy2d, x2d, tau, plan_softmax_rows(x2d.shape[1]))
         return dx.view(ctx.moved_shape).movedim(-1, ctx.dim), None
-
-
-def sparsemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    # Arguments are checked inside the Function, so calling it directly is just as safe.
-    return LigerSparsemaxFunction.apply(x, dim)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import torch
-
+from liger_core.backend import implements
 from liger_core.ops.swiglu import check_args
 from liger_ops_cuda._glu import SILU, LigerGLUFunction
 
 
-def swiglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
-    check_args(a, b, in_place)
-    return LigerGLUFunction.apply(a, b, SILU, in_place)
+@implements("swiglu")
+class LigerSwiGLUFunction(LigerGLUFunction):
+    @staticmethod
+    def forward(ctx, a, b, in_place):
+        check_args(a, b, in_place)
+        return LigerGLUFunction.shared_forward(ctx, a, b, SILU, in_place)

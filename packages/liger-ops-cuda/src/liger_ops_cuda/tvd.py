@@ -7,56 +7,32 @@ from __future__ import annotations
 
 import torch
 
+from liger_core.backend import implements
 from liger_core.ops.tvd import check_args
-from liger_ops_cuda._ce_kernels import scale_unless_one
-from liger_ops_cuda._div_kernels import _tvd_kernel, inverse_count, tile_plan, unit_col
+from liger_ops_cuda._divergence import LigerDivergenceFunction, inverse_count, tvd_forward
+from liger_ops_cuda._tiling import as_rows, contiguous
 
 
-class LigerTVDLossFunction(torch.autograd.Function):
+def _elementwise_grad(ctx, grad: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
+    return (grad.float() * grad_output).to(grad.dtype)
+
+
+@implements("tvd")
+class LigerTVDFunction(LigerDivergenceFunction):
     @staticmethod
     def forward(ctx, p, q, shift_labels, reduction, ignore_index):
-        p_, q_ = unit_col(p), unit_col(q)
+        check_args(p, q, shift_labels, reduction, ignore_index)
+        p_, q_ = as_rows(p), as_rows(q)
         n, v = p_.shape
-        labels = shift_labels.contiguous() if shift_labels is not None else None
-        block, n_tiles, warps = tile_plan(v)
-        elementwise = reduction == "none"
+        labels = contiguous(shift_labels)
         if reduction == "batchmean":
             scale = inverse_count(labels, ignore_index, n, p_.device)
         elif reduction == "mean":
             scale = inverse_count(labels, ignore_index, n, p_.device, per_row=v)
         else:
             scale = torch.ones(1, dtype=torch.float32, device=p_.device)
-        write_grad = ctx.needs_input_grad[0]
-        grad = torch.empty(p_.shape, dtype=p_.dtype, device=p_.device) if write_grad else None
-        out = torch.empty((n, v) if elementwise else (n, n_tiles), dtype=torch.float32, device=p_.device)
-        if n and v:
-            _tvd_kernel[(n, n_tiles)](
-                p_, p_.stride(0), q_, q_.stride(0), grad if write_grad else p_, grad.stride(0) if write_grad else 0,
-                out, out.stride(0), n_tiles, labels if labels is not None else p_, scale, v, ignore_index,
-                HAS_LABELS=labels is not None, ELEMENTWISE=elementwise, WRITE_GRAD=write_grad, BLOCK=block,
-                num_warps=warps,
-            )  # fmt: skip
-        ctx.elementwise = elementwise
+        elementwise = reduction == "none"
+        out, grad = tvd_forward(p_, q_, labels, elementwise, ignore_index, scale, ctx.needs_input_grad[0])
+        ctx.elementwise_grad = _elementwise_grad if elementwise else None
         ctx.save_for_backward(grad)
         return out if elementwise else out.sum() * scale[0]
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        (grad,) = ctx.saved_tensors
-        if grad is not None:
-            if ctx.elementwise:
-                grad = (grad.float() * grad_output).to(grad.dtype)
-            else:
-                scale_unless_one(grad, grad_output.float().reshape(1))
-        return grad, None, None, None, None
-
-
-def tvd(
-    p: torch.Tensor,
-    q: torch.Tensor,
-    shift_labels: torch.Tensor | None = None,
-    reduction: str = "batchmean",
-    ignore_index: int = -100,
-) -> torch.Tensor:
-    check_args(p, q, shift_labels, reduction, ignore_index)
-    return LigerTVDLossFunction.apply(p, q, shift_labels, reduction, ignore_index)

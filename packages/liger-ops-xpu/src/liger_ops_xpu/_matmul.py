@@ -1,9 +1,10 @@
 """``a @ b.T`` with float32 output from bf16/fp16 operands, for fused_linear_jsd's logits.
 
-The contract wants float32 products (no rounding of the logits to the input dtype), which
-torch gives only by upcasting both operands: a full float32 copy of each lm_head weight and a
-float32 GEMM that skips the matrix engines. This kernel feeds the 16-bit tiles straight to
-``tl.dot`` (DPAS on Xe-HPC/Xe2) with float32 accumulation and stores float32.
+An XPU-only module: the contract wants float32 products (no rounding of the logits to the
+input dtype), which torch on XPU gives only by upcasting both operands: a full float32 copy of
+each lm_head weight and a float32 GEMM that skips the matrix engines (the CUDA and Ascend
+packages get float32 output from their own matmul libraries). This kernel feeds the 16-bit
+tiles straight to ``tl.dot`` (DPAS on Xe-HPC/Xe2) with float32 accumulation and stores float32.
 
 Interpreter shim: older interpreters do not emulate bf16 arithmetic (a bf16 ``tl.dot`` comes
 out as garbage), so there the tiles are upcast first: the same products, exactly representable
@@ -17,6 +18,7 @@ import triton
 import triton.language as tl
 
 from liger_ops_xpu import hardware
+from liger_ops_xpu._tiling import unit_col
 
 
 @triton.jit
@@ -57,22 +59,27 @@ def _matmul_nt_kernel(
     tl.store(c_ptrs, acc, mask=m_mask[:, None] & n_mask[None, :])
 
 
+def plan_matmul(m: int, n: int, k: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K): the tuned tiles, shrunk to small operands, never below the
+    smallest tile ``tl.dot`` takes."""
+    return tuple(
+        max(hardware.MIN_DOT_BLOCK, min(cap, triton.next_power_of_2(size)))
+        for cap, size in ((hardware.MATMUL_BLOCK_M, m), (hardware.MATMUL_BLOCK_N, n), (hardware.MATMUL_BLOCK_K, k))
+    )
+
+
 def matmul_nt_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a @ b.T`` in float32; a (M, K), b (N, K) of one 16-bit dtype (float32 goes to torch)."""
     if a.dtype == torch.float32 or b.dtype == torch.float32:
         return a.float() @ b.float().t()
-    a = a if a.stride(-1) == 1 else a.contiguous()
-    b = b if b.stride(-1) == 1 else b.contiguous()
+    a, b = unit_col(a), unit_col(b)
     (m, k), n = a.shape, b.shape[0]
     c = torch.empty((m, n), dtype=torch.float32, device=a.device)
     if c.numel() == 0:
         return c
     if k == 0:
         return c.zero_()
-    # tl.dot wants every tile dimension >= 16.
-    block_m = max(16, min(hardware.MATMUL_BLOCK_M, triton.next_power_of_2(m)))
-    block_n = max(16, min(hardware.MATMUL_BLOCK_N, triton.next_power_of_2(n)))
-    block_k = max(16, min(hardware.MATMUL_BLOCK_K, triton.next_power_of_2(k)))
+    block_m, block_n, block_k = plan_matmul(m, n, k)
     kernel = _matmul_nt_kernel
     kernel[(triton.cdiv(m, block_m), triton.cdiv(n, block_n))](
         a,

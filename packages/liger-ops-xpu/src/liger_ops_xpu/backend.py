@@ -1,61 +1,20 @@
-"""The backend object liger-core discovers through the `liger.backends` entry point."""
+"""The backend object liger-core discovers through the `liger.backends` entry point: every op
+implementation of this package (marked ``@implements``), at the interface version they reach."""
 
 from __future__ import annotations
 
-from liger_core.backend import Backend, triton_runtime
+from liger_core.backend import triton_runtime, vendor_backend
 
-from liger_ops_xpu import (
-    cross_entropy,
-    dyt,
-    fused_linear_cross_entropy,
-    fused_linear_jsd,
-    geglu,
-    group_norm,
-    jsd,
-    kl_div,
-    layer_norm,
-    poly_norm,
-    qwen2vl_mrope,
-    rms_norm,
-    rope,
-    softmax,
-    sparsemax,
-    swiglu,
-    tvd,
-)
 from liger_ops_xpu.__about__ import __version__
-
-INTERFACE_VERSION = "1.3"
 
 # Distributions that install the `triton` module for Intel GPUs, most common first.
 _TRITON_DISTRIBUTIONS = ("pytorch-triton-xpu", "triton-xpu", "triton")
 
-
-BACKEND = Backend(
-    name="xpu",
-    distribution="liger-ops-xpu",
-    version=__version__,
-    device_types=("xpu",),
-    interface_version=INTERFACE_VERSION,
-    ops={
-        "rms_norm": rms_norm.rms_norm,
-        "fused_add_rms_norm": rms_norm.fused_add_rms_norm,
-        "layer_norm": layer_norm.layer_norm,
-        "group_norm": group_norm.group_norm,
-        "poly_norm": poly_norm.poly_norm,
-        "dyt": dyt.dyt,
-        "swiglu": swiglu.swiglu,
-        "geglu": geglu.geglu,
-        "rope": rope.rope,
-        "qwen2vl_mrope": qwen2vl_mrope.qwen2vl_mrope,
-        "softmax": softmax.softmax,
-        "sparsemax": sparsemax.sparsemax,
-        "cross_entropy": cross_entropy.cross_entropy,
-        "fused_linear_cross_entropy": fused_linear_cross_entropy.fused_linear_cross_entropy,
-        "kl_div": kl_div.kl_div,
-        "jsd": jsd.jsd,
-        "fused_linear_jsd": fused_linear_jsd.fused_linear_jsd,
-        "tvd": tvd.tvd,
-    },
+BACKEND = vendor_backend(
+    "xpu",
+    "liger-ops-xpu",
+    __version__,
+    ("xpu",),
+    __package__,
     runtime=lambda: triton_runtime(*_TRITON_DISTRIBUTIONS),
 )

@@ -10,16 +10,23 @@ atomics. The grid is sized so that all programs of all column blocks are residen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
 from liger_core.ops.dyt import check_args
 
-from liger_ops_xpu import hardware
-from liger_ops_xpu._jit import tanh
-from liger_ops_xpu._tiling import as_rows, static_trips
+from liger_ops_xpu._jit import row_tile, tanh
+from liger_ops_xpu._tiling import (
+    BlockPlan,
+    as_rows,
+    backward_grid,
+    launch_blocks,
+    plan_blocks,
+    static_trips,
+    sum_partials,
+    zeros_or_none,
+)
 
 
 @triton.jit
@@ -37,11 +44,10 @@ def _dyt_forward_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    _, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
-    mask = (rows < n_rows)[:, None] & col_mask[None, :]
-    rows64 = rows.to(tl.int64)
+    mask = row_mask[:, None] & col_mask[None, :]
     alpha = tl.load(ALPHA).to(tl.float32)
     x = tl.load(X + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     gamma = tl.load(GAMMA + cols, mask=col_mask, other=0.0).to(tl.float32)
@@ -85,9 +91,8 @@ def _dyt_backward_kernel(
     dbeta = tl.zeros((BLOCK_N,), dtype=tl.float32)
     dalpha = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
-        rows = first_row + t * BLOCK_M + tl.arange(0, BLOCK_M)
-        rows64 = rows.to(tl.int64)
-        mask = (rows < n_rows)[:, None] & col_mask[None, :]
+        _, row_mask, rows64 = row_tile(first_row + t * BLOCK_M, n_rows, BLOCK_M)
+        mask = row_mask[:, None] & col_mask[None, :]
         x = tl.load(X + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(DY + rows64[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         th = tanh(alpha * x)
@@ -104,104 +109,84 @@ def _dyt_backward_kernel(
     tl.store(DALPHA_PARTIAL + pid * tl.num_programs(1) + col_block, tl.sum(tl.sum(dalpha, axis=1), axis=0))
 
 
-@dataclass(frozen=True)
-class DytPlan:
-    block_m: int
-    block_n: int
-    num_warps: int
+def dyt_forward(x2d, alpha, gamma, beta, plan: BlockPlan) -> torch.Tensor:
+    """Launch the forward kernel on rows of ``x2d``; returns y."""
+    n_rows, n_cols = x2d.shape
+    y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
+    if x2d.numel() == 0:
+        return y
+    launch_blocks(
+        _dyt_forward_kernel,
+        plan.grid(n_rows, n_cols),
+        plan,
+        x2d.device,
+        x2d,
+        alpha,
+        gamma,
+        beta if beta is not None else gamma,  # never read without HAS_BETA
+        y,
+        x2d.stride(0),
+        y.stride(0),
+        n_rows,
+        n_cols,
+        HAS_BETA=beta is not None,
+    )
+    return y
 
 
-def plan_dyt(n_cols: int) -> DytPlan:
-    block_n = min(triton.next_power_of_2(max(n_cols, 1)), hardware.ELEMENTWISE_COL_BLOCK)
-    block_m = max(1, hardware.ELEMENTWISE_BLOCK // block_n)
-    warps = max(1, min(hardware.ELEMENTWISE_NUM_WARPS, block_m * block_n // (hardware.DEFAULT_SUB_GROUP_SIZE * 4)))
-    return DytPlan(block_m, block_n, 1 << (warps.bit_length() - 1))
+def dyt_backward(dy2d, x2d, alpha, gamma, beta, plan: BlockPlan):
+    """Launch the backward kernel; returns ``(grad_x, grad_alpha, grad_gamma, grad_beta)``. Its
+    grid is persistent along rows, with every column block's programs resident at once."""
+    n_rows, n_cols = x2d.shape
+    has_beta = beta is not None
+    dx = torch.empty_like(x2d)
+    if x2d.numel() == 0:
+        return dx, torch.zeros_like(alpha), torch.zeros_like(gamma), zeros_or_none(beta)
+    n_col_blocks = triton.cdiv(n_cols, plan.block_n)
+    programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device, n_col_blocks)
+    dgamma_partial = torch.empty((programs, n_cols), dtype=torch.float32, device=x2d.device)
+    dbeta_partial = torch.empty_like(dgamma_partial) if has_beta else dgamma_partial
+    dalpha_partial = torch.empty((programs, n_col_blocks), dtype=torch.float32, device=x2d.device)
+    launch_blocks(
+        _dyt_backward_kernel,
+        (programs, n_col_blocks),
+        plan,
+        x2d.device,
+        dy2d,
+        x2d,
+        alpha,
+        gamma,
+        dx,
+        dgamma_partial,
+        dbeta_partial,
+        dalpha_partial,
+        dy2d.stride(0),
+        x2d.stride(0),
+        dx.stride(0),
+        n_rows,
+        n_cols,
+        tiles_per_program,
+        HAS_BETA=has_beta,
+        STATIC_TILES=static_trips(_dyt_backward_kernel, tiles_per_program),
+    )
+    dalpha = dalpha_partial.sum().to(alpha.dtype).reshape(alpha.shape)
+    return dx, dalpha, sum_partials(dgamma_partial, gamma), sum_partials(dbeta_partial, beta)
 
 
-def dyt_backward_grid(n_rows: int, n_col_blocks: int, plan: DytPlan, device: torch.device) -> tuple[int, int]:
-    """``(row_programs, tiles_per_program)``: all column blocks' programs resident at once."""
-    n_tiles = triton.cdiv(max(n_rows, 1), plan.block_m)
-    index = device.index if device.type == "xpu" else None
-    resident = hardware.persistent_programs(plan.num_warps, index)
-    programs = max(1, min(resident // n_col_blocks, n_tiles))
-    tiles_per_program = triton.cdiv(n_tiles, programs)
-    return triton.cdiv(n_tiles, tiles_per_program), tiles_per_program
-
-
+@implements("dyt")
 class LigerDyTFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, alpha, gamma, beta):
-        n_cols = x.shape[-1]
-        x2d = as_rows(x, n_cols)
-        n_rows = x2d.shape[0]
-        plan = plan_dyt(n_cols)
-        y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-        if x2d.numel():
-            kernel = _dyt_forward_kernel
-            kernel[(triton.cdiv(n_rows, plan.block_m), triton.cdiv(n_cols, plan.block_n))](
-                x2d,
-                alpha,
-                gamma,
-                beta if beta is not None else gamma,  # never read without HAS_BETA
-                y,
-                x2d.stride(0),
-                y.stride(0),
-                n_rows,
-                n_cols,
-                HAS_BETA=beta is not None,
-                BLOCK_M=plan.block_m,
-                BLOCK_N=plan.block_n,
-                **hardware.launch_kwargs(kernel, x.device, plan.num_warps, register_heavy=False),
-            )
-        ctx.save_for_backward(x2d, alpha, gamma)
-        ctx.plan, ctx.has_beta = plan, beta is not None
-        ctx.beta_dtype = beta.dtype if beta is not None else None
+        check_args(x, alpha, gamma, beta)
+        x2d = as_rows(x)
+        plan = plan_blocks(x2d.shape[1])
+        y = dyt_forward(x2d, alpha, gamma, beta, plan)
+        ctx.save_for_backward(x2d, alpha, gamma, beta)
+        ctx.plan = plan
         return y.view(x.shape)
 
     @staticmethod
     def backward(ctx, dy):
-        x2d, alpha, gamma = ctx.saved_tensors
-        plan, has_beta = ctx.plan, ctx.has_beta
-        n_rows, n_cols = x2d.shape
-        dx = torch.empty_like(x2d)
-        if x2d.numel() == 0:
-            dbeta = torch.zeros(n_cols, dtype=ctx.beta_dtype, device=x2d.device) if has_beta else None
-            return dx.view(dy.shape), torch.zeros_like(alpha), torch.zeros_like(gamma), dbeta
-        dy2d = as_rows(dy, n_cols)
-        n_col_blocks = triton.cdiv(n_cols, plan.block_n)
-        programs, tiles_per_program = dyt_backward_grid(n_rows, n_col_blocks, plan, x2d.device)
-        dgamma_partial = torch.empty((programs, n_cols), dtype=torch.float32, device=x2d.device)
-        dbeta_partial = torch.empty_like(dgamma_partial) if has_beta else dgamma_partial
-        dalpha_partial = torch.empty((programs, n_col_blocks), dtype=torch.float32, device=x2d.device)
-        kernel = _dyt_backward_kernel
-        kernel[(programs, n_col_blocks)](
-            dy2d,
-            x2d,
-            alpha,
-            gamma,
-            dx,
-            dgamma_partial,
-            dbeta_partial,
-            dalpha_partial,
-            dy2d.stride(0),
-            x2d.stride(0),
-            dx.stride(0),
-            n_rows,
-            n_cols,
-            tiles_per_program,
-            HAS_BETA=has_beta,
-            BLOCK_M=plan.block_m,
-            BLOCK_N=plan.block_n,
-            STATIC_TILES=static_trips(kernel, tiles_per_program),
-            **hardware.launch_kwargs(kernel, x2d.device, plan.num_warps, register_heavy=False),
-        )
-        dalpha = dalpha_partial.sum().to(alpha.dtype).reshape(alpha.shape)
-        dgamma = dgamma_partial.sum(0).to(gamma.dtype)
-        dbeta = dbeta_partial.sum(0).to(ctx.beta_dtype) if has_beta else None
+        x2d, alpha, gamma, beta = ctx.saved_tensors
+        dx, dalpha, dgamma, dbeta = dyt_backward(as_rows(dy), x2d, alpha, gamma, beta, ctx.plan)
         return dx.view(dy.shape), dalpha, dgamma, dbeta
-
-
-def dyt(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None) -> torch.Tensor:
-    """The interface's ``dyt`` (see ``liger_core.ops.dyt``) on Intel GPUs."""
-    check_args(x, alpha, gamma, beta)
-    return LigerDyTFunction.apply(x, alpha, gamma, beta)

@@ -3,7 +3,7 @@
 Tokens are processed in chunks whose logits hold about FUSED_LINEAR_CHUNK_ELEMENTS values, so
 peak memory stays near one chunk of logits instead of tokens x vocab. Per chunk: the logits
 (``input @ weight.T + bias`` in the input dtype: XMX matmul through torch/oneDNN), the
-cross-entropy kernels of cross_entropy.py (loss rows, then the gradient written over the
+cross-entropy row kernels of _cross_entropy.py (loss rows, then the gradient written over the
 chunk's own logits buffer), and the three gradient matmuls: grad_input rows, grad_weight and
 grad_bias accumulated in ``accum_dtype``.
 
@@ -16,15 +16,17 @@ its backward recomputes the chunks with those gradients.
 from __future__ import annotations
 
 import torch
-from liger_core.ops import fused_linear_cross_entropy as contract
+from liger_core.backend import implements
+from liger_core.ops.fused_linear_cross_entropy import check_args, target_stats
 
-from liger_ops_xpu import hardware
-from liger_ops_xpu.cross_entropy import CEOptions, ce_rows_backward, ce_rows_forward, reduce_rows, weight_total
-
-
-def chunk_rows(n_rows: int, vocab: int) -> int:
-    """Tokens per chunk: logits of about FUSED_LINEAR_CHUNK_ELEMENTS values (at least one row)."""
-    return max(1, min(n_rows, hardware.FUSED_LINEAR_CHUNK_ELEMENTS // max(vocab, 1)))
+from liger_ops_xpu._cross_entropy import (
+    CEOptions,
+    cross_entropy_backward,
+    cross_entropy_forward,
+    reduce_rows,
+    weight_total,
+)
+from liger_ops_xpu._tiling import plan_chunks, unit_col
 
 
 def flce_pass(x, weight, bias, target, ce_weight, opts: CEOptions, w_total, scales, grad_out, needs, accum_dtype):
@@ -39,18 +41,18 @@ def flce_pass(x, weight, bias, target, ce_weight, opts: CEOptions, w_total, scal
     dx = torch.empty_like(x) if want_dx else None
     dw = torch.zeros(weight.shape, dtype=accum_dtype or weight.dtype, device=x.device) if want_dw else None
     db = torch.zeros(bias.shape, dtype=accum_dtype or bias.dtype, device=x.device) if want_db else None
-    step = chunk_rows(n_rows, vocab)
+    step = plan_chunks(n_rows, vocab)
     for start in range(0, n_rows, step):
         end = min(start + step, n_rows)
         x_c, t_c = x[start:end], target[start:end]
         logits = x_c @ w_mm.t()
         if b_mm is not None:
             logits += b_mm
-        loss[start:end], z[start:end], lse = ce_rows_forward(logits, t_c, ce_weight, opts, w_total)
+        loss[start:end], z[start:end], lse = cross_entropy_forward(logits, t_c, ce_weight, opts, w_total)
         if grad_out is None or not (want_dx or want_dw or want_db):
             continue
         g = grad_out if grad_out.numel() == 1 else grad_out[start:end]
-        dlogits = ce_rows_backward(logits, t_c, ce_weight, lse, g, logits, opts, w_total, *scales)  # in place
+        dlogits = cross_entropy_backward(logits, t_c, ce_weight, lse, g, logits, opts, w_total, *scales)  # in place
         if want_dx:
             torch.mm(dlogits, w_mm, out=dx[start:end])
         if want_dw:
@@ -65,10 +67,20 @@ def flce_pass(x, weight, bias, target, ce_weight, opts: CEOptions, w_total, scal
     return loss, z, grads
 
 
+@implements("fused_linear_cross_entropy")
 class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, target, bias, ce_weight, opts, n_valid, weight_sum, accum_dtype):
-        x = x if x.stride(-1) == 1 else x.contiguous()
+    def forward(
+        ctx, input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction,
+        softcap, return_z_loss, accum_dtype,
+    ):  # fmt: skip
+        check_args(
+            input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction,
+            softcap, return_z_loss, accum_dtype,
+        )  # fmt: skip
+        n_valid, weight_sum = target_stats(input, weight, target, ce_weight, ignore_index)
+        opts = CEOptions(ignore_index, lse_square_scale, label_smoothing, reduction, softcap)
+        x = unit_col(input)
         needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[3])
         w_total = weight_total(ce_weight, weight.shape[0])
         scales = opts.scales(n_valid, weight_sum)
@@ -85,11 +97,13 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
             ctx.grads = grads
         else:
             ctx.save_for_backward(x, weight, target, bias, ce_weight)
+        if not return_z_loss:
+            return loss
         ctx.mark_non_differentiable(z)
         return loss, z
 
     @staticmethod
-    def backward(ctx, grad_loss, _grad_z):
+    def backward(ctx, grad_loss, _grad_z=None):
         if ctx.early:
             g = grad_loss.to(torch.float32)
             dx, dw, db = (None if t is None else (t * g).to(t.dtype) for t in ctx.grads)
@@ -101,41 +115,4 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
                 x, weight, bias, target, ce_weight, ctx.opts, ctx.w_total, ctx.scales, grad_out, ctx.needs,
                 ctx.accum_dtype,
             )  # fmt: skip
-        return dx, dw, None, db, None, None, None, None, None
-
-
-def fused_linear_cross_entropy(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    target: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    ce_weight: torch.Tensor | None = None,
-    ignore_index: int = -100,
-    lse_square_scale: float = 0.0,
-    label_smoothing: float = 0.0,
-    reduction: str = "mean",
-    softcap: float | None = None,
-    return_z_loss: bool = False,
-    accum_dtype: torch.dtype | None = None,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """The interface's ``fused_linear_cross_entropy`` (see ``liger_core.ops.fused_linear_cross_entropy``)."""
-    contract.check_args(
-        input,
-        weight,
-        target,
-        bias,
-        ce_weight,
-        ignore_index,
-        lse_square_scale,
-        label_smoothing,
-        reduction,
-        softcap,
-        return_z_loss,
-        accum_dtype,
-    )
-    n_valid, weight_sum = contract.target_stats(input, weight, target, ce_weight, ignore_index)
-    opts = CEOptions(ignore_index, lse_square_scale, label_smoothing, reduction, softcap)
-    loss, z = LigerFusedLinearCrossEntropyFunction.apply(
-        input, weight, target, bias, ce_weight, opts, n_valid, weight_sum, accum_dtype
-    )
-    return (loss, z) if return_z_loss else loss
+        return dx, dw, None, db, None, None, None, None, None, None, None, None

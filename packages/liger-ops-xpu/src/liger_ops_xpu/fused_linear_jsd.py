@@ -4,7 +4,7 @@ projections and the generalised JSD of their log-softmaxes, chunk by chunk over 
 Per chunk of about FUSED_LINEAR_CHUNK_ELEMENTS logits: fp32 logits of both models (the
 contract asks for fp32 products, no rounding before the softmax: for 16-bit inputs the GEMM of
 _matmul.py, 16-bit tiles on the matrix engines with fp32 output, so no fp32 copy of either
-weight), their log-softmax at the temperature, the divergence kernels of _divergence.py (the
+weight), their log-softmax at the temperature, the divergence kernels of divergence.py (the
 chunk's loss sum, then the gradient in the student's log-probabilities), the chain through
 log-softmax (``grad_s = (g - softmax(s) * sum(g)) / T``) and the student's two gradient matmuls
 in the student's dtype (grad_weight accumulated in it, as for fused_linear_cross_entropy's
@@ -15,27 +15,38 @@ backward scales them.
 from __future__ import annotations
 
 import torch
-from liger_core.ops import _losses
+from liger_core.backend import implements
+from liger_core.ops._losses import label_count
 from liger_core.ops.fused_linear_jsd import check_args
 
-from liger_ops_xpu._divergence import divergence_backward, divergence_forward
 from liger_ops_xpu._matmul import matmul_nt_f32
-from liger_ops_xpu.fused_linear_cross_entropy import chunk_rows
-from liger_ops_xpu.jsd import jsd_divergence
+from liger_ops_xpu._tiling import plan_chunks
+from liger_ops_xpu.divergence import divergence_backward, divergence_forward, jsd_divergence
 
 
+@implements("fused_linear_jsd")
 class LigerFusedLinearJSDFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, xs, ws, xt, wt, labels, beta, ignore_index, temperature):
+    def forward(
+        ctx, student_input, student_weight, teacher_input, teacher_weight, shift_labels, jsd_beta, ignore_index,
+        temperature,
+    ):  # fmt: skip
+        check_args(
+            student_input, student_weight, teacher_input, teacher_weight, shift_labels, jsd_beta, ignore_index,
+            temperature,
+        )  # fmt: skip
+        xs, ws, xt, wt = student_input, student_weight, teacher_input, teacher_weight
+        labels = None if shift_labels is None else shift_labels.contiguous()
+        temperature = float(temperature)
         n_rows, vocab = xs.shape[0], ws.shape[0]
-        n = _losses.label_count("fused_linear_jsd", labels, ignore_index, n_rows)
-        div = jsd_divergence(beta, ignore_index)
+        n = label_count("fused_linear_jsd", labels, ignore_index, n_rows)
+        div = jsd_divergence(float(jsd_beta), ignore_index)
         want_dx, want_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         total = torch.zeros((), dtype=torch.float32, device=xs.device)
         dxs = torch.empty_like(xs) if want_dx else None
         dws = torch.zeros_like(ws) if want_dw else None
         ones = torch.ones(1, dtype=torch.float32, device=xs.device)
-        step = chunk_rows(n_rows, vocab)
+        step = plan_chunks(n_rows, vocab)
         for start in range(0, n_rows, step):
             end = min(start + step, n_rows)
             xs_c = xs[start:end]
@@ -69,30 +80,3 @@ class LigerFusedLinearJSDFunction(torch.autograd.Function):
         dxs, dws = (None if t is None else (t * g).to(t.dtype) for t in ctx.grads)
         ctx.grads = None
         return dxs, dws, None, None, None, None, None, None
-
-
-def fused_linear_jsd(
-    student_input: torch.Tensor,
-    student_weight: torch.Tensor,
-    teacher_input: torch.Tensor,
-    teacher_weight: torch.Tensor,
-    shift_labels: torch.Tensor | None = None,
-    jsd_beta: float = 0.5,
-    ignore_index: int = -100,
-    temperature: float = 1.0,
-) -> torch.Tensor:
-    """The interface's ``fused_linear_jsd`` (see ``liger_core.ops.fused_linear_jsd``) on Intel GPUs."""
-    check_args(
-        student_input, student_weight, teacher_input, teacher_weight, shift_labels, jsd_beta, ignore_index, temperature
-    )
-    labels = None if shift_labels is None else shift_labels.contiguous()
-    return LigerFusedLinearJSDFunction.apply(
-        student_input,
-        student_weight,
-        teacher_input.detach(),
-        teacher_weight.detach(),
-        labels,
-        float(jsd_beta),
-        ignore_index,
-        float(temperature),
-    )

@@ -19,9 +19,35 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
 from liger_core.ops.group_norm import check_args
 
 from liger_ops_xpu import hardware
+from liger_ops_xpu._tiling import num_warps_for, sum_partials, zeros_or_none
+
+
+@triton.jit
+def _group_run(pid, n_groups, channels_per_group, n_spatial):
+    """Program ``pid``'s (sample, group) pair: ``(first_channel, base, size)``, the group's first
+    channel, the offset of its run of channels x positions (contiguous) and the run's length."""
+    first_channel = (pid % n_groups) * channels_per_group
+    base = pid.to(tl.int64) * channels_per_group * n_spatial
+    return first_channel, base, channels_per_group * n_spatial
+
+
+@triton.jit
+def _channel_block(block, channels_per_group, BLOCK_C: tl.constexpr):
+    """The group's channels of block ``block`` (BLOCK_C of them) and their mask."""
+    c = block * BLOCK_C + tl.arange(0, BLOCK_C)
+    return c, c < channels_per_group
+
+
+@triton.jit
+def _group_tile(base, c, c_mask, block, n_spatial, BLOCK_S: tl.constexpr):
+    """Positions block ``block`` (BLOCK_S of them) of channels ``c`` in the run from ``base``:
+    ``(offs, mask)``, the elements' offsets and which are in range."""
+    s = block * BLOCK_S + tl.arange(0, BLOCK_S)
+    return base + c[:, None] * n_spatial + s[None, :], c_mask[:, None] & (s < n_spatial)[None, :]
 
 
 @triton.jit
@@ -45,25 +71,20 @@ def _group_norm_forward_kernel(
     N_S_CHUNKS: tl.constexpr,
 ):
     pid = tl.program_id(0)  # = sample * n_groups + group
-    group = pid % n_groups
-    first_channel = group * channels_per_group
-    base = pid.to(tl.int64) * channels_per_group * n_spatial  # the group's run is contiguous
-    group_size = channels_per_group * n_spatial
-    ch = tl.arange(0, BLOCK_C)
-    sp = tl.arange(0, BLOCK_S)
+    first_channel, base, group_size = _group_run(pid, n_groups, channels_per_group, n_spatial)
 
-    mask0 = (ch < channels_per_group)[:, None] & (sp < n_spatial)[None, :]
-    first = tl.load(X + base + ch[:, None] * n_spatial + sp[None, :], mask=mask0, other=0.0).to(tl.float32)
+    # Shift: the mean of the first tile.
+    c, c_mask = _channel_block(0, channels_per_group, BLOCK_C)
+    offs, mask0 = _group_tile(base, c, c_mask, 0, n_spatial, BLOCK_S)
+    first = tl.load(X + offs, mask=mask0, other=0.0).to(tl.float32)
     shift = tl.sum(tl.sum(first, axis=1), axis=0) / tl.sum(tl.sum(mask0.to(tl.float32), axis=1), axis=0)
     s1 = tl.zeros((BLOCK_C, BLOCK_S), dtype=tl.float32)
     s2 = tl.zeros((BLOCK_C, BLOCK_S), dtype=tl.float32)
     for cc in range(N_C_CHUNKS):
-        c = cc * BLOCK_C + ch
-        c_mask = c < channels_per_group
+        c, c_mask = _channel_block(cc, channels_per_group, BLOCK_C)
         for sc in range(N_S_CHUNKS):
-            s = sc * BLOCK_S + sp
-            mask = c_mask[:, None] & (s < n_spatial)[None, :]
-            xf = tl.load(X + base + c[:, None] * n_spatial + s[None, :], mask=mask, other=0.0).to(tl.float32)
+            offs, mask = _group_tile(base, c, c_mask, sc, n_spatial, BLOCK_S)
+            xf = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
             d = tl.where(mask, xf - shift, 0.0)
             s1 += d
             s2 += d * d
@@ -75,8 +96,7 @@ def _group_norm_forward_kernel(
     tl.store(RSTD + pid, rstd)
 
     for cc in range(N_C_CHUNKS):
-        c = cc * BLOCK_C + ch
-        c_mask = c < channels_per_group
+        c, c_mask = _channel_block(cc, channels_per_group, BLOCK_C)
         scale = tl.zeros((BLOCK_C,), dtype=tl.float32) + rstd
         shift_out = -mean * scale
         if HAS_WEIGHT:
@@ -86,9 +106,7 @@ def _group_norm_forward_kernel(
         if HAS_BIAS:
             shift_out += tl.load(B + first_channel + c, mask=c_mask, other=0.0).to(tl.float32)
         for sc in range(N_S_CHUNKS):
-            s = sc * BLOCK_S + sp
-            mask = c_mask[:, None] & (s < n_spatial)[None, :]
-            offs = base + c[:, None] * n_spatial + s[None, :]
+            offs, mask = _group_tile(base, c, c_mask, sc, n_spatial, BLOCK_S)
             xf = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
             # (x - mean) * rstd * w + b as one multiply-add per element.
             y = xf * scale[:, None] + shift_out[:, None]
@@ -118,31 +136,22 @@ def _group_norm_backward_kernel(
 ):
     # grad_x = rstd * (g - mean(g) - x_hat * mean(g * x_hat)) over the group, g = dy * w[channel];
     # grad_w[c] = sum over samples and positions of dy * x_hat; grad_b[c] = sum of dy.
-    pid = tl.program_id(0)
-    sample = pid // n_groups
-    group = pid % n_groups
-    first_channel = group * channels_per_group
-    base = pid.to(tl.int64) * channels_per_group * n_spatial
-    partial_base = sample.to(tl.int64) * n_channels + first_channel
-    group_size = channels_per_group * n_spatial
+    pid = tl.program_id(0)  # = sample * n_groups + group
+    first_channel, base, group_size = _group_run(pid, n_groups, channels_per_group, n_spatial)
+    partial_base = (pid // n_groups).to(tl.int64) * n_channels + first_channel  # this sample's slot
     mean = tl.load(MEAN + pid)
     rstd = tl.load(RSTD + pid)
-    ch = tl.arange(0, BLOCK_C)
-    sp = tl.arange(0, BLOCK_S)
 
     sum_g = tl.zeros((BLOCK_C, BLOCK_S), dtype=tl.float32)
     sum_gx = tl.zeros((BLOCK_C, BLOCK_S), dtype=tl.float32)
     for cc in range(N_C_CHUNKS):
-        c = cc * BLOCK_C + ch
-        c_mask = c < channels_per_group
+        c, c_mask = _channel_block(cc, channels_per_group, BLOCK_C)
         if HAS_WEIGHT:
             w = tl.load(W + first_channel + c, mask=c_mask, other=0.0).to(tl.float32)
         dw_acc = tl.zeros((BLOCK_C, BLOCK_S), dtype=tl.float32)
         db_acc = tl.zeros((BLOCK_C, BLOCK_S), dtype=tl.float32)
         for sc in range(N_S_CHUNKS):
-            s = sc * BLOCK_S + sp
-            mask = c_mask[:, None] & (s < n_spatial)[None, :]
-            offs = base + c[:, None] * n_spatial + s[None, :]
+            offs, mask = _group_tile(base, c, c_mask, sc, n_spatial, BLOCK_S)
             xf = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
             dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
             x_hat = tl.where(mask, (xf - mean) * rstd, 0.0)
@@ -161,14 +170,11 @@ def _group_norm_backward_kernel(
     mean_gx = tl.sum(tl.sum(sum_gx, axis=1), axis=0) / group_size
 
     for cc in range(N_C_CHUNKS):
-        c = cc * BLOCK_C + ch
-        c_mask = c < channels_per_group
+        c, c_mask = _channel_block(cc, channels_per_group, BLOCK_C)
         if HAS_WEIGHT:
             w = tl.load(W + first_channel + c, mask=c_mask, other=0.0).to(tl.float32)
         for sc in range(N_S_CHUNKS):
-            s = sc * BLOCK_S + sp
-            mask = c_mask[:, None] & (s < n_spatial)[None, :]
-            offs = base + c[:, None] * n_spatial + s[None, :]
+            offs, mask = _group_tile(base, c, c_mask, sc, n_spatial, BLOCK_S)
             xf = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
             dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
             x_hat = (xf - mean) * rstd
@@ -190,7 +196,7 @@ class GroupPlan:
     num_warps: int
 
 
-def plan_group(channels_per_group: int, n_spatial: int) -> GroupPlan:
+def plan_groups(channels_per_group: int, n_spatial: int) -> GroupPlan:
     """Spatial positions first (contiguous), up to ``CHUNK_BLOCK``; channels fill the tile up
     to ``TARGET_TILE_ELEMENTS``."""
     block_s = min(triton.next_power_of_2(max(n_spatial, 1)), hardware.CHUNK_BLOCK)
@@ -200,43 +206,87 @@ def plan_group(channels_per_group: int, n_spatial: int) -> GroupPlan:
         block_s,
         triton.cdiv(max(channels_per_group, 1), block_c),
         triton.cdiv(max(n_spatial, 1), block_s),
-        hardware.num_warps_for(block_c * block_s),
+        num_warps_for(block_c * block_s),
     )
 
 
+def _launch_groups(kernel, x3: torch.Tensor, num_groups: int, plan: GroupPlan, pointers: tuple, *scalars, **constexprs):
+    """One program per (sample, group) of ``x3`` with ``plan``'s tiles and the large register
+    file; the kernel's arguments: ``pointers``, the sizes (channels, channels per group,
+    positions, groups), ``scalars``."""
+    batch, n_channels, n_spatial = x3.shape
+    kernel[(batch * num_groups,)](
+        *pointers,
+        n_channels,
+        n_channels // num_groups,
+        n_spatial,
+        num_groups,
+        *scalars,
+        BLOCK_C=plan.block_c,
+        BLOCK_S=plan.block_s,
+        N_C_CHUNKS=plan.n_c_chunks,
+        N_S_CHUNKS=plan.n_s_chunks,
+        **constexprs,
+        **hardware.launch_kwargs(kernel, x3.device, plan.num_warps),
+    )
+
+
+def group_norm_forward(x3, weight, bias, num_groups: int, eps: float, plan: GroupPlan):
+    """Launch the forward kernel on ``x3`` (batch, channels, spatial), contiguous; returns
+    ``(y, mean, rstd)``, the statistics one fp32 value per (sample, group)."""
+    y = torch.empty_like(x3)
+    mean = torch.empty(x3.shape[0] * num_groups, dtype=torch.float32, device=x3.device)
+    rstd = torch.empty_like(mean)
+    if x3.numel() == 0:
+        return y, mean, rstd
+    w_ptr = weight if weight is not None else x3  # never read without HAS_WEIGHT
+    b_ptr = bias if bias is not None else x3  # never read without HAS_BIAS
+    _launch_groups(
+        _group_norm_forward_kernel,
+        x3,
+        num_groups,
+        plan,
+        (x3, w_ptr, b_ptr, y, mean, rstd),
+        eps,
+        HAS_WEIGHT=weight is not None,
+        HAS_BIAS=bias is not None,
+    )
+    return y, mean, rstd
+
+
+def group_norm_backward(dy3, x3, weight, bias, num_groups: int, mean, rstd, plan: GroupPlan):
+    """Launch the backward kernel; returns ``(grad_x, grad_weight, grad_bias)``."""
+    batch, n_channels, _ = x3.shape
+    has_weight, has_bias = weight is not None, bias is not None
+    dx = torch.empty_like(x3)
+    if x3.numel() == 0:
+        return dx, zeros_or_none(weight), zeros_or_none(bias)
+    # One fp32 row of channels per sample and parameter (every slot written once).
+    partial = lambda on: torch.empty((batch, n_channels), dtype=torch.float32, device=x3.device) if on else mean
+    dw_partial, db_partial = partial(has_weight), partial(has_bias)
+    w_ptr = weight if has_weight else x3  # never read without HAS_WEIGHT
+    _launch_groups(
+        _group_norm_backward_kernel,
+        x3,
+        num_groups,
+        plan,
+        (dy3, x3, w_ptr, mean, rstd, dx, dw_partial, db_partial),
+        HAS_WEIGHT=has_weight,
+        HAS_BIAS=has_bias,
+    )
+    return dx, sum_partials(dw_partial, weight), sum_partials(db_partial, bias)
+
+
+@implements("group_norm")
 class LigerGroupNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, num_channels, num_groups, eps):
+        check_args(x, weight, bias, num_channels, num_groups, eps)
         batch = x.shape[0]
         n_spatial = math.prod(x.shape[2:])
         x3 = x.contiguous().view(batch, num_channels, n_spatial)
-        cpg = num_channels // num_groups
-        plan = plan_group(cpg, n_spatial)
-        y = torch.empty_like(x3)
-        mean = torch.empty(batch * num_groups, dtype=torch.float32, device=x.device)
-        rstd = torch.empty_like(mean)
-        if x.numel():
-            kernel = _group_norm_forward_kernel
-            kernel[(batch * num_groups,)](
-                x3,
-                weight if weight is not None else x3,  # never read without HAS_WEIGHT
-                bias if bias is not None else x3,  # never read without HAS_BIAS
-                y,
-                mean,
-                rstd,
-                num_channels,
-                cpg,
-                n_spatial,
-                num_groups,
-                eps,
-                HAS_WEIGHT=weight is not None,
-                HAS_BIAS=bias is not None,
-                BLOCK_C=plan.block_c,
-                BLOCK_S=plan.block_s,
-                N_C_CHUNKS=plan.n_c_chunks,
-                N_S_CHUNKS=plan.n_s_chunks,
-                **hardware.launch_kwargs(kernel, x.device, plan.num_warps),
-            )
+        plan = plan_groups(num_channels // num_groups, n_spatial)
+        y, mean, rstd = group_norm_forward(x3, weight, bias, num_groups, float(eps), plan)
         ctx.save_for_backward(x3, weight, bias, mean, rstd)
         ctx.plan, ctx.num_groups = plan, num_groups
         return y.view(x.shape)
@@ -244,51 +294,6 @@ class LigerGroupNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x3, weight, bias, mean, rstd = ctx.saved_tensors
-        plan, num_groups = ctx.plan, ctx.num_groups
-        batch, n_channels, n_spatial = x3.shape
-        has_weight, has_bias = weight is not None, bias is not None
-        dx = torch.empty_like(x3)
-        if x3.numel() == 0:
-            zeros = lambda p: None if p is None else torch.zeros_like(p)
-            return dx.view(dy.shape), zeros(weight), zeros(bias), None, None, None
         dy3 = dy.contiguous().view(x3.shape)
-        partial = lambda on: torch.empty((batch, n_channels), dtype=torch.float32, device=x3.device) if on else mean
-        dw_partial, db_partial = partial(has_weight), partial(has_bias)
-        kernel = _group_norm_backward_kernel
-        kernel[(batch * num_groups,)](
-            dy3,
-            x3,
-            weight if has_weight else x3,
-            mean,
-            rstd,
-            dx,
-            dw_partial,
-            db_partial,
-            n_channels,
-            n_channels // num_groups,
-            n_spatial,
-            num_groups,
-            HAS_WEIGHT=has_weight,
-            HAS_BIAS=has_bias,
-            BLOCK_C=plan.block_c,
-            BLOCK_S=plan.block_s,
-            N_C_CHUNKS=plan.n_c_chunks,
-            N_S_CHUNKS=plan.n_s_chunks,
-            **hardware.launch_kwargs(kernel, x3.device, plan.num_warps),
-        )
-        dw = dw_partial.sum(0).to(weight.dtype) if has_weight else None
-        db = db_partial.sum(0).to(bias.dtype) if has_bias else None
+        dx, dw, db = group_norm_backward(dy3, x3, weight, bias, ctx.num_groups, mean, rstd, ctx.plan)
         return dx.view(dy.shape), dw, db, None, None, None
-
-
-def group_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    num_channels: int,
-    num_groups: int,
-    eps: float = 1e-5,
-) -> torch.Tensor:
-    """The interface's ``group_norm`` (see ``liger_core.ops.group_norm``) on Intel GPUs."""
-    check_args(x, weight, bias, num_channels, num_groups, eps)
-    return LigerGroupNormFunction.apply(x, weight, bias, num_channels, num_groups, float(eps))

@@ -7,8 +7,8 @@ Xe-core. Register-heavy kernels (the norms) compile with the large register file
 GRF per thread), which halves the resident threads per EU and caps a work-group at 32
 sub-groups.
 
-The tile sizes below are starting points derived from the register-file size (256 GRF x 64
-bytes per thread); they have not been tuned on Intel hardware yet.
+Where each tuned size comes from (and which are still untuned starting points):
+benchmarks/results/tuning-xpu.md in the repository.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ MAX_FUSED_BLOCK_HEAVY = 8192
 # program's index math.
 ELEMENTWISE_BLOCK = 8192
 ELEMENTWISE_NUM_WARPS = 16
+# Smaller blocks get fewer sub-groups, so that each lane still holds at least this many elements.
+ELEMENTWISE_MIN_ELEMENTS_PER_LANE = 4
 # Columns per program of the 2-D elementwise kernels with a per-column parameter (dyt).
 ELEMENTWISE_COL_BLOCK = 1024
 # RoPE: elements of one [heads x half head_dim] tile (each program rotates one position's
@@ -53,19 +55,21 @@ SPARSEMAX_BISECTION_STEPS = 24
 SPARSEMAX_MICHELOT_STEPS = 2
 
 # --- losses: one row of logits per program, the vocabulary walked in blocks -------------------
-# Vocabulary block of the cross-entropy-style kernels; CUDA uses up to 32768, but an Intel
-# thread spills beyond a few fp32 values per lane (with 256 GRF: 128 per SIMD32 lane).
+# Vocabulary block of the cross-entropy-style kernels: an Intel thread spills beyond a few fp32
+# values per lane (with 256 GRF: 128 per SIMD32 lane).
 LOSS_VOCAB_BLOCK = 4096
 LOSS_NUM_WARPS = 32
 # Rows of the fused-linear losses' logits materialised at once: chunks of about this many
 # logits (rows x vocab) bound the extra memory (fp32 4 bytes each: 256 MiB).
 FUSED_LINEAR_CHUNK_ELEMENTS = 1 << 26
-# Tiles of the 16-bit GEMM with float32 output (fused_linear_jsd's logits): the shape Intel's
-# Triton matmul examples use on Xe-HPC with the large register file; untuned here.
+# Tiles of the 16-bit GEMM with float32 output (fused_linear_jsd's logits), for the large
+# register file.
 MATMUL_BLOCK_M = 256
 MATMUL_BLOCK_N = 256
 MATMUL_BLOCK_K = 32
 MATMUL_NUM_WARPS = 32
+# tl.dot wants every tile dimension >= 16.
+MIN_DOT_BLOCK = 16
 
 # --- threads and sub-groups ------------------------------------------------------------------
 # Triton's default sub-group width on XPU; every Intel GPU Triton targets supports it.
@@ -139,14 +143,6 @@ def sub_group_size(device_index: int | None = None) -> int:
     if not sizes or DEFAULT_SUB_GROUP_SIZE in sizes:
         return DEFAULT_SUB_GROUP_SIZE
     return max(sizes)
-
-
-def num_warps_for(block_elements: int, sub_group: int = DEFAULT_SUB_GROUP_SIZE) -> int:
-    """Sub-groups for a tile of this many elements: a power of two giving each lane about
-    ``ELEMENTS_PER_LANE`` values, between ``MIN_NUM_WARPS`` and 32 (the large-GRF cap)."""
-    wanted = max(1, block_elements // (sub_group * ELEMENTS_PER_LANE))
-    warps = 1 << (wanted.bit_length() - 1)  # round down to a power of two
-    return max(MIN_NUM_WARPS, min(MAX_NUM_WARPS_LARGE_GRF, warps))
 
 
 def persistent_programs(num_warps: int, device_index: int | None = None) -> int:

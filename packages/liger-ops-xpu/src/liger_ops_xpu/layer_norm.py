@@ -15,19 +15,30 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
 from liger_core.ops.layer_norm import check_args
 
-from liger_ops_xpu import hardware
-from liger_ops_xpu._tiling import TilePlan, as_rows, backward_grid, plan_tiles, static_trips
+from liger_ops_xpu._jit import add_to_partial, col_tile, row_tile
+from liger_ops_xpu._tiling import (
+    TilePlan,
+    as_rows,
+    backward_grid,
+    launch_row_tiles,
+    partial_rows,
+    plan_tiles,
+    static_trips,
+    sum_partials,
+    zeros_or_none,
+)
 
 
 @triton.jit
-def _affine(x_hat, W, B, c, col_mask, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+def _affine(x_hat, W, B, c, n_cols, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
     y = x_hat
     if HAS_WEIGHT:
-        y = y * tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+        y = y * tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32)[None, :]
     if HAS_BIAS:
-        y = y + tl.load(B + c, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+        y = y + tl.load(B + c, mask=c < n_cols, other=0.0).to(tl.float32)[None, :]
     return y
 
 
@@ -51,32 +62,27 @@ def _layer_norm_forward_kernel(
     N_CHUNKS: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)
-    x_rows = X + rows64[:, None] * x_row_stride
-    y_rows = Y + rows64[:, None] * y_row_stride
-    cols = tl.arange(0, BLOCK_N)
+    rows, row_mask, rows64 = row_tile(pid * BLOCK_M, n_rows, BLOCK_M)
+    x_base = X + rows64[:, None] * x_row_stride
+    y_base = Y + rows64[:, None] * y_row_stride
 
     if N_CHUNKS == 1:
-        col_mask = cols < n_cols
-        mask = row_mask[:, None] & col_mask[None, :]
-        xf = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        cols, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
+        xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         mean = tl.sum(xf, axis=1) / n_cols
         xc = tl.where(mask, xf - mean[:, None], 0.0)
         rstd = tl.math.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
-        y = _affine(xc * rstd[:, None], W, B, cols, col_mask, HAS_WEIGHT, HAS_BIAS)
-        tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        y = _affine(xc * rstd[:, None], W, B, cols, n_cols, HAS_WEIGHT, HAS_BIAS)
+        tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
         # Shift: the mean of the first chunk (always full: n_cols > BLOCK_N here).
-        shift = tl.sum(tl.load(x_rows + cols[None, :], mask=row_mask[:, None], other=0.0).to(tl.float32), axis=1)
-        shift = shift / BLOCK_N
+        c, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
+        shift = tl.sum(tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32), axis=1) / BLOCK_N
         s1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
         s2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
-            xf = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+            xf = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             d = tl.where(mask, xf - shift[:, None], 0.0)
             s1 += tl.sum(d, axis=1)
             s2 += tl.sum(d * d, axis=1)
@@ -84,12 +90,10 @@ def _layer_norm_forward_kernel(
         mean = shift + d_mean
         rstd = tl.math.rsqrt(tl.maximum(s2 / n_cols - d_mean * d_mean, 0.0) + eps)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            col_mask = c < n_cols
-            mask = row_mask[:, None] & col_mask[None, :]
-            xf = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            y = _affine((xf - mean[:, None]) * rstd[:, None], W, B, c, col_mask, HAS_WEIGHT, HAS_BIAS)
-            tl.store(y_rows + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+            xf = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            y = _affine((xf - mean[:, None]) * rstd[:, None], W, B, c, n_cols, HAS_WEIGHT, HAS_BIAS)
+            tl.store(y_base + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
     tl.store(MEAN + rows, mean, mask=row_mask)
     tl.store(RSTD + rows, rstd, mask=row_mask)
 
@@ -122,8 +126,8 @@ def _layer_norm_backward_kernel(
     pid = tl.program_id(0)
     first_row = pid * tiles_per_program * BLOCK_M
     cols = tl.arange(0, BLOCK_N)
-    dw_row = DW_PARTIAL + pid.to(tl.int64) * n_cols
-    db_row = DB_PARTIAL + pid.to(tl.int64) * n_cols
+    dw_base = DW_PARTIAL + pid.to(tl.int64) * n_cols
+    db_base = DB_PARTIAL + pid.to(tl.int64) * n_cols
 
     if N_CHUNKS == 1:
         col_mask = cols < n_cols
@@ -132,9 +136,7 @@ def _layer_norm_backward_kernel(
         dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         db_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
-            rows = first_row + t * BLOCK_M + tl.arange(0, BLOCK_M)
-            row_mask = rows < n_rows
-            rows64 = rows.to(tl.int64)
+            rows, row_mask, rows64 = row_tile(first_row + t * BLOCK_M, n_rows, BLOCK_M)
             mask = row_mask[:, None] & col_mask[None, :]
             xf = tl.load(X + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             dy = tl.load(DY + rows64[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -153,53 +155,45 @@ def _layer_norm_backward_kernel(
             if HAS_BIAS:
                 db_acc += tl.sum(dy, axis=0)
         if HAS_WEIGHT:
-            tl.store(dw_row + cols, dw_acc, mask=col_mask)
+            tl.store(dw_base + cols, dw_acc, mask=col_mask)
         if HAS_BIAS:
-            tl.store(db_row + cols, db_acc, mask=col_mask)
+            tl.store(db_base + cols, db_acc, mask=col_mask)
     else:
         # Wide rows: pass 1 gives each row's sum(g) and sum(g * x_hat); pass 2 writes grad_x and
         # adds to this program's partial rows (only this program touches them).
         for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
-            rows = first_row + t * BLOCK_M + tl.arange(0, BLOCK_M)
-            row_mask = rows < n_rows
-            rows64 = rows.to(tl.int64)
-            x_rows = X + rows64[:, None] * x_row_stride
-            dy_rows = DY + rows64[:, None] * dy_row_stride
+            rows, row_mask, rows64 = row_tile(first_row + t * BLOCK_M, n_rows, BLOCK_M)
+            x_base = X + rows64[:, None] * x_row_stride
+            dy_base = DY + rows64[:, None] * dy_row_stride
             mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
             rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
             sum_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             sum_gx = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for chunk in range(N_CHUNKS):
-                c = chunk * BLOCK_N + cols
-                col_mask = c < n_cols
-                mask = row_mask[:, None] & col_mask[None, :]
-                xf = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-                g = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+                xf = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                g = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 if HAS_WEIGHT:
-                    g = g * tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+                    g = g * tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32)[None, :]
                 x_hat = tl.where(mask, (xf - mean[:, None]) * rstd[:, None], 0.0)
                 sum_g += g
                 sum_gx += g * x_hat
             mean_g = tl.sum(sum_g, axis=1) / n_cols
             mean_gx = tl.sum(sum_gx, axis=1) / n_cols
             for chunk in range(N_CHUNKS):
-                c = chunk * BLOCK_N + cols
-                col_mask = c < n_cols
-                mask = row_mask[:, None] & col_mask[None, :]
-                xf = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-                dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+                xf = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 g = dy
                 if HAS_WEIGHT:
-                    g = dy * tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+                    g = dy * tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32)[None, :]
                 x_hat = tl.where(mask, (xf - mean[:, None]) * rstd[:, None], 0.0)
                 dx = rstd[:, None] * (g - mean_g[:, None] - x_hat * mean_gx[:, None])
                 tl.store(DX + rows64[:, None] * dx_row_stride + c[None, :], dx.to(DX.dtype.element_ty), mask=mask)
                 if HAS_WEIGHT:
-                    partial = tl.load(dw_row + c, mask=col_mask, other=0.0)
-                    tl.store(dw_row + c, partial + tl.sum(dy * x_hat, axis=0), mask=col_mask)
+                    add_to_partial(dw_base, c, n_cols, tl.sum(dy * x_hat, axis=0))
                 if HAS_BIAS:
-                    partial = tl.load(db_row + c, mask=col_mask, other=0.0)
-                    tl.store(db_row + c, partial + tl.sum(dy, axis=0), mask=col_mask)
+                    add_to_partial(db_base, c, n_cols, tl.sum(dy, axis=0))
 
 
 def layer_norm_forward(x2d, weight, bias, eps: float, plan: TilePlan):
@@ -210,8 +204,11 @@ def layer_norm_forward(x2d, weight, bias, eps: float, plan: TilePlan):
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2d.device)
     if x2d.numel() == 0:
         return y, mean, rstd
-    kernel = _layer_norm_forward_kernel
-    kernel[(triton.cdiv(n_rows, plan.block_m),)](
+    launch_row_tiles(
+        _layer_norm_forward_kernel,
+        plan.tiles(n_rows),
+        plan,
+        x2d.device,
         x2d,
         weight if weight is not None else x2d,  # never read without HAS_WEIGHT
         bias if bias is not None else x2d,  # never read without HAS_BIAS
@@ -225,10 +222,6 @@ def layer_norm_forward(x2d, weight, bias, eps: float, plan: TilePlan):
         eps,
         HAS_WEIGHT=weight is not None,
         HAS_BIAS=bias is not None,
-        BLOCK_M=plan.block_m,
-        BLOCK_N=plan.block_n,
-        N_CHUNKS=plan.n_chunks,
-        **hardware.launch_kwargs(kernel, x2d.device, plan.num_warps),
     )
     return y, mean, rstd
 
@@ -239,15 +232,16 @@ def layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, plan: TilePlan):
     has_weight, has_bias = weight is not None, bias is not None
     dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     if x2d.numel() == 0:
-        zeros = lambda p: None if p is None else torch.zeros_like(p)
-        return dx, zeros(weight), zeros(bias)
+        return dx, zeros_or_none(weight), zeros_or_none(bias)
     programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device)
-    # One fp32 row per program and parameter; chunked plans accumulate, so they start at zero.
-    alloc = torch.zeros if plan.chunked else torch.empty
-    partial = lambda on: alloc((programs, n_cols), dtype=torch.float32, device=x2d.device) if on else mean
+    # One fp32 partial row per program and parameter (mean stands in for an absent one: never written).
+    partial = lambda on: partial_rows(programs, n_cols, plan, x2d.device) if on else mean
     dw_partial, db_partial = partial(has_weight), partial(has_bias)
-    kernel = _layer_norm_backward_kernel
-    kernel[(programs,)](
+    launch_row_tiles(
+        _layer_norm_backward_kernel,
+        programs,
+        plan,
+        x2d.device,
         dy2d,
         x2d,
         weight if has_weight else x2d,
@@ -264,24 +258,19 @@ def layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, plan: TilePlan):
         tiles_per_program,
         HAS_WEIGHT=has_weight,
         HAS_BIAS=has_bias,
-        BLOCK_M=plan.block_m,
-        BLOCK_N=plan.block_n,
-        N_CHUNKS=plan.n_chunks,
-        STATIC_TILES=static_trips(kernel, tiles_per_program),
-        **hardware.launch_kwargs(kernel, x2d.device, plan.num_warps),
+        STATIC_TILES=static_trips(_layer_norm_backward_kernel, tiles_per_program),
     )
-    dw = dw_partial.sum(0).to(weight.dtype) if has_weight else None
-    db = db_partial.sum(0).to(bias.dtype) if has_bias else None
-    return dx, dw, db
+    return dx, sum_partials(dw_partial, weight), sum_partials(db_partial, bias)
 
 
+@implements("layer_norm")
 class LigerLayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
-        n_cols = x.shape[-1]
-        x2d = as_rows(x, n_cols)
-        plan = plan_tiles(n_cols, x.device)
-        y, mean, rstd = layer_norm_forward(x2d, weight, bias, eps, plan)
+        check_args(x, weight, bias, eps)
+        x2d = as_rows(x)
+        plan = plan_tiles(x2d.shape[1], x.device)
+        y, mean, rstd = layer_norm_forward(x2d, weight, bias, float(eps), plan)
         ctx.save_for_backward(x2d, weight, bias, mean, rstd)
         ctx.plan = plan
         return y.view(x.shape)
@@ -289,17 +278,5 @@ class LigerLayerNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, bias, mean, rstd = ctx.saved_tensors
-        dy2d = as_rows(dy, x2d.shape[1])
-        dx, dw, db = layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, ctx.plan)
+        dx, dw, db = layer_norm_backward(as_rows(dy), x2d, weight, bias, mean, rstd, ctx.plan)
         return dx.view(dy.shape), dw, db, None
-
-
-def layer_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    eps: float = 1e-5,
-) -> torch.Tensor:
-    """The interface's ``layer_norm`` (see ``liger_core.ops.layer_norm``) on Intel GPUs."""
-    check_args(x, weight, bias, eps)
-    return LigerLayerNormFunction.apply(x, weight, bias, float(eps))

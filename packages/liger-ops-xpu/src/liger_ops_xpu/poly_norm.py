@@ -17,10 +17,12 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
 from liger_core.ops.poly_norm import check_args
 
 from liger_ops_xpu import hardware
-from liger_ops_xpu._tiling import TilePlan, as_rows, backward_grid, plan_tiles, static_trips
+from liger_ops_xpu._jit import col_tile, row_tile
+from liger_ops_xpu._tiling import TilePlan, as_rows, backward_grid, launch_row_tiles, plan_tiles, static_trips
 
 # Partial sums per backward program: grad_w0 (cubic), grad_w1 (square), grad_w2 (linear), grad_b.
 _N_PARTIALS = 4
@@ -43,35 +45,31 @@ def _poly_norm_forward_kernel(
     N_CHUNKS: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)
-    x_rows = X + rows64[:, None] * x_row_stride
-    y_rows = Y + rows64[:, None] * y_row_stride
-    cols = tl.arange(0, BLOCK_N)
+    _, row_mask, rows64 = row_tile(pid * BLOCK_M, n_rows, BLOCK_M)
+    x_base = X + rows64[:, None] * x_row_stride
+    y_base = Y + rows64[:, None] * y_row_stride
     w0 = tl.load(W).to(tl.float32)
     w1 = tl.load(W + 1).to(tl.float32)
     w2 = tl.load(W + 2).to(tl.float32)
     b = tl.load(B).to(tl.float32)
 
     if N_CHUNKS == 1:
-        mask = row_mask[:, None] & (cols < n_cols)[None, :]
-        x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        cols, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
+        x = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         x2 = x * x
         x3 = x2 * x
         r1 = tl.math.rsqrt(tl.sum(x2, axis=1) / n_cols + eps)
         r2 = tl.math.rsqrt(tl.sum(x2 * x2, axis=1) / n_cols + eps)
         r3 = tl.math.rsqrt(tl.sum(x3 * x3, axis=1) / n_cols + eps)
         y = (w0 * r3)[:, None] * x3 + (w1 * r2)[:, None] * x2 + (w2 * r1)[:, None] * x + b
-        tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
         ss1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
         ss2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
         ss3 = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+            x = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             x2 = x * x
             ss1 += tl.sum(x2, axis=1)
             ss2 += tl.sum(x2 * x2, axis=1)
@@ -80,12 +78,11 @@ def _poly_norm_forward_kernel(
         r2 = tl.math.rsqrt(ss2 / n_cols + eps)
         r3 = tl.math.rsqrt(ss3 / n_cols + eps)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+            x = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             x2 = x * x
             y = (w0 * r3)[:, None] * (x2 * x) + (w1 * r2)[:, None] * x2 + (w2 * r1)[:, None] * x + b
-            tl.store(y_rows + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
+            tl.store(y_base + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + rows64 * 3, r1, mask=row_mask)
     tl.store(RSTD + rows64 * 3 + 1, r2, mask=row_mask)
     tl.store(RSTD + rows64 * 3 + 2, r3, mask=row_mask)
@@ -122,7 +119,6 @@ def _poly_norm_backward_kernel(
 ):
     pid = tl.program_id(0)
     first_row = pid * tiles_per_program * BLOCK_M
-    cols = tl.arange(0, BLOCK_N)
     w0 = tl.load(W).to(tl.float32)
     w1 = tl.load(W + 1).to(tl.float32)
     w2 = tl.load(W + 2).to(tl.float32)
@@ -132,36 +128,33 @@ def _poly_norm_backward_kernel(
     acc3 = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc_b = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
-        rows = first_row + t * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_mask = rows < n_rows
-        rows64 = rows.to(tl.int64)
-        x_rows = X + rows64[:, None] * x_row_stride
-        dy_rows = DY + rows64[:, None] * dy_row_stride
-        dx_rows = DX + rows64[:, None] * dx_row_stride
+        _, row_mask, rows64 = row_tile(first_row + t * BLOCK_M, n_rows, BLOCK_M)
+        x_base = X + rows64[:, None] * x_row_stride
+        dy_base = DY + rows64[:, None] * dy_row_stride
+        dx_base = DX + rows64[:, None] * dx_row_stride
         r1 = tl.load(RSTD + rows64 * 3, mask=row_mask, other=0.0)
         r2 = tl.load(RSTD + rows64 * 3 + 1, mask=row_mask, other=0.0)
         r3 = tl.load(RSTD + rows64 * 3 + 2, mask=row_mask, other=0.0)
         if N_CHUNKS == 1:
-            mask = row_mask[:, None] & (cols < n_cols)[None, :]
-            x = tl.load(x_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            dy = tl.load(dy_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            cols, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
+            x = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             x2 = x * x
             d1 = tl.sum(dy * x, axis=1) * r1
             d2 = tl.sum(dy * x2, axis=1) * r2
             d3 = tl.sum(dy * x2 * x, axis=1) * r3
             db = tl.sum(dy, axis=1)
             dx = _poly_norm_grad_x(x, dy, r1, r2, r3, d1 / n_cols, d2 / n_cols, d3 / n_cols, w0, w1, w2)
-            tl.store(dx_rows + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+            tl.store(dx_base + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         else:
             t1 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             t2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             t3 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             tb = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for chunk in range(N_CHUNKS):
-                c = chunk * BLOCK_N + cols
-                mask = row_mask[:, None] & (c < n_cols)[None, :]
-                x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-                dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+                x = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 dyx = dy * x
                 t1 += dyx
                 t2 += dyx * x
@@ -172,12 +165,11 @@ def _poly_norm_backward_kernel(
             d3 = tl.sum(t3, axis=1) * r3
             db = tl.sum(tb, axis=1)
             for chunk in range(N_CHUNKS):
-                c = chunk * BLOCK_N + cols
-                mask = row_mask[:, None] & (c < n_cols)[None, :]
-                x = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-                dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+                x = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 dx = _poly_norm_grad_x(x, dy, r1, r2, r3, d1 / n_cols, d2 / n_cols, d3 / n_cols, w0, w1, w2)
-                tl.store(dx_rows + c[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+                tl.store(dx_base + c[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         acc1 += d1
         acc2 += d2
         acc3 += d3
@@ -189,37 +181,76 @@ def _poly_norm_backward_kernel(
     tl.store(out + 3, tl.sum(acc_b, axis=0))
 
 
-def _plan(n_cols: int, device: torch.device) -> TilePlan:
+def plan_poly_norm(n_cols: int, device: torch.device | str | None = None) -> TilePlan:
+    """Row tiles as for RMSNorm, fused only up to MAX_FUSED_BLOCK_HEAVY (three live powers of x)."""
     return plan_tiles(n_cols, device, max_fused_block=hardware.MAX_FUSED_BLOCK_HEAVY)
 
 
+def poly_norm_forward(x2d, weight, bias, eps: float, plan: TilePlan):
+    """Launch the forward kernel; returns ``(y, rstd)``, rstd ``(n_rows, 3)`` in fp32."""
+    n_rows, n_cols = x2d.shape
+    y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
+    rstd = torch.empty((n_rows, 3), dtype=torch.float32, device=x2d.device)
+    if x2d.numel() == 0:
+        return y, rstd
+    launch_row_tiles(
+        _poly_norm_forward_kernel,
+        plan.tiles(n_rows),
+        plan,
+        x2d.device,
+        x2d,
+        weight,
+        bias,
+        y,
+        rstd,
+        x2d.stride(0),
+        y.stride(0),
+        n_rows,
+        n_cols,
+        eps,
+    )
+    return y, rstd
+
+
+def poly_norm_backward(dy2d, x2d, weight, bias, rstd, plan: TilePlan):
+    """Launch the backward kernel; returns ``(grad_x, grad_weight, grad_bias)``."""
+    n_rows, n_cols = x2d.shape
+    dx = torch.empty_like(x2d)
+    if x2d.numel() == 0:
+        return dx, torch.zeros_like(weight), torch.zeros_like(bias)
+    programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device)
+    partial = torch.empty((programs, _N_PARTIALS), dtype=torch.float32, device=x2d.device)
+    launch_row_tiles(
+        _poly_norm_backward_kernel,
+        programs,
+        plan,
+        x2d.device,
+        dy2d,
+        x2d,
+        weight,
+        rstd,
+        dx,
+        partial,
+        dy2d.stride(0),
+        x2d.stride(0),
+        dx.stride(0),
+        n_rows,
+        n_cols,
+        tiles_per_program,
+        STATIC_TILES=static_trips(_poly_norm_backward_kernel, tiles_per_program),
+    )
+    sums = partial.sum(0)
+    return dx, sums[:3].to(weight.dtype), sums[3].to(bias.dtype).reshape(bias.shape)
+
+
+@implements("poly_norm")
 class LigerPolyNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
-        n_cols = x.shape[-1]
-        x2d = as_rows(x, n_cols)
-        n_rows = x2d.shape[0]
-        plan = _plan(n_cols, x.device)
-        y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-        rstd = torch.empty((n_rows, 3), dtype=torch.float32, device=x.device)
-        if x2d.numel():
-            kernel = _poly_norm_forward_kernel
-            kernel[(triton.cdiv(n_rows, plan.block_m),)](
-                x2d,
-                weight,
-                bias,
-                y,
-                rstd,
-                x2d.stride(0),
-                y.stride(0),
-                n_rows,
-                n_cols,
-                eps,
-                BLOCK_M=plan.block_m,
-                BLOCK_N=plan.block_n,
-                N_CHUNKS=plan.n_chunks,
-                **hardware.launch_kwargs(kernel, x.device, plan.num_warps),
-            )
+        check_args(x, weight, bias, eps)
+        x2d = as_rows(x)
+        plan = plan_poly_norm(x2d.shape[1], x.device)
+        y, rstd = poly_norm_forward(x2d, weight, bias, float(eps), plan)
         ctx.save_for_backward(x2d, weight, bias, rstd)
         ctx.plan = plan
         return y.view(x.shape)
@@ -227,41 +258,5 @@ class LigerPolyNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, bias, rstd = ctx.saved_tensors
-        plan = ctx.plan
-        n_rows, n_cols = x2d.shape
-        dx = torch.empty_like(x2d)
-        if x2d.numel() == 0:
-            return dx.view(dy.shape), torch.zeros_like(weight), torch.zeros_like(bias), None
-        dy2d = as_rows(dy, n_cols)
-        programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device)
-        partial = torch.empty((programs, _N_PARTIALS), dtype=torch.float32, device=x2d.device)
-        kernel = _poly_norm_backward_kernel
-        kernel[(programs,)](
-            dy2d,
-            x2d,
-            weight,
-            rstd,
-            dx,
-            partial,
-            dy2d.stride(0),
-            x2d.stride(0),
-            dx.stride(0),
-            n_rows,
-            n_cols,
-            tiles_per_program,
-            BLOCK_M=plan.block_m,
-            BLOCK_N=plan.block_n,
-            N_CHUNKS=plan.n_chunks,
-            STATIC_TILES=static_trips(kernel, tiles_per_program),
-            **hardware.launch_kwargs(kernel, x2d.device, plan.num_warps),
-        )
-        sums = partial.sum(0)
-        dw = sums[:3].to(weight.dtype)
-        db = sums[3].to(bias.dtype).reshape(bias.shape)
+        dx, dw, db = poly_norm_backward(as_rows(dy), x2d, weight, bias, rstd, ctx.plan)
         return dx.view(dy.shape), dw, db, None
-
-
-def poly_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """The interface's ``poly_norm`` (see ``liger_core.ops.poly_norm``) on Intel GPUs."""
-    check_args(x, weight, bias, eps)
-    return LigerPolyNormFunction.apply(x, weight, bias, float(eps))

@@ -1,4 +1,5 @@
-"""RMSNorm for Intel GPUs: Triton kernels, launch plan and autograd Function.
+"""RMSNorm and fused add + RMSNorm for Intel GPUs: Triton kernels, launch plan and autograd
+Functions (fused_add_rms_norm is the same kernels with HAS_RESIDUAL / HAS_DS on).
 
 Forward: one program per tile of BLOCK_M rows (several short rows per tile, one row per
 tile, or a wide row in N_CHUNKS pieces of BLOCK_N columns, read twice) stores the output
@@ -23,21 +24,21 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from liger_core.ops.fused_add_rms_norm import check_args as fused_add_check_args
-from liger_core.ops.rms_norm import check_args
+from liger_core.backend import implements
+from liger_core.ops import fused_add_rms_norm, rms_norm
 
-from liger_ops_xpu import hardware
-from liger_ops_xpu._tiling import TilePlan, as_rows, backward_grid, plan_tiles, static_trips
-
-__all__ = [
-    "LigerFusedAddRMSNormFunction",
-    "LigerRMSNormFunction",
-    "TilePlan",
-    "backward_grid",
-    "fused_add_rms_norm",
-    "plan_tiles",
-    "rms_norm",
-]
+from liger_ops_xpu._jit import add_to_partial, col_tile, row_tile
+from liger_ops_xpu._tiling import (
+    TilePlan,
+    as_rows,
+    backward_grid,
+    launch_row_tiles,
+    partial_rows,
+    plan_tiles,
+    static_trips,
+    sum_partials,
+    zeros_or_none,
+)
 
 # casting_mode -> whether x_hat is rounded to x.dtype before the weight multiply
 # ("llama" and "none" round; "gemma" stays in fp32 throughout).
@@ -45,13 +46,13 @@ _ROUND_X_HAT = {"llama": True, "none": True, "gemma": False}
 
 
 @triton.jit
-def _scaled_x_hat(x, rstd, W, cols, col_mask, offset, HAS_WEIGHT: tl.constexpr, ROUND_X_HAT: tl.constexpr):
+def _scaled_x_hat(x, rstd, W, cols, n_cols, offset, HAS_WEIGHT: tl.constexpr, ROUND_X_HAT: tl.constexpr):
     """Forward output of a [BLOCK_M, BLOCK_N] tile in fp32: x * rstd, rounded like the model, times (w + offset)."""
     x_hat = x.to(tl.float32) * rstd[:, None]
     if ROUND_X_HAT:
         x_hat = x_hat.to(x.dtype).to(tl.float32)
     if HAS_WEIGHT:
-        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+        w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
         x_hat = x_hat * (w + offset)[None, :]
     return x_hat
 
@@ -64,6 +65,18 @@ def _load_input(x_ptrs, r_ptrs, mask, HAS_RESIDUAL: tl.constexpr):
         r = tl.load(r_ptrs, mask=mask, other=0.0)
         x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
     return x
+
+
+@triton.jit
+def _store_grad_x(
+    dx, DX, DS, DR, rows64, cols, mask, dx_row_stride, ds_row_stride, dr_row_stride, HAS_DS: tl.constexpr
+):
+    """Store a tile of grad_x; with HAS_DS the new residual's incoming gradient is added first and
+    the sum is also stored to DR (the residual's gradient)."""
+    if HAS_DS:
+        dx += tl.load(DS + rows64[:, None] * ds_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        tl.store(DR + rows64[:, None] * dr_row_stride + cols[None, :], dx.to(DR.dtype.element_ty), mask=mask)
+    tl.store(DX + rows64[:, None] * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -91,47 +104,40 @@ def _rms_norm_forward_kernel(
 ):
     # HAS_RESIDUAL (fused_add_rms_norm): the row is s = x + r, stored to S as the new residual.
     pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)
-    x_rows = X + rows64[:, None] * x_row_stride
-    r_rows = R + rows64[:, None] * r_row_stride
-    s_rows = S + rows64[:, None] * s_row_stride
-    y_rows = Y + rows64[:, None] * y_row_stride
-    cols = tl.arange(0, BLOCK_N)
+    rows, row_mask, rows64 = row_tile(pid * BLOCK_M, n_rows, BLOCK_M)
+    x_base = X + rows64[:, None] * x_row_stride
+    r_base = R + rows64[:, None] * r_row_stride
+    s_base = S + rows64[:, None] * s_row_stride
+    y_base = Y + rows64[:, None] * y_row_stride
 
     if N_CHUNKS == 1:
         # The whole row is in the tile: one read of x.
-        col_mask = cols < n_cols
-        mask = row_mask[:, None] & col_mask[None, :]
-        x = _load_input(x_rows + cols[None, :], r_rows + cols[None, :], mask, HAS_RESIDUAL)
+        cols, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
+        x = _load_input(x_base + cols[None, :], r_base + cols[None, :], mask, HAS_RESIDUAL)
         if HAS_RESIDUAL:
-            tl.store(s_rows + cols[None, :], x, mask=mask)
+            tl.store(s_base + cols[None, :], x, mask=mask)
         xf = x.to(tl.float32)
         rstd = tl.math.rsqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
-        y = _scaled_x_hat(x, rstd, W, cols, col_mask, offset, HAS_WEIGHT, ROUND_X_HAT)
-        tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        y = _scaled_x_hat(x, rstd, W, cols, n_cols, offset, HAS_WEIGHT, ROUND_X_HAT)
+        tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
         # Wide rows: a pass for the mean square, a pass that writes the output.
         sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
-            x = _load_input(x_rows + c[None, :], r_rows + c[None, :], mask, HAS_RESIDUAL)
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+            x = _load_input(x_base + c[None, :], r_base + c[None, :], mask, HAS_RESIDUAL)
             if HAS_RESIDUAL:
-                tl.store(s_rows + c[None, :], x, mask=mask)
+                tl.store(s_base + c[None, :], x, mask=mask)
             xf = x.to(tl.float32)
             sum_sq += tl.sum(xf * xf, axis=1)
         rstd = tl.math.rsqrt(sum_sq / n_cols + eps)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            col_mask = c < n_cols
-            mask = row_mask[:, None] & col_mask[None, :]
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
             # Recomputed rather than read back from S: no ordering between this program's own
             # store and load is promised.
-            x = _load_input(x_rows + c[None, :], r_rows + c[None, :], mask, HAS_RESIDUAL)
-            y = _scaled_x_hat(x, rstd, W, c, col_mask, offset, HAS_WEIGHT, ROUND_X_HAT)
-            tl.store(y_rows + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
+            x = _load_input(x_base + c[None, :], r_base + c[None, :], mask, HAS_RESIDUAL)
+            y = _scaled_x_hat(x, rstd, W, c, n_cols, offset, HAS_WEIGHT, ROUND_X_HAT)
+            tl.store(y_base + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
@@ -143,27 +149,27 @@ def _rms_norm_backward_kernel(
     RSTD,
     DX,
     DW_PARTIAL,
-    DRES,
-    DR_OUT,
+    DS,
+    DR,
     dy_row_stride,
     x_row_stride,
     dx_row_stride,
-    dres_row_stride,
-    dr_out_row_stride,
+    ds_row_stride,
+    dr_row_stride,
     n_rows,
     n_cols,
     offset,
     tiles_per_program,
     HAS_WEIGHT: tl.constexpr,
     ROUND_X_HAT: tl.constexpr,
-    HAS_DRES: tl.constexpr,
+    HAS_DS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     N_CHUNKS: tl.constexpr,
     STATIC_TILES: tl.constexpr,
 ):
-    # HAS_DRES (fused_add_rms_norm): the incoming gradient of the new residual is added to grad_x,
-    # which is stored twice: DX (x's dtype) and DR_OUT (the residual's gradient, its own buffer so
+    # HAS_DS (fused_add_rms_norm): the incoming gradient of the new residual is added to grad_x,
+    # which is stored twice: DX (x's dtype) and DR (the residual's gradient, its own buffer so
     # that no later in-place backward can change one through the other).
     # grad_x = rstd * (g - x_hat * mean(g * x_hat)), g = dy * (w + offset);
     # grad_w = sum over rows of dy * x_hat (x_hat rounded to x.dtype where the forward rounded it).
@@ -172,7 +178,7 @@ def _rms_norm_backward_kernel(
     # chosen inline (not assigned) because the interpreter would turn an assigned int into an array.
     first_row = pid * tiles_per_program * BLOCK_M
     cols = tl.arange(0, BLOCK_N)
-    dw_row = DW_PARTIAL + pid.to(tl.int64) * n_cols
+    dw_base = DW_PARTIAL + pid.to(tl.int64) * n_cols
 
     if N_CHUNKS == 1:
         col_mask = cols < n_cols
@@ -180,9 +186,7 @@ def _rms_norm_backward_kernel(
             w_eff = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
         dw_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
         for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
-            rows = first_row + t * BLOCK_M + tl.arange(0, BLOCK_M)
-            row_mask = rows < n_rows
-            rows64 = rows.to(tl.int64)
+            rows, row_mask, rows64 = row_tile(first_row + t * BLOCK_M, n_rows, BLOCK_M)
             mask = row_mask[:, None] & col_mask[None, :]
             x = tl.load(X + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
             dy = tl.load(DY + rows64[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -193,61 +197,44 @@ def _rms_norm_backward_kernel(
                 g = dy * w_eff[None, :]
             mean_gx = tl.sum(g * x_hat, axis=1) / n_cols
             dx = rstd[:, None] * (g - x_hat * mean_gx[:, None])
-            if HAS_DRES:
-                dres = tl.load(DRES + rows64[:, None] * dres_row_stride + cols[None, :], mask=mask, other=0.0)
-                dx += dres.to(tl.float32)
-                dr_ptrs = DR_OUT + rows64[:, None] * dr_out_row_stride + cols[None, :]
-                tl.store(dr_ptrs, dx.to(DR_OUT.dtype.element_ty), mask=mask)
-            tl.store(DX + rows64[:, None] * dx_row_stride + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+            _store_grad_x(dx, DX, DS, DR, rows64, cols, mask, dx_row_stride, ds_row_stride, dr_row_stride, HAS_DS)
             if HAS_WEIGHT:
                 if ROUND_X_HAT:
                     x_hat = x_hat.to(x.dtype).to(tl.float32)
                 dw_acc += tl.sum(dy * x_hat, axis=0)
         if HAS_WEIGHT:
-            tl.store(dw_row + cols, dw_acc, mask=col_mask)
+            tl.store(dw_base + cols, dw_acc, mask=col_mask)
     else:
         # Wide rows: pass 1 gives each row's sum(g * x); pass 2 writes grad_x chunk by chunk and
         # adds the chunk's grad_weight to this program's partial row (only this program touches it).
         for t in range(STATIC_TILES if STATIC_TILES > 0 else tiles_per_program):
-            rows = first_row + t * BLOCK_M + tl.arange(0, BLOCK_M)
-            row_mask = rows < n_rows
-            rows64 = rows.to(tl.int64)
-            x_rows = X + rows64[:, None] * x_row_stride
-            dy_rows = DY + rows64[:, None] * dy_row_stride
+            rows, row_mask, rows64 = row_tile(first_row + t * BLOCK_M, n_rows, BLOCK_M)
+            x_base = X + rows64[:, None] * x_row_stride
+            dy_base = DY + rows64[:, None] * dy_row_stride
             rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
             dot = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for chunk in range(N_CHUNKS):
-                c = chunk * BLOCK_N + cols
-                col_mask = c < n_cols
-                mask = row_mask[:, None] & col_mask[None, :]
-                xf = tl.load(x_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-                g = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+                xf = tl.load(x_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                g = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 if HAS_WEIGHT:
-                    g = g * (tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32) + offset)[None, :]
+                    g = g * (tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32) + offset)[None, :]
                 dot += g * xf
             mean_gx = tl.sum(dot, axis=1) * rstd / n_cols
             for chunk in range(N_CHUNKS):
-                c = chunk * BLOCK_N + cols
-                col_mask = c < n_cols
-                mask = row_mask[:, None] & col_mask[None, :]
-                x = tl.load(x_rows + c[None, :], mask=mask, other=0.0)
-                dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+                c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+                x = tl.load(x_base + c[None, :], mask=mask, other=0.0)
+                dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
                 x_hat = x.to(tl.float32) * rstd[:, None]
                 g = dy
                 if HAS_WEIGHT:
-                    g = dy * (tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32) + offset)[None, :]
+                    g = dy * (tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32) + offset)[None, :]
                 dx = rstd[:, None] * (g - x_hat * mean_gx[:, None])
-                if HAS_DRES:
-                    dres = tl.load(DRES + rows64[:, None] * dres_row_stride + c[None, :], mask=mask, other=0.0)
-                    dx += dres.to(tl.float32)
-                    dr_ptrs = DR_OUT + rows64[:, None] * dr_out_row_stride + c[None, :]
-                    tl.store(dr_ptrs, dx.to(DR_OUT.dtype.element_ty), mask=mask)
-                tl.store(DX + rows64[:, None] * dx_row_stride + c[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+                _store_grad_x(dx, DX, DS, DR, rows64, c, mask, dx_row_stride, ds_row_stride, dr_row_stride, HAS_DS)
                 if HAS_WEIGHT:
                     if ROUND_X_HAT:
                         x_hat = x_hat.to(x.dtype).to(tl.float32)
-                    partial = tl.load(dw_row + c, mask=col_mask, other=0.0)
-                    tl.store(dw_row + c, partial + tl.sum(dy * x_hat, axis=0), mask=col_mask)
+                    add_to_partial(dw_base, c, n_cols, tl.sum(dy * x_hat, axis=0))
 
 
 def rms_norm_forward(
@@ -269,8 +256,11 @@ def rms_norm_forward(
     if x2d.numel() == 0:
         return y, rstd, s
     r = residual2d if has_residual else x2d  # never read without HAS_RESIDUAL
-    kernel = _rms_norm_forward_kernel
-    kernel[(triton.cdiv(n_rows, plan.block_m),)](
+    launch_row_tiles(
+        _rms_norm_forward_kernel,
+        plan.tiles(n_rows),
+        plan,
+        x2d.device,
         x2d,
         r,
         weight if weight is not None else x2d,  # never read without HAS_WEIGHT
@@ -288,10 +278,6 @@ def rms_norm_forward(
         HAS_WEIGHT=weight is not None,
         ROUND_X_HAT=_ROUND_X_HAT[casting_mode],
         HAS_RESIDUAL=has_residual,
-        BLOCK_M=plan.block_m,
-        BLOCK_N=plan.block_n,
-        N_CHUNKS=plan.n_chunks,
-        **hardware.launch_kwargs(kernel, x2d.device, plan.num_warps),
     )
     return y, rstd, s
 
@@ -305,129 +291,95 @@ def rms_norm_backward(
     casting_mode: str,
     in_place: bool,
     plan: TilePlan,
-    dres2d: torch.Tensor | None = None,
-    dr_out: torch.Tensor | None = None,
+    ds2d: torch.Tensor | None = None,
+    dr: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Launch the backward kernel; returns ``(grad_x, grad_weight)`` (grad_x in ``dy2d`` when
-    in_place). ``dres2d``, the gradient of fused_add_rms_norm's new residual, is added to grad_x,
-    which is then also written to ``dr_out`` (the residual's gradient)."""
+    in_place). ``ds2d``, the gradient of fused_add_rms_norm's new residual, is added to grad_x,
+    which is then also written to ``dr`` (the residual's gradient)."""
     n_rows, n_cols = x2d.shape
     has_weight = weight is not None
-    has_dres = dres2d is not None
+    has_ds = ds2d is not None
     # Writing grad_x over dy is only safe where every element of dy has its own memory.
     reuse_dy = in_place and dy2d.is_contiguous() and dy2d.dtype == x2d.dtype
     dx = dy2d if reuse_dy else torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     if x2d.numel() == 0:
-        return dx, (torch.zeros_like(weight) if has_weight else None)
+        return dx, zeros_or_none(weight)
     programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device)
-    dw_partial = None
-    if has_weight:
-        # One fp32 row per program; chunked plans accumulate into it, so it starts at zero.
-        alloc = torch.zeros if plan.chunked else torch.empty
-        dw_partial = alloc((programs, n_cols), dtype=torch.float32, device=x2d.device)
-    dres = dres2d if has_dres else dy2d  # never read without HAS_DRES
-    kernel = _rms_norm_backward_kernel
-    kernel[(programs,)](
+    # One fp32 partial row per program (rstd stands in without HAS_WEIGHT: never written).
+    dw_partial = partial_rows(programs, n_cols, plan, x2d.device) if has_weight else rstd
+    ds = ds2d if has_ds else dy2d  # never read without HAS_DS
+    launch_row_tiles(
+        _rms_norm_backward_kernel,
+        programs,
+        plan,
+        x2d.device,
         dy2d,
         x2d,
         weight if has_weight else x2d,
         rstd,
         dx,
-        dw_partial if has_weight else rstd,  # never written without HAS_WEIGHT
-        dres,
-        dr_out if has_dres else dx,  # never written without HAS_DRES
+        dw_partial,
+        ds,
+        dr if has_ds else dx,  # never written without HAS_DS
         dy2d.stride(0),
         x2d.stride(0),
         dx.stride(0),
-        dres.stride(0),
-        dr_out.stride(0) if has_dres else 0,
+        ds.stride(0),
+        dr.stride(0) if has_ds else 0,
         n_rows,
         n_cols,
         offset,
         tiles_per_program,
         HAS_WEIGHT=has_weight,
         ROUND_X_HAT=_ROUND_X_HAT[casting_mode],
-        HAS_DRES=has_dres,
-        BLOCK_M=plan.block_m,
-        BLOCK_N=plan.block_n,
-        N_CHUNKS=plan.n_chunks,
-        STATIC_TILES=static_trips(kernel, tiles_per_program),
-        **hardware.launch_kwargs(kernel, x2d.device, plan.num_warps),
+        HAS_DS=has_ds,
+        STATIC_TILES=static_trips(_rms_norm_backward_kernel, tiles_per_program),
     )
-    dw = dw_partial.sum(0).to(weight.dtype) if has_weight else None
-    return dx, dw
+    return dx, sum_partials(dw_partial, weight)
 
 
+@implements("rms_norm")
 class LigerRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps, offset, casting_mode, in_place):
-        n_cols = x.shape[-1]
-        x2d = as_rows(x, n_cols)
-        plan = plan_tiles(n_cols, x.device)
-        y, rstd, _ = rms_norm_forward(x2d, weight, eps, offset, casting_mode, plan)
+        rms_norm.check_args(x, weight, eps, offset, casting_mode, in_place)
+        x2d = as_rows(x)
+        plan = plan_tiles(x2d.shape[1], x.device)
+        y, rstd, _ = rms_norm_forward(x2d, weight, float(eps), float(offset), casting_mode, plan)
         ctx.save_for_backward(x2d, weight, rstd)
-        ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan = offset, casting_mode, in_place, plan
+        ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan = float(offset), casting_mode, in_place, plan
         return y.view(x.shape)
 
     @staticmethod
     def backward(ctx, dy):
         x2d, weight, rstd = ctx.saved_tensors
-        dy2d = as_rows(dy, x2d.shape[1])
-        dx, dw = rms_norm_backward(dy2d, x2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan)
+        dx, dw = rms_norm_backward(as_rows(dy), x2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan)
         return dx.view(dy.shape), dw, None, None, None, None
 
 
-def rms_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    eps: float = 1e-6,
-    offset: float = 0.0,
-    casting_mode: str = "llama",
-    in_place: bool = False,
-) -> torch.Tensor:
-    """The interface's ``rms_norm`` (see ``liger_core.ops.rms_norm.rms_norm``) on Intel GPUs."""
-    check_args(x, weight, eps, offset, casting_mode)
-    return LigerRMSNormFunction.apply(x, weight, float(eps), float(offset), casting_mode, in_place)
-
-
+@implements("fused_add_rms_norm")
 class LigerFusedAddRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, residual, weight, eps, offset, casting_mode, in_place):
-        n_cols = x.shape[-1]
-        x2d = as_rows(x, n_cols)
-        r2d = as_rows(residual, n_cols)
-        plan = plan_tiles(n_cols, x.device)
-        y, rstd, s = rms_norm_forward(x2d, weight, eps, offset, casting_mode, plan, residual2d=r2d)
+        fused_add_rms_norm.check_args(x, residual, weight, eps, offset, casting_mode, in_place)
+        x2d = as_rows(x)
+        plan = plan_tiles(x2d.shape[1], x.device)
+        y, rstd, s = rms_norm_forward(x2d, weight, float(eps), float(offset), casting_mode, plan, as_rows(residual))
         ctx.save_for_backward(s, weight, rstd)
-        ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan = offset, casting_mode, in_place, plan
+        ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan = float(offset), casting_mode, in_place, plan
         ctx.residual_dtype = residual.dtype
         return y.view(x.shape), s.view(x.shape)
 
     @staticmethod
-    def backward(ctx, dy, dres):
+    def backward(ctx, dy, ds):
         s2d, weight, rstd = ctx.saved_tensors
-        n_cols = s2d.shape[1]
-        dy2d = as_rows(dy, n_cols)
-        dres2d = None if dres is None else as_rows(dres, n_cols)
+        ds2d = None if ds is None else as_rows(ds)
         # The sum's gradient goes to both addends unchanged, each in its own dtype and buffer.
-        d_residual = torch.empty(s2d.shape, dtype=ctx.residual_dtype, device=s2d.device)
+        dr = torch.empty(s2d.shape, dtype=ctx.residual_dtype, device=s2d.device)
         dx, dw = rms_norm_backward(
-            dy2d, s2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan, dres2d, d_residual
+            as_rows(dy), s2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan, ds2d, dr
         )
-        if dres is None:  # new_residual unused: the kernel stored grad_x only
-            d_residual.copy_(dx)
-        return dx.view(dy.shape), d_residual.view(dy.shape), dw, None, None, None, None
-
-
-def fused_add_rms_norm(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    eps: float = 1e-6,
-    offset: float = 0.0,
-    casting_mode: str = "llama",
-    in_place: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The interface's ``fused_add_rms_norm`` (see ``liger_core.ops.fused_add_rms_norm``) on Intel GPUs."""
-    fused_add_check_args(x, residual, weight, eps, offset, casting_mode)
-    return LigerFusedAddRMSNormFunction.apply(x, residual, weight, float(eps), float(offset), casting_mode, in_place)
+        if ds is None:  # new_residual unused: the kernel stored grad_x only
+            dr.copy_(dx)
+        return dx.view(dy.shape), dr.view(dy.shape), dw, None, None, None, None

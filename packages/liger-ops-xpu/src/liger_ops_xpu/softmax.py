@@ -10,10 +10,11 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
 from liger_core.ops.softmax import check_args
 
-from liger_ops_xpu import hardware
-from liger_ops_xpu._tiling import as_rows, plan_tiles
+from liger_ops_xpu._jit import col_tile, row_tile
+from liger_ops_xpu._tiling import TilePlan, as_rows, launch_rows, plan_tiles
 
 
 @triton.jit
@@ -28,28 +29,24 @@ def _softmax_forward_kernel(
     BLOCK_N: tl.constexpr,
     N_CHUNKS: tl.constexpr,
 ):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)
-    x_rows = X + rows64[:, None] * x_row_stride
-    y_rows = Y + rows64[:, None] * y_row_stride
-    cols = tl.arange(0, BLOCK_N)
+    _, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
+    x_base = X + rows64[:, None] * x_row_stride
+    y_base = Y + rows64[:, None] * y_row_stride
     if N_CHUNKS == 1:
-        mask = row_mask[:, None] & (cols < n_cols)[None, :]
-        x = tl.load(x_rows + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+        cols, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
+        x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
         m = tl.max(x, axis=1)
         m = tl.where(m == -float("inf"), 0.0, m)  # all-masked (padding) rows: no inf - inf
         e = tl.exp(x - m[:, None])
         d = tl.sum(e, axis=1)
         y = e / tl.where(d == 0.0, 1.0, d)[:, None]  # padding rows have d == 0
-        tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
         m = tl.full((BLOCK_M,), -float("inf"), tl.float32)
         d = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(x_rows + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+            x = tl.load(x_base + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
             m_new = tl.maximum(m, tl.max(x, axis=1))
             safe = tl.where(m_new == -float("inf"), 0.0, m_new)
             d = d * tl.exp(m - safe) + tl.sum(tl.exp(x - safe[:, None]), axis=1)
@@ -57,11 +54,10 @@ def _softmax_forward_kernel(
         m = tl.where(m == -float("inf"), 0.0, m)
         d = tl.where(d == 0.0, 1.0, d)  # padding rows
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(x_rows + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+            x = tl.load(x_base + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
             y = tl.exp(x - m[:, None]) / d[:, None]
-            tl.store(y_rows + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
+            tl.store(y_base + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -78,56 +74,50 @@ def _softmax_backward_kernel(
     BLOCK_N: tl.constexpr,
     N_CHUNKS: tl.constexpr,
 ):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)
-    dy_rows = DY + rows64[:, None] * dy_row_stride
-    y_rows = Y + rows64[:, None] * y_row_stride
-    dx_rows = DX + rows64[:, None] * dx_row_stride
-    cols = tl.arange(0, BLOCK_N)
+    _, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
+    dy_base = DY + rows64[:, None] * dy_row_stride
+    y_base = Y + rows64[:, None] * y_row_stride
+    dx_base = DX + rows64[:, None] * dx_row_stride
     if N_CHUNKS == 1:
-        mask = row_mask[:, None] & (cols < n_cols)[None, :]
-        dy = tl.load(dy_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        y = tl.load(y_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        cols, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
+        dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        y = tl.load(y_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         dot = tl.sum(dy * y, axis=1)
-        tl.store(dx_rows + cols[None, :], (y * (dy - dot[:, None])).to(DX.dtype.element_ty), mask=mask)
+        tl.store(dx_base + cols[None, :], (y * (dy - dot[:, None])).to(DX.dtype.element_ty), mask=mask)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
-            dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            y = tl.load(y_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+            dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            y = tl.load(y_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
             acc += dy * y
         dot = tl.sum(acc, axis=1)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
-            dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            y = tl.load(y_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            tl.store(dx_rows + c[None, :], (y * (dy - dot[:, None])).to(DX.dtype.element_ty), mask=mask)
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+            dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            y = tl.load(y_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            tl.store(dx_base + c[None, :], (y * (dy - dot[:, None])).to(DX.dtype.element_ty), mask=mask)
 
 
-def _launch(kernel, n_rows: int, plan, device, *args) -> None:
-    kernel[(triton.cdiv(n_rows, plan.block_m),)](
-        *args,
-        BLOCK_M=plan.block_m,
-        BLOCK_N=plan.block_n,
-        N_CHUNKS=plan.n_chunks,
-        **hardware.launch_kwargs(kernel, device, plan.num_warps),
-    )
+def softmax_forward(x2d: torch.Tensor, plan: TilePlan) -> torch.Tensor:
+    y = torch.empty(x2d.shape, dtype=x2d.dtype, device=x2d.device)
+    launch_rows(_softmax_forward_kernel, plan, (x2d, y))
+    return y
 
 
+def softmax_backward(dy2d: torch.Tensor, y: torch.Tensor, plan: TilePlan) -> torch.Tensor:
+    dx = torch.empty_like(y)
+    launch_rows(_softmax_backward_kernel, plan, (dy2d, y, dx))
+    return dx
+
+
+@implements("softmax")
 class LigerSoftmaxFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
-        n_cols = x.shape[-1]
-        x2d = as_rows(x, n_cols)
-        n_rows = x2d.shape[0]
-        plan = plan_tiles(n_cols, x.device)
-        y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-        if y.numel():
-            _launch(_softmax_forward_kernel, n_rows, plan, x.device, x2d, y, x2d.stride(0), y.stride(0), n_rows, n_cols)
+        check_args(x)
+        plan = plan_tiles(x.shape[-1], x.device)
+        y = softmax_forward(as_rows(x), plan)
         ctx.save_for_backward(y)
         ctx.plan = plan
         return y.view(x.shape)
@@ -135,16 +125,5 @@ class LigerSoftmaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        n_rows, n_cols = y.shape
-        dy2d = as_rows(dy, n_cols)
-        dx = torch.empty_like(y)
-        if dx.numel():
-            args = (dy2d, y, dx, dy2d.stride(0), y.stride(0), dx.stride(0), n_rows, n_cols)
-            _launch(_softmax_backward_kernel, n_rows, ctx.plan, y.device, *args)
+        dx = softmax_backward(as_rows(dy), y, ctx.plan)
         return dx.view(dy.shape)
-
-
-def softmax(x: torch.Tensor) -> torch.Tensor:
-    """The interface's ``softmax`` (see ``liger_core.ops.softmax``) on Intel GPUs."""
-    check_args(x)
-    return LigerSoftmaxFunction.apply(x)

@@ -16,14 +16,16 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
 from liger_core.ops.sparsemax import check_args
 
 from liger_ops_xpu import hardware
-from liger_ops_xpu._tiling import as_rows, plan_tiles
+from liger_ops_xpu._jit import col_tile, row_tile
+from liger_ops_xpu._tiling import TilePlan, as_rows, launch_rows, plan_tiles
 
 
 @triton.jit
-def _relu_sum(x_rows, x_tile, tau, row_mask, n_cols, cols, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr):
+def _excess(x_base, x_tile, tau, row_mask, n_cols, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr):
     """Per row: (sum of x - tau over {x > tau}, count of {x > tau}, sum of x over it)."""
     if N_CHUNKS == 1:
         keep = x_tile > tau[:, None]
@@ -33,9 +35,8 @@ def _relu_sum(x_rows, x_tile, tau, row_mask, n_cols, cols, BLOCK_N: tl.constexpr
         total_t = tl.zeros((x_tile.shape[0], BLOCK_N), dtype=tl.float32)
         count_t = tl.zeros((x_tile.shape[0], BLOCK_N), dtype=tl.float32)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(x_rows + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+            x = tl.load(x_base + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
             keep = x > tau[:, None]
             total_t += tl.where(keep, x, 0.0)
             count_t += keep.to(tl.float32)
@@ -58,47 +59,42 @@ def _sparsemax_forward_kernel(
     BISECTION_STEPS: tl.constexpr,
     MICHELOT_STEPS: tl.constexpr,
 ):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)
-    x_rows = X + rows64[:, None] * x_row_stride
-    y_rows = Y + rows64[:, None] * y_row_stride
-    cols = tl.arange(0, BLOCK_N)
+    _, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
+    x_base = X + rows64[:, None] * x_row_stride
+    y_base = Y + rows64[:, None] * y_row_stride
     if N_CHUNKS == 1:
-        mask = row_mask[:, None] & (cols < n_cols)[None, :]
-        x_tile = tl.load(x_rows + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+        cols, mask = col_tile(0, n_cols, row_mask, BLOCK_N)
+        x_tile = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
         x_max = tl.max(x_tile, axis=1)
     else:
         x_tile = tl.zeros((BLOCK_M, 1), dtype=tl.float32)  # unused: chunks are re-read
         x_max = tl.full((BLOCK_M,), -float("inf"), tl.float32)
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(x_rows + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+            x = tl.load(x_base + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
             x_max = tl.maximum(x_max, tl.max(x, axis=1))
     x_max = tl.where(row_mask, x_max, 0.0)
     lo = x_max - 1.0  # f(lo) >= 1: the largest entry alone gives 1
     hi = x_max  # f(hi) == 0
     for _ in range(BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
-        f, _count, _total = _relu_sum(x_rows, x_tile, mid, row_mask, n_cols, cols, BLOCK_N, N_CHUNKS)
+        f, _count, _total = _excess(x_base, x_tile, mid, row_mask, n_cols, BLOCK_N, N_CHUNKS)
         above = f >= 1.0
         lo = tl.where(above, mid, lo)
         hi = tl.where(above, hi, mid)
     tau = lo
     for _ in range(MICHELOT_STEPS):
-        _f, count, total = _relu_sum(x_rows, x_tile, tau, row_mask, n_cols, cols, BLOCK_N, N_CHUNKS)
+        _f, count, total = _excess(x_base, x_tile, tau, row_mask, n_cols, BLOCK_N, N_CHUNKS)
         tau = tl.maximum(tau, (total - 1.0) / tl.maximum(count, 1.0))
     if N_CHUNKS == 1:
         y = tl.maximum(x_tile - tau[:, None], 0.0)
-        tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        tl.store(y_base + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     else:
         for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            mask = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(x_rows + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+            c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+            x = tl.load(x_base + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
             y = tl.maximum(x - tau[:, None], 0.0)
-            tl.store(y_rows + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
+            tl.store(y_base + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -115,57 +111,48 @@ def _sparsemax_backward_kernel(
     BLOCK_N: tl.constexpr,
     N_CHUNKS: tl.constexpr,
 ):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)
-    dy_rows = DY + rows64[:, None] * dy_row_stride
-    y_rows = Y + rows64[:, None] * y_row_stride
-    dx_rows = DX + rows64[:, None] * dx_row_stride
-    cols = tl.arange(0, BLOCK_N)
+    _, row_mask, rows64 = row_tile(tl.program_id(0) * BLOCK_M, n_rows, BLOCK_M)
+    dy_base = DY + rows64[:, None] * dy_row_stride
+    y_base = Y + rows64[:, None] * y_row_stride
+    dx_base = DX + rows64[:, None] * dx_row_stride
     sum_t = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     count_t = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for chunk in range(N_CHUNKS):
-        c = chunk * BLOCK_N + cols
-        mask = row_mask[:, None] & (c < n_cols)[None, :]
-        dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-        support = tl.load(y_rows + c[None, :], mask=mask, other=0.0) > 0
+        c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+        dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+        support = tl.load(y_base + c[None, :], mask=mask, other=0.0) > 0
         sum_t += tl.where(support, dy, 0.0)
         count_t += support.to(tl.float32)
     mean = tl.sum(sum_t, axis=1) / tl.maximum(tl.sum(count_t, axis=1), 1.0)
     for chunk in range(N_CHUNKS):
-        c = chunk * BLOCK_N + cols
-        mask = row_mask[:, None] & (c < n_cols)[None, :]
-        dy = tl.load(dy_rows + c[None, :], mask=mask, other=0.0).to(tl.float32)
-        support = tl.load(y_rows + c[None, :], mask=mask, other=0.0) > 0
+        c, mask = col_tile(chunk, n_cols, row_mask, BLOCK_N)
+        dy = tl.load(dy_base + c[None, :], mask=mask, other=0.0).to(tl.float32)
+        support = tl.load(y_base + c[None, :], mask=mask, other=0.0) > 0
         dx = tl.where(support, dy - mean[:, None], 0.0)
-        tl.store(dx_rows + c[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        tl.store(dx_base + c[None, :], dx.to(DX.dtype.element_ty), mask=mask)
 
 
+def sparsemax_forward(x2d: torch.Tensor, plan: TilePlan) -> torch.Tensor:
+    y = torch.empty(x2d.shape, dtype=x2d.dtype, device=x2d.device)
+    steps = {"BISECTION_STEPS": hardware.SPARSEMAX_BISECTION_STEPS, "MICHELOT_STEPS": hardware.SPARSEMAX_MICHELOT_STEPS}
+    launch_rows(_sparsemax_forward_kernel, plan, (x2d, y), **steps)
+    return y
+
+
+def sparsemax_backward(dy2d: torch.Tensor, y: torch.Tensor, plan: TilePlan) -> torch.Tensor:
+    dx = torch.empty_like(y)
+    launch_rows(_sparsemax_backward_kernel, plan, (dy2d, y, dx))
+    return dx
+
+
+@implements("sparsemax")
 class LigerSparsemaxFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, dim):
+        check_args(x, dim)
         xt = x.movedim(dim, -1)
-        n_cols = xt.shape[-1]
-        x2d = as_rows(xt, n_cols)
-        n_rows = x2d.shape[0]
-        plan = plan_tiles(n_cols, x.device)
-        y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-        if y.numel():
-            kernel = _sparsemax_forward_kernel
-            kernel[(triton.cdiv(n_rows, plan.block_m),)](
-                x2d,
-                y,
-                x2d.stride(0),
-                y.stride(0),
-                n_rows,
-                n_cols,
-                BLOCK_M=plan.block_m,
-                BLOCK_N=plan.block_n,
-                N_CHUNKS=plan.n_chunks,
-                BISECTION_STEPS=hardware.SPARSEMAX_BISECTION_STEPS,
-                MICHELOT_STEPS=hardware.SPARSEMAX_MICHELOT_STEPS,
-                **hardware.launch_kwargs(kernel, x.device, plan.num_warps),
-            )
+        plan = plan_tiles(xt.shape[-1], x.device)
+        y = sparsemax_forward(as_rows(xt), plan)
         ctx.save_for_backward(y)
         ctx.plan, ctx.dim, ctx.t_shape = plan, dim, xt.shape
         return y.view(xt.shape).movedim(-1, dim)
@@ -173,30 +160,5 @@ class LigerSparsemaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        n_rows, n_cols = y.shape
-        plan = ctx.plan
-        dy2d = as_rows(dy.movedim(ctx.dim, -1), n_cols)
-        dx = torch.empty_like(y)
-        if dx.numel():
-            kernel = _sparsemax_backward_kernel
-            kernel[(triton.cdiv(n_rows, plan.block_m),)](
-                dy2d,
-                y,
-                dx,
-                dy2d.stride(0),
-                y.stride(0),
-                dx.stride(0),
-                n_rows,
-                n_cols,
-                BLOCK_M=plan.block_m,
-                BLOCK_N=plan.block_n,
-                N_CHUNKS=plan.n_chunks,
-                **hardware.launch_kwargs(kernel, y.device, plan.num_warps),
-            )
+        dx = sparsemax_backward(as_rows(dy.movedim(ctx.dim, -1)), y, ctx.plan)
         return dx.view(ctx.t_shape).movedim(-1, ctx.dim), None
-
-
-def sparsemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """The interface's ``sparsemax`` (see ``liger_core.ops.sparsemax``) on Intel GPUs."""
-    check_args(x, dim)
-    return LigerSparsemaxFunction.apply(x, dim)

@@ -101,8 +101,24 @@ def source_tree_hint(device_type: str) -> str:
     )
 
 
+def _positional(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` called as dispatch calls it: every argument, positionally in the contract's order (an
+    autograd Function's ``apply`` takes no keyword arguments on some torch versions)."""
+    from liger_core.interface import CATALOGUE
+
+    bind = CATALOGUE[op].bind
+    return lambda **kw: fn(*bind(kw).values())
+
+
 def liger_provider(op: str, device_type: str, backend: str | None) -> Provider:
     """This project's op: ``backend``'s kernels, or what dispatch picks for ``device_type``."""
+    provider = _liger_provider(op, device_type, backend)
+    if provider.fn is not None:
+        provider.fn = _positional(op, provider.fn)
+    return provider
+
+
+def _liger_provider(op: str, device_type: str, backend: str | None) -> Provider:
     try:
         if backend:
             b = registry.get_backend(backend)

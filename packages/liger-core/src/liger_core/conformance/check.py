@@ -56,6 +56,17 @@ def _float64(value: Any, requires_grad: bool) -> Any:
     return t.requires_grad_(requires_grad and t.is_floating_point())
 
 
+def copy_layout(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` with its sizes and strides, so a padded or transposed view reaches the op as
+    one (``clone`` would make it dense). Broadcast (stride-0) layouts cannot be written and are
+    cloned dense. Differentiable: a copy of a tensor that requires grad stays in its graph."""
+    try:
+        out = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
+        return out.copy_(t)
+    except RuntimeError:  # overlapping memory (expand): one element written from several
+        return t.clone()
+
+
 def _upstream(out: torch.Tensor, seed: int, scalar: float) -> torch.Tensor:
     """The gradient fed to backward: ``scalar`` for a scalar output, seeded normal values otherwise."""
     if out.dim() == 0:
@@ -98,10 +109,10 @@ def check(
     before = {k: v.detach().clone() for k, v in tensors.items()}
 
     # The call: differentiable inputs are leaves; inputs the op may overwrite reach it as copies.
-    leaves = {k: v.detach().clone().requires_grad_(k in differentiable) for k, v in tensors.items()}
+    leaves = {k: copy_layout(v.detach()).requires_grad_(k in differentiable) for k, v in tensors.items()}
     call = dict(bound)
     for k, leaf in leaves.items():
-        call[k] = leaf.clone() if k in overwritable else leaf
+        call[k] = copy_layout(leaf) if k in overwritable else leaf
     outs = _as_tuple(op_callable(backend, name)(*call.values()))
     if len(outs) > len(decl.outputs):
         raise AssertionError(f"{name}: {len(outs)} outputs, the contract has {len(decl.outputs)}")
@@ -153,6 +164,12 @@ def check(
             break
         what = f"grad_{k}"
         got, want = leaves[k].grad, args64[k].grad
+        if want is None:
+            # No output that receives a gradient depends on this input: its gradient is zero, and
+            # the op may leave it None.
+            if got is None:
+                continue
+            want = torch.zeros_like(args64[k])
         assert got is not None, f"{name} {what}: missing"
         assert got.dtype == tensors[k].dtype, f"{name} {what}: dtype {got.dtype}, expected {tensors[k].dtype}"
         assert got.shape == tensors[k].shape, f"{name} {what}: shape {tuple(got.shape)}, expected its input's"

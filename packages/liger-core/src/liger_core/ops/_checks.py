@@ -64,3 +64,14 @@ def param_ok(p: torch.Tensor | None, x: torch.Tensor, axis: int = -1) -> bool:
     return p is None or (
         p.dtype in FLOAT_DTYPES and p.ndim == 1 and p.shape[0] == x.shape[axis] and p.device == x.device
     )
+
+
+def check_unary(op: str, x: torch.Tensor) -> None:
+    """The whole check of an op whose only tensor is ``x`` of at least one dimension: a cheap
+    predicate first (it runs on every call), then the error naming what is wrong."""
+    try:
+        if x.dtype in FLOAT_DTYPES and x.ndim > 0:
+            return
+    except (AttributeError, TypeError):
+        pass
+    check_rows(op, x)

@@ -49,6 +49,8 @@ def math(a: torch.Tensor, b: torch.Tensor, in_place: bool) -> torch.Tensor:
     return _glu.glu_math(gelu_tanh, a, b)
 
 
+args = _glu.args  # the sample builder (shared by the gated activations)
+
 OP = Op(
     geglu,
     since=(1, 2),

@@ -44,6 +44,8 @@ def math(a: torch.Tensor, b: torch.Tensor, in_place: bool) -> torch.Tensor:
     return _glu.glu_math(F.silu, a, b)
 
 
+args = _glu.args  # the sample builder (shared by the gated activations)
+
 OP = Op(
     swiglu,
     since=(1, 2),

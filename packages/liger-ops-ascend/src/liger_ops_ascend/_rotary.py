@@ -1,0 +1,280 @@
+"""Rotary position embeddings (rotate-half RoPE, Qwen2-VL's M-RoPE) for Ascend NPUs: one
+kernel, its tile plan and the autograd Function both ops share.
+
+Work is flattened over the ``batch * seq`` positions: one program per vector core walks
+the positions ``pid, pid + programs, ...``. At each position it loads the cos/sin row once
+(both halves; for M-RoPE each column from its section's table) and rotates every head of q
+and of k with it, ``BLOCK_H`` heads x ``head_dim / 2`` columns (the two halves) at a time,
+``BLOCK_H`` sized to the UB budget. Any strides of q/k (LLaMA's transposed views) and both
+layouts are addressed directly, without copies.
+
+With ``x1, x2`` the halves of a head and ``c1, c2, s1, s2`` those of cos and sin:
+forward ``o1 = x1 c1 - x2 s1``, ``o2 = x2 c2 + x1 s2``; the backward is the transpose,
+``g1 = d1 c1 + d2 s2``, ``g2 = d2 c2 - d1 s1``: the same kernel with the sine terms swapped.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from liger_ops_ascend import hardware
+from liger_ops_ascend._tiling import FP32, elem_bytes, loaded
+from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
+
+
+@triton.jit
+def _rotate_heads(
+    X, XO, in_base, out_base, sh, osh, n_heads, c1, c2, sa, sb, cols, col_mask, BLOCK_H: tl.constexpr, half
+):
+    """o1 = x1 * c1 + x2 * sa, o2 = x2 * c2 + x1 * sb for every head at one position."""
+    h_idx = tl.arange(0, BLOCK_H)
+    for h0 in range(0, n_heads, BLOCK_H):
+        heads = h0 + h_idx
+        mask = (heads < n_heads)[:, None] & col_mask[None, :]
+        x_ptr = X + in_base + heads[:, None] * sh + cols[None, :]
+        x1 = tl.load(x_ptr, mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(x_ptr + half, mask=mask, other=0.0).to(tl.float32)
+        o1 = x1 * c1[None, :] + x2 * sa[None, :]
+        o2 = x2 * c2[None, :] + x1 * sb[None, :]
+        o_ptr = XO + out_base + heads[:, None] * osh + cols[None, :]
+        tl.store(o_ptr, o1.to(XO.dtype.element_ty), mask=mask)
+        tl.store(o_ptr + half, o2.to(XO.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rotary_kernel(
+    Q,
+    K,
+    QO,
+    KO,
+    COS,
+    SIN,
+    q_sb,
+    q_ss,
+    q_sh,
+    k_sb,
+    k_ss,
+    k_sh,
+    qo_sb,
+    qo_ss,
+    qo_sh,
+    ko_sb,
+    ko_ss,
+    ko_sh,
+    c_st,
+    c_sb,
+    c_ss,
+    s_st,
+    s_sb,
+    s_ss,
+    seq,
+    n_pos,
+    n_qh,
+    n_kh,
+    half,
+    sec0,
+    sec1,
+    MROPE: tl.constexpr,
+    BACKWARD: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_D)
+    col_mask = cols < half
+    if MROPE:
+        # The table (temporal, height, width) each column of a half comes from.
+        section = (cols >= sec0).to(tl.int32) + (cols >= sec0 + sec1).to(tl.int32)
+        c_off = section * c_st + cols
+        s_off = section * s_st + cols
+    else:
+        c_off = cols
+        s_off = cols
+    for pos_i in range(pid, n_pos, num_programs):
+        pos = (pid * 0 + pos_i).to(tl.int64)
+        b = pos // seq
+        s = pos % seq
+        c_base = COS + b * c_sb + s * c_ss
+        s_base = SIN + b * s_sb + s * s_ss
+        c1 = tl.load(c_base + c_off, mask=col_mask, other=0.0).to(tl.float32)
+        c2 = tl.load(c_base + c_off + half, mask=col_mask, other=0.0).to(tl.float32)
+        s1 = tl.load(s_base + s_off, mask=col_mask, other=0.0).to(tl.float32)
+        s2 = tl.load(s_base + s_off + half, mask=col_mask, other=0.0).to(tl.float32)
+        if BACKWARD:
+            sa = s2
+            sb = -s1
+        else:
+            sa = -s1
+            sb = s2
+        _rotate_heads(
+            Q, QO, b * q_sb + s * q_ss, b * qo_sb + s * qo_ss, q_sh, qo_sh, n_qh, c1, c2, sa, sb, cols, col_mask,
+            BLOCK_H, half,
+        )  # fmt: skip
+        _rotate_heads(
+            K, KO, b * k_sb + s * k_ss, b * ko_sb + s * ko_ss, k_sh, ko_sh, n_kh, c1, c2, sa, sb, cols, col_mask,
+            BLOCK_H, half,
+        )  # fmt: skip
+
+
+def rotary_tiles(block_h: int, block_d: int, xb: int, cb: int) -> tuple[Tile, ...]:
+    """One head block of q or k (the larger dtype) and the four cos/sin half rows."""
+    tiles = []
+    for half in ("1", "2"):
+        tiles += loaded(f"x{half}", block_h, block_d, xb)
+        tiles += [Tile(f"o{half}_f32", block_h, block_d, FP32), Tile(f"o{half}", block_h, block_d, xb)]
+        tiles += [Tile(f"x{half}_times_table_f32", block_h, block_d, FP32)]
+    for t in ("c1", "c2", "s1", "s2", "sa", "sb"):
+        tiles += loaded(t, 1, block_d, cb)
+    return tuple(tiles)
+
+
+@dataclass(frozen=True)
+class RotaryPlan:
+    block_h: int
+    block_d: int
+    programs: int
+    kernel: KernelPlan
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan_rotary(
+    op: str, n_pos: int, heads: int, half: int, xb: int, cb: int, hw: hardware.Hardware, max_block_h: int
+) -> RotaryPlan:
+    min_d = max(hardware.min_block(xb), hardware.min_block(cb))
+    block_d = max(min_d, triton.next_power_of_2(max(half, 1)))
+    if sum(t.nbytes for t in rotary_tiles(1, block_d, xb, cb)) > hw.ub_budget:
+        raise AscendLaunchError(
+            f"liger-ops-ascend {op}: head_dim {2 * half} too wide for one tile; {hw.describe_budget()}"
+        )
+    block_h = 1
+    cap = min(max_block_h, triton.next_power_of_2(max(heads, 1)))
+    while block_h * 2 <= cap and sum(t.nbytes for t in rotary_tiles(block_h * 2, block_d, xb, cb)) <= hw.ub_budget:
+        block_h *= 2
+    programs = min(hw.vector_cores, max(n_pos, 1))
+    return RotaryPlan(block_h, block_d, programs, KernelPlan(op, (programs,), rotary_tiles(block_h, block_d, xb, cb)))
+
+
+def plan_rotary(
+    op: str,
+    n_pos: int,
+    heads: int,
+    head_dim: int,
+    x_dtypes: Sequence[torch.dtype],
+    cos_dtype: torch.dtype,
+    hw: hardware.Hardware,
+) -> RotaryPlan:
+    """Tile plan for ``n_pos`` positions of up to ``heads`` heads of ``head_dim``."""
+    xb = max(elem_bytes(d) for d in x_dtypes)
+    return _plan_rotary(op, n_pos, heads, head_dim // 2, xb, elem_bytes(cos_dtype), hw, hardware.MAX_BLOCK_M)
+
+
+# -- host side -------------------------------------------------------------------------------
+
+
+def _head_strides(t: torch.Tensor, unsqueeze_dim: int) -> tuple[torch.Tensor, int, int, int, int]:
+    """``(t, stride_batch, stride_seq, stride_head, heads)``; t copied if head_dim is strided."""
+    if t.stride(3) != 1:
+        t = t.contiguous()
+    h_ax, s_ax = (1, 2) if unsqueeze_dim == 1 else (2, 1)
+    return t, t.stride(0), t.stride(s_ax), t.stride(h_ax), t.shape[h_ax]
+
+
+def rotary(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    unsqueeze_dim: int,
+    mrope_section: Sequence[int] | None,
+    backward: bool,
+    hw: hardware.Hardware,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate q and k (forward) or their gradients (backward); cos/sin 3-D, or 4-D for M-RoPE."""
+    q, q_sb, q_ss, q_sh, n_qh = _head_strides(q, unsqueeze_dim)
+    k, k_sb, k_ss, k_sh, n_kh = _head_strides(k, unsqueeze_dim)
+    qo, ko = torch.empty_like(q), torch.empty_like(k)
+    _, qo_sb, qo_ss, qo_sh, _ = _head_strides(qo, unsqueeze_dim)
+    _, ko_sb, ko_ss, ko_sh, _ = _head_strides(ko, unsqueeze_dim)
+    batch, seq, dim = q.shape[0], q.shape[3 - unsqueeze_dim], q.shape[3]
+    n_pos = batch * seq
+    if n_pos == 0 or dim == 0 or (q.numel() == 0 and k.numel() == 0):
+        return qo, ko
+    if cos.stride(-1) != 1:
+        cos = cos.contiguous()
+    if sin.stride(-1) != 1:
+        sin = sin.contiguous()
+    mrope = mrope_section is not None
+    # Tables shared by the batch (leading size 1) are read with batch stride 0.
+    c_st, s_st = (cos.stride(0), sin.stride(0)) if mrope else (0, 0)
+    c_sb = cos.stride(-3) if cos.shape[-3] > 1 else 0
+    s_sb = sin.stride(-3) if sin.shape[-3] > 1 else 0
+    sections = tuple(mrope_section) if mrope else (0, 0, 0)
+    op = ("qwen2vl_mrope" if mrope else "rope") + ("_backward" if backward else "_forward")
+    p = plan_rotary(op, n_pos, max(n_qh, n_kh), dim, (q.dtype, k.dtype), cos.dtype, hw)
+    launch(
+        _rotary_kernel,
+        p.kernel,
+        hw,
+        q,
+        k,
+        qo,
+        ko,
+        cos,
+        sin,
+        q_sb,
+        q_ss,
+        q_sh,
+        k_sb,
+        k_ss,
+        k_sh,
+        qo_sb,
+        qo_ss,
+        qo_sh,
+        ko_sb,
+        ko_ss,
+        ko_sh,
+        c_st,
+        c_sb,
+        cos.stride(-2),
+        s_st,
+        s_sb,
+        sin.stride(-2),
+        seq,
+        n_pos,
+        n_qh,
+        n_kh,
+        dim // 2,
+        sections[0],
+        sections[1],
+        MROPE=mrope,
+        BACKWARD=backward,
+        BLOCK_H=p.block_h,
+        BLOCK_D=p.block_d,
+    )
+    return qo, ko
+
+
+class LigerRotaryFunction(torch.autograd.Function):
+    """Rotate q and k by cos/sin (``mrope_section`` None: RoPE). The ops' Functions
+    (`LigerRopeFunction`, `LigerQwen2VLMRopeFunction`) check their arguments and call `forward`."""
+
+    @staticmethod
+    def forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
+        hw = hardware.current(q.device)
+        q_out, k_out = rotary(q, k, cos, sin, unsqueeze_dim, mrope_section, False, hw)
+        ctx.save_for_backward(cos, sin)
+        ctx.unsqueeze_dim, ctx.mrope_section, ctx.hw = unsqueeze_dim, mrope_section, hw
+        return q_out, k_out
+
+    @staticmethod
+    def backward(ctx, dq, dk):
+        cos, sin = ctx.saved_tensors
+        dq_in, dk_in = rotary(dq, dk, cos, sin, ctx.unsqueeze_dim, ctx.mrope_section, True, ctx.hw)
+        return dq_in, dk_in, None, None, None, None

@@ -1,0 +1,115 @@
+"""Squared ReLU (``relu(x) ** 2``, Nemotron's activation) for Ascend NPUs: Triton kernels, UB
+plan and autograd Function.
+
+Elementwise like the gated activations and walked like them: the input flattened into blocks
+of ``BLOCK`` elements, one program per vector core striding over the blocks, the block the
+largest power of two whose live tiles fit the UB budget (`_tiling.plan_flat`). Forward reads x
+and writes y; backward reads the incoming gradient and x (saved: the gradient needs relu(x))
+and writes grad_x = 2 * relu(x) * grad_y, in fp32 and rounded once.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+from liger_core.backend import implements
+from liger_core.ops.relu_squared import check_args
+
+from liger_ops_ascend import hardware
+from liger_ops_ascend._tiling import FP32, FlatPlan, elem_bytes, f32_copy, plan_flat
+from liger_ops_ascend.launch import Tile, launch
+
+
+@triton.jit
+def _relu_squared_forward_kernel(X, Y, n, n_blocks, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    idx = tl.arange(0, BLOCK)
+    for blk in range(pid, n_blocks, num_programs):
+        start = (pid * 0 + blk).to(tl.int64) * BLOCK
+        # Compare in int32: int64 vector compares run as scalar code on the vector cores.
+        mask = idx < tl.minimum(n - start, BLOCK).to(tl.int32)
+        x = tl.load(X + start + idx, mask=mask, other=0.0).to(tl.float32)
+        r = tl.where(x > 0.0, x, 0.0)
+        tl.store(Y + start + idx, (r * r).to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _relu_squared_backward_kernel(DY, X, DX, n, n_blocks, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    idx = tl.arange(0, BLOCK)
+    for blk in range(pid, n_blocks, num_programs):
+        start = (pid * 0 + blk).to(tl.int64) * BLOCK
+        mask = idx < tl.minimum(n - start, BLOCK).to(tl.int32)
+        dy = tl.load(DY + start + idx, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(X + start + idx, mask=mask, other=0.0).to(tl.float32)
+        r = tl.where(x > 0.0, x, 0.0)
+        tl.store(DX + start + idx, (2.0 * r * dy).to(DX.dtype.element_ty), mask=mask)
+
+
+def forward_tiles(block: int, xb: int) -> tuple[Tile, ...]:
+    return (
+        Tile("x", 1, block, xb),
+        *f32_copy("x", 1, block, xb),
+        Tile("relu", 1, block, FP32),
+        Tile("y", 1, block, xb),
+    )
+
+
+def backward_tiles(block: int, xb: int) -> tuple[Tile, ...]:
+    tiles = [Tile(t, 1, block, xb) for t in ("dy", "x", "dx")]
+    tiles += f32_copy("dy", 1, block, xb) + f32_copy("x", 1, block, xb)
+    return (*tiles, Tile("relu", 1, block, FP32), Tile("dx_f32", 1, block, FP32))
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan_tiles(direction: str, n: int, xb: int, hw: hardware.Hardware, max_block: int) -> FlatPlan:
+    tiles = functools.partial(forward_tiles if direction == "forward" else backward_tiles, xb=xb)
+    name = f"relu_squared_{direction}"
+    return plan_flat(name, n, ((name, tiles),), hw, hardware.min_block(xb), max_block)
+
+
+def plan_tiles(direction: str, n: int, dtype: torch.dtype, hw: hardware.Hardware) -> FlatPlan:
+    """Block and launch of ``direction`` over ``n`` elements of ``dtype``."""
+    return _plan_tiles(direction, n, elem_bytes(dtype), hw, hardware.MAX_BLOCK_N)
+
+
+def relu_squared_forward(x: torch.Tensor, hw: hardware.Hardware) -> torch.Tensor:
+    """``relu(x) ** 2`` of contiguous ``x``."""
+    y = torch.empty_like(x)
+    n = x.numel()
+    if n:
+        p = plan_tiles("forward", n, x.dtype, hw)
+        launch(_relu_squared_forward_kernel, p.kernels[0], hw, x, y, n, p.n_blocks, BLOCK=p.block)
+    return y
+
+
+def relu_squared_backward(dy: torch.Tensor, x: torch.Tensor, hw: hardware.Hardware) -> torch.Tensor:
+    """``grad_x`` of contiguous tensors."""
+    dx = torch.empty_like(x)
+    n = x.numel()
+    if n:
+        p = plan_tiles("backward", n, x.dtype, hw)
+        launch(_relu_squared_backward_kernel, p.kernels[0], hw, dy, x, dx, n, p.n_blocks, BLOCK=p.block)
+    return dx
+
+
+@implements("relu_squared")
+class LigerReLUSquaredFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        check_args(x)
+        hw = hardware.current(x.device)
+        x_c = x.contiguous()
+        ctx.save_for_backward(x_c)
+        ctx.hw = hw
+        return relu_squared_forward(x_c, hw).view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x_c,) = ctx.saved_tensors
+        return relu_squared_backward(dy.contiguous(), x_c, ctx.hw).view(dy.shape)

@@ -1,0 +1,25 @@
+"""The backend this package exposes: every catalogue op, each an `implements`-marked
+``Liger<Op>Function`` in its module, at the interface version the catalogue derives."""
+
+import torch
+
+import liger_ops_cuda
+from liger_core.backend import validate
+from liger_core.interface import CATALOGUE, INTERFACE_VERSION, format_version
+
+
+def test_backend_serves_every_op_of_the_interface(backend):
+    assert backend is liger_ops_cuda.BACKEND  # loaded through LIGER_EXTRA_BACKENDS
+    validate(backend)
+    assert backend.name == "cuda" and backend.device_types == ("cuda",)
+    assert backend.version == liger_ops_cuda.__version__
+    assert backend.interface_version == format_version(INTERFACE_VERSION)
+    assert set(backend.ops) == set(CATALOGUE)
+
+
+def test_each_op_is_a_marked_autograd_function_named_after_it(backend):
+    for name, impl in backend.ops.items():
+        assert isinstance(impl, type) and issubclass(impl, torch.autograd.Function), name
+        assert impl.__name__.startswith("Liger") and impl.__name__.endswith("Function"), impl
+        module = impl.__module__.rsplit(".", 1)[1]
+        assert module == name or (module == "rms_norm" and name == "fused_add_rms_norm"), (name, impl.__module__)

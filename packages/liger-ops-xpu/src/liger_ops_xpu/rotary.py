@@ -1,0 +1,265 @@
+"""Rotary position embeddings for Intel GPUs: rope (rotate-half, transformers' LLaMA form) and
+qwen2vl_mrope (Qwen2-VL's multimodal RoPE), one Triton kernel for both, its launch and both ops'
+autograd Functions (the backward shared).
+
+One program per (batch, position) rotates every q head and every k head of that position:
+its cos/sin row is loaded once and reused across heads (GQA included), and each head is
+read as two halves so rotate_half is a swap of registers, not a gather. Tiles of
+[HEADS_BLOCK heads x HALF_BLOCK columns] are walked in N_Q_CHUNKS / N_K_CHUNKS head chunks.
+
+Forward, with halves (x1, x2), (c1, c2), (s1, s2):  o1 = x1 c1 - x2 s1,  o2 = x2 c2 + x1 s2.
+Backward (the transpose):                         g1 = d1 c1 + d2 s2,  g2 = d2 c2 - d1 s1.
+
+Multimodal RoPE (MROPE): cos/sin hold three tables; column j of each half reads table 0, 1 or
+2 by which of the sections (s0, s1, s2) it falls in, merged on the fly in the kernel (no merged
+table is materialised).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from liger_core.backend import implements
+from liger_core.ops import qwen2vl_mrope, rope
+
+from liger_ops_xpu import hardware
+from liger_ops_xpu._tiling import num_warps_for, unit_col
+
+
+@triton.jit
+def _rotate_heads(
+    X,
+    XO,
+    b,
+    s,
+    sb,
+    sh,
+    ss,
+    osb,
+    osh,
+    oss,
+    n_heads,
+    half,
+    c1,
+    c2,
+    s1,
+    s2,
+    BACKWARD: tl.constexpr,
+    HEADS_BLOCK: tl.constexpr,
+    HALF_BLOCK: tl.constexpr,
+    N_CHUNKS: tl.constexpr,
+):
+    cols = tl.arange(0, HALF_BLOCK)
+    col_mask = cols < half
+    x_base = X + b.to(tl.int64) * sb + s.to(tl.int64) * ss
+    o_base = XO + b.to(tl.int64) * osb + s.to(tl.int64) * oss
+    for chunk in range(N_CHUNKS):
+        heads = chunk * HEADS_BLOCK + tl.arange(0, HEADS_BLOCK)
+        mask = (heads < n_heads)[:, None] & col_mask[None, :]
+        x_ptrs = x_base + heads.to(tl.int64)[:, None] * sh + cols[None, :]
+        o_ptrs = o_base + heads.to(tl.int64)[:, None] * osh + cols[None, :]
+        x1 = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(x_ptrs + half, mask=mask, other=0.0).to(tl.float32)
+        if BACKWARD:
+            o1 = x1 * c1[None, :] + x2 * s2[None, :]
+            o2 = x2 * c2[None, :] - x1 * s1[None, :]
+        else:
+            o1 = x1 * c1[None, :] - x2 * s1[None, :]
+            o2 = x2 * c2[None, :] + x1 * s2[None, :]
+        tl.store(o_ptrs, o1.to(XO.dtype.element_ty), mask=mask)
+        tl.store(o_ptrs + half, o2.to(XO.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _load_table_half(T, base, c_saxis, cols, offset, col_mask, sec0, sec1, MROPE: tl.constexpr):
+    """One half of a cos/sin row (columns ``offset + cols``); MROPE picks each column's table."""
+    if MROPE:
+        table = (cols >= sec0).to(tl.int64) + (cols >= sec0 + sec1).to(tl.int64)
+        ptrs = T + base + table * c_saxis + offset + cols
+    else:
+        ptrs = T + base + offset + cols
+    return tl.load(ptrs, mask=col_mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _rotary_kernel(
+    Q,
+    K,
+    QO,
+    KO,
+    COS,
+    SIN,
+    q_sb,
+    q_sh,
+    q_ss,
+    k_sb,
+    k_sh,
+    k_ss,
+    qo_sb,
+    qo_sh,
+    qo_ss,
+    ko_sb,
+    ko_sh,
+    ko_ss,
+    c_saxis,
+    c_sb,
+    c_ss,
+    seq,
+    n_qh,
+    n_kh,
+    half,
+    sec0,
+    sec1,
+    MROPE: tl.constexpr,
+    BACKWARD: tl.constexpr,
+    HEADS_BLOCK: tl.constexpr,
+    HALF_BLOCK: tl.constexpr,
+    N_Q_CHUNKS: tl.constexpr,
+    N_K_CHUNKS: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    b = pid // seq
+    s = pid % seq
+    cols = tl.arange(0, HALF_BLOCK)
+    col_mask = cols < half
+    # c_sb is 0 when one table serves every batch row.
+    base = b.to(tl.int64) * c_sb + s.to(tl.int64) * c_ss
+    c1 = _load_table_half(COS, base, c_saxis, cols, 0, col_mask, sec0, sec1, MROPE)
+    c2 = _load_table_half(COS, base, c_saxis, cols, half, col_mask, sec0, sec1, MROPE)
+    s1 = _load_table_half(SIN, base, c_saxis, cols, 0, col_mask, sec0, sec1, MROPE)
+    s2 = _load_table_half(SIN, base, c_saxis, cols, half, col_mask, sec0, sec1, MROPE)
+    _rotate_heads(
+        Q, QO, b, s, q_sb, q_sh, q_ss, qo_sb, qo_sh, qo_ss, n_qh, half, c1, c2, s1, s2,
+        BACKWARD, HEADS_BLOCK, HALF_BLOCK, N_Q_CHUNKS,
+    )  # fmt: skip
+    _rotate_heads(
+        K, KO, b, s, k_sb, k_sh, k_ss, ko_sb, ko_sh, ko_ss, n_kh, half, c1, c2, s1, s2,
+        BACKWARD, HEADS_BLOCK, HALF_BLOCK, N_K_CHUNKS,
+    )  # fmt: skip
+
+
+def _bhs_strides(t: torch.Tensor, unsqueeze_dim: int) -> tuple[int, int, int]:
+    """(batch, head, seq) strides of a 4-D q/k in either layout."""
+    if unsqueeze_dim == 1:  # (b, heads, seq, d)
+        return t.stride(0), t.stride(1), t.stride(2)
+    return t.stride(0), t.stride(2), t.stride(1)  # (b, seq, heads, d)
+
+
+@dataclass(frozen=True)
+class RotaryPlan:
+    """[HEADS_BLOCK heads x HALF_BLOCK columns] tiles, N_Q_CHUNKS / N_K_CHUNKS of them per position."""
+
+    heads_block: int
+    half_block: int
+    n_q_chunks: int
+    n_k_chunks: int
+    num_warps: int
+
+
+def plan_rotary(n_qh: int, n_kh: int, head_dim: int) -> RotaryPlan:
+    """Head tiles of about ``ROPE_TILE_ELEMENTS`` elements per half."""
+    half_block = triton.next_power_of_2(head_dim // 2)
+    heads_block = min(triton.next_power_of_2(max(n_qh, n_kh)), max(1, hardware.ROPE_TILE_ELEMENTS // half_block))
+    return RotaryPlan(
+        heads_block,
+        half_block,
+        triton.cdiv(n_qh, heads_block),
+        triton.cdiv(n_kh, heads_block),
+        num_warps_for(2 * heads_block * half_block),
+    )
+
+
+def rotary(q, k, cos, sin, unsqueeze_dim: int, mrope_section: tuple[int, int, int] | None, backward: bool = False):
+    """Rotate q and k (or, with ``backward``, apply the transpose to their gradients) into new
+    tensors of their shapes; ``mrope_section`` None is plain RoPE."""
+    q, k = unit_col(q), unit_col(k)
+    cos, sin = unit_col(cos), unit_col(sin)
+    if cos.stride() != sin.stride():
+        cos, sin = cos.contiguous(), sin.contiguous()
+    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    seq_axis = 3 - unsqueeze_dim
+    batch, seq, dim = q.shape[0], q.shape[seq_axis], q.shape[3]
+    n_qh, n_kh = q.shape[unsqueeze_dim], k.shape[unsqueeze_dim]
+    if q.numel() == 0 and k.numel() == 0:
+        return q_out, k_out
+    plan = plan_rotary(n_qh, n_kh, dim)
+    mrope = mrope_section is not None
+    c_sb = cos.stride(-3) if cos.shape[-3] == batch and batch > 1 else 0
+    kernel = _rotary_kernel
+    kernel[(batch * seq,)](
+        q,
+        k,
+        q_out,
+        k_out,
+        cos,
+        sin,
+        *_bhs_strides(q, unsqueeze_dim),
+        *_bhs_strides(k, unsqueeze_dim),
+        *_bhs_strides(q_out, unsqueeze_dim),
+        *_bhs_strides(k_out, unsqueeze_dim),
+        cos.stride(0) if mrope else 0,
+        c_sb,
+        cos.stride(-2),
+        seq,
+        n_qh,
+        n_kh,
+        dim // 2,
+        mrope_section[0] if mrope else 0,
+        mrope_section[1] if mrope else 0,
+        MROPE=mrope,
+        BACKWARD=backward,
+        HEADS_BLOCK=plan.heads_block,
+        HALF_BLOCK=plan.half_block,
+        N_Q_CHUNKS=plan.n_q_chunks,
+        N_K_CHUNKS=plan.n_k_chunks,
+        **hardware.launch_kwargs(kernel, q.device, plan.num_warps, register_heavy=False),
+    )
+    return q_out, k_out
+
+
+class LigerRotaryFunction(torch.autograd.Function):
+    """The autograd of rope and qwen2vl_mrope (``(q, k, cos, sin, <positions or sections>,
+    unsqueeze_dim)``): each op's subclass below checks its arguments and calls `forward_rotary`;
+    backward is this one. No gradient reaches cos/sin."""
+
+    @staticmethod
+    def forward_rotary(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
+        q_out, k_out = rotary(q, k, cos, sin, unsqueeze_dim, mrope_section)
+        ctx.save_for_backward(cos, sin)
+        ctx.unsqueeze_dim, ctx.mrope_section = unsqueeze_dim, mrope_section
+        ctx.q_meta, ctx.k_meta = (q.shape, q.dtype), (k.shape, k.dtype)
+        return q_out, k_out
+
+    @staticmethod
+    def backward(ctx, dq, dk):
+        cos, sin = ctx.saved_tensors
+        # An output that fed nothing has no gradient: rotate zeros in its place.
+        if dq is None:
+            dq = torch.zeros(ctx.q_meta[0], dtype=ctx.q_meta[1], device=cos.device)
+        if dk is None:
+            dk = torch.zeros(ctx.k_meta[0], dtype=ctx.k_meta[1], device=cos.device)
+        dq_in, dk_in = rotary(dq, dk, cos, sin, ctx.unsqueeze_dim, ctx.mrope_section, backward=True)
+        return dq_in, dk_in, None, None, None, None
+
+
+@implements("rope")
+class LigerRopeFunction(LigerRotaryFunction):
+    @staticmethod
+    def forward(ctx, q, k, cos, sin, position_ids, unsqueeze_dim):
+        rope.check_args(q, k, cos, sin, position_ids, unsqueeze_dim)
+        # position_ids is unused, as in transformers: cos/sin are already gathered per position.
+        return LigerRotaryFunction.forward_rotary(ctx, q, k, cos, sin, None, unsqueeze_dim)
+
+
+@implements("qwen2vl_mrope")
+class LigerQwen2VLMRopeFunction(LigerRotaryFunction):
+    @staticmethod
+    def forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
+        qwen2vl_mrope.check_args(q, k, cos, sin, mrope_section, unsqueeze_dim)
+        return LigerRotaryFunction.forward_rotary(
+            ctx, q, k, cos, sin, tuple(int(m) for m in mrope_section), unsqueeze_dim
+        )

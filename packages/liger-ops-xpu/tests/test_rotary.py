@@ -1,0 +1,34 @@
+"""XPU-specific paths of the rotary kernel (rotary.py): heads in several chunks for rope (both
+layouts, a per-batch table) and qwen2vl_mrope, an output that feeds nothing. The tile is
+lowered so shapes stay small; checked against the declarations' float64 oracles."""
+
+import pytest
+import torch
+from liger_core.conformance.check import check
+from liger_core.ops import qwen2vl_mrope, rope
+
+from liger_ops_xpu import BACKEND, hardware
+from liger_ops_xpu.rotary import plan_rotary
+
+
+@pytest.mark.parametrize("unsqueeze_dim", [1, 2])
+def test_rope_heads_in_several_chunks(monkeypatch, device, unsqueeze_dim):
+    # 8 columns per half, 16-element tiles: 2 heads per chunk, 5 q heads -> 3 chunks, 3 k heads -> 2.
+    monkeypatch.setattr(hardware, "ROPE_TILE_ELEMENTS", 16)
+    plan = plan_rotary(5, 3, 16)
+    assert (plan.heads_block, plan.n_q_chunks, plan.n_k_chunks) == (2, 3, 2)
+    args = rope.args(device, shape=(2, 5, 3, 3, 16), unsqueeze_dim=unsqueeze_dim, cos_batch=2)
+    check(BACKEND, "rope", args)
+
+
+def test_mrope_heads_in_several_chunks(monkeypatch, device):
+    monkeypatch.setattr(hardware, "ROPE_TILE_ELEMENTS", 16)
+    args = qwen2vl_mrope.args(device, shape=(2, 4, 3, 3, 16), dtype=torch.bfloat16, section=[2, 3, 3])
+    check(BACKEND, "qwen2vl_mrope", args)
+
+
+def test_rope_gradient_through_q_only(device):
+    # k_out feeds nothing: backward gets no gradient for it and rotates zeros in its place.
+    args = rope.args(device, shape=(1, 2, 1, 3, 8))
+    _, grads = check(BACKEND, "rope", args, unused_outputs=("k_out",))
+    assert not grads["k"].any()
