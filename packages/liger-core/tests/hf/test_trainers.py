@@ -5,13 +5,16 @@ The recipe under test (README): build the model as usual, call
 hand it to the trainer, leaving the trainer's own ``use_liger_kernel`` off (that flag imports
 liger-kernel). Each test runs a few real optimizer steps through the trainer twice from the same
 weights, data and seed, stock and patched, and compares the losses the trainer logs at every
-step (float32; tolerances as the convergence tests'). Needs ``accelerate`` (Trainer) and
-``trl``; each test skips where its package is missing.
+step (float32; tolerances as the convergence tests'). Needs ``accelerate`` (Trainer), ``trl`` and
+``datasets``; each test skips where its package is missing, unless ``LIGER_HF_TRAINERS=1`` (the
+nox hf sessions, which install them) makes that a failure, so CI cannot pass by skipping them.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
+import os
 import warnings
 
 import pytest
@@ -24,13 +27,25 @@ from liger_core.transformers import monkey_patch as mp
 
 TINY = SIZES["tiny"]
 LOSS_TOL = {"atol": 1e-4, "rtol": 1e-5}
+# DPO's loss is far more sensitive to the weights than the language-model loss: with the test's data and
+# settings, two stock runs whose weights differ by 1e-7 (normal noise) logged losses up to 1.3e-4 apart
+# (Adam at 3e-3; 5e-5 even with plain SGD), and stock against Liger (liger-ops-cuda in the Triton
+# interpreter) 1.1e-4 to 1.4e-4. Its bound is a few times that noise floor; the loss moves by 0.01 to 0.07.
+DPO_LOSS_TOL = {"atol": 5e-4, "rtol": 1e-5}
 STEPS = 4
 WORDS = [f"w{i}" for i in range(100)]
 
 
+def _need(module: str):
+    """``module``, imported; missing: a skip, or a failure under ``LIGER_HF_TRAINERS=1``."""
+    if os.environ.get("LIGER_HF_TRAINERS") == "1":
+        return importlib.import_module(module)
+    return pytest.importorskip(module)
+
+
 def _tokenizer():
     """A word-level tokenizer over the tiny vocabulary (no download): ids 0-2 special, 3-102 words."""
-    pytest.importorskip("tokenizers")
+    _need("tokenizers")
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -75,13 +90,14 @@ def _run(make_trainer, patched: bool, state: dict, monkeypatch) -> tuple[list[fl
     return losses, len(calls)
 
 
-def _compare(make_trainer, monkeypatch, fused: bool = True) -> None:
-    """Stock and patched runs log the same loss at every step; ``fused``: the patched run's loss was the fused one."""
+def _compare(make_trainer, monkeypatch, fused: bool = True, tol: dict = LOSS_TOL) -> None:
+    """Stock and patched runs log the same loss at every step (within ``tol``); ``fused``: the patched run's loss
+    was the fused one."""
     state = initial_state(build("llama", TINY, torch.float32, "cpu"))
     stock, _ = _run(make_trainer, False, state, monkeypatch)
     patched, calls = _run(make_trainer, True, state, monkeypatch)
     mp.revert_liger_kernel_patches()
-    torch.testing.assert_close(torch.tensor(patched), torch.tensor(stock), **LOSS_TOL)
+    torch.testing.assert_close(torch.tensor(patched), torch.tensor(stock), **tol)
     assert len({round(x, 5) for x in stock}) > 1, stock  # the steps changed the model
     if fused:
         assert calls >= STEPS * 2, calls  # every micro-batch (2 per step) through the fused linear cross-entropy
@@ -113,7 +129,7 @@ def _common_args(tmp_path) -> dict:
 
 
 def test_transformers_trainer(tmp_path, monkeypatch):
-    pytest.importorskip("accelerate")
+    _need("accelerate")
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
     tokenizer = _tokenizer()
@@ -131,8 +147,8 @@ def test_trl_sft_trainer(tmp_path, monkeypatch):
     """TRL's SFTTrainer computes its loss with its own fused LM head (``add_fused_lm_head``, TRL >= 1.0), which
     it installs on the model it is given: Liger's norms, RoPE and MLP kernels run under it, and the loss is TRL's.
     Patched before the trainer is built, so the patch keeps TRL's head."""
-    pytest.importorskip("trl")
-    datasets = pytest.importorskip("datasets")
+    _need("trl")
+    datasets = _need("datasets")
     from trl import SFTConfig, SFTTrainer
 
     tokenizer = _tokenizer()
@@ -148,8 +164,8 @@ def test_trl_sft_trainer(tmp_path, monkeypatch):
 def test_trl_dpo_trainer(tmp_path, monkeypatch):
     """DPO: the policy's and the reference's log-probs come from logits (no labels), so the norms, RoPE and MLP
     kernels run in both (the reference model a copy of the policy as handed over)."""
-    pytest.importorskip("trl")
-    datasets = pytest.importorskip("datasets")
+    _need("trl")
+    datasets = _need("datasets")
     from trl import DPOConfig, DPOTrainer
 
     tokenizer = _tokenizer()
@@ -164,4 +180,4 @@ def test_trl_dpo_trainer(tmp_path, monkeypatch):
         ref = copy.deepcopy(model).eval()
         return DPOTrainer(model=model, ref_model=ref, args=args, train_dataset=data, processing_class=tokenizer)
 
-    _compare(make_trainer, monkeypatch, fused=False)
+    _compare(make_trainer, monkeypatch, fused=False, tol=DPO_LOSS_TOL)
