@@ -335,23 +335,27 @@ def ci(session: nox.Session) -> None:
 # PyTorch reference (what changes between transformers versions is the integration, not the ops).
 TRANSFORMERS_OLDEST = "transformers==5.0.0"  # = liger_core.transformers.MIN_TRANSFORMERS
 HF_TESTS = CORE / "tests" / "hf"
+# The trainers the recipe is tested with (tests/hf/test_trainers.py skips a test whose package is
+# missing, so these are installed wherever the hf tests run, and LIGER_HF_TRAINERS=1 turns such a skip
+# into a failure): transformers.Trainer needs accelerate, TRL's SFTTrainer and DPOTrainer trl and datasets.
+HF_TRAINERS = ("accelerate>=1.10.1", "datasets>=4.7.0", "trl>=1.0")
 
 
 @nox.session(name="hf-interpreter", tags=["core", "hf", "cpu"])
 def hf_interpreter(session: nox.Session) -> None:
     """liger_core.transformers against the newest transformers, liger-ops-cuda in the Triton interpreter."""
-    _install_core(session, "transformers>=5.0.0", "triton", "numpy")
+    _install_core(session, "transformers>=5.0.0", *HF_TRAINERS, "triton", "numpy")
     session.install("--no-deps", "-e", str(PACKAGES / "liger-ops-cuda"))
     _report_triton(session, "triton")
-    env = {"TRITON_INTERPRET": "1", "LIGER_BACKEND": "cuda", "OMP_NUM_THREADS": "1"}
+    env = {"TRITON_INTERPRET": "1", "LIGER_BACKEND": "cuda", "OMP_NUM_THREADS": "1", "LIGER_HF_TRAINERS": "1"}
     session.run("pytest", "-q", "-rs", "-m", "not mid", str(HF_TESTS), *_junit(session), *session.posargs, env=env)
 
 
 @nox.session(name="hf-oldest", tags=["core", "hf", "cpu"])
 def hf_oldest(session: nox.Session) -> None:
     """liger_core.transformers against the oldest supported transformers (5.0.0), reference ops."""
-    _install_core(session, TRANSFORMERS_OLDEST)
-    env = {"LIGER_BACKEND": "reference", "OMP_NUM_THREADS": "1"}
+    _install_core(session, TRANSFORMERS_OLDEST, *HF_TRAINERS)
+    env = {"LIGER_BACKEND": "reference", "OMP_NUM_THREADS": "1", "LIGER_HF_TRAINERS": "1"}
     session.run("pytest", "-q", "-rs", "-m", "not mid", str(HF_TESTS), *_junit(session), *session.posargs, env=env)
 
 

@@ -3,6 +3,7 @@
 ``liger info``   what is installed and which backend serves each op on each device.
 ``liger check``  run every op on this machine against the float64 reference.
 ``liger bench``  time every op against torch, torch.compile, liger-kernel and other peers.
+``liger families``  the transformers model families ``liger_core.transformers`` patches and the ops each uses.
 """
 
 from __future__ import annotations
@@ -315,6 +316,71 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+# -- liger families --------------------------------------------------------------------------
+
+
+def collect_families() -> dict[str, Any]:
+    """Every patched model family: its flags and defaults, the catalogue ops each flag uses, what it lacks yet,
+    and whether the installed transformers (if any) has it. Needs no transformers to list them."""
+    from liger_core.transformers import monkey_patch as mp
+
+    try:
+        import transformers
+
+        installed = transformers.__version__
+    except ImportError:
+        installed = None
+    families = {}
+    for model_type, fam in mp.FAMILIES.items():
+        ops = mp.family_ops(model_type)
+        available = installed is not None and mp.family_available(model_type)
+        families[model_type] = {
+            "function": f"apply_liger_kernel_to_{model_type}",
+            "module": fam.modeling,
+            "flags": fam.defaults,
+            "ops": ops,
+            "ops_by_default": sorted({op for flag, on in fam.defaults.items() if on for op in ops[flag]}),
+            "heads": list(fam.heads),
+            "composite": fam.composite,
+            "not_yet": fam.lacks,
+            "in_installed_transformers": available,
+        }
+    return {"transformers": installed, "families": families, "aliases": dict(mp.ALIASES)}
+
+
+_NO_TRANSFORMERS = "not installed (pip install 'liger-core[transformers]')"
+
+
+def render_families(info: dict[str, Any]) -> str:
+    version = info["transformers"]
+    rows = []
+    for model_type, f in info["families"].items():
+        ops = ", ".join(f["ops_by_default"]) or "-"
+        if f["composite"]:
+            ops += " (+ its language model's and vision tower's families)"
+        here = "yes" if f["in_installed_transformers"] else "no"
+        rows.append((model_type, ops, f["not_yet"] or "-", here))
+    out = [
+        f"{len(info['families'])} model families (apply_liger_kernel_to_<model_type>, AutoLigerKernelForCausalLM, "
+        "AutoLigerKernelForImageTextToText, apply_liger_kernel_to_instance); ops with every flag at its default.",
+        "transformers: " + (version or _NO_TRANSFORMERS),
+        "",
+        _table(
+            ("model_type", "ops", "not patched yet (the catalogue lacks it)", f"in transformers {version or '-'}"), rows
+        ),
+        "",
+        "Text configs of multimodal families patched by them: "
+        + ", ".join(f"{a} -> {t}" for a, t in info["aliases"].items()),
+    ]
+    return "\n".join(out)
+
+
+def cmd_families(args: argparse.Namespace) -> int:
+    info = collect_families()
+    print(json.dumps(info, indent=2) if args.json else render_families(info))
+    return 0
+
+
 # -- entry point -----------------------------------------------------------------------------
 
 
@@ -332,6 +398,14 @@ def build_parser() -> argparse.ArgumentParser:
         "type, environment overrides in effect and problems found with backends.",
     )
     info.add_argument("--json", action="store_true", help="machine-readable output")
+    families = sub.add_parser(
+        "families",
+        help="the transformers model families liger_core.transformers patches and the ops each uses",
+        description="List every model family apply_liger_kernel_to_<model_type> patches: the catalogue ops each "
+        "uses with its flags at their defaults, what it cannot patch yet, and whether the installed transformers "
+        "has it.",
+    )
+    families.add_argument("--json", action="store_true", help="machine-readable output (flags, ops per flag)")
     check = sub.add_parser(
         "check",
         help="run every op against the float64 reference on this machine",
@@ -365,6 +439,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_info(args)
     if args.command == "check":
         return cmd_check(args)
+    if args.command == "families":
+        return cmd_families(args)
     if args.command == "bench":
         from liger_core.bench.cli import cmd_bench
 

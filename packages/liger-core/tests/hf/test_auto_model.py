@@ -29,7 +29,7 @@ def test_from_config(model_type):
     assert found and all("RMSNorm" in name for name in found)  # the patch-side argument arrived
     fam = mp.FAMILIES[model_type]
     mod = importlib.import_module(fam.modeling)
-    assert getattr(getattr(mod, fam.causal_lm).forward, "_liger_forward", False)
+    assert getattr(getattr(mod, fam.heads[0]).forward, "_liger_forward", False)
 
 
 def test_from_pretrained(tmp_path):
@@ -47,10 +47,29 @@ def test_from_pretrained(tmp_path):
         torch.testing.assert_close(model.eval()(input_ids=ids).logits, stock.eval()(input_ids=ids).logits)
 
 
-def test_unknown_model_type_loads_stock_with_a_warning():
-    from transformers import AutoConfig
+def test_unknown_model_type_is_an_error_listing_the_supported_ones(tmp_path):
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.for_model("gpt2", n_embd=32, n_layer=1, n_head=2, vocab_size=64, n_positions=32)
-    with pytest.warns(UserWarning, match="no Liger patch for model_type 'gpt2'; loading the stock model"):
-        model = AutoLigerKernelForCausalLM.from_config(config)
-    assert not _liger(model)
+    supported = r"supported model types: deepseek_v2, deepseek_v3, .*, smolvlm \(and the text configs .*qwen2_vl_text"
+    with pytest.raises(ValueError, match=f"no Liger patch for model_type 'gpt2'; {supported}"):
+        AutoLigerKernelForCausalLM.from_config(config)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="no Liger patch for model_type 'gpt2'"):
+        AutoLigerKernelForCausalLM.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("model_type", ["nemotron", "qwen3_next", "deepseek_v3"])
+def test_from_config_newer_families(model_type):
+    """Every family through the Auto class; another family's flag (geglu for a SwiGLU model) is ignored."""
+    from hf_models import require_family
+
+    require_family(model_type)
+    model = AutoLigerKernelForCausalLM.from_config(mini_config(model_type, TINY), geglu=False)
+    fam = mp.FAMILIES[model_type]
+    assert _liger(model) >= {
+        "Liger" + n
+        for n in (*fam.norms, *fam.mlps)
+        if n in {type(m).__name__.removeprefix("Liger") for m in model.modules()}
+    }
+    assert _liger(model)

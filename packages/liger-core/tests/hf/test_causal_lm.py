@@ -7,16 +7,17 @@ import torch
 from hf_models import SIZES, build, initial_state, stock_transformers
 
 from liger_core.transformers import MODEL_TYPE_TO_APPLY_LIGER_FN
+from liger_core.transformers import monkey_patch as mp
 
 TINY = SIZES["tiny"]
-# Families whose logits differ from lm_head(h): soft-capped (gemma2), scaled (granite), MoE aux loss.
-FORWARD_FAMILIES = ["llama", "gemma2", "granite", "mixtral", "qwen3_moe"]
+# Families whose logits differ from lm_head(h): soft-capped (gemma2), scaled (granite), multiplied (falcon_h1),
+# MoE aux loss (mixtral, qwen3_moe, gpt_oss).
+FORWARD_FAMILIES = ["llama", "gemma2", "granite", "falcon_h1", "mixtral", "qwen3_moe", "gpt_oss"]
 
 
 def _forward_only(model_type: str) -> None:
-    MODEL_TYPE_TO_APPLY_LIGER_FN[model_type](
-        rope=False, rms_norm=False, model=None, **{("geglu" if model_type.startswith("gemma") else "swiglu"): False}
-    )
+    fam = mp.FAMILIES[model_type]
+    MODEL_TYPE_TO_APPLY_LIGER_FN[model_type](**{f: f == "fused_linear_cross_entropy" for f in fam.flags})
 
 
 class _Stock:
@@ -67,7 +68,7 @@ def test_training_loss_matches_stock_without_logits(model_type, num_items, devic
     assert ref.logits is not None, "the reference ran patched"
     assert out.logits is None, "training with labels must not materialise logits"
     torch.testing.assert_close(out.loss, ref.loss, atol=2e-6, rtol=2e-6)
-    if model_type in ("mixtral", "qwen3_moe"):
+    if mp.FAMILIES[model_type].logits.moe_module is not None:
         torch.testing.assert_close(out.aux_loss, ref.aux_loss)
     ref.loss.backward()
     out.loss.backward()

@@ -22,7 +22,17 @@ import warnings
 import pytest
 import torch
 import transformers
-from hf_models import FAMILIES, SIZES, VARIANTS, stock_transformers, variant_config
+from hf_models import (
+    FAMILIES,
+    KNOWN_FALLBACKS,
+    MOE_FAMILIES,
+    SIZES,
+    TEXT_FAMILIES,
+    VARIANTS,
+    require_family,
+    stock_transformers,
+    variant_config,
+)
 from transformers import (
     AutoModel,
     AutoModelForCausalLM,
@@ -38,6 +48,11 @@ from liger_core.transformers import monkey_patch as mp
 TINY = SIZES["tiny"]
 BATCH, SEQ = 2, 10
 OUT_TOL = {"atol": 2e-5, "rtol": 1e-5}
+# Gradients: atol is relative to the gradient's largest element (at least 1). Summation order moves an
+# element by rounding of the terms summed into it, so one near zero in a tensor of large gradients moves by
+# that tensor's scale times float32's epsilon: Gemma 4's base model (embeddings scaled by sqrt(hidden), the
+# loss a sum over every hidden state) has embedding gradients up to 3e3, where the kernels' float32 order
+# moved elements by up to 6e-4 (2e-7 of the scale) in the Triton interpreter.
 GRAD_TOL = {"atol": 5e-5, "rtol": 1e-3}
 
 # head -> (auto class, transformers' mapping of model_type to that head's class name)
@@ -57,10 +72,16 @@ def _every_fallback_warns(monkeypatch):
 
 
 def _require_head(model_type: str, head: str) -> None:
+    require_family(model_type)
+    model_type = _CONFIG_TYPE.get(model_type, model_type)
     if modeling_auto.MODEL_MAPPING_NAMES.get(model_type) is None:
         pytest.fail(f"transformers {transformers.__version__} has no model for {model_type}")
     if HEADS[head][1].get(model_type) is None:
         pytest.skip(f"transformers {transformers.__version__} has no {head} class for {model_type}")
+
+
+# The model type whose heads a family builds from its text config (Llama 4's text-only checkpoints).
+_CONFIG_TYPE = {"llama4": "llama4_text"}
 
 
 def _pair(model_type: str, variant: str, head: str = "causal_lm"):
@@ -84,20 +105,22 @@ def _as_stock(model_type: str):
     return stock_transformers(MODEL_TYPE_TO_APPLY_LIGER_FN[model_type])
 
 
-def _check_patched(patched, variant: str, fallbacks: list[str]) -> None:
+def _check_patched(patched, variant: str, fallbacks: list[str], model_type: str = "") -> None:
     """The patch reached the model; only the MLPs of a config with another activation run the stock forward."""
+    fam = mp.FAMILIES[model_type] if model_type else None
     liger = [m for m in patched.modules() if layers.is_liger_class(type(m))]
     assert liger, "no Liger module in a model built after the patch"
-    mlps = [m for m in liger if type(m)._liger_kind in ("swiglu", "geglu")]
-    norms = [m for m in liger if type(m)._liger_kind == "rms_norm"]
-    assert mlps and norms
+    mlps = [m for m in liger if type(m)._liger_kind in ("swiglu", "geglu", "relu_squared")]
+    norms = [m for m in liger if type(m)._liger_kind in ("rms_norm", "layer_norm")]
+    assert norms and (mlps or fam is None or not (fam.mlps or fam.experts) or not fam.defaults.get(fam.mlp_flag))
     assert all(m._liger_fallback is None for m in norms)
     if variant == "kernel":
         assert all(m._liger_fallback is None for m in mlps)
         assert fallbacks == []
     else:
         assert all("activation" in m._liger_fallback for m in mlps)
-        assert fallbacks and all("activation" in msg for msg in fallbacks), fallbacks
+        assert all("activation" in msg for msg in fallbacks), fallbacks
+        assert fallbacks or not mlps
 
 
 def _inputs(vocab: int = TINY.vocab, pad: bool = True) -> dict:
@@ -150,17 +173,18 @@ def _grads(model) -> dict[str, torch.Tensor]:
 def _assert_grads_close(patched, stock) -> None:
     g_ref, g_out = _grads(stock), _grads(patched)
     assert g_ref and g_ref.keys() == g_out.keys()
-    for name in g_ref:
-        torch.testing.assert_close(g_out[name], g_ref[name], **GRAD_TOL, msg=name)
+    for name, ref in g_ref.items():
+        atol = GRAD_TOL["atol"] * max(1.0, ref.abs().max().item())
+        torch.testing.assert_close(g_out[name], ref, atol=atol, rtol=GRAD_TOL["rtol"], msg=name)
 
 
 @pytest.mark.parametrize("head", list(HEADS))
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("model_type", FAMILIES)
+@pytest.mark.parametrize("model_type", TEXT_FAMILIES)
 def test_every_head_builds_and_matches_stock(model_type, variant, head):
     """Built after the class-level patch, under non-default configs: eval outputs, training loss and gradients."""
     stock, patched, fallbacks = _pair(model_type, variant, head)
-    _check_patched(patched, variant, fallbacks)
+    _check_patched(patched, variant, fallbacks, model_type)
     inputs = _inputs()
     targets = _targets(head, inputs, stock.config)
     with _as_stock(model_type):
@@ -175,7 +199,9 @@ def test_every_head_builds_and_matches_stock(model_type, variant, head):
             torch.testing.assert_close(out[name], ref[name], **OUT_TOL, msg=name)
         out = patched.train()(**inputs, **targets)
     # Nothing fell back at run time: the norms, RoPE (and the MLPs of "kernel") ran Liger's kernels.
-    assert [str(w.message) for w in caught if w.category is LigerStockFallbackWarning] == []
+    known = KNOWN_FALLBACKS.get(model_type, "\0")
+    fell_back = [str(w.message) for w in caught if w.category is LigerStockFallbackWarning]
+    assert [m for m in fell_back if known not in m] == []
     if head == "causal_lm":
         assert ref_out.logits is not None, "the reference ran patched"
         assert out.logits is None, "training with labels: the fused loss, no logits"
@@ -200,7 +226,7 @@ def _fails_as_stock(error: Exception | None, stock_error: Exception) -> None:
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("model_type", FAMILIES)
+@pytest.mark.parametrize("model_type", TEXT_FAMILIES)
 def test_generate_matches_stock(model_type, variant):
     stock, patched, _ = _pair(model_type, variant)
     inputs = _inputs(pad=False)
@@ -224,7 +250,7 @@ def _enable_checkpointing(model) -> None:
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("model_type", FAMILIES)
+@pytest.mark.parametrize("model_type", TEXT_FAMILIES)
 def test_gradient_checkpointing(model_type, variant):
     stock, patched, _ = _pair(model_type, variant)
     inputs = _inputs()
@@ -242,7 +268,7 @@ def test_gradient_checkpointing(model_type, variant):
     _assert_grads_close(patched, stock)
 
 
-@pytest.mark.parametrize("model_type", FAMILIES)
+@pytest.mark.parametrize("model_type", TEXT_FAMILIES)
 def test_save_and_load_round_trip(model_type, tmp_path):
     """A patched model saves the stock checkpoint; loading it while patched gives Liger layers and the same model."""
     stock, patched, _ = _pair(model_type, "other_act")
@@ -259,7 +285,7 @@ def test_save_and_load_round_trip(model_type, tmp_path):
         torch.testing.assert_close(loaded.eval()(**inputs).logits, ref, **OUT_TOL)
 
 
-@pytest.mark.parametrize("model_type", FAMILIES)
+@pytest.mark.parametrize("model_type", TEXT_FAMILIES)
 def test_live_model_with_another_activation(model_type):
     """``model=`` converts a model built before the patch, whatever its activation; its outputs do not change."""
     config = variant_config(model_type, "other_act", TINY)
@@ -268,19 +294,23 @@ def test_live_model_with_another_activation(model_type):
     inputs = _inputs()
     with torch.no_grad():
         before = model(**inputs).logits
-    with pytest.warns(LigerStockFallbackWarning, match="activation"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         MODEL_TYPE_TO_APPLY_LIGER_FN[model_type](model=model)
-    _check_patched(model, "other_act", ["activation"])
+    fam = mp.FAMILIES[model_type]
+    if (fam.mlps or fam.experts) and fam.defaults.get(fam.mlp_flag):
+        assert any("activation" in str(w.message) for w in caught if w.category is LigerStockFallbackWarning)
+    _check_patched(model, "other_act", ["activation"], model_type)
     with torch.no_grad():
         torch.testing.assert_close(model(**inputs).logits, before, **OUT_TOL)
 
 
-@pytest.mark.parametrize("model_type", FAMILIES)
+@pytest.mark.parametrize("model_type", TEXT_FAMILIES)
 def test_float64_model_runs_stock_exactly(model_type):
     """No kernel takes float64: every Liger layer runs the stock computation (one warning), training included."""
     config = variant_config(model_type, "kernel", TINY)
     # transformers' default MoE path (grouped_mm) takes no float64 either; its eager loop does.
-    kw = {"experts_implementation": "eager"} if mp.FAMILIES[model_type].experts else {}
+    kw = {"experts_implementation": "eager"} if model_type in MOE_FAMILIES else {}
     torch.manual_seed(0)
     stock = AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=torch.float64, **kw)
     MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]()
@@ -297,7 +327,7 @@ def test_float64_model_runs_stock_exactly(model_type):
     torch.testing.assert_close(out.loss, ref.loss, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("model_type", FAMILIES)
+@pytest.mark.parametrize("model_type", TEXT_FAMILIES)
 def test_meta_device_model_runs_as_stock(model_type):
     """Models built on the meta device (size estimates, deferred init) run forward where stock does (where stock
     fails, as MoE routing does for want of a meta torch.nonzero, the patched model fails the same way)."""
@@ -350,7 +380,7 @@ def _logits_to_keep(form: str):
 
 
 @pytest.mark.parametrize("form", LOGITS_TO_KEEP)
-@pytest.mark.parametrize("model_type", FAMILIES)
+@pytest.mark.parametrize("model_type", TEXT_FAMILIES)
 def test_logits_to_keep(model_type, form):
     """Every form: the stock logits in eval; in training, the stock loss, computed by the stock forward (logits
     kept), or by the fused loss over the kept positions when asked with skip_logits=True."""
@@ -385,5 +415,6 @@ def test_logits_to_keep(model_type, form):
 
 
 def test_every_family_is_covered():
-    """Each family the patch knows is one this file parametrises over (a new family gets these tests)."""
+    """Each family the patch knows is one of the test tables (a new family gets these tests: text families here,
+    multimodal ones in test_multimodal.py)."""
     assert set(FAMILIES) == set(mp.FAMILIES)

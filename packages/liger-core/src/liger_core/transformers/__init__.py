@@ -1,54 +1,46 @@
-"""Hugging Face transformers integration: ``apply_liger_kernel_to_<family>`` and `AutoLigerKernelForCausalLM`.
+"""Hugging Face transformers integration: ``apply_liger_kernel_to_<family>``, `apply_liger_kernel_to_instance`,
+`AutoLigerKernelForCausalLM` and `AutoLigerKernelForImageTextToText`.
 
-Needs ``transformers>=5.0`` (``pip install "liger-core[transformers]"``). Supported model types:
-llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, phi3, granite, olmo2.
+Needs ``transformers>=5.0`` (``pip install "liger-core[transformers]"``). Supported model types: every
+family liger-kernel 0.8.5 patches (`SUPPORTED`; ``liger families`` lists them with the ops each uses).
+Families a transformers release lacks raise ImportError naming it when patched.
 """
 
+from liger_core.transformers import monkey_patch as _mp
 from liger_core.transformers.layers import LigerStockFallbackWarning
 from liger_core.transformers.monkey_patch import (
+    ALIASES,
+    FAMILIES,
     MIN_TRANSFORMERS,
     MODEL_TYPE_TO_APPLY_LIGER_FN,
-    apply_liger_kernel_to_gemma,
-    apply_liger_kernel_to_gemma2,
-    apply_liger_kernel_to_gemma3_text,
-    apply_liger_kernel_to_granite,
-    apply_liger_kernel_to_llama,
-    apply_liger_kernel_to_mistral,
-    apply_liger_kernel_to_mixtral,
-    apply_liger_kernel_to_olmo2,
-    apply_liger_kernel_to_phi3,
-    apply_liger_kernel_to_qwen2,
-    apply_liger_kernel_to_qwen3,
-    apply_liger_kernel_to_qwen3_moe,
+    SUPPORTED,
+    apply_liger_kernel_to_instance,
     revert_liger_kernel_patches,
 )
 
+_AUTO = ("AutoLigerKernelForCausalLM", "AutoLigerKernelForImageTextToText")
+_APPLY = tuple(f"apply_liger_kernel_to_{model_type}" for model_type in FAMILIES)
+globals().update({name: getattr(_mp, name) for name in _APPLY})
+
 
 def __getattr__(name: str):
-    # AutoLigerKernelForCausalLM imports transformers' auto classes (slow); load it on first use.
-    if name == "AutoLigerKernelForCausalLM":
-        from liger_core.transformers.auto_model import AutoLigerKernelForCausalLM
+    # The Auto classes import transformers' auto classes (slow); load them on first use.
+    if name in _AUTO:
+        from liger_core.transformers import auto_model
 
-        return AutoLigerKernelForCausalLM
+        return getattr(auto_model, name)
     raise AttributeError(name)
 
 
 __all__ = [
+    "ALIASES",
+    "FAMILIES",
     "MIN_TRANSFORMERS",
     "MODEL_TYPE_TO_APPLY_LIGER_FN",
-    "AutoLigerKernelForCausalLM",
+    "SUPPORTED",
     "LigerStockFallbackWarning",
-    "apply_liger_kernel_to_gemma",
-    "apply_liger_kernel_to_gemma2",
-    "apply_liger_kernel_to_gemma3_text",
-    "apply_liger_kernel_to_granite",
-    "apply_liger_kernel_to_llama",
-    "apply_liger_kernel_to_mistral",
-    "apply_liger_kernel_to_mixtral",
-    "apply_liger_kernel_to_olmo2",
-    "apply_liger_kernel_to_phi3",
-    "apply_liger_kernel_to_qwen2",
-    "apply_liger_kernel_to_qwen3",
-    "apply_liger_kernel_to_qwen3_moe",
+    "apply_liger_kernel_to_instance",
     "revert_liger_kernel_patches",
+    *_AUTO,
+    *_APPLY,
 ]

@@ -1,13 +1,18 @@
-"""`AutoLigerKernelForCausalLM`: ``AutoModelForCausalLM`` that applies the family's Liger patch first."""
+"""`AutoLigerKernelForCausalLM` and `AutoLigerKernelForImageTextToText`: transformers' Auto classes that
+apply the family's Liger patch first (class level, so every model the call builds gets Liger's layers)
+and convert the built model (the ``torch.nn.LayerNorm`` modules of vision towers, which only a live
+model's patch reaches)."""
 
 from __future__ import annotations
 
-import inspect
-import warnings
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
-from transformers import AutoConfig, AutoModelForCausalLM
-
-from liger_core.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+from liger_core.transformers.monkey_patch import (
+    _ALL_FLAGS,
+    MODEL_TYPE_TO_APPLY_LIGER_FN,
+    apply_for_config,
+    unknown_model_type,
+)
 
 # AutoConfig.from_pretrained arguments that say where and how to read the config.
 _CONFIG_KWARGS = (
@@ -23,26 +28,17 @@ _CONFIG_KWARGS = (
 
 
 def _split(model_type: str, kwargs: dict) -> tuple[dict, dict]:
-    """(the patch's keyword arguments, the rest for transformers); warns for an unknown model_type."""
-    fn = MODEL_TYPE_TO_APPLY_LIGER_FN.get(model_type)
-    if fn is None:
-        warnings.warn(
-            f"AutoLigerKernelForCausalLM: no Liger patch for model_type {model_type!r}; loading the stock model "
-            f"(patched families: {sorted(MODEL_TYPE_TO_APPLY_LIGER_FN)})",
-            stacklevel=3,
-        )
-        return {}, kwargs
-    params = inspect.signature(fn).parameters
-    ours = {k: v for k, v in kwargs.items() if k in params and k != "model"}
+    """(the patch's flags, the rest for transformers); ValueError listing the supported types for an unknown one."""
+    if model_type not in MODEL_TYPE_TO_APPLY_LIGER_FN:
+        raise unknown_model_type(model_type)
+    ours = {k: v for k, v in kwargs.items() if k in _ALL_FLAGS}
     return ours, {k: v for k, v in kwargs.items() if k not in ours}
 
 
-class AutoLigerKernelForCausalLM(AutoModelForCausalLM):
-    """Build any patched family's causal LM with Liger's kernels.
+class _LigerAuto:
+    """Mixin: ``from_pretrained``/``from_config`` of the stock Auto class ``_stock``, patched first."""
 
-    The patch is picked from the config's ``model_type``; keyword arguments the patch takes
-    (``rope``, ``swiglu``, ``fused_linear_cross_entropy``, ...) go to it, the rest to transformers.
-    """
+    _stock: type
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -51,13 +47,35 @@ class AutoLigerKernelForCausalLM(AutoModelForCausalLM):
             where = config if isinstance(config, str) else pretrained_model_name_or_path
             config = AutoConfig.from_pretrained(where, **{k: kwargs[k] for k in _CONFIG_KWARGS if k in kwargs})
         ours, rest = _split(config.model_type, kwargs)
-        if ours or config.model_type in MODEL_TYPE_TO_APPLY_LIGER_FN:
-            MODEL_TYPE_TO_APPLY_LIGER_FN[config.model_type](**ours)
-        return AutoModelForCausalLM.from_pretrained(pretrained_model_name_or_path, *model_args, **rest)
+        apply_for_config(config, **ours)
+        model = cls._stock.from_pretrained(pretrained_model_name_or_path, *model_args, **rest)
+        apply_for_config(model.config, model=model, **ours)
+        return model
 
     @classmethod
     def from_config(cls, config, **kwargs):
         ours, rest = _split(config.model_type, kwargs)
-        if config.model_type in MODEL_TYPE_TO_APPLY_LIGER_FN:
-            MODEL_TYPE_TO_APPLY_LIGER_FN[config.model_type](**ours)
-        return AutoModelForCausalLM.from_config(config, **rest)
+        apply_for_config(config, **ours)
+        model = cls._stock.from_config(config, **rest)
+        apply_for_config(model.config, model=model, **ours)
+        return model
+
+
+class AutoLigerKernelForCausalLM(_LigerAuto, AutoModelForCausalLM):
+    """Build any patched family's causal LM with Liger's kernels.
+
+    The patch is picked from the config's ``model_type``; keyword arguments the patches take
+    (``rope``, ``swiglu``, ``fused_linear_cross_entropy``, ...) go to it (another family's flags
+    are ignored), the rest to transformers. An unknown ``model_type`` is a ValueError that lists
+    the supported ones.
+    """
+
+    _stock = AutoModelForCausalLM
+
+
+class AutoLigerKernelForImageTextToText(_LigerAuto, AutoModelForImageTextToText):
+    """``AutoModelForImageTextToText`` with Liger's kernels: the multimodal families (LLaVA, Mllama,
+    Gemma 3/4, PaliGemma, Qwen2/2.5/3-VL, GLM-4V, InternVL, SmolVLM, ...), their language model's and
+    vision tower's families included. Arguments as `AutoLigerKernelForCausalLM`."""
+
+    _stock = AutoModelForImageTextToText

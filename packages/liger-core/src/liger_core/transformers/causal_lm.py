@@ -14,16 +14,23 @@ patched model unchanged.
 
 The fused loss matches the stock one: labels shifted left by one (or ``shift_labels`` as
 given), mean over non-ignored tokens, or the sum divided by ``num_items_in_batch`` when the
-trainer passes it (gradient accumulation). Gemma 2/3's final-logit soft-capping and Granite's
-logit scaling are applied inside the fused loss; MoE families add the router's load-balancing
-loss as their stock forward does.
+trainer passes it (gradient accumulation). Gemma 2/3/4's final-logit soft-capping, Granite's
+logit scaling and Falcon-H1's and MuseGlimmer's logit multipliers are applied inside the fused
+loss; MoE families add the router's load-balancing loss as their stock forward does.
+
+The same forward serves the multimodal ``...ForConditionalGeneration`` classes: the base model
+gets the image inputs (``pixel_values``, ``image_grid_thw``, ...) exactly as the stock forward
+hands them over, read from the stock forward's own source (see `_model_call`).
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
 import inspect
+import textwrap
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,10 +43,15 @@ from liger_core.transformers.layers import require_op, tensor_reason
 
 @dataclass(frozen=True)
 class LogitsSpec:
-    """How a family turns final hidden states into logits, beyond ``lm_head``."""
+    """How a family turns final hidden states into logits, beyond ``lm_head``.
 
-    softcap_attr: str | None = None  # config attribute: logits = cap * tanh(logits / cap)
-    scale_attr: str | None = None  # config attribute: logits = logits / scale
+    The attributes are read from the model's text config (``config.get_text_config()``: the
+    config itself for a text model, ``text_config`` for a multimodal one).
+    """
+
+    softcap_attr: str | None = None  # logits = cap * tanh(logits / cap)
+    scale_attr: str | None = None  # logits = logits / scale
+    multiplier_attr: str | None = None  # logits = logits * multiplier (before any soft-capping)
     moe_module: str | None = None  # module holding load_balancing_loss_func (MoE families)
 
 
@@ -61,6 +73,43 @@ _MODEL_ARGS = frozenset(
     )
 )
 _HEAD_ARGS = frozenset(("labels", "logits_to_keep"))
+
+
+def _model_call(stock_forward: Callable) -> tuple[frozenset[str], dict[str, object]] | None:
+    """What the stock forward hands its base model: (its parameters passed on as ``name=name``,
+    constant keywords such as ``return_dict=True``), read from its source; None where that
+    cannot be read or the call is not of that plain form (the static ``_MODEL_ARGS`` then hold).
+
+    Multimodal forwards pass their image arguments on this way; some pass ``labels`` or
+    ``logits_to_keep`` too (Gemma 3/4 mask image tokens with them).
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(stock_forward)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "model"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "self"
+    ]
+    if len(calls) != 1 or calls[0].args:
+        return None
+    passed: set[str] = set()
+    constants: dict[str, object] = {}
+    for kw in calls[0].keywords:
+        if kw.arg is None:  # **kwargs
+            continue
+        if isinstance(kw.value, ast.Name) and kw.value.id == kw.arg:
+            passed.add(kw.arg)
+        elif isinstance(kw.value, ast.Constant):
+            constants[kw.arg] = kw.value.value
+        else:
+            return None
+    return frozenset(passed), constants
 
 
 def _slicer() -> Callable[[torch.Tensor, int | torch.Tensor], torch.Tensor]:
@@ -104,8 +153,10 @@ def _loss(
     self, spec: LogitsSpec, hidden_states: torch.Tensor, labels: torch.Tensor | None, kwargs: dict
 ) -> torch.Tensor:
     """The stock causal-LM loss of ``lm_head(hidden_states)``, without the logits."""
-    softcap = getattr(self.config, spec.softcap_attr, None) if spec.softcap_attr else None
-    scale = getattr(self.config, spec.scale_attr, None) if spec.scale_attr else None
+    config = self.config.get_text_config()
+    softcap = getattr(config, spec.softcap_attr, None) if spec.softcap_attr else None
+    scale = getattr(config, spec.scale_attr, None) if spec.scale_attr else None
+    multiplier = getattr(config, spec.multiplier_attr, None) if spec.multiplier_attr else None
     ignore_index = kwargs.get("ignore_index", -100)
     shift_labels = kwargs.get("shift_labels")
     if shift_labels is None:
@@ -114,12 +165,19 @@ def _loss(
     hidden = hidden_states.reshape(-1, hidden_states.shape[-1])
     if scale is not None:
         hidden = hidden / scale  # (h / s) @ W^T == (h @ W^T) / s
+    if multiplier is not None:
+        hidden = hidden * multiplier  # (h * m) @ W^T == (h @ W^T) * m
+    bias = self.lm_head.bias
+    if bias is not None and scale is not None:
+        bias = bias / scale
+    if bias is not None and multiplier is not None:
+        bias = bias * multiplier
     num_items = kwargs.get("num_items_in_batch")
     loss = require_op("liger_fused_linear_cross_entropy")(
         hidden,
         self.lm_head.weight,
         shift_labels.reshape(-1).to(hidden.device),
-        bias=self.lm_head.bias,
+        bias=bias,
         ignore_index=ignore_index,
         reduction="mean" if num_items is None else "sum",
         softcap=softcap,
@@ -129,10 +187,32 @@ def _loss(
     return loss
 
 
+def _output_class(signature: inspect.Signature, spec: LogitsSpec) -> type:
+    """The stock forward's output class, from its return annotation (``tuple | XCausalLMOutputWithPast``)."""
+    from transformers.modeling_outputs import CausalLMOutputWithPast, MoeCausalLMOutputWithPast
+    from transformers.utils import ModelOutput
+
+    annotation = signature.return_annotation
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, ModelOutput):
+            return candidate
+    return CausalLMOutputWithPast if spec.moe_module is None else MoeCausalLMOutputWithPast
+
+
+def _moe_attr(model: nn.Module, name: str) -> object:
+    """A router setting as the stock forward reads it: on the model, else on its text config
+    (``num_experts`` is ``num_local_experts`` in some configs)."""
+    if hasattr(model, name):
+        return getattr(model, name)
+    config = model.config.get_text_config()
+    if name == "num_experts" and not hasattr(config, name):
+        name = "num_local_experts"
+    return getattr(config, name)
+
+
 def make_forward(spec: LogitsSpec, stock_forward: Callable) -> Callable:
     """The Liger causal-LM forward around one family's ``stock_forward`` (the stock class's ``forward``)."""
     from transformers.loss.loss_utils import ForCausalLMLoss
-    from transformers.modeling_outputs import CausalLMOutputWithPast, MoeCausalLMOutputWithPast
     from transformers.utils import ModelOutput
     from transformers.utils.generic import can_return_tuple
 
@@ -141,12 +221,17 @@ def make_forward(spec: LogitsSpec, stock_forward: Callable) -> Callable:
     params = list(signature.parameters.values())[1:]  # without self
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     named = {p.name: p.default for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-    model_args = {name: default for name, default in named.items() if name not in _HEAD_ARGS}
-    unknown = [name for name in model_args if name not in _MODEL_ARGS]
+    call = _model_call(stock_forward)
+    if call is None:
+        passed, constants = frozenset(n for n in named if n in _MODEL_ARGS), {}
+    else:
+        passed, constants = call
+    # The named arguments the base model gets (with the stock defaults), and those the fused path
+    # does not know: a call giving one of these is delegated to the stock forward.
+    model_args = {name: default for name, default in named.items() if name in passed}
+    unknown = {name: default for name, default in named.items() if name not in passed and name not in _HEAD_ARGS}
     slice_hidden = _slicer()
-    output_class = signature.return_annotation
-    if not (isinstance(output_class, type) and issubclass(output_class, ModelOutput)):
-        output_class = CausalLMOutputWithPast if spec.moe_module is None else MoeCausalLMOutputWithPast
+    output_class = _output_class(signature, spec)
     output_fields = [f.name for f in dataclasses.fields(output_class)]
     balancing_loss = (
         importlib.import_module(spec.moe_module).load_balancing_loss_func if spec.moe_module is not None else None
@@ -154,25 +239,30 @@ def make_forward(spec: LogitsSpec, stock_forward: Callable) -> Callable:
 
     @can_return_tuple  # pops return_dict and turns the output into a tuple as the stock forwards do
     def fused(self, **kwargs) -> ModelOutput:
-        labels = kwargs.pop("labels", None)
-        logits_to_keep = kwargs.pop("logits_to_keep", 0)
+        labels = kwargs.get("labels") if "labels" in passed else kwargs.pop("labels", None)
+        logits_to_keep = (
+            kwargs.get("logits_to_keep", 0) if "logits_to_keep" in passed else kwargs.pop("logits_to_keep", 0)
+        )
         if "output_router_logits" in model_args and kwargs.get("output_router_logits") is None:
-            kwargs["output_router_logits"] = self.config.output_router_logits
+            kwargs["output_router_logits"] = self.config.get_text_config().output_router_logits
         # The base model gets what the stock forward gives it: its named arguments and every extra keyword.
-        outputs = self.model(**{**model_args, **kwargs})
+        outputs = self.model(**{**model_args, **kwargs, **constants})
         hidden_states = outputs.last_hidden_state
         if not _keeps_all(logits_to_keep):
             hidden_states = slice_hidden(hidden_states, logits_to_keep)
         result = {name: getattr(outputs, name, None) for name in output_fields if name not in ("loss", "logits")}
         result["loss"] = _loss(self, spec, hidden_states, labels, kwargs)
-        if balancing_loss is not None:
-            result["aux_loss"] = None
-            if kwargs["output_router_logits"]:
-                aux = balancing_loss(
-                    outputs.router_logits, self.num_experts, self.num_experts_per_tok, kwargs.get("attention_mask")
-                )
+        if balancing_loss is not None and kwargs.get("output_router_logits"):
+            aux = balancing_loss(
+                outputs.router_logits,
+                _moe_attr(self, "num_experts"),
+                _moe_attr(self, "num_experts_per_tok"),
+                kwargs.get("attention_mask"),
+            )
+            if "aux_loss" in output_fields:
                 result["aux_loss"] = aux
-                result["loss"] = result["loss"] + self.router_aux_loss_coef * aux.to(result["loss"].device)
+            coef = _moe_attr(self, "router_aux_loss_coef")
+            result["loss"] = result["loss"] + coef * aux.to(result["loss"].device)
         return output_class(**result)
 
     def forward(self, *args, skip_logits: bool | None = None, **kwargs):
@@ -187,15 +277,15 @@ def make_forward(spec: LogitsSpec, stock_forward: Callable) -> Callable:
                 self.training
                 and has_targets
                 and _keeps_all(given.get("logits_to_keep", 0))
-                and all(given.get(name, model_args[name]) is model_args[name] for name in unknown)
+                and all(given.get(name, default) is default for name, default in unknown.items())
                 and _head_reason(self, ForCausalLMLoss) is None
             )
             return fused(self, **given) if fuse else stock_forward(self, *args, **kwargs)
         if not has_targets:
             raise ValueError("skip_logits=True needs labels (or shift_labels): there is nothing else to return")
-        passed = [name for name in unknown if given.get(name, model_args[name]) is not model_args[name]]
+        extra = [name for name, default in unknown.items() if given.get(name, default) is not default]
         reason = _head_reason(self, ForCausalLMLoss) or (
-            f"the fused path does not know the argument(s) {passed}" if passed else None
+            f"the fused path does not know the argument(s) {extra}" if extra else None
         )
         if reason is not None:
             raise ValueError(f"skip_logits=True: the loss cannot be computed without logits here: {reason}")

@@ -122,20 +122,6 @@ def prepare_live(module: nn.Module) -> None:
         warn_fallback(type(module).__name__, reason)
 
 
-def _activation_reason(act: object, kind: str) -> str | None:
-    """Why Liger's ``kind`` op does not compute ``act(gate) * up``, or None when it does."""
-    name = type(act).__name__
-    if kind == "swiglu":
-        if name in _SILU:
-            return None
-        wanted = "silu/swish"
-    else:
-        if name in _GELU_TANH or (isinstance(act, nn.GELU) and act.approximate == "tanh"):
-            return None
-        wanted = "a tanh-approximated GELU (gelu_pytorch_tanh)"
-    return f"activation {name}, while Liger's {kind} computes {wanted}"
-
-
 def require_op(name: str) -> Callable:
     """``liger_core.functional.<name>``, or an error saying this liger-core predates it."""
     fn = getattr(F, name, None)
@@ -157,9 +143,14 @@ def _eps(norm: nn.Module) -> float | None:
     return getattr(norm, "eps", None) if eps is None else eps
 
 
+def _weightless(norm: nn.Module) -> bool:
+    """A norm built without a scale (Gemma 4's ``with_scale=False``): Liger's rms_norm takes ``weight=None``."""
+    return getattr(norm, "weight", None) is None and getattr(norm, "with_scale", True) is False
+
+
 def _norm_structural(norm: nn.Module) -> str | None:
     weight = getattr(norm, "weight", None)
-    if not isinstance(weight, torch.Tensor) or weight.ndim != 1:
+    if not _weightless(norm) and (not isinstance(weight, torch.Tensor) or weight.ndim != 1):
         return "no 1-D weight (Liger's rms_norm scales by a (hidden,) weight)"
     if not isinstance(_eps(norm), (int, float)):
         return "no numeric eps / variance_epsilon"
@@ -171,14 +162,15 @@ def rms_norm_class(base: type, offset: float, casting_mode: str, in_place: bool)
 
     ``offset``/``casting_mode`` reproduce the stock arithmetic (LLaMA: normalise in float32,
     cast, scale; Gemma and OLMo2: scale in float32, cast last; Gemma stores ``weight - 1``).
+    A norm built without a scale (Gemma 4's ``with_scale=False``) normalises only.
     ``in_place`` only for classes used solely as pre-norms: a post-norm's output gradient is the
     very tensor the residual branch also receives, so it must not be overwritten.
     """
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        weight = self.weight
-        reason = self._liger_fallback or tensor_reason(hidden_states, weight)
-        if reason is None and weight.shape[0] != hidden_states.shape[-1]:
+        weight = getattr(self, "weight", None)
+        reason = self._liger_fallback or tensor_reason(hidden_states, *(() if weight is None else (weight,)))
+        if reason is None and weight is not None and weight.shape[0] != hidden_states.shape[-1]:
             reason = "a weight that does not match the input's last dimension"
         if reason is not None:
             warn_fallback(type(self).__name__, reason)
@@ -196,11 +188,36 @@ def rms_norm_class(base: type, offset: float, casting_mode: str, in_place: bool)
 # -- MLPs ------------------------------------------------------------------------------------
 
 
-def gated_mlp_class(base: type, kind: str) -> type:
-    """Liger subclass of a gate/up/down MLP (LLaMA, Mistral, Qwen, Gemma, Granite, OLMo2).
+def _act(module: nn.Module) -> object:
+    """The module's activation: ``act_fn`` in most families, ``activation_fn`` in Phi-3, GLM-4 and Llama 4."""
+    act = getattr(module, "act_fn", None)
+    return getattr(module, "activation_fn", None) if act is None else act
+
+
+def _activation_reason(act: object, kind: str) -> str | None:
+    """Why Liger's ``kind`` op does not compute ``act(gate) * up`` (``act(x)`` for relu_squared), or None."""
+    name = type(act).__name__
+    if kind == "swiglu":
+        if name in _SILU:
+            return None
+        wanted = "silu/swish"
+    elif kind == "relu_squared":
+        if name == "ReLUSquaredActivation":
+            return None
+        wanted = "relu(x)**2 (relu2)"
+    else:
+        if name in _GELU_TANH or (isinstance(act, nn.GELU) and act.approximate == "tanh"):
+            return None
+        wanted = "a tanh-approximated GELU (gelu_pytorch_tanh)"
+    return f"activation {name}, while Liger's {kind} computes {wanted}"
+
+
+def gated_mlp_class(base: type, kind: str, multipliers: bool = False) -> type:
+    """Liger subclass of a gate/up/down MLP (LLaMA, Mistral, Qwen, Gemma, Granite, OLMo2, ...).
 
     ``in_place=True``: the two projections' outputs belong to this forward alone, so the op may
-    reuse their memory for its gradients.
+    reuse their memory for its gradients. ``multipliers``: Falcon-H1's MLP scales the gate
+    projection by ``gate_multiplier`` and the output by ``down_multiplier``.
     """
     op = require_op(f"liger_{kind}")
 
@@ -209,16 +226,20 @@ def gated_mlp_class(base: type, kind: str) -> type:
         if reason is not None:
             warn_fallback(type(self).__name__, reason)
             return base.forward(self, x)
+        if multipliers:
+            gated = op(self.gate_proj(x) * self.gate_multiplier, self.up_proj(x), in_place=True)
+            return self.down_proj(gated) * self.down_multiplier
         return self.down_proj(op(self.gate_proj(x), self.up_proj(x), in_place=True))
 
     def structural(module: nn.Module) -> str | None:
-        return _activation_reason(module.act_fn, kind)
+        return _activation_reason(_act(module), kind)
 
-    return _subclass(base, ("mlp", kind), kind, {"forward": forward, "_liger_structural": structural})
+    key = ("mlp", kind) + (("multipliers",) if multipliers else ())
+    return _subclass(base, key, kind, {"forward": forward, "_liger_structural": structural})
 
 
 def phi3_mlp_class(base: type) -> type:
-    """Liger subclass of Phi-3's MLP, whose gate and up projections are one ``gate_up_proj``."""
+    """Liger subclass of an MLP whose gate and up projections are one ``gate_up_proj`` (Phi-3, GLM-4)."""
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         reason = self._liger_fallback or tensor_reason(hidden_states)
@@ -230,22 +251,45 @@ def phi3_mlp_class(base: type) -> type:
         return self.down_proj(F.liger_swiglu(gate, up))
 
     def structural(module: nn.Module) -> str | None:
-        return _activation_reason(module.activation_fn, "swiglu")
+        return _activation_reason(_act(module), "swiglu")
 
     return _subclass(base, ("phi3_mlp",), "swiglu", {"forward": forward, "_liger_structural": structural})
 
 
-def experts_class(base: type) -> type:
-    """Liger subclass of the fused-weight MoE experts (Mixtral, Qwen3-MoE, transformers 5.x).
+def relu_squared_mlp_class(base: type) -> type:
+    """Liger subclass of Nemotron's ungated MLP, ``down_proj(relu(up_proj(x)) ** 2)``."""
+    op = require_op("liger_relu_squared")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        reason = self._liger_fallback or tensor_reason(x)
+        if reason is not None:
+            warn_fallback(type(self).__name__, reason)
+            return base.forward(self, x)
+        return self.down_proj(op(self.up_proj(x)))
+
+    def structural(module: nn.Module) -> str | None:
+        return _activation_reason(_act(module), "relu_squared")
+
+    return _subclass(base, ("relu_squared_mlp",), "relu_squared", {"forward": forward, "_liger_structural": structural})
+
+
+def experts_class(base: type, kind: str = "swiglu") -> type:
+    """Liger subclass of the fused-weight MoE experts (Mixtral, Qwen3-MoE, DeepSeek, ..., transformers 5.x).
 
     The experts hold ``gate_up_proj`` (experts, 2 * intermediate, hidden) and ``down_proj``
-    (experts, hidden, intermediate); each expert's tokens run through swiglu.
+    (experts, hidden, intermediate); each expert's tokens run through ``kind`` (swiglu, or
+    geglu for Gemma 4). Layouts other than that one run the stock forward.
     """
+    op = require_op(f"liger_{kind}")
 
     def forward(
         self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
     ) -> torch.Tensor:
         reason = self._liger_fallback or tensor_reason(hidden_states)
+        if reason is None and top_k_weights.shape != top_k_index.shape:
+            # transformers 5.0's HunYuan-MoE hands over one weight per expert, which its stock experts
+            # implementation reads differently from the loop below.
+            reason = "routing weights other than one per selected expert"
         if reason is not None:
             warn_fallback(type(self).__name__, reason)
             return base.forward(self, hidden_states, top_k_index, top_k_weights)
@@ -260,15 +304,66 @@ def experts_class(base: type) -> type:
                 continue
             pos, tokens = torch.where(mask[e])
             gate, up = nn.functional.linear(hidden_states[tokens], self.gate_up_proj[e]).chunk(2, dim=-1)
-            y = nn.functional.linear(F.liger_swiglu(gate, up), self.down_proj[e])
+            y = nn.functional.linear(op(gate, up), self.down_proj[e])
             y = y * top_k_weights[tokens, pos, None]
             out.index_add_(0, tokens, y.to(out.dtype))
         return out
 
     def structural(module: nn.Module) -> str | None:
-        return _activation_reason(module.act_fn, "swiglu")
+        gate_up, down = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
+        if not (
+            isinstance(gate_up, torch.Tensor)
+            and isinstance(down, torch.Tensor)
+            and gate_up.ndim == down.ndim == 3
+            and gate_up.shape[1] == 2 * down.shape[2]
+            and gate_up.shape[2] == down.shape[1]
+            and getattr(module, "gate_up_proj_bias", None) is None
+        ):
+            return "experts weights laid out other than (experts, 2 * intermediate, hidden) without bias"
+        return _activation_reason(_act(module), kind)
 
-    return _subclass(base, ("experts",), "swiglu", {"forward": forward, "_liger_structural": structural})
+    return _subclass(base, ("experts", kind), kind, {"forward": forward, "_liger_structural": structural})
+
+
+# -- LayerNorm ---------------------------------------------------------------------------------
+
+
+def _layer_norm_structural(norm: nn.Module) -> str | None:
+    shape = getattr(norm, "normalized_shape", None)
+    if not isinstance(shape, tuple) or len(shape) != 1:
+        return "normalized over more than the last dimension (Liger's layer_norm normalises the last one)"
+    if not isinstance(getattr(norm, "eps", None), (int, float)):
+        return "no numeric eps"
+    return None
+
+
+def layer_norm_class(base: type, offset: float = 0.0) -> type:
+    """The Liger subclass of a LayerNorm class (``torch.nn.LayerNorm`` in vision towers, Nemotron's ``LayerNorm1P``).
+
+    ``offset``: added to the weight (Nemotron's LayerNorm1P stores ``weight - 1``).
+    """
+    op = require_op("liger_layer_norm")
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.weight, self.bias
+        params = [t for t in (weight, bias) if t is not None]
+        reason = self._liger_fallback or tensor_reason(input, *params)
+        if reason is None and input.shape[-1] != self.normalized_shape[0]:
+            reason = "an input whose last dimension is not the normalized one"
+        if reason is not None:
+            warn_fallback(type(self).__name__, reason)
+            return base.forward(self, input)
+        if weight is not None and offset:
+            weight = weight + offset
+        # Contiguous in, contiguous out, as torch's layer_norm returns: vision towers .view() the result.
+        return op(input.contiguous(), weight, bias, self.eps)
+
+    return _subclass(
+        base,
+        ("layer_norm", offset),
+        "layer_norm",
+        {"forward": forward, "_liger_structural": _layer_norm_structural},
+    )
 
 
 # -- RoPE --------------------------------------------------------------------------------------
@@ -294,7 +389,23 @@ def liger_partial_rope(
     return torch.cat([q_rot, q[..., rot:]], dim=-1), torch.cat([k_rot, k[..., rot:]], dim=-1)
 
 
-def _rope_reason(q, k, cos, sin, unsqueeze_dim, partial: bool) -> str | None:
+def liger_half_table_rope(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Liger's RoPE as GPT-OSS's ``apply_rotary_pos_emb``, whose tables hold one value per rotated pair.
+
+    GPT-OSS computes ``(x1 * cos - x2 * sin, x2 * cos + x1 * sin)`` on the halves ``x1, x2``:
+    rotate-half RoPE with the tables repeated over both halves.
+    """
+    return F.liger_rotary_pos_emb(q, k, cos.repeat(1, 1, 2), sin.repeat(1, 1, 2), unsqueeze_dim=unsqueeze_dim)
+
+
+# What each kind of family RoPE rotates: "full" every dim (LLaMA), "partial" the first
+# cos.shape[-1] dims (Phi-3, Nemotron, Qwen3-Next), "half_table" every dim from half-width tables (GPT-OSS).
+_ROPE_KERNELS = {"full": liger_rope, "partial": liger_partial_rope, "half_table": liger_half_table_rope}
+
+
+def _rope_reason(q, k, cos, sin, unsqueeze_dim, kind: str) -> str | None:
     """Why Liger's RoPE does not fit these arguments (the stock function then runs), or None."""
     reason = tensor_reason(q, k, cos, sin)
     if reason is not None:
@@ -302,11 +413,12 @@ def _rope_reason(q, k, cos, sin, unsqueeze_dim, partial: bool) -> str | None:
     if unsqueeze_dim not in (1, 2) or q.ndim != 4 or k.ndim != 4 or cos.ndim != 3 or sin.shape != cos.shape:
         return "q/k/cos/sin laid out other than (batch, heads, seq, head_dim) and (batch, seq, rotary_dim)"
     seq = 3 - unsqueeze_dim
-    head_dim, rot = q.shape[-1], cos.shape[-1]
+    head_dim = q.shape[-1]
+    rot = cos.shape[-1] * (2 if kind == "half_table" else 1)
     if (
         k.shape[-1] != head_dim
         or rot % 2
-        or (rot > head_dim if partial else rot != head_dim)
+        or (rot > head_dim if kind == "partial" else rot != head_dim)
         or k.shape[0] != q.shape[0]
         or not (q.shape[seq] == k.shape[seq] == cos.shape[1])
         or cos.shape[0] not in (1, q.shape[0])
@@ -315,37 +427,80 @@ def _rope_reason(q, k, cos, sin, unsqueeze_dim, partial: bool) -> str | None:
     return None
 
 
-# (stock apply_rotary_pos_emb, partial) -> its Liger replacement, so repeated patches give the same function.
-_ROPES: dict[tuple[Callable, bool], Callable] = {}
+def _mrope_reason(q, k, cos, sin, mrope_section, unsqueeze_dim) -> str | None:
+    """Why Liger's M-RoPE does not fit these arguments, or None."""
+    reason = tensor_reason(q, k, cos, sin)
+    if reason is not None:
+        return reason
+    if unsqueeze_dim not in (1, 2) or q.ndim != 4 or k.ndim != 4 or cos.ndim != 4 or sin.shape != cos.shape:
+        return "q/k laid out other than (batch, heads, seq, head_dim), cos/sin other than (3, batch, seq, head_dim)"
+    seq = 3 - unsqueeze_dim
+    head_dim = q.shape[-1]
+    section = list(mrope_section) if isinstance(mrope_section, (list, tuple)) else None
+    if (
+        section is None
+        or len(section) != 3
+        or sum(section) != head_dim // 2
+        or cos.shape[0] != 3
+        or cos.shape[-1] != head_dim
+        or k.shape[-1] != head_dim
+        or k.shape[0] != q.shape[0]
+        or not (q.shape[seq] == k.shape[seq] == cos.shape[2])
+        or cos.shape[1] not in (1, q.shape[0])
+    ):
+        return "an mrope_section or shape Liger's M-RoPE does not take"
+    return None
 
 
-def rope_function(stock: Callable, partial: bool) -> Callable:
-    """The Liger replacement for one family's ``apply_rotary_pos_emb``: Liger's RoPE where it fits, else ``stock``.
+# (stock function, kind) -> its Liger replacement, so repeated patches give the same function.
+_ROPES: dict[tuple[Callable, str], Callable] = {}
 
-    ``partial``: the family rotates only the first ``cos.shape[-1]`` dims of each head (Phi-3).
+
+def rope_function(stock: Callable, kind: str) -> Callable:
+    """The Liger replacement for one family's RoPE function: Liger's kernel where it fits, else ``stock``.
+
+    ``kind``: "full", "partial" or "half_table" for an ``apply_rotary_pos_emb(q, k, cos, sin,
+    unsqueeze_dim=1)`` (see ``_ROPE_KERNELS``); "mrope" for Qwen2-VL's
+    ``apply_multimodal_rotary_pos_emb(q, k, cos, sin, mrope_section, unsqueeze_dim=1)``
+    (transformers releases that merge the M-RoPE sections inside the function).
     """
+    if kind not in (*_ROPE_KERNELS, "mrope"):
+        raise ValueError(f"kind must be one of {(*_ROPE_KERNELS, 'mrope')}; got {kind!r}")
     stock = getattr(stock, "_liger_stock", stock)
-    fn = _ROPES.get((stock, partial))
+    fn = _ROPES.get((stock, kind))
     if fn is not None:
         return fn
-    kernel = liger_partial_rope if partial else liger_rope
     where = f"{stock.__module__}.{stock.__qualname__}"
 
-    def apply_rotary_pos_emb(
-        q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        reason = _rope_reason(q, k, cos, sin, unsqueeze_dim, partial)
-        if reason is not None:
-            warn_fallback(where, reason)
-            return stock(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
-        return kernel(q, k, cos, sin, unsqueeze_dim)
+    if kind == "mrope":
+        mrope = require_op("liger_qwen2vl_mrope")
+
+        def liger_fn(q, k, cos, sin, mrope_section, unsqueeze_dim=1):
+            reason = _mrope_reason(q, k, cos, sin, mrope_section, unsqueeze_dim)
+            if reason is not None:
+                warn_fallback(where, reason)
+                return stock(q, k, cos, sin, mrope_section, unsqueeze_dim=unsqueeze_dim)
+            return mrope(q, k, cos, sin, list(mrope_section), unsqueeze_dim)
+
+    else:
+        kernel = _ROPE_KERNELS[kind]
+
+        def liger_fn(q, k, cos, sin, unsqueeze_dim=1):
+            if unsqueeze_dim == 0 and cos.ndim == 2 and q.ndim == 4:
+                # Pixtral's (positions, dim) tables against (batch, heads, positions, dim): the same broadcast.
+                cos, sin, unsqueeze_dim = cos[None], sin[None], 1
+            reason = _rope_reason(q, k, cos, sin, unsqueeze_dim, kind)
+            if reason is not None:
+                warn_fallback(where, reason)
+                return stock(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
+            return kernel(q, k, cos, sin, unsqueeze_dim)
 
     # A module-level name derived from the stock function's, so attention modules holding it
     # (rotary_fn) pickle, and a patched process finds it under the same name when unpickling.
-    name = "liger_rope__" + where.replace(".", "_") + ("__partial" if partial else "")
-    apply_rotary_pos_emb.__name__ = apply_rotary_pos_emb.__qualname__ = name
-    apply_rotary_pos_emb.__doc__ = f"Liger's RoPE in place of {where}, which runs wherever Liger's does not fit."
-    apply_rotary_pos_emb._liger_stock = stock
-    globals()[name] = apply_rotary_pos_emb
-    _ROPES[(stock, partial)] = apply_rotary_pos_emb
-    return apply_rotary_pos_emb
+    name = "liger_rope__" + where.replace(".", "_") + ("" if kind == "full" else f"__{kind}")
+    liger_fn.__name__ = liger_fn.__qualname__ = name
+    liger_fn.__doc__ = f"Liger's RoPE in place of {where}, which runs wherever Liger's does not fit."
+    liger_fn._liger_stock = stock
+    globals()[name] = liger_fn
+    _ROPES[(stock, kind)] = liger_fn
+    return liger_fn

@@ -1,13 +1,21 @@
 """``apply_liger_kernel_to_<family>()``: swap a transformers model family's layers for Liger's.
 
-A patch replaces, in the family's ``modeling_<family>`` module, the RMSNorm and MLP classes
-by their Liger subclasses (`liger_core.transformers.layers`), ``apply_rotary_pos_emb`` by the
-Liger RoPE (in front of the stock function), and wraps ``<Family>ForCausalLM.forward`` in the
+One table (`FAMILIES`) says, for every model family liger-kernel 0.8.5 patches, what its patch
+swaps in the family's ``modeling_<module>`` module: the RMSNorm, LayerNorm and MLP classes by
+their Liger subclasses (`liger_core.transformers.layers`), ``apply_rotary_pos_emb`` (and
+Qwen2-VL's ``apply_multimodal_rotary_pos_emb``) by the Liger RoPE in front of the stock
+function, and the ``forward`` of each causal-LM / conditional-generation class by the
 fused-linear-cross-entropy forward (`liger_core.transformers.causal_lm`). Each of them runs the
 stock computation wherever Liger's does not fit, so every config the stock classes build still
-builds and runs. Models built afterwards use Liger's layers. Given
-``model=``, the patch also converts that live model's modules (its norms, MLPs and experts)
-and its forward.
+builds and runs. Models built afterwards use Liger's layers. Given ``model=``, the patch also
+converts that live model's modules (its norms, MLPs and experts; with ``layer_norm=True`` the
+``torch.nn.LayerNorm`` modules of its vision tower, which no class-level swap can reach without
+changing ``torch.nn`` for everyone) and its forward.
+
+Multimodal wrappers whose language model is another family's (LLaVA, PaliGemma, InternVL,
+SmolVLM: ``config.text_config.model_type``) patch their own classes; given ``model=`` (or
+through `apply_liger_kernel_to_instance` and the Auto classes, which know the config) they also
+apply the language model's and vision tower's own families.
 
 Every patch is recorded; `revert_liger_kernel_patches` restores the stock objects.
 """
@@ -15,10 +23,12 @@ Every patch is recorded; `revert_liger_kernel_patches` restores the stock object
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MethodType
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,6 +37,13 @@ from liger_core.transformers import layers
 from liger_core.transformers.causal_lm import LogitsSpec, make_forward
 
 MIN_TRANSFORMERS = "5.0.0"
+
+# The flags a patch may take, as liger-kernel names them; each family offers those liger-kernel 0.8.5
+# offers for it (`Family.flags`), in its order, then ``model``.
+MLP_FLAGS = ("swiglu", "geglu", "relu_squared")
+_TEXT = ("rope", "cross_entropy", "fused_linear_cross_entropy", "rms_norm", "swiglu")
+_TEXT_GEGLU = ("rope", "cross_entropy", "fused_linear_cross_entropy", "rms_norm", "geglu")
+_VISION_LN = ("rope", "cross_entropy", "fused_linear_cross_entropy", "layer_norm", "rms_norm", "swiglu")
 
 
 @dataclass(frozen=True)
@@ -37,84 +54,463 @@ class Norm:
     in_place: bool = True
 
 
+# Families whose norm classes also serve as q/k norms or post-norms: no in-place gradient.
+_LLAMA = Norm(in_place=False)
+# Scale in float32 and cast last (OLMo2/3, GPT-OSS, Gemma 4, DeepSeek-V4), no offset.
+_F32_SCALE = Norm(0.0, "gemma", False)
+# Gemma, Qwen3-Next, Qwen3.5: weight stored minus one, scaled in float32.
+_GEMMA_NORM = Norm(offset=1.0, casting_mode="gemma", in_place=False)
+
+
 @dataclass(frozen=True)
 class Family:
-    """What one model family's patch swaps."""
+    """What one model family's patch swaps (class names in its modeling module; a name the
+    installed transformers lacks is skipped)."""
 
     module: str  # transformers.models.<module>.modeling_<module>
-    causal_lm: str
-    norms: tuple[str, ...]
-    norm: Norm
-    mlps: tuple[str, ...] = ()  # gate/up/down MLP classes
-    mlp_kind: str = "swiglu"  # "swiglu", "geglu" or "phi3" (fused gate_up_proj)
-    experts: tuple[str, ...] = ()  # fused-weight MoE experts classes
-    partial_rope: bool = False  # Phi-3 rotates only part of the head dim
+    heads: tuple[str, ...] = ()  # causal-LM / conditional-generation classes: fused linear cross-entropy
+    norms: tuple[str, ...] = ()  # RMSNorm classes with the arithmetic `norm`
+    norm: Norm = Norm()
+    other_norms: tuple[tuple[str, Norm], ...] = ()  # RMSNorm classes with another arithmetic
+    mlps: tuple[str, ...] = ()  # MLP classes of kind `mlp_kind`
+    mlp_kind: str = "swiglu"  # swiglu, geglu, phi3 (one gate_up_proj), relu_squared (ungated), falcon_h1
+    other_mlps: tuple[tuple[str, str], ...] = ()  # (class, kind): MLPs of another kind (vision towers)
+    experts: tuple[str, ...] = ()  # fused-weight MoE experts classes (same activation as the MLPs)
+    layer_norms: tuple[tuple[str, float], ...] = ()  # LayerNorm classes and their weight offset
+    vision_layer_norm: bool = False  # layer_norm also converts a live model's torch.nn.LayerNorm modules
+    rope: str | None = "full"  # layers.rope_function kind of apply_rotary_pos_emb; None: not served
+    mrope: bool = False  # apply_multimodal_rotary_pos_emb (Qwen2-VL, Qwen2.5-VL in transformers 5.0)
     logits: LogitsSpec = field(default_factory=LogitsSpec)
+    flags: tuple[str, ...] = _TEXT
+    off: tuple[str, ...] = ()  # flags whose default is False
+    unavailable: tuple[tuple[str, str], ...] = ()  # (flag, why it cannot be True yet)
+    composite: bool = False  # the language model and vision tower are other families (config.text_config)
+    lacks: str = ""  # what the catalogue lacks for this family yet (docstring)
 
     @property
     def modeling(self) -> str:
         return f"transformers.models.{self.module}.modeling_{self.module}"
 
+    @property
+    def mlp_flag(self) -> str | None:
+        return next((f for f in self.flags if f in MLP_FLAGS), None)
 
-_GEMMA_NORM = Norm(offset=1.0, casting_mode="gemma", in_place=False)
+    @property
+    def defaults(self) -> dict[str, bool]:
+        return {f: f != "cross_entropy" and f not in self.off for f in self.flags}
+
+
+def _moe(module: str) -> LogitsSpec:
+    return LogitsSpec(moe_module=f"transformers.models.{module}.modeling_{module}")
+
+
+_NO_ROPE_INTERLEAVED = (
+    "its RoPE rotates interleaved pairs (x[..., 0::2], x[..., 1::2]); the catalogue's rope rotates halves"
+)
+_NO_SWIGLU_CLAMPED = "its MLP clamps gate and up before the activation, which the catalogue's swiglu does not"
+
 
 FAMILIES: dict[str, Family] = {
-    "llama": Family("llama", "LlamaForCausalLM", ("LlamaRMSNorm",), Norm(), ("LlamaMLP",)),
-    "mistral": Family("mistral", "MistralForCausalLM", ("MistralRMSNorm",), Norm(), ("MistralMLP",)),
+    # -- text families of the first release
+    "llama": Family("llama", ("LlamaForCausalLM",), ("LlamaRMSNorm",), mlps=("LlamaMLP",)),
+    "mistral": Family("mistral", ("MistralForCausalLM",), ("MistralRMSNorm",), mlps=("MistralMLP",)),
     "mixtral": Family(
         "mixtral",
-        "MixtralForCausalLM",
+        ("MixtralForCausalLM",),
         ("MixtralRMSNorm",),
-        Norm(),
         experts=("MixtralExperts",),
-        logits=LogitsSpec(moe_module="transformers.models.mixtral.modeling_mixtral"),
+        logits=_moe("mixtral"),
     ),
-    "qwen2": Family("qwen2", "Qwen2ForCausalLM", ("Qwen2RMSNorm",), Norm(), ("Qwen2MLP",)),
+    "qwen2": Family("qwen2", ("Qwen2ForCausalLM",), ("Qwen2RMSNorm",), mlps=("Qwen2MLP",)),
     # Qwen3's norm class is also its q/k norm, whose output feeds RoPE: no in-place gradient.
-    "qwen3": Family("qwen3", "Qwen3ForCausalLM", ("Qwen3RMSNorm",), Norm(in_place=False), ("Qwen3MLP",)),
+    "qwen3": Family("qwen3", ("Qwen3ForCausalLM",), ("Qwen3RMSNorm",), _LLAMA, mlps=("Qwen3MLP",)),
     "qwen3_moe": Family(
         "qwen3_moe",
-        "Qwen3MoeForCausalLM",
+        ("Qwen3MoeForCausalLM",),
         ("Qwen3MoeRMSNorm",),
-        Norm(in_place=False),
-        ("Qwen3MoeMLP",),
+        _LLAMA,
+        mlps=("Qwen3MoeMLP",),
         experts=("Qwen3MoeExperts",),
-        logits=LogitsSpec(moe_module="transformers.models.qwen3_moe.modeling_qwen3_moe"),
+        logits=_moe("qwen3_moe"),
     ),
-    "gemma": Family("gemma", "GemmaForCausalLM", ("GemmaRMSNorm",), _GEMMA_NORM, ("GemmaMLP",), "geglu"),
+    "gemma": Family(
+        "gemma",
+        ("GemmaForCausalLM",),
+        ("GemmaRMSNorm",),
+        _GEMMA_NORM,
+        mlps=("GemmaMLP",),
+        mlp_kind="geglu",
+        flags=_TEXT_GEGLU,
+    ),
     "gemma2": Family(
         "gemma2",
-        "Gemma2ForCausalLM",
+        ("Gemma2ForCausalLM",),
         ("Gemma2RMSNorm",),
         _GEMMA_NORM,
-        ("Gemma2MLP",),
-        "geglu",
+        mlps=("Gemma2MLP",),
+        mlp_kind="geglu",
         logits=LogitsSpec(softcap_attr="final_logit_softcapping"),
+        flags=_TEXT_GEGLU,
     ),
     "gemma3_text": Family(
         "gemma3",
-        "Gemma3ForCausalLM",
+        ("Gemma3ForCausalLM",),
         ("Gemma3RMSNorm",),
         _GEMMA_NORM,
-        ("Gemma3MLP",),
-        "geglu",
+        mlps=("Gemma3MLP",),
+        mlp_kind="geglu",
         logits=LogitsSpec(softcap_attr="final_logit_softcapping"),
+        flags=_TEXT_GEGLU,
     ),
-    "phi3": Family("phi3", "Phi3ForCausalLM", ("Phi3RMSNorm",), Norm(), ("Phi3MLP",), "phi3", partial_rope=True),
+    "phi3": Family("phi3", ("Phi3ForCausalLM",), ("Phi3RMSNorm",), mlps=("Phi3MLP",), mlp_kind="phi3", rope="partial"),
     "granite": Family(
         "granite",
-        "GraniteForCausalLM",
+        ("GraniteForCausalLM",),
         ("GraniteRMSNorm",),
-        Norm(),
-        ("GraniteMLP",),
+        mlps=("GraniteMLP",),
         logits=LogitsSpec(scale_attr="logits_scaling"),
     ),
     # OLMo2 scales in float32 and casts last (Gemma's casting, no offset); its norms are post-norms.
-    "olmo2": Family("olmo2", "Olmo2ForCausalLM", ("Olmo2RMSNorm",), Norm(0.0, "gemma", False), ("Olmo2MLP",)),
+    "olmo2": Family("olmo2", ("Olmo2ForCausalLM",), ("Olmo2RMSNorm",), _F32_SCALE, mlps=("Olmo2MLP",)),
+    # -- text families
+    "smollm3": Family("smollm3", ("SmolLM3ForCausalLM",), ("SmolLM3RMSNorm",), mlps=("SmolLM3MLP",)),
+    "ministral": Family("ministral", ("MinistralForCausalLM",), ("MinistralRMSNorm",), mlps=("MinistralMLP",)),
+    "nemotron": Family(
+        "nemotron",
+        ("NemotronForCausalLM",),
+        mlps=("NemotronMLP",),
+        mlp_kind="relu_squared",
+        # LayerNorm1P stores weight - 1; partial RoPE (the first partial_rotary_factor of each head).
+        layer_norms=(("NemotronLayerNorm1P", 1.0),),
+        rope="partial",
+        flags=("rope", "cross_entropy", "fused_linear_cross_entropy", "layer_norm", "relu_squared"),
+    ),
+    "olmo3": Family("olmo3", ("Olmo3ForCausalLM",), ("Olmo3RMSNorm",), _F32_SCALE, mlps=("Olmo3MLP",)),
+    "glm4": Family(
+        "glm4",
+        ("Glm4ForCausalLM",),
+        ("Glm4RMSNorm",),
+        _LLAMA,
+        mlps=("Glm4MLP",),
+        mlp_kind="phi3",
+        rope=None,
+        off=("rope",),
+        unavailable=(("rope", _NO_ROPE_INTERLEAVED),),
+        lacks="RoPE (interleaved pairs)",
+    ),
+    "exaone4": Family("exaone4", ("Exaone4ForCausalLM",), ("Exaone4RMSNorm",), _LLAMA, mlps=("Exaone4MLP",)),
+    "falcon_h1": Family(
+        "falcon_h1",
+        ("FalconH1ForCausalLM",),
+        ("FalconH1RMSNorm",),
+        _LLAMA,
+        mlps=("FalconH1MLP",),
+        mlp_kind="falcon_h1",
+        logits=LogitsSpec(multiplier_attr="lm_head_multiplier"),
+        lacks="the gated RMSNorm of its Mamba mixer (FalconH1RMSNormGated)",
+    ),
+    "gpt_oss": Family(
+        "gpt_oss",
+        ("GptOssForCausalLM",),
+        ("GptOssRMSNorm",),
+        _F32_SCALE,
+        rope="half_table",
+        logits=_moe("gpt_oss"),
+        off=("swiglu",),
+        unavailable=(("swiglu", "its experts clamp gate and up and compute (up + 1) * gate * sigmoid(alpha * gate)"),),
+        lacks="its experts' clamped SwiGLU (fused MoE experts)",
+    ),
+    "llama4": Family(
+        "llama4",
+        ("Llama4ForCausalLM",),
+        ("Llama4TextRMSNorm",),
+        _LLAMA,
+        mlps=("Llama4TextMLP",),
+        vision_layer_norm=True,
+        rope=None,
+        flags=_VISION_LN,
+        off=("rope",),
+        unavailable=(("rope", "Llama 4 rotates with complex freqs_cis, a RoPE the catalogue lacks yet"),),
+        lacks=(
+            "Llama 4's RoPE (complex freqs_cis) and its routed experts (fused MoE experts); "
+            "Llama4ForConditionalGeneration keeps its stock forward (its language model is a Llama4ForCausalLM, "
+            "whose forward is fused)"
+        ),
+    ),
+    "gemma4_text": Family(
+        "gemma4",
+        ("Gemma4ForCausalLM",),
+        ("Gemma4RMSNorm",),
+        _F32_SCALE,
+        mlps=("Gemma4TextMLP",),
+        mlp_kind="geglu",
+        experts=("Gemma4TextExperts",),
+        rope=None,
+        logits=LogitsSpec(softcap_attr="final_logit_softcapping"),
+        flags=_TEXT_GEGLU,
+        off=("rope",),
+        unavailable=(("rope", "Gemma 4's apply_rotary_pos_emb rotates one tensor (x, cos, sin), not q and k"),),
+        lacks="RoPE (a one-tensor signature)",
+    ),
+    "qwen3_next": Family(
+        "qwen3_next",
+        ("Qwen3NextForCausalLM",),
+        ("Qwen3NextRMSNorm",),
+        _GEMMA_NORM,
+        mlps=("Qwen3NextMLP",),
+        experts=("Qwen3NextExperts",),
+        rope="partial",
+        logits=_moe("qwen3_next"),
+        lacks="the gated RMSNorm of its linear attention (Qwen3NextRMSNormGated)",
+    ),
+    "qwen3_5": Family(
+        "qwen3_5",
+        ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"),
+        ("Qwen3_5RMSNorm",),
+        _GEMMA_NORM,
+        mlps=("Qwen3_5MLP",),
+        vision_layer_norm=True,
+        rope="partial",
+        flags=_VISION_LN,
+        lacks="the gated RMSNorm of its linear attention; its vision MLP is ungated GELU (no catalogue op)",
+    ),
+    "qwen3_5_moe": Family(
+        "qwen3_5_moe",
+        ("Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration"),
+        ("Qwen3_5MoeRMSNorm",),
+        _GEMMA_NORM,
+        mlps=("Qwen3_5MoeMLP",),
+        experts=("Qwen3_5MoeExperts",),
+        vision_layer_norm=True,
+        rope="partial",
+        logits=_moe("qwen3_5_moe"),
+        flags=_VISION_LN,
+        lacks="the gated RMSNorm of its linear attention; its vision MLP is ungated GELU (no catalogue op)",
+    ),
+    "hunyuan_v1_dense": Family(
+        "hunyuan_v1_dense",
+        ("HunYuanDenseV1ForCausalLM",),
+        ("HunYuanDenseV1RMSNorm",),
+        _LLAMA,
+        mlps=("HunYuanDenseV1MLP",),
+    ),
+    "hunyuan_v1_moe": Family(
+        "hunyuan_v1_moe",
+        ("HunYuanMoEV1ForCausalLM",),
+        ("HunYuanMoEV1RMSNorm",),
+        _LLAMA,
+        mlps=("HunYuanMoEV1MLP",),
+        experts=("HunYuanMoEV1Experts",),
+    ),
+    "deepseek_v2": Family(
+        "deepseek_v2",
+        ("DeepseekV2ForCausalLM",),
+        ("DeepseekV2RMSNorm",),
+        _LLAMA,
+        mlps=("DeepseekV2MLP",),
+        experts=("DeepseekV2Experts",),
+        rope=None,
+        off=("rope",),
+        unavailable=(("rope", "DeepSeek-V2 " + _NO_ROPE_INTERLEAVED),),
+        lacks="RoPE (interleaved, complex)",
+    ),
+    "deepseek_v3": Family(
+        "deepseek_v3",
+        ("DeepseekV3ForCausalLM",),
+        ("DeepseekV3RMSNorm",),
+        _LLAMA,
+        mlps=("DeepseekV3MLP",),
+        experts=("DeepseekV3Experts",),
+        rope=None,
+        off=("rope",),
+        unavailable=(("rope", "DeepSeek-V3 " + _NO_ROPE_INTERLEAVED),),
+        lacks="RoPE (interleaved)",
+    ),
+    "deepseek_v4": Family(
+        "deepseek_v4",
+        ("DeepseekV4ForCausalLM",),
+        ("DeepseekV4RMSNorm",),
+        _F32_SCALE,
+        rope=None,
+        logits=_moe("deepseek_v4"),
+        off=("rope", "swiglu"),
+        unavailable=(("rope", "DeepSeek-V4 " + _NO_ROPE_INTERLEAVED), ("swiglu", _NO_SWIGLU_CLAMPED)),
+        lacks="RoPE (interleaved) and its clamped SwiGLU MLPs and experts",
+    ),
+    # -- multimodal families: language model, vision tower, conditional-generation head
+    "muse_glimmer": Family(
+        "muse_glimmer",
+        ("MuseGlimmerForConditionalGeneration",),
+        ("MuseGlimmerRMSNorm",),
+        _F32_SCALE,
+        other_norms=(("MuseGlimmerTextCenteredRMSNorm", _GEMMA_NORM),),
+        mlps=("MuseGlimmerTextMLP",),
+        vision_layer_norm=True,
+        logits=LogitsSpec(softcap_attr="final_logit_softcapping", multiplier_attr="output_multiplier"),
+        flags=_VISION_LN,
+        lacks="its vision MLP is ungated (no catalogue op)",
+    ),
+    "llava": Family(
+        "llava",
+        ("LlavaForConditionalGeneration",),
+        rope=None,
+        flags=("cross_entropy", "fused_linear_cross_entropy"),
+        composite=True,
+    ),
+    "mllama": Family(
+        "mllama",
+        ("MllamaForCausalLM", "MllamaForConditionalGeneration"),
+        ("MllamaTextRMSNorm",),
+        _LLAMA,
+        mlps=("MllamaTextMLP",),
+        vision_layer_norm=True,
+        flags=("rope", "cross_entropy", "fused_linear_cross_entropy", "layer_norm", "rms_norm", "swiglu"),
+        lacks="its vision MLP is ungated GELU (no catalogue op)",
+    ),
+    # Pixtral is the vision tower (of LLaVA checkpoints such as pixtral-12b): no LM head.
+    "pixtral": Family("pixtral", (), ("PixtralRMSNorm",), mlps=("PixtralMLP",), flags=("rope", "rms_norm", "swiglu")),
+    "gemma3": Family(
+        "gemma3",
+        ("Gemma3ForConditionalGeneration",),
+        ("Gemma3RMSNorm",),
+        _GEMMA_NORM,
+        mlps=("Gemma3MLP",),
+        mlp_kind="geglu",
+        vision_layer_norm=True,
+        logits=LogitsSpec(softcap_attr="final_logit_softcapping"),
+        flags=("rope", "cross_entropy", "fused_linear_cross_entropy", "layer_norm", "rms_norm", "geglu"),
+        lacks="its SigLIP vision MLP is ungated (no catalogue op)",
+    ),
+    "gemma4": Family(
+        "gemma4",
+        ("Gemma4ForConditionalGeneration",),
+        ("Gemma4RMSNorm",),
+        _F32_SCALE,
+        mlps=("Gemma4TextMLP", "Gemma4VisionMLP"),
+        mlp_kind="geglu",
+        experts=("Gemma4TextExperts",),
+        vision_layer_norm=True,
+        rope=None,
+        logits=LogitsSpec(softcap_attr="final_logit_softcapping"),
+        flags=("rope", "cross_entropy", "fused_linear_cross_entropy", "layer_norm", "rms_norm", "geglu"),
+        off=("rope", "layer_norm"),
+        unavailable=(("rope", "Gemma 4's apply_rotary_pos_emb rotates one tensor (x, cos, sin), not q and k"),),
+        lacks="RoPE (a one-tensor signature)",
+    ),
+    "paligemma": Family(
+        "paligemma",
+        ("PaliGemmaForConditionalGeneration",),
+        rope=None,
+        vision_layer_norm=True,
+        logits=LogitsSpec(softcap_attr="final_logit_softcapping"),
+        flags=("cross_entropy", "fused_linear_cross_entropy", "layer_norm"),
+        composite=True,
+        lacks="its SigLIP vision MLP is ungated (no catalogue op)",
+    ),
+    "qwen2_vl": Family(
+        "qwen2_vl",
+        ("Qwen2VLForConditionalGeneration",),
+        ("Qwen2VLRMSNorm", "Qwen2RMSNorm"),  # transformers 5.0 builds Qwen2's
+        mlps=("Qwen2MLP",),
+        vision_layer_norm=True,
+        flags=("rope", "cross_entropy", "fused_linear_cross_entropy", "rms_norm", "layer_norm", "swiglu"),
+        lacks="its vision MLP is ungated QuickGELU (no catalogue op)",
+        mrope=True,
+    ),
+    "qwen2_5_vl": Family(
+        "qwen2_5_vl",
+        ("Qwen2_5_VLForConditionalGeneration",),
+        ("Qwen2_5_VLRMSNorm", "Qwen2RMSNorm"),  # transformers 5.0 builds Qwen2's
+        mlps=("Qwen2MLP", "Qwen2_5_VLMLP"),
+        mrope=True,
+    ),
+    "qwen3_vl": Family(
+        "qwen3_vl",
+        ("Qwen3VLForConditionalGeneration",),
+        ("Qwen3VLTextRMSNorm",),
+        _LLAMA,
+        mlps=("Qwen3VLTextMLP",),
+        vision_layer_norm=True,
+        flags=_VISION_LN,
+        lacks="its vision MLP is ungated GELU (no catalogue op)",
+    ),
+    "qwen3_vl_moe": Family(
+        "qwen3_vl_moe",
+        ("Qwen3VLMoeForConditionalGeneration",),
+        ("Qwen3VLMoeTextRMSNorm",),
+        _LLAMA,
+        mlps=("Qwen3VLMoeTextMLP",),
+        experts=("Qwen3VLMoeTextExperts",),
+        vision_layer_norm=True,
+        logits=_moe("qwen3_vl_moe"),
+        flags=_VISION_LN,
+        lacks="its vision MLP is ungated GELU (no catalogue op)",
+    ),
+    "glm4v": Family(
+        "glm4v",
+        ("Glm4vForConditionalGeneration",),
+        ("Glm4vRMSNorm",),
+        _LLAMA,
+        mlps=("Glm4vTextMLP",),
+        mlp_kind="phi3",
+        other_mlps=(("Glm4VisionMlp", "swiglu"),),
+        rope=None,
+        off=("rope",),
+        unavailable=(("rope", "GLM-4V " + _NO_ROPE_INTERLEAVED),),
+        lacks="RoPE (interleaved pairs)",
+    ),
+    "glm4v_moe": Family(
+        "glm4v_moe",
+        ("Glm4vMoeForConditionalGeneration",),
+        ("Glm4vMoeRMSNorm", "Glm4vMoeTextRMSNorm"),
+        _LLAMA,
+        mlps=("Glm4vMoeTextMLP", "Glm4vMoeisionMlp", "Glm4vMoeVisionMlp"),  # transformers' spelling varies
+        experts=("Glm4vMoeTextExperts", "Glm4vMoeTextNaiveMoe"),  # the latter: transformers 5.0
+        rope="partial",
+        logits=_moe("glm4v_moe"),
+    ),
+    "internvl": Family(
+        "internvl",
+        ("InternVLForConditionalGeneration",),
+        ("InternVLVisionRMSNorm",),
+        vision_layer_norm=True,
+        rope=None,
+        flags=("cross_entropy", "fused_linear_cross_entropy", "rms_norm", "layer_norm"),
+        composite=True,
+        lacks="its vision MLP is ungated GELU (no catalogue op)",
+    ),
+    "smolvlm": Family(
+        "smolvlm",
+        ("SmolVLMForConditionalGeneration",),
+        vision_layer_norm=True,
+        rope=None,
+        flags=("cross_entropy", "fused_linear_cross_entropy", "rms_norm", "layer_norm"),
+        composite=True,
+        lacks="its vision MLP is ungated GELU (no catalogue op)",
+    ),
 }
+
+# Model types of the sub-configs a family's classes are built from (text-only checkpoints of
+# multimodal families), as liger-kernel maps them.
+ALIASES: dict[str, str] = {
+    "llama4_text": "llama4",
+    "mllama_text_model": "mllama",
+    "qwen2_vl_text": "qwen2_vl",
+    "qwen2_5_vl_text": "qwen2_5_vl",
+    "qwen3_vl_text": "qwen3_vl",
+    "qwen3_vl_moe_text": "qwen3_vl_moe",
+    "qwen3_5_text": "qwen3_5",
+    "qwen3_5_moe_text": "qwen3_5_moe",
+    "glm4v_text": "glm4v",
+    "glm4v_moe_text": "glm4v_moe",
+    "muse_glimmer_text": "muse_glimmer",
+}
+
+SUPPORTED: tuple[str, ...] = tuple(sorted(FAMILIES))
 
 # (object, attribute) -> the stock value, first patch wins; for revert_liger_kernel_patches.
 _SAVED: dict[tuple[int, str], tuple[object, str, object]] = {}
+_MISSING = object()
 
 
 def _set(obj: object, name: str, value: object) -> None:
@@ -122,9 +518,6 @@ def _set(obj: object, name: str, value: object) -> None:
     if key not in _SAVED:
         _SAVED[key] = (obj, name, obj.__dict__.get(name, _MISSING) if hasattr(obj, "__dict__") else _MISSING)
     setattr(obj, name, value)
-
-
-_MISSING = object()
 
 
 def _stock_value(obj: object, name: str) -> object:
@@ -161,76 +554,170 @@ def _check_transformers() -> None:
         )
 
 
-def _apply(
-    model_type: str,
-    rope: bool,
-    cross_entropy: bool,
-    fused_linear_cross_entropy: bool,
-    rms_norm: bool,
-    mlp: bool,
-    model: nn.Module | None,
-) -> None:
-    if cross_entropy and fused_linear_cross_entropy:
+def family_available(model_type: str) -> bool:
+    """Whether the installed transformers has this family's modeling module."""
+    try:
+        return importlib.util.find_spec(FAMILIES[_canonical(model_type)].modeling) is not None
+    except ModuleNotFoundError:  # not even its package (transformers.models.<module>)
+        return False
+
+
+def _canonical(model_type: str) -> str:
+    return ALIASES.get(model_type, model_type)
+
+
+def _modeling(model_type: str, fam: Family):
+    try:
+        return importlib.import_module(fam.modeling)
+    except ModuleNotFoundError as e:
+        import transformers
+
+        raise ImportError(
+            f"transformers {transformers.__version__} has no model type {model_type!r} ({fam.modeling} not found); "
+            f'a newer transformers release has it (pip install -U "transformers")'
+        ) from e
+
+
+def _classes(mod, names) -> list[type]:
+    return [layers.stock_class(getattr(mod, n)) for n in names if isinstance(getattr(mod, n, None), type)]
+
+
+def _mlp_class(stock: type, kind: str) -> type:
+    if kind == "phi3":
+        return layers.phi3_mlp_class(stock)
+    if kind == "relu_squared":
+        return layers.relu_squared_mlp_class(stock)
+    if kind == "falcon_h1":
+        return layers.gated_mlp_class(stock, "swiglu", multipliers=True)
+    return layers.gated_mlp_class(stock, kind)
+
+
+def _apply(model_type: str, flags: dict[str, bool], model: nn.Module | None, config: Any = None, **sub) -> None:
+    """Patch ``model_type``'s classes as ``flags`` say (and ``model``'s modules); ``config``: the model's
+    config when known without a model (composites then patch their language model's family too)."""
+    fam = FAMILIES[model_type]
+    on = {name for name, value in flags.items() if value}
+    if "cross_entropy" in on and "fused_linear_cross_entropy" in on:
         raise ValueError(
             "cross_entropy=True and fused_linear_cross_entropy=True are exclusive: fused linear cross-entropy "
             "already computes the loss without logits; pick one"
         )
+    for name, why in fam.unavailable:
+        if name in on:
+            raise ValueError(f"{name}=True is not available for model type {model_type!r}: {why}")
+    if model is not None and not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a transformers PreTrainedModel; got {type(model).__name__}")
     _check_transformers()
-    fam = FAMILIES[model_type]
-    mod = importlib.import_module(fam.modeling)
+    mod = _modeling(model_type, fam)
 
     # Liger class for each stock class to swap, built first so a missing op fails before any change.
     swaps: dict[type, type] = {}
-    if rms_norm:
-        for name in fam.norms:
-            stock = layers.stock_class(getattr(mod, name))
+    if "rms_norm" in on:
+        for stock in _classes(mod, fam.norms):
             swaps[stock] = layers.rms_norm_class(stock, fam.norm.offset, fam.norm.casting_mode, fam.norm.in_place)
-    if mlp:
-        for name in fam.mlps:
-            stock = layers.stock_class(getattr(mod, name))
-            swaps[stock] = (
-                layers.phi3_mlp_class(stock) if fam.mlp_kind == "phi3" else layers.gated_mlp_class(stock, fam.mlp_kind)
-            )
-        for name in fam.experts:
-            stock = layers.stock_class(getattr(mod, name))
-            swaps[stock] = layers.experts_class(stock)
-    causal_lm = getattr(mod, fam.causal_lm)
-    stock_rope = _stock_value(mod, "apply_rotary_pos_emb")
-    rope_fn = None
-    if rope:
-        layers.require_op("liger_rotary_pos_emb")
-        rope_fn = layers.rope_function(stock_rope, fam.partial_rope)
-    if cross_entropy:
+        for name, norm in fam.other_norms:
+            for stock in _classes(mod, (name,)):
+                swaps[stock] = layers.rms_norm_class(stock, norm.offset, norm.casting_mode, norm.in_place)
+    if fam.mlp_flag in on:
+        for stock in _classes(mod, fam.mlps):
+            swaps[stock] = _mlp_class(stock, fam.mlp_kind)
+        for name, kind in fam.other_mlps:
+            for stock in _classes(mod, (name,)):
+                swaps[stock] = _mlp_class(stock, kind)
+        for stock in _classes(mod, fam.experts):
+            swaps[stock] = layers.experts_class(stock, "geglu" if fam.mlp_kind == "geglu" else "swiglu")
+    vision_ln = None
+    if "layer_norm" in on:
+        for name, offset in fam.layer_norms:
+            for stock in _classes(mod, (name,)):
+                swaps[stock] = layers.layer_norm_class(stock, offset)
+        if fam.vision_layer_norm:
+            vision_ln = layers.layer_norm_class(nn.LayerNorm)
+    ropes: dict[str, Callable] = {}
+    if "rope" in on:
+        # apply_multimodal_rotary_pos_emb: Qwen2-VL and Qwen2.5-VL before transformers merged the
+        # M-RoPE sections inside the rotary embedding module.
+        for name, kind in (
+            ("apply_rotary_pos_emb", fam.rope),
+            ("apply_multimodal_rotary_pos_emb", fam.mrope and "mrope"),
+        ):
+            stock_fn = _stock_value(mod, name)
+            if kind is not None and callable(stock_fn):
+                ropes[name] = layers.rope_function(stock_fn, kind)
+    if "cross_entropy" in on:
         layers.require_op("liger_cross_entropy")
-    if fused_linear_cross_entropy:
+    heads: dict[type, Callable] = {}
+    if "fused_linear_cross_entropy" in on:
         layers.require_op("liger_fused_linear_cross_entropy")
-        forward = make_forward(fam.logits, _stock_value(causal_lm, "forward"))
+        for head in _classes(mod, fam.heads):
+            heads[head] = make_forward(fam.logits, _stock_value(head, "forward"))
+    subs = _sub_families(model_type, fam, model, config, on, sub)
 
     for stock, liger in swaps.items():
         _set(mod, stock.__name__, liger)
-    if rope_fn is not None:
-        _set(mod, "apply_rotary_pos_emb", rope_fn)
-    if cross_entropy:
+    if vision_ln is not None and getattr(mod, "LayerNorm", None) in (nn.LayerNorm, vision_ln):
+        _set(mod, "LayerNorm", vision_ln)  # a module that imports LayerNorm by name builds Liger's
+    for name, fn in ropes.items():
+        _set(mod, name, fn)
+    if "cross_entropy" in on:
         _patch_cross_entropy()
-    if fused_linear_cross_entropy:
-        _set(causal_lm, "forward", forward)
+    for head, forward in heads.items():
+        _set(head, "forward", forward)
 
     if model is not None:
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"model must be a transformers PreTrainedModel; got {type(model).__name__}")
+        stock_ropes = {_stock_value(mod, name): fn for name, fn in ropes.items()}
         for module in model.modules():
             liger = swaps.get(layers.stock_class(type(module)))
+            if liger is None and vision_ln is not None and type(module) is nn.LayerNorm:
+                liger = vision_ln
             if liger is not None and type(module) is not liger:
                 module.__class__ = liger
                 layers.prepare_live(module)  # what the Liger __init__ decides for a module built after the patch
-            if rope_fn is not None and module.__dict__.get("rotary_fn") is stock_rope:
+            rotary = module.__dict__.get("rotary_fn")
+            if rotary is not None and rotary in stock_ropes:
                 # transformers 5.0 attention modules keep a reference to the RoPE function (unused by
                 # forward); point it at Liger's, or pickling the model finds two functions by one name.
-                module.rotary_fn = rope_fn
-        if fused_linear_cross_entropy and isinstance(model, layers.stock_class(causal_lm)):
-            # The class is patched above; an instance may carry its own bound forward too.
-            if "forward" in model.__dict__:
+                module.rotary_fn = stock_ropes[rotary]
+        for head, forward in heads.items():
+            # The class is patched above; an instance may carry its own bound forward too. Only a bound stock
+            # forward is replaced: a wrapper installed on the instance (TRL's fused LM head, accelerate's
+            # mixed-precision wrapper) is kept, or the patch would silently drop what it adds.
+            own = model.__dict__.get("forward")
+            if isinstance(model, head) and getattr(own, "__func__", None) in (_stock_value(head, "forward"), forward):
                 model.forward = MethodType(forward, model)
+    for fn, kwargs in subs:
+        fn(**kwargs)
+
+
+def _sub_families(model_type: str, fam: Family, model, config, on: set[str], sub: dict) -> list[tuple[Callable, dict]]:
+    """For a composite family: (patch, keyword arguments) of its language model's and vision tower's
+    families, from the model's config (none without a model or config)."""
+    if not fam.composite:
+        if sub:
+            raise TypeError(f"apply_liger_kernel_to_{model_type}() got unexpected keyword arguments {sorted(sub)}")
+        return []
+    unknown = sorted(set(sub) - set(_ALL_FLAGS))
+    if unknown:
+        raise TypeError(
+            f"apply_liger_kernel_to_{model_type}() got unexpected keyword arguments {unknown}; "
+            f"the language model's and vision tower's patches take {list(_ALL_FLAGS)}"
+        )
+    config = model.config if model is not None and config is None else config
+    if config is None:
+        return []
+    out = []
+    for part in ("text_config", "vision_config"):
+        sub_type = _canonical(getattr(getattr(config, part, None), "model_type", None) or "")
+        if sub_type not in FAMILIES or FAMILIES[sub_type].composite:
+            continue
+        fn = MODEL_TYPE_TO_APPLY_LIGER_FN[sub_type]
+        accepted = inspect.signature(fn).parameters
+        # The wrapper's own forward computes the loss: the language model's patch swaps layers only.
+        own = {f: f in on for f in ("rms_norm", "layer_norm") if f in fam.flags}
+        kwargs = {k: v for k, v in {**own, **sub}.items() if k in accepted}
+        kwargs.update({k: False for k in ("cross_entropy", "fused_linear_cross_entropy") if k in accepted})
+        out.append((fn, {**kwargs, "model": model}))
+    return out
 
 
 def _patch_cross_entropy() -> None:
@@ -255,86 +742,177 @@ def _patch_cross_entropy() -> None:
     _set(loss_utils, "fixed_cross_entropy", fixed_cross_entropy)
 
 
-def _make_apply(model_type: str, mlp_flag: str) -> Callable:
-    fam = FAMILIES[model_type]
-    pretty = fam.causal_lm.removesuffix("ForCausalLM")
+_ALL_FLAGS = ("rope", "cross_entropy", "fused_linear_cross_entropy", "rms_norm", "layer_norm", *MLP_FLAGS)
 
-    def apply(
-        rope: bool = True,
-        cross_entropy: bool = False,
-        fused_linear_cross_entropy: bool = True,
-        rms_norm: bool = True,
-        mlp: bool = True,
-        model: nn.Module | None = None,
-    ) -> None:
-        _apply(model_type, rope, cross_entropy, fused_linear_cross_entropy, rms_norm, mlp, model)
+# What each flag swaps, for the docstrings.
+_FLAG_DOC = {
+    "rope": "swap the RoPE function (apply_rotary_pos_emb{mrope}) for Liger's",
+    "cross_entropy": "compute the stock loss with Liger's cross-entropy (logits still materialised)",
+    "fused_linear_cross_entropy": (
+        "{heads}.forward skips the logits under training with labels and uses fused linear "
+        "cross-entropy. Exclusive with ``cross_entropy``"
+    ),
+    "rms_norm": "swap {norms} for Liger's RMSNorm",
+    "layer_norm": "swap {layer_norms} for Liger's LayerNorm",
+    "swiglu": "swap {mlps} for Liger's swiglu",
+    "geglu": "swap {mlps} for Liger's geglu",
+    "relu_squared": "swap {mlps} for Liger's relu_squared MLP",
+}
 
-    # The public signature names the MLP flag as Liger Kernel users know it (swiglu= or geglu=).
-    params = [p.replace(name=mlp_flag) if p.name == "mlp" else p for p in inspect.signature(apply).parameters.values()]
 
-    def wrapper(*args, **kwargs):
-        bound = wrapper.__signature__.bind(*args, **kwargs)
-        bound.apply_defaults()
-        a = bound.arguments
-        return apply(
-            a["rope"], a["cross_entropy"], a["fused_linear_cross_entropy"], a["rms_norm"], a[mlp_flag], a["model"]
+def _doc(model_type: str, fam: Family) -> str:
+    pretty = (fam.heads[0] if fam.heads else fam.module).split("For")[0]
+    layer_norms = [n for n, _ in fam.layer_norms] + (
+        ["the torch.nn.LayerNorm modules of a live model's vision tower"] if fam.vision_layer_norm else []
+    )
+    fill = {
+        "mrope": " and apply_multimodal_rotary_pos_emb, Liger's M-RoPE, where transformers has it" if fam.mrope else "",
+        "heads": " and ".join(fam.heads) or "(no LM head)",
+        "norms": ", ".join([*fam.norms, *(n for n, _ in fam.other_norms)]) or "(none of its own)",
+        "layer_norms": ", ".join(layer_norms) or "(none of its own)",
+        "mlps": ", ".join([*fam.mlps, *(n for n, _ in fam.other_mlps), *fam.experts]) or "(none of its own)",
+    }
+    defaults = fam.defaults
+    args = []
+    for flag in fam.flags:
+        why = dict(fam.unavailable).get(flag)
+        text = f"not available yet: {why}" if why else _FLAG_DOC[flag].format(**fill)
+        if fam.composite and flag in ("rms_norm", "layer_norm"):
+            text += " (and passed to the language model's and vision tower's patches)"
+        args.append(f"        {flag}: {text}. Default {defaults[flag]}.")
+    args.append("        model: a model already built: its modules and forward are converted too.")
+    if fam.composite:
+        args.append(
+            "        **kwargs: flags for the language model's and vision tower's own patches (rope=, swiglu=, ...),"
+            "\n            applied given ``model=`` (or by apply_liger_kernel_to_instance and the Auto classes)."
         )
-
-    wrapper.__signature__ = inspect.Signature(params, return_annotation=None)
-    wrapper.__name__ = wrapper.__qualname__ = f"apply_liger_kernel_to_{model_type}"
-    wrapper.__module__ = __name__
-    wrapper.__doc__ = f"""Use Liger's kernels in transformers' {pretty} models (model_type {model_type!r}).
-
+    composite = (
+        "\n    Its language model and vision tower are other families (``config.text_config``,\n"
+        "    ``config.vision_config``): given ``model=``, their own patches are applied to it too.\n"
+        if fam.composite
+        else ""
+    )
+    lacks = f"\n    Not patched yet (the catalogue lacks it): {fam.lacks}.\n" if fam.lacks else ""
+    return f"""Use Liger's kernels in transformers' {pretty} models (model_type {model_type!r}).
+{composite}{lacks}
     Args:
-        rope: swap ``apply_rotary_pos_emb`` for Liger's RoPE.
-        cross_entropy: compute the stock loss with Liger's cross-entropy (logits still materialised).
-        fused_linear_cross_entropy: {fam.causal_lm}.forward skips the logits under training with
-            labels and uses fused linear cross-entropy. Exclusive with ``cross_entropy``.
-        rms_norm: swap {", ".join(fam.norms)} for Liger's RMSNorm.
-        {mlp_flag}: swap {", ".join(fam.mlps + fam.experts)} for Liger's {mlp_flag}.
-        model: a model already built: its modules and forward are converted too.
+{chr(10).join(args)}
 
     Every config the stock classes serve still builds and runs: a module whose config or inputs Liger's
     kernel does not fit (another activation, float64, the meta device) runs the stock computation and
     warns once per reason (``LigerStockFallbackWarning``).
     """
-    return wrapper
 
 
-apply_liger_kernel_to_llama = _make_apply("llama", "swiglu")
-apply_liger_kernel_to_mistral = _make_apply("mistral", "swiglu")
-apply_liger_kernel_to_mixtral = _make_apply("mixtral", "swiglu")
-apply_liger_kernel_to_qwen2 = _make_apply("qwen2", "swiglu")
-apply_liger_kernel_to_qwen3 = _make_apply("qwen3", "swiglu")
-apply_liger_kernel_to_qwen3_moe = _make_apply("qwen3_moe", "swiglu")
-apply_liger_kernel_to_gemma = _make_apply("gemma", "geglu")
-apply_liger_kernel_to_gemma2 = _make_apply("gemma2", "geglu")
-apply_liger_kernel_to_gemma3_text = _make_apply("gemma3_text", "geglu")
-apply_liger_kernel_to_phi3 = _make_apply("phi3", "swiglu")
-apply_liger_kernel_to_granite = _make_apply("granite", "swiglu")
-apply_liger_kernel_to_olmo2 = _make_apply("olmo2", "swiglu")
+def _make_apply(model_type: str) -> Callable:
+    fam = FAMILIES[model_type]
+    defaults = fam.defaults
+    params = [
+        inspect.Parameter(f, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=defaults[f], annotation="bool")
+        for f in fam.flags
+    ]
+    params.append(
+        inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation="nn.Module | None")
+    )
+    if fam.composite:
+        params.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD, annotation="bool"))
+    signature = inspect.Signature(params, return_annotation=None)
+
+    def apply(*args, **kwargs) -> None:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        model = values.pop("model")
+        sub = values.pop("kwargs", {})
+        _apply(model_type, values, model, **sub)
+
+    apply.__signature__ = signature
+    apply.__name__ = apply.__qualname__ = f"apply_liger_kernel_to_{model_type}"
+    apply.__module__ = __name__
+    apply.__doc__ = _doc(model_type, fam)
+    return apply
+
+
+# The public functions, one per family, by liger-kernel's names.
+for _model_type in FAMILIES:
+    globals()[f"apply_liger_kernel_to_{_model_type}"] = _make_apply(_model_type)
+del _model_type
 
 MODEL_TYPE_TO_APPLY_LIGER_FN: dict[str, Callable] = {
-    "llama": apply_liger_kernel_to_llama,
-    "mistral": apply_liger_kernel_to_mistral,
-    "mixtral": apply_liger_kernel_to_mixtral,
-    "qwen2": apply_liger_kernel_to_qwen2,
-    "qwen3": apply_liger_kernel_to_qwen3,
-    "qwen3_moe": apply_liger_kernel_to_qwen3_moe,
-    "gemma": apply_liger_kernel_to_gemma,
-    "gemma2": apply_liger_kernel_to_gemma2,
-    "gemma3_text": apply_liger_kernel_to_gemma3_text,
-    "phi3": apply_liger_kernel_to_phi3,
-    "granite": apply_liger_kernel_to_granite,
-    "olmo2": apply_liger_kernel_to_olmo2,
+    **{t: globals()[f"apply_liger_kernel_to_{t}"] for t in FAMILIES},
+    **{alias: globals()[f"apply_liger_kernel_to_{t}"] for alias, t in ALIASES.items()},
 }
 
 
-def _apply_liger_kernel_to_instance(model: nn.Module, **kwargs) -> None:
-    """Patch a live model by its ``config.model_type`` (the keyword arguments its patch takes)."""
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
+def unknown_model_type(model_type: object) -> ValueError:
+    """The error for a model type no patch covers, listing those that are."""
+    return ValueError(
+        f"no Liger patch for model_type {model_type!r}; supported model types: {', '.join(SUPPORTED)} "
+        f"(and the text configs {', '.join(sorted(ALIASES))})"
+    )
+
+
+def _split_flags(fn: Callable, kwargs: dict) -> dict:
+    """The flags ``fn`` takes from ``kwargs``: another family's flags (``geglu`` for a SwiGLU model, as
+    a trainer's one config for every model passes them) are dropped; anything else is an error."""
+    params = inspect.signature(fn).parameters
+    unknown = sorted(set(kwargs) - set(_ALL_FLAGS) - {"model"})
+    if unknown and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        raise TypeError(f"unknown Liger patch argument(s) {unknown}; patches take {list(_ALL_FLAGS)}")
+    composite = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    return {k: v for k, v in kwargs.items() if k != "model" and (k in params or composite)}
+
+
+def apply_for_config(config: Any, model: nn.Module | None = None, **kwargs: bool) -> None:
+    """Patch the family of ``config.model_type`` (and, for LLaVA-like wrappers, of its language model and
+    vision tower); ``model=``: convert that live model too. Raises ValueError for an unknown model type."""
+    model_type = getattr(config, "model_type", None)
     fn = MODEL_TYPE_TO_APPLY_LIGER_FN.get(model_type)
     if fn is None:
-        raise ValueError(f"no Liger patch for model_type {model_type!r}; supported: {sorted(FAMILIES)}")
-    params = inspect.signature(fn).parameters
-    fn(model=model, **{k: v for k, v in kwargs.items() if k in params and k != "model"})
+        raise unknown_model_type(model_type)
+    values = _split_flags(fn, kwargs)
+    fam_type = _canonical(model_type)
+    if FAMILIES[fam_type].composite:
+        bound = inspect.signature(fn).bind_partial(**values)
+        bound.apply_defaults()
+        own = dict(bound.arguments)
+        own.pop("model", None)
+        sub = own.pop("kwargs", {})
+        _apply(fam_type, own, model, config=config, **sub)
+    else:
+        fn(model=model, **values)
+
+
+def apply_liger_kernel_to_instance(model: nn.Module, **kwargs: bool) -> None:
+    """Patch a model already built, picking its family from ``model.config.model_type``.
+
+    What Hugging Face's Trainer does with liger-kernel (``use_liger_kernel=True``), for this
+    project's kernels: call it on the model before handing it to ``Trainer``/``SFTTrainer``.
+    ``kwargs`` are the family's flags (``rope=False``, ...); flags of other families (``geglu``
+    for a SwiGLU model) are ignored, so one set of flags serves every model. The family's classes
+    are patched too, so models built afterwards (a reference model, say) get Liger's layers.
+    Raises ValueError naming the supported model types when the model's is not one of them.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a transformers PreTrainedModel; got {type(model).__name__}")
+    config = getattr(model, "config", None)
+    if config is None:
+        raise unknown_model_type(None)
+    apply_for_config(config, model=model, **kwargs)
+
+
+# liger-kernel's private name, which Hugging Face's Trainer imports from it.
+_apply_liger_kernel_to_instance = apply_liger_kernel_to_instance
+
+
+def family_ops(model_type: str) -> dict[str, list[str]]:
+    """For ``liger families``: each flag of the family's patch -> the catalogue ops it uses ([] where the flag
+    is not available yet)."""
+    fam = FAMILIES[_canonical(model_type)]
+    unavailable = dict(fam.unavailable)
+    ops = {
+        "rope": ["rope", *(["qwen2vl_mrope"] if fam.mrope else [])] if fam.rope else [],
+        "layer_norm": ["layer_norm"],
+        "fused_linear_cross_entropy": ["fused_linear_cross_entropy"] if fam.heads else [],
+    }
+    return {flag: [] if flag in unavailable else ops.get(flag, [flag]) for flag in fam.flags}

@@ -1,0 +1,183 @@
+"""The way in from the trainers: ``transformers.Trainer`` and TRL's ``SFTTrainer``/``DPOTrainer`` with Liger's kernels.
+
+The recipe under test (README): build the model as usual, call
+``apply_liger_kernel_to_instance(model)`` (or build it with ``AutoLigerKernelForCausalLM``) and
+hand it to the trainer, leaving the trainer's own ``use_liger_kernel`` off (that flag imports
+liger-kernel). Each test runs a few real optimizer steps through the trainer twice from the same
+weights, data and seed, stock and patched, and compares the losses the trainer logs at every
+step (float32; tolerances as the convergence tests'). Needs ``accelerate`` (Trainer), ``trl`` and
+``datasets``; each test skips where its package is missing, unless ``LIGER_HF_TRAINERS=1`` (the
+nox hf sessions, which install them) makes that a failure, so CI cannot pass by skipping them.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import os
+import warnings
+
+import pytest
+import torch
+from hf_models import SIZES, build, initial_state
+
+from liger_core import functional as F
+from liger_core.transformers import apply_liger_kernel_to_instance
+from liger_core.transformers import monkey_patch as mp
+
+TINY = SIZES["tiny"]
+LOSS_TOL = {"atol": 1e-4, "rtol": 1e-5}
+# DPO's loss is far more sensitive to the weights than the language-model loss: with the test's data and
+# settings, two stock runs whose weights differ by 1e-7 (normal noise) logged losses up to 1.3e-4 apart
+# (Adam at 3e-3; 5e-5 even with plain SGD), and stock against Liger (liger-ops-cuda in the Triton
+# interpreter) 1.1e-4 to 1.4e-4. Its bound is a few times that noise floor; the loss moves by 0.01 to 0.07.
+DPO_LOSS_TOL = {"atol": 5e-4, "rtol": 1e-5}
+STEPS = 4
+WORDS = [f"w{i}" for i in range(100)]
+
+
+def _need(module: str):
+    """``module``, imported; missing: a skip, or a failure under ``LIGER_HF_TRAINERS=1``."""
+    if os.environ.get("LIGER_HF_TRAINERS") == "1":
+        return importlib.import_module(module)
+    return pytest.importorskip(module)
+
+
+def _tokenizer():
+    """A word-level tokenizer over the tiny vocabulary (no download): ids 0-2 special, 3-102 words."""
+    _need("tokenizers")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<bos>": 1, "<eos>": 2, **{w: i + 3 for i, w in enumerate(WORDS)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>")
+
+
+def _sentences(n: int, seed: int) -> list[str]:
+    """Word sequences with structure (each word mostly followed by its successor), so training learns."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        length = int(torch.randint(6, 14, (1,), generator=g))
+        word = int(torch.randint(0, len(WORDS), (1,), generator=g))
+        words = []
+        for _ in range(length):
+            words.append(WORDS[word])
+            word = (
+                (word * 7 + 3) % len(WORDS) if torch.rand(1, generator=g) < 0.75 else int(torch.randint(0, 100, (1,)))
+            )
+        out.append(" ".join(words))
+    return out
+
+
+def _run(make_trainer, patched: bool, state: dict, monkeypatch) -> tuple[list[float], int]:
+    """Train ``STEPS`` steps from ``state``: (the per-step losses the trainer logged, fused-loss calls)."""
+    calls = []
+    fused = F.liger_fused_linear_cross_entropy
+    monkeypatch.setattr(F, "liger_fused_linear_cross_entropy", lambda *a, **k: calls.append(1) or fused(*a, **k))
+    model = build("llama", TINY, torch.float32, "cpu", state)
+    if patched:
+        apply_liger_kernel_to_instance(model)
+        assert any(type(m).__name__ == "LigerLlamaRMSNorm" for m in model.modules())
+    trainer = make_trainer(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # trainers' own deprecation chatter
+        trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == STEPS, trainer.state.log_history
+    return losses, len(calls)
+
+
+def _compare(make_trainer, monkeypatch, fused: bool = True, tol: dict = LOSS_TOL) -> None:
+    """Stock and patched runs log the same loss at every step (within ``tol``); ``fused``: the patched run's loss
+    was the fused one."""
+    state = initial_state(build("llama", TINY, torch.float32, "cpu"))
+    stock, _ = _run(make_trainer, False, state, monkeypatch)
+    patched, calls = _run(make_trainer, True, state, monkeypatch)
+    mp.revert_liger_kernel_patches()
+    torch.testing.assert_close(torch.tensor(patched), torch.tensor(stock), **tol)
+    assert len({round(x, 5) for x in stock}) > 1, stock  # the steps changed the model
+    if fused:
+        assert calls >= STEPS * 2, calls  # every micro-batch (2 per step) through the fused linear cross-entropy
+
+
+def _trl_uses_own_head() -> bool:
+    """Whether the installed TRL's SFTTrainer computes the loss with its own fused LM head."""
+    import trl.trainer.utils
+
+    return hasattr(trl.trainer.utils, "add_fused_lm_head")
+
+
+def _common_args(tmp_path) -> dict:
+    return dict(
+        output_dir=str(tmp_path),
+        max_steps=STEPS,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,  # the trainer then passes num_items_in_batch to the loss
+        learning_rate=3e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        data_seed=0,
+        dataloader_num_workers=0,
+        lr_scheduler_type="constant",
+    )
+
+
+def test_transformers_trainer(tmp_path, monkeypatch):
+    _need("accelerate")
+    from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
+
+    tokenizer = _tokenizer()
+    data = [tokenizer(s) for s in _sentences(32, seed=0)]
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm=False)
+    args = TrainingArguments(**_common_args(tmp_path))
+
+    def make_trainer(model):
+        return Trainer(model=model, args=args, train_dataset=data, data_collator=collator)
+
+    _compare(make_trainer, monkeypatch)
+
+
+def test_trl_sft_trainer(tmp_path, monkeypatch):
+    """TRL's SFTTrainer computes its loss with its own fused LM head (``add_fused_lm_head``, TRL >= 1.0), which
+    it installs on the model it is given: Liger's norms, RoPE and MLP kernels run under it, and the loss is TRL's.
+    Patched before the trainer is built, so the patch keeps TRL's head."""
+    _need("trl")
+    datasets = _need("datasets")
+    from trl import SFTConfig, SFTTrainer
+
+    tokenizer = _tokenizer()
+    data = datasets.Dataset.from_dict({"text": _sentences(32, seed=1)})
+    args = SFTConfig(**_common_args(tmp_path), max_length=16, packing=False)
+
+    def make_trainer(model):
+        return SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
+
+    _compare(make_trainer, monkeypatch, fused=_trl_uses_own_head() is False)
+
+
+def test_trl_dpo_trainer(tmp_path, monkeypatch):
+    """DPO: the policy's and the reference's log-probs come from logits (no labels), so the norms, RoPE and MLP
+    kernels run in both (the reference model a copy of the policy as handed over)."""
+    _need("trl")
+    datasets = _need("datasets")
+    from trl import DPOConfig, DPOTrainer
+
+    tokenizer = _tokenizer()
+    prompts = _sentences(16, seed=2)
+    chosen = _sentences(16, seed=3)
+    rejected = _sentences(16, seed=4)
+    data = datasets.Dataset.from_dict({"prompt": prompts, "chosen": chosen, "rejected": rejected})
+    args = DPOConfig(**_common_args(tmp_path), max_length=32, beta=0.1)
+
+    def make_trainer(model):
+        # The frozen reference: a copy of the model as handed over (patched in the patched run).
+        ref = copy.deepcopy(model).eval()
+        return DPOTrainer(model=model, ref_model=ref, args=args, train_dataset=data, processing_class=tokenizer)
+
+    _compare(make_trainer, monkeypatch, fused=False, tol=DPO_LOSS_TOL)
