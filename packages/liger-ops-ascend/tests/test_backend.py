@@ -14,8 +14,18 @@ from liger_core.interface import CATALOGUE, INTERFACE_VERSION, format_version
 from liger_ops_ascend import BACKEND, __version__
 
 PYPROJECT = (Path(__file__).parents[1] / "pyproject.toml").read_text()
-# Ops whose Function lives in another op's module (CONTRIBUTING.md, "The layout of a vendor package").
-MODULE_OF = {"fused_add_rms_norm": "rms_norm"}
+# The modules that serve several ops (CONTRIBUTING.md, "The layout of a vendor package"); every
+# other op has a module of its own name.
+MODULE_OF = {
+    "fused_add_rms_norm": "rms_norm",
+    "swiglu": "glu",
+    "geglu": "glu",
+    "rope": "rotary",
+    "qwen2vl_mrope": "rotary",
+    "kl_div": "divergence",
+    "jsd": "divergence",
+    "tvd": "divergence",
+}
 
 
 def test_backend_is_valid_for_this_core():

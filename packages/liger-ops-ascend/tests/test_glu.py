@@ -7,12 +7,12 @@ import pytest
 import torch
 from liger_core.conformance.check import check, make_args
 
-from liger_ops_ascend import _glu
+from liger_ops_ascend import glu
 
 
-@pytest.mark.parametrize("op,act", [("swiglu", _glu.SILU), ("geglu", _glu.GELU_TANH)], ids=["swiglu", "geglu"])
+@pytest.mark.parametrize("op,act", [("swiglu", glu.SILU), ("geglu", glu.GELU_TANH)], ids=["swiglu", "geglu"])
 @pytest.mark.parametrize("in_place", [False, True], ids=["copy", "inplace"])
 def test_glu_sub_blocks_over_few_programs(small_ub, few_cores, backend, device, current_hw, op, act, in_place):
-    p = _glu.plan_tiles(act, "backward", 7 * 301, torch.bfloat16, current_hw())
+    p = glu.plan_tiles(act, "backward", 7 * 301, torch.bfloat16, current_hw())
     assert p.programs == 3 and p.n_iters > 1 and (7 * 301) % p.block
     check(backend, op, make_args(op, device, shape=(7, 301), dtype=torch.bfloat16), in_place=in_place)

@@ -90,17 +90,17 @@ def test_llama_hidden_4096_bf16_norms_plan_one_pass_per_row(soc):
 def test_flat_activation_blocks_are_the_largest_the_ub_allows(soc):
     import functools
 
-    from liger_ops_ascend import _glu, relu_squared
+    from liger_ops_ascend import glu, relu_squared
 
     hw = hardware.for_soc(soc)
     # (name, plan of (direction, n, dtype), tiles of (direction, block, element bytes))
     ops = [
         (
-            _glu._NAMES[act],
-            functools.partial(_glu.plan_tiles, act),
-            lambda direction, block, xb, act=act: getattr(_glu, f"{direction}_tiles")(block, xb, act),
+            glu._NAMES[act],
+            functools.partial(glu.plan_tiles, act),
+            lambda direction, block, xb, act=act: getattr(glu, f"{direction}_tiles")(block, xb, act),
         )
-        for act in (_glu.SILU, _glu.GELU_TANH)
+        for act in (glu.SILU, glu.GELU_TANH)
     ]
     ops.append(
         (
@@ -220,18 +220,18 @@ def test_group_norm_plans_never_launch_a_program_per_group(soc):
 
 @pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
 def test_activation_plans_fit_grid_and_ub(soc):
-    from liger_ops_ascend import _glu, _rotary, relu_squared, softmax, sparsemax
+    from liger_ops_ascend import glu, relu_squared, rotary, softmax, sparsemax
 
     hw = hardware.for_soc(soc)
     for dtype in NORM_DTYPES:
         # swiglu/geglu: up to 65536 tokens x 28672 (LLaMA-70B intermediate) elements.
         for n, act, direction in itertools.product(
-            [1, 100, 4099, 14336, 4096 * 14336, 65536 * 28672], (_glu.SILU, _glu.GELU_TANH), ("forward", "backward")
+            [1, 100, 4099, 14336, 4096 * 14336, 65536 * 28672], (glu.SILU, glu.GELU_TANH), ("forward", "backward")
         ):
-            p = _glu.plan_tiles(act, direction, n, dtype, hw)
+            p = glu.plan_tiles(act, direction, n, dtype, hw)
             check(p.kernels[0], hw)
             assert p.programs <= hw.vector_cores and p.programs * p.n_iters * p.block >= n
-            if act == _glu.SILU:  # relu_squared: the same element counts (Nemotron's up projection)
+            if act == glu.SILU:  # relu_squared: the same element counts (Nemotron's up projection)
                 p = relu_squared.plan_tiles(direction, n, dtype, hw)
                 check(p.kernels[0], hw)
                 assert p.programs <= hw.vector_cores and p.programs * p.n_iters * p.block >= n
@@ -240,7 +240,7 @@ def test_activation_plans_fit_grid_and_ub(soc):
                 _check_row_plan(mod.plan_tiles(direction, rows, hidden, dtype, hw), hw, rows, hidden, f"{soc} {mod}")
         # rope: up to 65536 tokens x 128 heads of 256.
         for n_pos, heads, dim in itertools.product([1, 4096, 65536 * 8], [1, 8, 32, 128], [2, 64, 128, 256]):
-            p = _rotary.plan_rotary("rope_forward", n_pos, heads, dim, (dtype, torch.float32), torch.float32, hw)
+            p = rotary.plan_rotary("rope_forward", n_pos, heads, dim, (dtype, torch.float32), torch.float32, hw)
             check(p.kernel, hw)
             assert p.programs <= hw.vector_cores and p.block_d >= dim // 2
 
@@ -250,7 +250,7 @@ def test_activation_plans_fit_grid_and_ub(soc):
 
 @pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
 def test_loss_plans_keep_vocab_chunks_in_the_ub(soc):
-    from liger_ops_ascend import _cross_entropy, _divergence
+    from liger_ops_ascend import _cross_entropy, divergence
 
     hw = hardware.for_soc(soc)
     vocabs = [2, 1000, 32000, 32768, 50257, 128256, 151936, 152064, 256000, 262144]
@@ -263,6 +263,6 @@ def test_loss_plans_keep_vocab_chunks_in_the_ub(soc):
             _check_row_plan(p, hw, tokens, vocab, what)
             if vocab >= 32768:
                 assert p.chunked, what  # a large vocabulary is never one tile
-        for kind in (_divergence.KL_DIV, _divergence.JSD, _divergence.TVD):
-            p = _divergence.plan_tiles(kind, tokens, vocab, dtype, torch.float32, hw)
+        for kind in (divergence.KL_DIV, divergence.JSD, divergence.TVD):
+            p = divergence.plan_tiles(kind, tokens, vocab, dtype, torch.float32, hw)
             _check_row_plan(p, hw, tokens, vocab, f"{soc} divergence {kind} {tokens}x{vocab}")

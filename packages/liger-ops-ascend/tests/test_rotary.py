@@ -10,7 +10,7 @@ from liger_core.conformance.check import check
 from liger_core.ops import qwen2vl_mrope as qwen2vl_mrope_op
 from liger_core.ops import rope as rope_op
 
-from liger_ops_ascend import _rotary
+from liger_ops_ascend import rotary
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def ub_16k(monkeypatch):
 
 @pytest.mark.parametrize("unsqueeze_dim", [1, 2])
 def test_rope_head_blocks(ub_16k, few_cores, backend, device, current_hw, unsqueeze_dim):
-    p = _rotary.plan_rotary("rope_forward", 2 * 5, 13, 128, (torch.float32,), torch.float32, current_hw())
+    p = rotary.plan_rotary("rope_forward", 2 * 5, 13, 128, (torch.float32,), torch.float32, current_hw())
     assert 1 < p.block_h < 13 and 13 % p.block_h
     # (batch, q heads, k heads, seq, head_dim), LLaMA's transposed views, a cos/sin per batch.
     args = rope_op.args(

@@ -2,7 +2,7 @@
 
 Per chunk of tokens: the student and teacher projections as float32 torch matmuls (cube
 units), scaled by ``1 / temperature`` and turned into log-probabilities (torch's logsumexp),
-then this package's divergence kernel (`_divergence`, vector cores, UB-sized vocabulary
+then this package's divergence kernel (`divergence`, vector cores, UB-sized vocabulary
 chunks) gives the chunk's JSD sum and its gradient w.r.t. the student log-probabilities in
 one pass. Through the log-softmax, ``dz = (g - softmax * sum(g)) / temperature``; then
 ``grad_input = dz @ W`` and ``grad_weight += dz^T @ input``, formed in the forward while the
@@ -18,8 +18,8 @@ from liger_core.ops import _losses
 from liger_core.ops.fused_linear_jsd import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._divergence import JSD, divergence_forward
 from liger_ops_ascend._tiling import chunk_tokens
+from liger_ops_ascend.divergence import JSD, divergence_forward
 
 
 @implements("fused_linear_jsd")

@@ -1,5 +1,6 @@
-"""Rotary position embeddings (rotate-half RoPE, Qwen2-VL's M-RoPE) for Ascend NPUs: one
-kernel, its tile plan and the autograd Function both ops share.
+"""Rotary position embeddings for Ascend NPUs: RoPE (rotate-half, transformers' LLaMA form) and
+Qwen2-VL's multimodal M-RoPE (each column of a head taking cos/sin from its section's table:
+temporal, height, width), one kernel for both, its tile plan, launch and autograd Functions.
 
 Work is flattened over the ``batch * seq`` positions: one program per vector core walks
 the positions ``pid, pid + programs, ...``. At each position it loads the cos/sin row once
@@ -22,6 +23,9 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
+from liger_core.ops.qwen2vl_mrope import check_args as check_mrope_args
+from liger_core.ops.rope import check_args as check_rope_args
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._tiling import dma, elem_bytes, mask, once, work
@@ -334,3 +338,20 @@ class LigerRotaryFunction(torch.autograd.Function):
         cos, sin = ctx.saved_tensors
         dq_in, dk_in = rotary(dq, dk, cos, sin, ctx.unsqueeze_dim, ctx.mrope_section, True, ctx.hw)
         return dq_in, dk_in, None, None, None, None
+
+
+@implements("rope")
+class LigerRopeFunction(LigerRotaryFunction):
+    @staticmethod
+    def forward(ctx, q, k, cos, sin, position_ids, unsqueeze_dim):
+        check_rope_args(q, k, cos, sin, position_ids, unsqueeze_dim)
+        # position_ids is unused, as in transformers: cos/sin are already gathered per position.
+        return LigerRotaryFunction.forward(ctx, q, k, cos, sin, None, unsqueeze_dim)
+
+
+@implements("qwen2vl_mrope")
+class LigerQwen2VLMRopeFunction(LigerRotaryFunction):
+    @staticmethod
+    def forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
+        check_mrope_args(q, k, cos, sin, mrope_section, unsqueeze_dim)
+        return LigerRotaryFunction.forward(ctx, q, k, cos, sin, tuple(int(s) for s in mrope_section), unsqueeze_dim)

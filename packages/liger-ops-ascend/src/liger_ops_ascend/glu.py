@@ -1,5 +1,6 @@
-"""The gated activations (swiglu, geglu) for Ascend NPUs: one elementwise kernel pair, the
-activation a constexpr, and the autograd Function both ops share.
+"""Gated activations for Ascend NPUs: SwiGLU (``silu(a) * b``) and GEGLU (``gelu_tanh(a) * b``),
+one elementwise kernel pair (the activation a constexpr), its tile plans, launch and autograd
+Functions.
 
 ``c = act(a) * b``, act computed in fp32 and rounded to the input dtype before the multiply
 (as the models' eager code does). The inputs are flattened and walked as blocks of
@@ -22,6 +23,9 @@ import functools
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
+from liger_core.ops.geglu import check_args as check_geglu_args
+from liger_core.ops.swiglu import check_args as check_swiglu_args
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._tiling import FlatPlan, dma, elem_bytes, plan_flat, work
@@ -158,3 +162,19 @@ class LigerGLUFunction(torch.autograd.Function):
         a_c, b_c = ctx.saved_tensors
         da, db = glu_backward(dc.contiguous(), a_c, b_c, ctx.act, ctx.in_place, ctx.hw)
         return da, db, None, None
+
+
+@implements("swiglu")
+class LigerSwiGLUFunction(LigerGLUFunction):
+    @staticmethod
+    def forward(ctx, a, b, in_place):
+        check_swiglu_args(a, b, in_place)
+        return LigerGLUFunction.forward(ctx, a, b, SILU, in_place)
+
+
+@implements("geglu")
+class LigerGEGLUFunction(LigerGLUFunction):
+    @staticmethod
+    def forward(ctx, a, b, in_place):
+        check_geglu_args(a, b, in_place)
+        return LigerGLUFunction.forward(ctx, a, b, GELU_TANH, in_place)

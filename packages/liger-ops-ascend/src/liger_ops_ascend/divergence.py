@@ -1,5 +1,6 @@
-"""The elementwise divergences (kl_div, jsd, tvd) for Ascend NPUs: one row-tiled kernel, its
-tile plan and the autograd Function the three ops share.
+"""The elementwise divergences for Ascend NPUs: KL divergence, generalised Jensen-Shannon
+divergence and total variation distance (kl_div, jsd, tvd): one row-tiled kernel, its tile plan,
+launch and autograd Functions.
 
 Each loss is a sum of per-element terms whose gradient is also per element, so one pass
 does both: tiles of ``BLOCK_M`` rows x ``BLOCK_N`` vocabulary columns (`_tiling.plan_rows`:
@@ -26,6 +27,11 @@ from collections.abc import Sequence
 import torch
 import triton
 import triton.language as tl
+from liger_core.backend import implements
+from liger_core.ops import _losses
+from liger_core.ops.jsd import check_args as check_jsd_args
+from liger_core.ops.kl_div import check_args as check_kl_div_args
+from liger_core.ops.tvd import check_args as check_tvd_args
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import below, row_block, tile_indices
@@ -209,3 +215,39 @@ class LigerDivergenceFunction(torch.autograd.Function):
         (grad,) = ctx.saved_tensors
         dx = (grad.float() * d_loss.float()).to(grad.dtype)
         return dx, None, None, None, None, None, None, None, None, None
+
+
+@implements("kl_div")
+class LigerKLDivFunction(LigerDivergenceFunction):
+    @staticmethod
+    def forward(ctx, y_pred, y_true, reduction, log_target, eps):
+        check_kl_div_args(y_pred, y_true, reduction, log_target, eps)
+        n_rows, n_cols = y_pred.shape
+        scale = {"batchmean": 1.0 / max(n_rows, 1), "mean": 1.0 / max(n_rows * n_cols, 1)}.get(reduction, 1.0)
+        return LigerDivergenceFunction.forward(
+            ctx, y_pred, y_true, None, KL_DIV, -100, scale, reduction == "none", log_target, float(eps), torch.float32
+        )
+
+
+@implements("jsd")
+class LigerJSDFunction(LigerDivergenceFunction):
+    @staticmethod
+    def forward(ctx, student_logp, teacher_logp, shift_labels, beta, ignore_index):
+        check_jsd_args(student_logp, teacher_logp, shift_labels, beta, ignore_index)
+        n = _losses.label_count("jsd", shift_labels, ignore_index, student_logp.shape[0])
+        return LigerDivergenceFunction.forward(
+            ctx, student_logp, teacher_logp, shift_labels, JSD, ignore_index, 1.0 / max(n, 1), False, False,
+            float(beta), student_logp.dtype,
+        )  # fmt: skip
+
+
+@implements("tvd")
+class LigerTVDFunction(LigerDivergenceFunction):
+    @staticmethod
+    def forward(ctx, p, q, shift_labels, reduction, ignore_index):
+        check_tvd_args(p, q, shift_labels, reduction, ignore_index)
+        n = _losses.label_count("tvd", shift_labels, ignore_index, p.shape[0])
+        scale = {"batchmean": 1.0 / max(n, 1), "mean": 1.0 / max(n * p.shape[1], 1)}.get(reduction, 1.0)
+        return LigerDivergenceFunction.forward(
+            ctx, p, q, shift_labels, TVD, ignore_index, scale, reduction == "none", False, 0.0, torch.float32
+        )
