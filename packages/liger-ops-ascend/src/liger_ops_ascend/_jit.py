@@ -61,3 +61,29 @@ def below(idx, limit):
     instruction. Exact: ``idx`` is a tile index (< 2**24), and a ``limit`` past 2**24 rounds to
     a float that is still past every such index."""
     return idx.to(tl.float32) < limit
+
+
+@triton.jit
+def col_tile(block, n_cols, row_mask, BLOCK_N: tl.constexpr):
+    """Column chunk ``block`` (BLOCK_N wide) of a row tile whose rows are ``row_mask``: returns
+    ``(cols, mask)``, ``mask`` the tile's elements in range (a load/store mask)."""
+    cols = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    return cols, row_mask[:, None] & (cols < n_cols)[None, :]
+
+
+@triton.jit
+def flat_indices(BLOCK: tl.constexpr):
+    """``(pid, num_programs, idx)`` of a grid-stride kernel over blocks of one axis (elementwise
+    kernels, rotary's positions): this program, the grid's size and the indices inside a block of
+    ``BLOCK``."""
+    return tl.program_id(0), tl.num_programs(0), tl.arange(0, BLOCK)
+
+
+@triton.jit
+def flat_block(blk, pid, n, idx, BLOCK: tl.constexpr):
+    """``(start, mask)`` of block ``blk`` of a grid-stride loop over ``n`` elements: its int64
+    first element and a load/store mask (the compiler turns it into the DMA's length) whose bound
+    is cast to int32, so the index is not widened to int64 (int64 vector arithmetic is scalar
+    code). ``pid * 0 + blk``: the interpreter's loop variable is a Python int."""
+    start = (pid * 0 + blk).to(tl.int64) * BLOCK
+    return start, idx < tl.minimum(n - start, BLOCK).to(tl.int32)

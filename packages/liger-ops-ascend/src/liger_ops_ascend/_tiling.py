@@ -268,6 +268,12 @@ def plan_flat(
     )
 
 
+def launch_flat(kernel: Any, n: int, p: FlatPlan, hw: hardware.Hardware, *args: object, **constexprs: object) -> None:
+    """Launch an elementwise kernel over ``n`` elements on plan ``p``: its arguments ``args``,
+    ``n``, the plan's block count, BLOCK and ``constexprs`` (swiglu, geglu, relu_squared)."""
+    launch(kernel, p.kernels[0], hw, *args, n, p.n_blocks, BLOCK=p.block, **constexprs)
+
+
 def as_rows(t: torch.Tensor) -> torch.Tensor:
     """``t`` (an input or its incoming gradient) as a ``(-1, hidden)`` view with unit column
     stride and a row stride the int32 tile offsets can hold (a copy only if needed)."""

@@ -28,8 +28,9 @@ from liger_core.ops.geglu import check_args as check_geglu_args
 from liger_core.ops.swiglu import check_args as check_swiglu_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._tiling import FlatPlan, dma, elem_bytes, plan_flat, work
-from liger_ops_ascend.launch import Tile, launch
+from liger_ops_ascend._jit import flat_block, flat_indices
+from liger_ops_ascend._tiling import FlatPlan, dma, elem_bytes, launch_flat, plan_flat, work
+from liger_ops_ascend.launch import Tile
 
 SILU = 0
 GELU_TANH = 1
@@ -53,14 +54,9 @@ def _act_and_grad(a, ACT: tl.constexpr):
 
 @triton.jit
 def _glu_forward_kernel(A, B, C, n, n_blocks, ACT: tl.constexpr, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    idx = tl.arange(0, BLOCK)
+    pid, num_programs, idx = flat_indices(BLOCK)
     for blk in range(pid, n_blocks, num_programs):
-        start = (pid * 0 + blk).to(tl.int64) * BLOCK
-        # A load/store mask: the compiler turns it into the DMA's length. The bound is cast to
-        # int32 so the index is not widened to int64 (int64 vector arithmetic is scalar code).
-        mask = idx < tl.minimum(n - start, BLOCK).to(tl.int32)
+        start, mask = flat_block(blk, pid, n, idx, BLOCK)
         # Padded lanes only reach masked-off stores: no fill before the DMA.
         a = tl.load(A + start + idx, mask=mask, care_padding=False)
         b = tl.load(B + start + idx, mask=mask, care_padding=False)
@@ -71,12 +67,9 @@ def _glu_forward_kernel(A, B, C, n, n_blocks, ACT: tl.constexpr, BLOCK: tl.const
 
 @triton.jit
 def _glu_backward_kernel(DC, A, B, DA, DB, n, n_blocks, ACT: tl.constexpr, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    idx = tl.arange(0, BLOCK)
+    pid, num_programs, idx = flat_indices(BLOCK)
     for blk in range(pid, n_blocks, num_programs):
-        start = (pid * 0 + blk).to(tl.int64) * BLOCK
-        mask = idx < tl.minimum(n - start, BLOCK).to(tl.int32)
+        start, mask = flat_block(blk, pid, n, idx, BLOCK)
         dc = tl.load(DC + start + idx, mask=mask, care_padding=False).to(tl.float32)
         a = tl.load(A + start + idx, mask=mask, care_padding=False)
         b = tl.load(B + start + idx, mask=mask, care_padding=False).to(tl.float32)
@@ -126,8 +119,7 @@ def glu_forward(a: torch.Tensor, b: torch.Tensor, act: int, hw: hardware.Hardwar
     c = torch.empty_like(a)
     n = a.numel()
     if n:
-        p = plan_tiles(act, "forward", n, a.dtype, hw)
-        launch(_glu_forward_kernel, p.kernels[0], hw, a, b, c, n, p.n_blocks, ACT=act, BLOCK=p.block)
+        launch_flat(_glu_forward_kernel, n, plan_tiles(act, "forward", n, a.dtype, hw), hw, a, b, c, ACT=act)
     return c
 
 
@@ -139,7 +131,7 @@ def glu_backward(
     n = a.numel()
     if n:
         p = plan_tiles(act, "backward", n, a.dtype, hw)
-        launch(_glu_backward_kernel, p.kernels[0], hw, dc, a, b, da, db, n, p.n_blocks, ACT=act, BLOCK=p.block)
+        launch_flat(_glu_backward_kernel, n, p, hw, dc, a, b, da, db, ACT=act)
     return da, db
 
 

@@ -38,7 +38,7 @@ from liger_core.backend import implements
 from liger_core.ops.group_norm import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._jit import below
+from liger_ops_ascend._jit import below, tile_indices
 from liger_ops_ascend._tiling import FP32, dma, dtype_of, elem_bytes, mask, once, rows_f32, sum_partials, work
 from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
 
@@ -64,10 +64,7 @@ def _group_norm_rows_forward_kernel(
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """Groups of ``group_size`` channels (no spatial axis), ``BLOCK_G`` of them per tile."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    g_idx = tl.arange(0, BLOCK_G)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, g_idx, n_idx = tile_indices(BLOCK_G, BLOCK_N)
     col_mask = n_idx < group_size
     col_live = below(n_idx, group_size)
     tile = g_idx[:, None] * group_size + n_idx[None, :]
@@ -97,10 +94,7 @@ def _group_norm_rows_backward_kernel(
 ):  # fmt: skip
     """Without a spatial axis each (sample, channel) partial is one element: dy * x_hat and dy,
     stored with x's offsets into the ``(batch, channels)`` partials."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    g_idx = tl.arange(0, BLOCK_G)
-    n_idx = tl.arange(0, BLOCK_N)
+    pid, num_programs, g_idx, n_idx = tile_indices(BLOCK_G, BLOCK_N)
     col_mask = n_idx < group_size
     tile = g_idx[:, None] * group_size + n_idx[None, :]
     for blk in range(pid, n_blocks, num_programs):
@@ -155,10 +149,7 @@ def _group_norm_forward_kernel(
     BLOCK_S: tl.constexpr,
     SINGLE_TILE: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    c_idx = tl.arange(0, BLOCK_C)
-    s_idx = tl.arange(0, BLOCK_S)
+    pid, num_programs, c_idx, s_idx = tile_indices(BLOCK_C, BLOCK_S)
     group_size = cpg * spatial
     tile = c_idx[:, None] * spatial + s_idx[None, :]
     if SINGLE_TILE:
@@ -245,10 +236,7 @@ def _group_norm_backward_kernel(
 ):
     """Per group: pass 1 the two coefficients, pass 2 grad_x and the per-channel partials
     (group ``row`` = batch * groups + g owns partial elements ``row * cpg + channel``)."""
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    c_idx = tl.arange(0, BLOCK_C)
-    s_idx = tl.arange(0, BLOCK_S)
+    pid, num_programs, c_idx, s_idx = tile_indices(BLOCK_C, BLOCK_S)
     group_size = cpg * spatial
     tile = c_idx[:, None] * spatial + s_idx[None, :]
     if SINGLE_TILE:

@@ -20,20 +20,16 @@ from liger_core.backend import implements
 from liger_core.ops.relu_squared import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._tiling import FlatPlan, dma, elem_bytes, plan_flat, work
-from liger_ops_ascend.launch import Tile, launch
+from liger_ops_ascend._jit import flat_block, flat_indices
+from liger_ops_ascend._tiling import FlatPlan, dma, elem_bytes, launch_flat, plan_flat, work
+from liger_ops_ascend.launch import Tile
 
 
 @triton.jit
 def _relu_squared_forward_kernel(X, Y, n, n_blocks, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    idx = tl.arange(0, BLOCK)
+    pid, num_programs, idx = flat_indices(BLOCK)
     for blk in range(pid, n_blocks, num_programs):
-        start = (pid * 0 + blk).to(tl.int64) * BLOCK
-        # A load/store mask (the compiler turns it into the DMA's length), its bound cast to
-        # int32 so the index is not widened to int64 (int64 vector arithmetic is scalar code).
-        mask = idx < tl.minimum(n - start, BLOCK).to(tl.int32)
+        start, mask = flat_block(blk, pid, n, idx, BLOCK)
         # Padded lanes only reach masked-off stores: no fill before the DMA.
         x = tl.load(X + start + idx, mask=mask, care_padding=False).to(tl.float32)
         r = tl.where(x > 0.0, x, 0.0)  # an fp32 compare: vectorised
@@ -42,12 +38,9 @@ def _relu_squared_forward_kernel(X, Y, n, n_blocks, BLOCK: tl.constexpr):
 
 @triton.jit
 def _relu_squared_backward_kernel(DY, X, DX, n, n_blocks, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    idx = tl.arange(0, BLOCK)
+    pid, num_programs, idx = flat_indices(BLOCK)
     for blk in range(pid, n_blocks, num_programs):
-        start = (pid * 0 + blk).to(tl.int64) * BLOCK
-        mask = idx < tl.minimum(n - start, BLOCK).to(tl.int32)
+        start, mask = flat_block(blk, pid, n, idx, BLOCK)
         dy = tl.load(DY + start + idx, mask=mask, care_padding=False).to(tl.float32)
         x = tl.load(X + start + idx, mask=mask, care_padding=False).to(tl.float32)
         r = tl.where(x > 0.0, x, 0.0)
@@ -86,8 +79,7 @@ def relu_squared_forward(x: torch.Tensor, hw: hardware.Hardware) -> torch.Tensor
     y = torch.empty_like(x)
     n = x.numel()
     if n:
-        p = plan_tiles("forward", n, x.dtype, hw)
-        launch(_relu_squared_forward_kernel, p.kernels[0], hw, x, y, n, p.n_blocks, BLOCK=p.block)
+        launch_flat(_relu_squared_forward_kernel, n, plan_tiles("forward", n, x.dtype, hw), hw, x, y)
     return y
 
 
@@ -96,8 +88,7 @@ def relu_squared_backward(dy: torch.Tensor, x: torch.Tensor, hw: hardware.Hardwa
     dx = torch.empty_like(x)
     n = x.numel()
     if n:
-        p = plan_tiles("backward", n, x.dtype, hw)
-        launch(_relu_squared_backward_kernel, p.kernels[0], hw, dy, x, dx, n, p.n_blocks, BLOCK=p.block)
+        launch_flat(_relu_squared_backward_kernel, n, plan_tiles("backward", n, x.dtype, hw), hw, dy, x, dx)
     return dx
 
 

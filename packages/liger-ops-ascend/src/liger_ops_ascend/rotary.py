@@ -28,6 +28,7 @@ from liger_core.ops.qwen2vl_mrope import check_args as check_mrope_args
 from liger_core.ops.rope import check_args as check_rope_args
 
 from liger_ops_ascend import hardware
+from liger_ops_ascend._jit import flat_indices
 from liger_ops_ascend._tiling import dma, elem_bytes, mask, once, work
 from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
 
@@ -114,9 +115,7 @@ def _rotary_kernel(
     BLOCK_H: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    num_programs = tl.num_programs(0)
-    cols = tl.arange(0, BLOCK_D)
+    pid, num_programs, cols = flat_indices(BLOCK_D)
     col_mask = cols < half
     # M-RoPE's section of each column, compared in fp32 once (unused without M-RoPE).
     cols_f = cols.to(tl.float32)
