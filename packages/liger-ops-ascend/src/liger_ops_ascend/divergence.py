@@ -34,7 +34,7 @@ from liger_core.ops.kl_div import check_args as check_kl_div_args
 from liger_core.ops.tvd import check_args as check_tvd_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._jit import below, row_block, tile_indices
+from liger_ops_ascend._jit import below, col_tile, row_block, tile_indices
 from liger_ops_ascend._tiling import FP32, RowPlan, dma, elem_bytes, mask, plan_rows, rows_f32, strides_of, work
 from liger_ops_ascend.launch import Tile, launch
 
@@ -69,8 +69,7 @@ def _divergence_kernel(
         # Outputs of this package's own making are dense (tokens, vocab).
         o_tile = base * n_cols + m_idx[:, None] * n_cols
         for c in range(n_chunks):
-            cols = c * BLOCK_N + n_idx
-            mask = row_mask[:, None] & (cols < n_cols)[None, :]
+            cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
             live = keep[:, None] & below(n_idx, n_cols - c * BLOCK_N)[None, :]
             x = tl.load(x_tile + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             y = tl.load(y_tile + cols[None, :], mask=mask, other=0.0).to(tl.float32)

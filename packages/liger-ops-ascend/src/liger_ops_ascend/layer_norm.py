@@ -24,7 +24,7 @@ from liger_core.backend import implements
 from liger_core.ops.layer_norm import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._jit import below, row_block, tile_indices, tile_ptrs
+from liger_ops_ascend._jit import below, col_tile, row_block, tile_indices, tile_ptrs
 from liger_ops_ascend._tiling import (
     FP32,
     RowPlan,
@@ -105,8 +105,7 @@ def _layer_norm_forward_kernel(
             s1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
             s2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
             for c in range(n_chunks):
-                cols = c * BLOCK_N + n_idx
-                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
                 xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
                 d = tl.where(below(n_idx, n_cols - c * BLOCK_N)[None, :], xf - shift, 0.0)
                 s1 += tl.sum(d, axis=1)

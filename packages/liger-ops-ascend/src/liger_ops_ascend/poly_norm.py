@@ -23,7 +23,7 @@ from liger_core.backend import implements
 from liger_core.ops.poly_norm import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._jit import row_block, tile_indices
+from liger_ops_ascend._jit import col_tile, row_block, tile_indices
 from liger_ops_ascend._tiling import (
     FP32,
     RowPlan,
@@ -38,6 +38,12 @@ from liger_ops_ascend._tiling import (
     work,
 )
 from liger_ops_ascend.launch import Tile, launch
+
+
+@triton.jit
+def _weights(W):
+    """The three weights ``(w0, w1, w2)`` of x^3, x^2 and x, in fp32."""
+    return tl.load(W).to(tl.float32), tl.load(W + 1).to(tl.float32), tl.load(W + 2).to(tl.float32)
 
 
 @triton.jit
@@ -60,9 +66,7 @@ def _poly_norm_forward_kernel(
 ):
     """RSTD[:, row] = (r1, r2, r3), the reciprocal RMS of x, x^2 and x^3."""
     pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
-    w0 = tl.load(W).to(tl.float32)
-    w1 = tl.load(W + 1).to(tl.float32)
-    w2 = tl.load(W + 2).to(tl.float32)
+    w0, w1, w2 = _weights(W)
     bias = tl.load(B).to(tl.float32)
     for blk in range(pid, n_blocks, num_programs):
         row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
@@ -83,8 +87,7 @@ def _poly_norm_forward_kernel(
             s4 = tl.zeros((BLOCK_M,), dtype=tl.float32)
             s6 = tl.zeros((BLOCK_M,), dtype=tl.float32)
             for c in range(n_chunks):
-                cols = c * BLOCK_N + n_idx
-                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
                 xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
                 x2 = xf * xf
                 s2 += tl.sum(x2, axis=1)
@@ -94,8 +97,7 @@ def _poly_norm_forward_kernel(
             r2 = tl.math.rsqrt(s4 / n_cols + eps)
             r3 = tl.math.rsqrt(s6 / n_cols + eps)
             for c in range(n_chunks):
-                cols = c * BLOCK_N + n_idx
-                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
                 xf = tl.load(x_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32)
                 x2 = xf * xf
                 y = (w0 * r3)[:, None] * (x2 * xf) + (w1 * r2)[:, None] * x2 + (w2 * r1)[:, None] * xf + bias
@@ -127,9 +129,7 @@ def _poly_norm_backward_kernel(
 ):
     """PARTIAL[pid] = (grad_w0, grad_w1, grad_w2, grad_b) over the program's rows."""
     pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
-    w0 = tl.load(W).to(tl.float32)
-    w1 = tl.load(W + 1).to(tl.float32)
-    w2 = tl.load(W + 2).to(tl.float32)
+    w0, w1, w2 = _weights(W)
     acc1 = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc2 = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc3 = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -165,8 +165,7 @@ def _poly_norm_backward_kernel(
             d3 = tl.zeros((BLOCK_M,), dtype=tl.float32)
             d0 = tl.zeros((BLOCK_M,), dtype=tl.float32)
             for c in range(n_chunks):
-                cols = c * BLOCK_N + n_idx
-                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
                 xf = tl.load(x_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
                 dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
                 dyx = dy * xf
@@ -179,8 +178,7 @@ def _poly_norm_backward_kernel(
             a3 = d3 * r3 / n_cols
             # Pass 2: grad_x.
             for c in range(n_chunks):
-                cols = c * BLOCK_N + n_idx
-                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
                 xf = tl.load(x_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32)
                 dy = tl.load(dy_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32)
                 x2 = xf * xf

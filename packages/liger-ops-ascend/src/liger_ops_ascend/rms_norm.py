@@ -36,7 +36,7 @@ from liger_core.ops.fused_add_rms_norm import check_args as check_fused_add_args
 from liger_core.ops.rms_norm import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._jit import row_block, tile_indices, tile_ptrs
+from liger_ops_ascend._jit import col_tile, row_block, tile_indices, tile_ptrs
 from liger_ops_ascend._tiling import (
     FP32,
     RowPlan,
@@ -130,8 +130,7 @@ def _rms_norm_forward_kernel(
             # Pass 1: sum of squares over the row's chunks.
             sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
             for c in range(n_chunks):
-                cols = c * BLOCK_N + n_idx
-                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
                 x = tl.load(x_base + x_tile + cols[None, :], mask=mask, other=0.0)
                 if HAS_RESIDUAL:
                     r = tl.load(r_base + r_tile + cols[None, :], mask=mask, other=0.0)

@@ -15,7 +15,7 @@ from liger_core.backend import implements
 from liger_core.ops.softmax import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._jit import online_lse_step, row_block, tile_indices
+from liger_ops_ascend._jit import col_tile, online_lse_step, row_block, tile_indices
 from liger_ops_ascend._tiling import (
     RowPlan,
     as_rows,
@@ -54,14 +54,12 @@ def _softmax_forward_kernel(
             run_max = tl.full((BLOCK_M,), -float("inf"), tl.float32)
             run_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
             for c in range(n_chunks):
-                cols = c * BLOCK_N + n_idx
-                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
                 x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
                 run_max, run_sum = online_lse_step(run_max, run_sum, x)
             safe = tl.where(run_max == -float("inf"), 0.0, run_max)
             for c in range(n_chunks):
-                cols = c * BLOCK_N + n_idx
-                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
                 # Padded lanes only reach masked-off stores: no fill.
                 x = tl.load(x_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32)
                 y = tl.exp(x - safe[:, None]) / run_sum[:, None]
@@ -89,14 +87,12 @@ def _softmax_backward_kernel(
         else:
             dot = tl.zeros((BLOCK_M,), dtype=tl.float32)
             for c in range(n_chunks):
-                cols = c * BLOCK_N + n_idx
-                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
                 y = tl.load(y_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
                 dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
                 dot += tl.sum(dy * y, axis=1)
             for c in range(n_chunks):
-                cols = c * BLOCK_N + n_idx
-                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
                 y = tl.load(y_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32)
                 dy = tl.load(dy_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32)
                 tl.store(dx_base + cols[None, :], (y * (dy - dot[:, None])).to(DX.dtype.element_ty), mask=mask)

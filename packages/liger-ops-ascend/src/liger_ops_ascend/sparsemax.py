@@ -21,7 +21,7 @@ from liger_core.backend import implements
 from liger_core.ops.sparsemax import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._jit import row_block, tile_indices
+from liger_ops_ascend._jit import col_tile, row_block, tile_indices
 from liger_ops_ascend._tiling import (
     RowPlan,
     as_rows,
@@ -85,8 +85,7 @@ def _sparsemax_forward_kernel(
         else:
             hi = tl.full((BLOCK_M,), -float("inf"), tl.float32)
             for c in range(n_chunks):
-                cols = c * BLOCK_N + n_idx
-                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
                 x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
                 hi = tl.maximum(hi, tl.max(x, axis=1), propagate_nan=tl.PropagateNan.ALL)
             hi = tl.where(hi == -float("inf"), 0.0, hi)
@@ -95,8 +94,7 @@ def _sparsemax_forward_kernel(
                 mid = 0.5 * (lo + hi)
                 f = tl.zeros((BLOCK_M,), dtype=tl.float32)
                 for c in range(n_chunks):
-                    cols = c * BLOCK_N + n_idx
-                    mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                    cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
                     x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
                     f += _excess(x, mid)
                 above = f >= 1.0
@@ -107,8 +105,7 @@ def _sparsemax_forward_kernel(
                 total = tl.zeros((BLOCK_M,), dtype=tl.float32)
                 count = tl.zeros((BLOCK_M,), dtype=tl.float32)
                 for c in range(n_chunks):
-                    cols = c * BLOCK_N + n_idx
-                    mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                    cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
                     x = tl.load(x_base + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
                     t, k = _support_sums(x, tau)
                     total += t
@@ -117,8 +114,7 @@ def _sparsemax_forward_kernel(
                     count > 0, (total - 1.0) / tl.maximum(count, 1.0, propagate_nan=tl.PropagateNan.ALL), tau
                 )
             for c in range(n_chunks):
-                cols = c * BLOCK_N + n_idx
-                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
                 # Padded lanes only reach masked-off stores: no fill.
                 x = tl.load(x_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32)
                 y = tl.maximum(x - tau[:, None], 0.0, propagate_nan=tl.PropagateNan.ALL)
@@ -149,16 +145,14 @@ def _sparsemax_backward_kernel(
             total = tl.zeros((BLOCK_M,), dtype=tl.float32)
             count = tl.zeros((BLOCK_M,), dtype=tl.float32)
             for c in range(n_chunks):
-                cols = c * BLOCK_N + n_idx
-                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
                 inside = tl.load(y_base + cols[None, :], mask=mask, other=0.0).to(tl.float32) > 0.0
                 dy = tl.load(dy_base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
                 total += tl.sum(tl.where(inside, dy, 0.0), axis=1)
                 count += tl.sum(inside.to(tl.float32), axis=1)
             mean = total / tl.maximum(count, 1.0, propagate_nan=tl.PropagateNan.ALL)
             for c in range(n_chunks):
-                cols = c * BLOCK_N + n_idx
-                mask = row_mask[:, None] & (cols < n_cols)[None, :]
+                cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
                 inside = tl.load(y_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32) > 0.0
                 dy = tl.load(dy_base + cols[None, :], mask=mask, care_padding=False).to(tl.float32)
                 dx = tl.where(inside, dy - mean[:, None], 0.0)
