@@ -129,6 +129,23 @@ def _live(c_idx, s_idx, c_left, s_left):
 
 
 @triton.jit
+def _single_tile_masks(c_idx, s_idx, cpg, spatial):
+    """``(ch_mask, tile_mask, live)`` of a group held in one (channel, spatial) tile: the
+    channels' and the tile's load/store masks, and its in-range mask for arithmetic (fp32)."""
+    ch_mask = c_idx < cpg
+    return ch_mask, ch_mask[:, None] & (s_idx < spatial)[None, :], _live(c_idx, s_idx, cpg, spatial)
+
+
+@triton.jit
+def _group_row(row_i, pid, n_groups, group_size):
+    """``(row, g, base)`` of group row ``row_i`` (sample * groups + g) of a grid-stride loop: the
+    row as a tensor (the interpreter's loop variable is a Python int), its group inside the
+    sample, and its first element's offset (int64)."""
+    row = pid * 0 + row_i
+    return row, row % n_groups, row.to(tl.int64) * group_size
+
+
+@triton.jit
 def _group_norm_forward_kernel(
     X,
     W,
@@ -153,13 +170,9 @@ def _group_norm_forward_kernel(
     group_size = cpg * spatial
     tile = c_idx[:, None] * spatial + s_idx[None, :]
     if SINGLE_TILE:
-        ch_mask = c_idx < cpg
-        tile_mask = ch_mask[:, None] & (s_idx < spatial)[None, :]
-        live = _live(c_idx, s_idx, cpg, spatial)
+        ch_mask, tile_mask, live = _single_tile_masks(c_idx, s_idx, cpg, spatial)
     for row_i in range(pid, n_rows, num_programs):
-        row = pid * 0 + row_i  # a tensor: the interpreter's loop variable is a Python int
-        g = row % n_groups
-        base = row.to(tl.int64) * group_size
+        row, g, base = _group_row(row_i, pid, n_groups, group_size)
         if SINGLE_TILE:
             xf = tl.load(X + base + tile, mask=tile_mask, other=0.0).to(tl.float32)
             mean = tl.sum(tl.sum(xf, axis=1), axis=0) / group_size
@@ -240,13 +253,9 @@ def _group_norm_backward_kernel(
     group_size = cpg * spatial
     tile = c_idx[:, None] * spatial + s_idx[None, :]
     if SINGLE_TILE:
-        ch_mask = c_idx < cpg
-        tile_mask = ch_mask[:, None] & (s_idx < spatial)[None, :]
-        live = _live(c_idx, s_idx, cpg, spatial)
+        ch_mask, tile_mask, live = _single_tile_masks(c_idx, s_idx, cpg, spatial)
     for row_i in range(pid, n_rows, num_programs):
-        row = pid * 0 + row_i  # a tensor: the interpreter's loop variable is a Python int
-        g = row % n_groups
-        base = row.to(tl.int64) * group_size
+        row, g, base = _group_row(row_i, pid, n_groups, group_size)
         mean = tl.load(MEAN + row)
         rstd = tl.load(RSTD + row)
         part = row.to(tl.int64) * cpg  # int64 scalar offset; the channel index stays int32
