@@ -44,6 +44,16 @@ def row_tile(first_row, n_rows, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
+def row_group(rows_per_program, n_rows):
+    """A program's run of ``rows_per_program`` consecutive rows (the last one clipped to
+    ``n_rows``): ``(pid, row_start, row_end)``, ``pid`` the program's slot in the partials."""
+    pid = tl.program_id(0)
+    row_start = pid * rows_per_program
+    row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    return pid, row_start, row_end
+
+
+@triton.jit
 def vocab_tile(n_cols, BLOCK_N: tl.constexpr):
     """A program's place on a (rows, vocabulary tiles) grid: ``(row, tile, cols, mask)``, the
     tile's BLOCK_N column offsets and their mask."""

@@ -17,7 +17,7 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops.layer_norm import check_args
 from liger_ops_cuda import hardware
-from liger_ops_cuda._jit import row_tile
+from liger_ops_cuda._jit import row_group, row_tile
 from liger_ops_cuda._tiling import (
     TilePlan,
     as_rows,
@@ -122,9 +122,7 @@ def _layer_norm_backward_kernel(
 ):
     # grad_x = rstd * (g - mean(g) - x_hat * mean(g * x_hat)), g = dy * weight.
     # PARTIAL holds one fp32 row per program: [grad_weight (n_cols) | grad_bias (n_cols)].
-    pid = tl.program_id(0)
-    row_start = pid * rows_per_program
-    row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    pid, row_start, row_end = row_group(rows_per_program, n_rows)
     cols = tl.arange(0, BLOCK_N)
     dw_row = PARTIAL + pid.to(tl.int64) * (2 * n_cols)
     db_row = dw_row + n_cols

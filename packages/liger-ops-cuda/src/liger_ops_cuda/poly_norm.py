@@ -16,7 +16,7 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops.poly_norm import check_args
 from liger_ops_cuda import hardware
-from liger_ops_cuda._jit import row_tile
+from liger_ops_cuda._jit import row_group, row_tile
 from liger_ops_cuda._tiling import TilePlan, as_rows, backward_programs, grad_rows, plan_norm_rows, sum_partials
 
 
@@ -111,9 +111,7 @@ def _poly_norm_backward_kernel(
     CHUNKED: tl.constexpr,
 ):
     # PARTIAL: one fp32 row of 4 per program: [sum dy*n(x^3), sum dy*n(x^2), sum dy*n(x), sum dy].
-    pid = tl.program_id(0)
-    row_start = pid * rows_per_program
-    row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    pid, row_start, row_end = row_group(rows_per_program, n_rows)
     cols = tl.arange(0, BLOCK_N)
     w0 = tl.load(W).to(tl.float32)
     w1 = tl.load(W + 1).to(tl.float32)

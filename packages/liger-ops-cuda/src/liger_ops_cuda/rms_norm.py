@@ -22,7 +22,7 @@ from liger_core.backend import implements
 from liger_core.ops.fused_add_rms_norm import check_args as check_fused_add_args
 from liger_core.ops.rms_norm import check_args
 from liger_ops_cuda import hardware
-from liger_ops_cuda._jit import row_tile
+from liger_ops_cuda._jit import row_group, row_tile
 from liger_ops_cuda._tiling import (
     TilePlan,
     as_rows,
@@ -175,9 +175,7 @@ def _rms_norm_backward_kernel(
     # grad_w = sum over rows of dy * x_hat (x_hat rounded to x.dtype where the forward rounded it).
     # X is the normalised input (fused_add_rms_norm: the new residual). WRITE_DR: grad_x is also
     # stored to DR_OUT, the residual's gradient in its own dtype.
-    pid = tl.program_id(0)
-    row_start = pid * rows_per_program
-    row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    pid, row_start, row_end = row_group(rows_per_program, n_rows)
     cols = tl.arange(0, BLOCK_N)
     dw_row = DW_PARTIAL + pid.to(tl.int64) * n_cols
 

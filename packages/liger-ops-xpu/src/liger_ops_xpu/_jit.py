@@ -24,6 +24,15 @@ def row_tile(first_row, n_rows, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
+def row_group(tiles_per_program, BLOCK_M: tl.constexpr):
+    """A program's run of ``tiles_per_program`` consecutive BLOCK_M-row tiles (a backward
+    kernel's rows for one partial): ``(pid, first_row)``, ``pid`` the program's partial slot."""
+    pid = tl.program_id(0)
+    first_row = pid * tiles_per_program * BLOCK_M
+    return pid, first_row
+
+
+@triton.jit
 def col_tile(block, n_cols, row_mask, BLOCK_N: tl.constexpr):
     """Column block ``block`` (BLOCK_N wide) of a row tile: the whole row for block 0 of a fused
     plan, one chunk of a wide row, or a 2-D grid's column block. Returns ``(cols, mask)``,

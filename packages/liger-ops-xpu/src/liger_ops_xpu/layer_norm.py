@@ -18,7 +18,7 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops.layer_norm import check_args
 
-from liger_ops_xpu._jit import add_to_partial, col_tile, row_tile
+from liger_ops_xpu._jit import add_to_partial, col_tile, row_group, row_tile
 from liger_ops_xpu._tiling import (
     TilePlan,
     as_rows,
@@ -123,8 +123,7 @@ def _layer_norm_backward_kernel(
 ):
     # grad_x = rstd * (g - mean(g) - x_hat * mean(g * x_hat)), g = dy * w;
     # grad_w = sum over rows of dy * x_hat; grad_b = sum over rows of dy.
-    pid = tl.program_id(0)
-    first_row = pid * tiles_per_program * BLOCK_M
+    pid, first_row = row_group(tiles_per_program, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     dw_base = DW_PARTIAL + pid.to(tl.int64) * n_cols
     db_base = DB_PARTIAL + pid.to(tl.int64) * n_cols

@@ -21,7 +21,7 @@ from liger_core.backend import implements
 from liger_core.ops.poly_norm import check_args
 
 from liger_ops_xpu import hardware
-from liger_ops_xpu._jit import col_tile, row_tile
+from liger_ops_xpu._jit import col_tile, row_group, row_tile
 from liger_ops_xpu._tiling import TilePlan, as_rows, backward_grid, launch_row_tiles, plan_tiles, static_trips
 
 # Partial sums per backward program: grad_w0 (cubic), grad_w1 (square), grad_w2 (linear), grad_b.
@@ -117,8 +117,7 @@ def _poly_norm_backward_kernel(
     N_CHUNKS: tl.constexpr,
     STATIC_TILES: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    first_row = pid * tiles_per_program * BLOCK_M
+    pid, first_row = row_group(tiles_per_program, BLOCK_M)
     w0 = tl.load(W).to(tl.float32)
     w1 = tl.load(W + 1).to(tl.float32)
     w2 = tl.load(W + 2).to(tl.float32)

@@ -27,7 +27,7 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops import fused_add_rms_norm, rms_norm
 
-from liger_ops_xpu._jit import add_to_partial, col_tile, row_tile
+from liger_ops_xpu._jit import add_to_partial, col_tile, row_group, row_tile
 from liger_ops_xpu._tiling import (
     TilePlan,
     as_rows,
@@ -173,10 +173,9 @@ def _rms_norm_backward_kernel(
     # that no later in-place backward can change one through the other).
     # grad_x = rstd * (g - x_hat * mean(g * x_hat)), g = dy * (w + offset);
     # grad_w = sum over rows of dy * x_hat (x_hat rounded to x.dtype where the forward rounded it).
-    pid = tl.program_id(0)
-    # This program owns tiles_per_program consecutive tiles from first_row on. The loop bound is
-    # chosen inline (not assigned) because the interpreter would turn an assigned int into an array.
-    first_row = pid * tiles_per_program * BLOCK_M
+    # The tile loop's bound is chosen inline (not assigned) because the interpreter would turn an
+    # assigned int into an array.
+    pid, first_row = row_group(tiles_per_program, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     dw_base = DW_PARTIAL + pid.to(tl.int64) * n_cols
 
