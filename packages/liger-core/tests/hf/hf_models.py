@@ -230,6 +230,19 @@ def mini_config(model_type: str, size: Size, **overrides):
     return AutoConfig.for_model(_TEXT_CONFIG.get(model_type, model_type), **kw)
 
 
+# Tiny models' logits stay within about +-0.7, where a cap of 30 changes them by less than the tests' tolerances:
+# tests of the logit path use this cap instead, so a soft-cap applied where stock does not (or the reverse) fails.
+BITING_SOFTCAP = 0.25
+
+
+def biting_softcap(model_type: str) -> dict:
+    """``mini_config`` overrides giving ``model_type``'s text config a soft-cap that changes tiny logits, for the
+    families whose logits spec names one (empty for the others)."""
+    if mp.FAMILIES[mp._canonical(model_type)].logits.softcap_attr is None:
+        return {}
+    return {"final_logit_softcapping": BITING_SOFTCAP}
+
+
 def _alternate(size: Size, kind: str) -> list[str]:
     """Layer types: ``kind`` and full attention in turn, over every layer."""
     return [kind, "full_attention"] * (size.layers // 2)
@@ -353,7 +366,12 @@ def _multimodal_config(model_type: str, size: Size, text: dict, overrides: dict)
     elif model_type == "pixtral":  # a LLaVA model with a Pixtral vision tower and a Mistral language model
         kw = dict(
             text_config=dict(text, model_type="mistral"),
-            vision_config=dict(siglip, model_type="pixtral", head_dim=8, hidden_act="silu"),  # pixtral-12b's
+            vision_config=dict(  # pixtral-12b's activation; head_dim is the heads' share of the width
+                siglip,
+                model_type="pixtral",
+                head_dim=v["hidden_size"] // siglip["num_attention_heads"],
+                hidden_act="silu",
+            ),
             image_token_index=IMAGE,
             vision_feature_layer=-1,
             vision_feature_select_strategy="full",  # Pixtral has no CLS token to drop
@@ -443,7 +461,11 @@ def _multimodal_config(model_type: str, size: Size, text: dict, overrides: dict)
         kw = dict(text_config=text, vision_config=vision, **qwen)
     elif model_type in ("glm4v", "glm4v_moe"):
         vision = _qwen_vision(size, **v, out_hidden_size=size.hidden, image_size=16)
-        text = dict(text, **_mrope([1, 1, 0] if half == 4 else mrope, partial_rotary_factor=0.5))
+        # Half the head rotates: the sections split the rotated half's frequencies (head_dim // 4 of them).
+        rotated = half // 2
+        sections = [1, 1] if half == 4 else [rotated // 4, (rotated - rotated // 4) // 2]
+        sections.append(rotated - sum(sections))
+        text = dict(text, **_mrope(sections, partial_rotary_factor=0.5))
         if model_type.endswith("moe"):
             text.update(
                 n_routed_experts=4,
@@ -628,9 +650,10 @@ def variant_config(model_type: str, variant: str, size: Size):
     return config
 
 
-def build(model_type: str, size: Size, dtype: torch.dtype, device: str, state: dict | None = None):
-    """A model from ``mini_config``; ``state`` (a state dict) makes its weights exactly those."""
-    config = mini_config(model_type, size)
+def build(model_type: str, size: Size, dtype: torch.dtype, device: str, state: dict | None = None, **overrides):
+    """A model from ``mini_config`` (``overrides`` passed on); ``state`` (a state dict) makes its weights exactly
+    those."""
+    config = mini_config(model_type, size, **overrides)
     config._attn_implementation = "eager"  # the same attention in both runs, on every device
     torch.manual_seed(0)
     model = auto_class(model_type).from_config(config, dtype=dtype).to(device)

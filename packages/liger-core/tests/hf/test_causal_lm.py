@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_models import SIZES, build, initial_state, stock_transformers
+from hf_models import SIZES, biting_softcap, build, initial_state, stock_transformers
 
 from liger_core.transformers import MODEL_TYPE_TO_APPLY_LIGER_FN
 from liger_core.transformers import monkey_patch as mp
@@ -37,9 +37,10 @@ class _Stock:
 
 def _pair(model_type: str, device: str):
     """(stock model, model with only the forward patched), same weights, fp32."""
-    stock = build(model_type, TINY, torch.float32, device)
+    cap = biting_softcap(model_type)
+    stock = build(model_type, TINY, torch.float32, device, **cap)
     _forward_only(model_type)
-    patched = build(model_type, TINY, torch.float32, device, initial_state(stock))
+    patched = build(model_type, TINY, torch.float32, device, initial_state(stock), **cap)
     return _Stock(stock, model_type), patched
 
 

@@ -20,6 +20,7 @@ from hf_models import (
     MULTIMODAL_FAMILIES,
     SIZES,
     auto_class,
+    biting_softcap,
     mini_config,
     model_inputs,
     require_family,
@@ -47,7 +48,7 @@ def _as_stock(config):
 def _pair(model_type: str):
     """(stock model, patched model with its weights, inputs with labels, fallback warnings of the patched build)."""
     require_family(model_type)
-    config = mini_config(model_type, TINY)
+    config = mini_config(model_type, TINY, **biting_softcap(model_type))
     config._attn_implementation = "eager"
     torch.manual_seed(0)
     stock = auto_class(model_type).from_config(copy.deepcopy(config), dtype=torch.float32)

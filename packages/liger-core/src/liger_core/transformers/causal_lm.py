@@ -16,7 +16,9 @@ The fused loss matches the stock one: labels shifted left by one (or ``shift_lab
 given), mean over non-ignored tokens, or the sum divided by ``num_items_in_batch`` when the
 trainer passes it (gradient accumulation). Gemma 2/3/4's final-logit soft-capping, Granite's
 logit scaling and Falcon-H1's and MuseGlimmer's logit multipliers are applied inside the fused
-loss; MoE families add the router's load-balancing loss as their stock forward does.
+loss where the stock forward applies them (`_stock_logits`: some multimodal classes do not
+soft-cap in some transformers releases); MoE families add the router's load-balancing loss as
+their stock forward does.
 
 The same forward serves the multimodal ``...ForConditionalGeneration`` classes: the base model
 gets the image inputs (``pixel_values``, ``image_grid_thw``, ...) exactly as the stock forward
@@ -110,6 +112,26 @@ def _model_call(stock_forward: Callable) -> tuple[frozenset[str], dict[str, obje
         else:
             return None
     return frozenset(passed), constants
+
+
+def _stock_logits(spec: LogitsSpec, stock_forward: Callable) -> LogitsSpec:
+    """``spec`` without the logit transforms this stock forward does not apply.
+
+    Whether a class applies them changes between transformers releases (Gemma 3's and PaliGemma's
+    ``...ForConditionalGeneration`` soft-cap in some, not in others, whatever the text config says),
+    so an attribute counts only where the stock forward's source names it. Where the source cannot
+    be read, the family's declaration holds.
+    """
+    try:
+        source = inspect.getsource(stock_forward)
+    except (OSError, TypeError):
+        return spec
+    unused = {
+        name: None
+        for name in ("softcap_attr", "scale_attr", "multiplier_attr")
+        if getattr(spec, name) is not None and getattr(spec, name) not in source
+    }
+    return dataclasses.replace(spec, **unused)
 
 
 def _slicer() -> Callable[[torch.Tensor, int | torch.Tensor], torch.Tensor]:
@@ -217,6 +239,7 @@ def make_forward(spec: LogitsSpec, stock_forward: Callable) -> Callable:
     from transformers.utils.generic import can_return_tuple
 
     stock_forward = getattr(stock_forward, "_liger_stock", stock_forward)
+    spec = _stock_logits(spec, stock_forward)
     signature = inspect.signature(stock_forward)
     params = list(signature.parameters.values())[1:]  # without self
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
