@@ -56,9 +56,10 @@ TOP_K = 10
 #
 # For these the test measures the model's own sensitivity in the same run: a control trains stock again from the
 # same weights with each one moved by one rounding step (``_nudged``), and the patched run may differ from stock
-# by CHAOS_FACTOR times the control's gap where that exceeds the fixed bounds (per step for the loss, a running
-# maximum; per parameter; over the eval log-probs). The first step's loss keeps the fixed bound: before any update
-# the two runs see the same weights, so a semantic difference (a missing soft-cap, a wrong norm) shows there.
+# by CHAOS_FACTOR times the control's gap where that exceeds the fixed bounds (for the loss, the control's largest
+# gap after the first step; per parameter; over the eval log-probs). The first step's loss keeps the fixed bound:
+# before any update the two runs see the same weights, so a semantic difference (a missing soft-cap, a wrong norm)
+# shows there.
 #
 # Their fixed bounds in fp32 are wider too (those of routing, the log-probs at bf16's), measured before the control
 # existed: qwen3_moe's probe above falls inside them; mixtral, llama4 and the rest pass within them at tiny size.
@@ -81,7 +82,7 @@ def _nudged(state: dict, seed: int = 99) -> dict:
 
 @dataclass
 class Gaps:
-    """How far one run is from stock: per step (running maximum), per parameter, over the eval log-probs."""
+    """How far one run is from stock: per step, per parameter, over the eval log-probs."""
 
     loss: torch.Tensor
     params: dict[str, float]
@@ -89,7 +90,7 @@ class Gaps:
 
 
 def _gaps(stock, other) -> Gaps:
-    loss = (torch.tensor(other.losses) - torch.tensor(stock.losses)).abs().cummax(0).values
+    loss = (torch.tensor(other.losses) - torch.tensor(stock.losses)).abs()
     params = {name: (other.params[name] - ref).abs().max().item() for name, ref in stock.params.items()}
     top = stock.eval_logprobs.topk(TOP_K, dim=-1)
     logprob = (other.eval_logprobs.gather(-1, top.indices) - top.values).abs().max().item()
@@ -101,8 +102,9 @@ def _compare(stock, patched, dtype, control: Gaps | None = None):
     losses_a, losses_b = torch.tensor(stock.losses), torch.tensor(patched.losses)
     assert torch.isfinite(losses_b).all(), patched.losses
     loss_atol = torch.full_like(losses_a, tol["loss"][0])
-    if control is not None:
-        loss_atol[1:] = torch.maximum(loss_atol[1:], CHAOS_FACTOR * control.loss[1:])
+    if control is not None and len(losses_a) > 1:
+        # The control's largest gap over the steps after the first: when chaos sets in differs from run to run.
+        loss_atol[1:] = torch.clamp(loss_atol[1:], min=CHAOS_FACTOR * control.loss[1:].max().item())
     gap = (losses_b - losses_a).abs()
     bad = gap > loss_atol + tol["loss"][1] * losses_a.abs()
     assert not bad.any(), (
