@@ -4,6 +4,8 @@
 #
 #   bash benchmarks/run_e2e_gpu.sh setup   # transformers + liger-kernel into /tmp/e2e-site, over the host's torch/triton
 #   bash benchmarks/run_e2e_gpu.sh tests   # the transformers tests on the GPU: tiny and mid-size convergence
+#   bash benchmarks/run_e2e_gpu.sh mid [OUT] [-k EXPR]  # the 90 mid-size convergence tests, 4 processes on one GPU;
+#                                          # per shard a log and the gaps (JSON lines) in OUT (default /tmp/mid)
 #   bash benchmarks/run_e2e_gpu.sh bench   # bench_e2e.py: LLaMA-3.2-1B shape, stock vs liger-kernel 0.8.5 vs this project
 #   bash benchmarks/run_e2e_gpu.sh demo    # the main job on the GPU
 #
@@ -29,6 +31,27 @@ case "${1:-}" in
     tests)
         shift
         $PY -m pytest -q -rs -p no:cacheprovider --durations=15 packages/liger-core/tests/hf "$@"
+        ;;
+    mid)
+        shift
+        out=${1:-/tmp/mid}
+        shift || true
+        mkdir -p "$out"
+        # The tests are small for the GPU: four processes side by side take about a third of one's time.
+        $PY -m pytest -q -p no:cacheprovider --collect-only -m mid packages/liger-core/tests/hf "$@" \
+            | grep '::' | sed 's|^tests/|packages/liger-core/tests/|' >"$out/ids.txt"
+        pids=()
+        for i in 0 1 2 3; do
+            awk -v i="$i" 'NR % 4 == i' "$out/ids.txt" >"$out/shard-$i.txt"
+            [ -s "$out/shard-$i.txt" ] || continue
+            LIGER_CONVERGENCE_LOG="$out/gaps-$i.jsonl" $PY -m pytest -q -p no:cacheprovider -m mid --tb=line -rf \
+                $(cat "$out/shard-$i.txt") >"$out/shard-$i.log" 2>&1 &
+            pids+=($!)
+        done
+        status=0
+        for p in "${pids[@]}"; do wait "$p" || status=1; done
+        tail -n 3 "$out"/shard-*.log
+        exit $status
         ;;
     bench)
         shift
