@@ -13,6 +13,7 @@ refuse), for the tests to compare.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import traceback
 from collections.abc import Callable
@@ -23,6 +24,30 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 WORLD = 2
+
+CASES = (
+    "rms_norm-seq",
+    "rms_norm-batch-gemma",
+    "rms_norm-replicated",
+    "fused_add_rms_norm-seq",
+    "layer_norm-seq",
+    "swiglu-colwise",
+    "geglu-colwise",
+    "rope-heads",
+    "rope-heads-unsqueeze2",
+)
+# The error each refused placement raises: (type, message pattern naming the argument).
+ERRORS = {
+    "rms_norm-x-last-dim": ("ValueError", r"rms_norm: x is Shard\(dim=2\) on mesh dim 0, along dim 2"),
+    "rms_norm-weight-sharded": ("ValueError", r"rms_norm: weight must be replicated.*Shard\(dim=0\)"),
+    "rms_norm-x-partial": ("ValueError", r"rms_norm: x is Partial\(sum\).*pending a reduction"),
+    "rms_norm-plain-weight-requires-grad": ("TypeError", r"rms_norm: weight requires grad but is a plain tensor"),
+    "fused_add_rms_norm-misaligned": ("ValueError", r"x and residual combine elementwise and must be sharded alike"),
+    "swiglu-misaligned": ("ValueError", r"swiglu: a and b .*sharded alike; got a.placements=\(Shard\(dim=2\),\)"),
+    "swiglu-plain-b": ("TypeError", r"swiglu: b is a plain tensor while a is a DTensor"),
+    "rope-seq-sharded": ("ValueError", r"rope: q is Shard\(dim=2\) on mesh dim 0, along dim 2"),
+    "layer_norm-bias-sharded": ("ValueError", r"layer_norm: bias must be replicated"),
+}
 
 
 def _entry(rank: int, fn: Callable, init_file: str, out_file: str) -> None:
@@ -200,3 +225,36 @@ def op_cases(mesh) -> dict[str, Any]:
     }
     cases["errors"] = {name: error_of(fn) for name, fn in errors.items()}
     return cases
+
+
+# -- the checks, shared by tests/test_tensor_parallel.py and tests/hf/test_tp_models.py --------
+
+
+def check_case(results: dict, name: str) -> None:
+    """The parallel run's outputs and gradients equal one process's (float32, rtol = atol = 1e-5:
+    each rank computes whole rows; only the weight gradients' sums over rows are split)."""
+    single, parallel = results[name]["single"], results[name]["parallel"]
+    assert set(single) == set(parallel)
+    for key in single:
+        torch.testing.assert_close(parallel[key], single[key], rtol=1e-5, atol=1e-5, msg=lambda m: f"{name} {key}: {m}")
+
+
+def check_placements(results: dict) -> None:
+    """A norm weight's gradient from sequence-sharded rows is Partial(sum), as torch's own
+    RMSNorm gives it on the same placements; from replicated rows, Replicate. The inputs'
+    gradients keep the inputs' placements."""
+    torch_seq = results["torch_rms_norm-seq"]["placements"]["weight"]
+    assert torch_seq == "(Partial(sum),)"
+    for name in ("rms_norm-seq", "rms_norm-batch-gemma", "fused_add_rms_norm-seq"):
+        assert results[name]["placements"]["weight"] == torch_seq, name
+    assert results["layer_norm-seq"]["placements"] == {"x": "(Shard(dim=1),)", "weight": torch_seq, "bias": torch_seq}
+    assert results["rms_norm-replicated"]["placements"]["weight"] == "(Replicate(),)"
+    assert results["swiglu-colwise"]["placements"] == {"a": "(Shard(dim=2),)", "b": "(Shard(dim=2),)"}
+    assert results["rope-heads"]["placements"] == {"q": "(Shard(dim=1),)", "k": "(Shard(dim=1),)"}
+
+
+def check_error(results: dict, name: str) -> None:
+    got = results["errors"][name]
+    assert got is not None, f"{name}: no error raised"
+    kind, pattern = ERRORS[name]
+    assert got[0] == kind and re.search(pattern, got[1]), got

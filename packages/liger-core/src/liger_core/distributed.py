@@ -39,6 +39,28 @@ def _contiguous_stride(shape: torch.Size) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
+def _waited(t: torch.Tensor) -> torch.Tensor:
+    """A plain tensor for the kernels: a DTensor fresh from a collective (an embedding's
+    reduce-scatter) holds an AsyncCollectiveTensor, a wrapper without storage of its own.
+    ``wait_tensor`` on the wrapper itself keeps the autograd graph (its backward is the identity)."""
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor, wait_tensor
+
+    return wait_tensor(t) if isinstance(t, AsyncCollectiveTensor) else t
+
+
+class _WaitGrad(torch.autograd.Function):
+    """The identity, whose backward hands the kernels a plain gradient: the gradient of an
+    output comes back through the DTensor's redistribution, an AsyncCollectiveTensor too."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return _waited(grad)
+
+
 def call(op: str, args: tuple) -> Any:
     """Run ``op`` on its contract arguments ``args`` (positional, every one given), some of which
     may be DTensors: locally on each rank's shards where the declaration allows it."""
@@ -110,7 +132,7 @@ def call(op: str, args: tuple) -> Any:
                     f"got placements {tuple(t.placements)}"
                 )
             grad = [Partial() if i in sharded_mesh_dims else Replicate() for i in range(mesh.ndim)]
-            local[names.index(name)] = t.to_local(grad_placements=grad)
+            local[names.index(name)] = _waited(t.to_local(grad_placements=grad))
         elif isinstance(t, torch.Tensor) and t.requires_grad and sharded_mesh_dims:
             # Its gradient would hold only this rank's rows' share, silently.
             raise TypeError(
@@ -118,13 +140,15 @@ def call(op: str, args: tuple) -> Any:
                 f"replicated DTensor (distribute_tensor(..., placements=[Replicate()]), as SequenceParallel does)"
             )
     for name in sharding.inputs:
-        local[names.index(name)] = named[name].to_local()
+        local[names.index(name)] = _waited(named[name].to_local())
 
     out = resolve(op, local[names.index(sharding.inputs[0])].device)(*local)
     outs = out if isinstance(out, tuple) else (out,)
     wrapped = []
     for o, source in zip(outs, sharding.outputs):
         like = named[source]
+        if o.requires_grad:
+            o = _WaitGrad.apply(o)
         if o.is_contiguous():
             stride = _contiguous_stride(like.shape)
         else:
