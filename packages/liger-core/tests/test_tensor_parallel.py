@@ -37,3 +37,25 @@ def test_replicated_parameter_gradients(results):
 @pytest.mark.parametrize("name", sorted(tp_harness.ERRORS))
 def test_refused_placements(results, name):
     tp_harness.check_error(results, name)
+
+
+SHARDED_OPS = ("rms_norm", "fused_add_rms_norm", "layer_norm", "swiglu", "geglu", "rope")
+
+
+def test_declarations():
+    """Each declared sharding names the op's own arguments and outputs, and the functional entry
+    point routes DTensors to it (every op the cases above run, and no other, declares one)."""
+    import inspect
+
+    from liger_core import functional
+    from liger_core.interface import CATALOGUE
+
+    assert sorted(name for name, op in CATALOGUE.items() if op.sharding is not None) == sorted(SHARDED_OPS)
+    for name in SHARDED_OPS:
+        op = CATALOGUE[name]
+        s = op.sharding
+        params = set(op.signature.parameters)
+        assert set(s.inputs) | set(s.replicated) <= params, name
+        assert set(s.outputs) <= set(s.inputs) and len(s.outputs) == len(op.outputs), name
+        source = inspect.getsource(getattr(functional, f"liger_{name}"))
+        assert f'distributed.call("{name}"' in source, name
