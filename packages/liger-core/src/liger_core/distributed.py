@@ -23,6 +23,7 @@ torch.distributed.tensor is imported on the first DTensor call only; plain tenso
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -37,6 +38,11 @@ def _contiguous_stride(shape: torch.Size) -> tuple[int, ...]:
         stride.append(acc)
         acc *= max(n, 1)
     return tuple(reversed(stride))
+
+
+@functools.cache
+def _parameters(op: str) -> tuple[str, ...]:
+    return tuple(CATALOGUE[op].signature.parameters)
 
 
 def _waited(t: torch.Tensor) -> torch.Tensor:
@@ -67,7 +73,7 @@ def call(op: str, args: tuple) -> Any:
     from torch.distributed.tensor import DTensor, Partial, Replicate
 
     spec = CATALOGUE[op]
-    named = dict(zip(spec.signature.parameters, args))
+    named = dict(zip(_parameters(op), args))
     dtensors = {n: v for n, v in named.items() if isinstance(v, DTensor)}
     if not dtensors:  # another tensor subclass (a Parameter): the ordinary path
         return resolve(op, args[0].device)(*args)
@@ -122,7 +128,7 @@ def call(op: str, args: tuple) -> Any:
             )
 
     local = list(args)
-    names = list(named)
+    names = _parameters(op)
     for name in sharding.replicated:
         t = named[name]
         if isinstance(t, DTensor):
