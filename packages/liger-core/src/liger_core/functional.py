@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import torch
 
+from liger_core import distributed
 from liger_core.registry import resolve
+
+# A DTensor (tensor parallelism) takes `liger_core.distributed.call`; testing the first argument's
+# type is the whole cost to plain tensors.
+Tensor = torch.Tensor
 
 
 def liger_rms_norm(
@@ -16,6 +21,8 @@ def liger_rms_norm(
     in_place: bool = False,
 ) -> torch.Tensor:
     """RMSNorm; see `liger_core.ops.rms_norm.rms_norm` for the contract."""
+    if type(x) is not Tensor:
+        return distributed.call("rms_norm", (x, weight, eps, offset, casting_mode, in_place))
     return resolve("rms_norm", x.device)(x, weight, eps, offset, casting_mode, in_place)
 
 
@@ -30,6 +37,8 @@ def liger_fused_add_rms_norm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Residual add + RMSNorm, returning ``(y, x + residual)``; see
     `liger_core.ops.fused_add_rms_norm.fused_add_rms_norm` for the contract."""
+    if type(x) is not Tensor:
+        return distributed.call("fused_add_rms_norm", (x, residual, weight, eps, offset, casting_mode, in_place))
     return resolve("fused_add_rms_norm", x.device)(x, residual, weight, eps, offset, casting_mode, in_place)
 
 
@@ -40,6 +49,8 @@ def liger_layer_norm(
     eps: float = 1e-5,
 ) -> torch.Tensor:
     """LayerNorm over the last dimension; see `liger_core.ops.layer_norm.layer_norm` for the contract."""
+    if type(x) is not Tensor:
+        return distributed.call("layer_norm", (x, weight, bias, eps))
     return resolve("layer_norm", x.device)(x, weight, bias, eps)
 
 
@@ -67,11 +78,15 @@ def liger_dyt(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: t
 
 def liger_swiglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
     """``silu(a) * b``; see `liger_core.ops.swiglu.swiglu` for the contract (``in_place`` included)."""
+    if type(a) is not Tensor:
+        return distributed.call("swiglu", (a, b, in_place))
     return resolve("swiglu", a.device)(a, b, in_place)
 
 
 def liger_geglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
     """``gelu_tanh(a) * b``; see `liger_core.ops.geglu.geglu` for the contract."""
+    if type(a) is not Tensor:
+        return distributed.call("geglu", (a, b, in_place))
     return resolve("geglu", a.device)(a, b, in_place)
 
 
@@ -84,6 +99,8 @@ def liger_rope(
     unsqueeze_dim: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate-half RoPE on q and k; see `liger_core.ops.rope.rope` for the contract."""
+    if type(q) is not Tensor:
+        return distributed.call("rope", (q, k, cos, sin, position_ids, unsqueeze_dim))
     return resolve("rope", q.device)(q, k, cos, sin, position_ids, unsqueeze_dim)
 
 

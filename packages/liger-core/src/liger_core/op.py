@@ -170,6 +170,29 @@ class Checks:
 
 
 @dataclass(frozen=True)
+class Sharding:
+    """Where an op's math is local, so that it runs on DTensor inputs shard by shard
+    (tensor and sequence parallelism; `liger_core.distributed` does the running).
+
+    - ``inputs``: the activations the op maps, sharded as a parallel plan shards them.
+    - ``across(args)``: the dims of the inputs the op computes across (a norm's last dim, the
+      rotated head dim): an input sharded on one of them cannot run locally. Negative dims count
+      from the end.
+    - ``aligned``: the inputs combine elementwise, so they must be sharded alike.
+    - ``replicated``: arguments broadcast over the inputs (norm weights, cos/sin), which every
+      rank must hold whole. The gradient of one is a sum over the inputs' rows, so along a mesh
+      dim that shards an input it comes back ``Partial(sum)``, as torch's own ops return it.
+    - ``outputs``: per output, the input whose placements and global shape it takes.
+    """
+
+    inputs: tuple[str, ...]
+    across: Callable[[Args], tuple[int, ...]]
+    outputs: tuple[str, ...]
+    aligned: bool = False
+    replicated: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Op:
     """One op of the interface, declared once (see the module docstring).
 
@@ -189,6 +212,7 @@ class Op:
         errors: bad inputs and the errors they raise.
         checks: how results are compared (see `Checks`).
         bench: the benchmark spec, or None.
+        sharding: how it runs on DTensor inputs (see `Sharding`); None: it does not.
     """
 
     reference: Callable
@@ -203,6 +227,7 @@ class Op:
     no_grad_outputs: tuple[str, ...] = ()
     checks: Checks = field(default_factory=Checks)
     bench: Any = None  # liger_core.bench.spec.BenchSpec (not imported here: the bench is optional)
+    sharding: Sharding | None = None
 
     @property
     def name(self) -> str:

@@ -6,9 +6,12 @@ from __future__ import annotations
 import torch
 
 from liger_core.bench import spec as B
-from liger_core.op import Checks, bad, on_other_device, sample
+from liger_core.op import Checks, Sharding, bad, on_other_device, sample
 from liger_core.ops import _samples as S
 from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device
+
+# Elementwise: a and b may be sharded on any dim (a colwise gate/up plan shards the last), alike.
+SHARDING = Sharding(inputs=("a", "b"), across=lambda args: (), outputs=("a",), aligned=True)
 
 
 def check_glu_args(op: str, a: torch.Tensor, b: torch.Tensor, in_place: bool) -> None:

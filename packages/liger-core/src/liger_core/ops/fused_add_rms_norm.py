@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from liger_core.bench import spec as B
-from liger_core.op import Checks, Op, bad, sample
+from liger_core.op import Checks, Op, Sharding, bad, sample
 from liger_core.ops import _samples as S
 from liger_core.ops import rms_norm as _rms_norm
 from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_rows, check_same_device
@@ -151,6 +151,9 @@ OP = Op(
     math=math,
     grads=("x", "residual", "weight"),
     outputs=("y", "new_residual"),
+    sharding=Sharding(
+        inputs=("x", "residual"), across=lambda a: (-1,), outputs=("x", "x"), aligned=True, replicated=("weight",)
+    ),
     samples=samples,
     smoke=S.row_smoke(args),
     error_sample=sample(args, shape=(4, 16)),

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from liger_core.bench import spec as B
-from liger_core.op import Checks, Op, bad, sample
+from liger_core.op import Checks, Op, Sharding, bad, sample
 from liger_core.ops import _samples as S
 from liger_core.ops._checks import FLOAT_DTYPES, check_eps, check_param, check_rows, param_ok
 
@@ -111,6 +111,7 @@ OP = Op(
     since=(1, 1),
     math=math,
     grads=("x", "weight", "bias"),
+    sharding=Sharding(inputs=("x",), across=lambda a: (-1,), outputs=("x",), replicated=("weight", "bias")),
     samples=samples,
     smoke=S.row_smoke(args),
     error_sample=sample(args, shape=(4, 16)),

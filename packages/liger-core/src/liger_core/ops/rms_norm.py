@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from liger_core.bench import spec as B
-from liger_core.op import Checks, Op, bad, sample
+from liger_core.op import Checks, Op, Sharding, bad, sample
 from liger_core.ops import _samples as S
 from liger_core.ops._checks import FLOAT_DTYPES, check_eps, check_param, check_rows, param_ok
 
@@ -176,11 +176,16 @@ def _torch_rms_norm(x, weight=None, eps=1e-6, offset=0.0, casting_mode="llama", 
     return (offset + weight) * h.to(x.dtype)
 
 
+# Rows are independent: x may be sharded on any dim but the normalised last one (sequence
+# parallelism shards dim 1); the weight is replicated.
+SHARDING = Sharding(inputs=("x",), across=lambda a: (-1,), outputs=("x",), replicated=("weight",))
+
 OP = Op(
     rms_norm,
     since=(1, 0),
     math=math,
     grads=("x", "weight"),
+    sharding=SHARDING,
     samples=samples,
     smoke=S.row_smoke(args),
     error_sample=sample(args, shape=(4, 16)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from liger_core.bench import spec as B
-from liger_core.op import Op, bad, sample
+from liger_core.op import Op, Sharding, bad, sample
 from liger_core.ops import _rope
 from liger_core.ops import _samples as S
 
@@ -132,12 +132,23 @@ def samples():
     yield from S.grid(fused_qkv_args, dict(unsqueeze_dim=(1, 2)))
 
 
+def _across_heads(a: dict) -> tuple[int, ...]:
+    # Each head rotates alone with the cos/sin it shares with the others: q and k may be
+    # sharded on the heads dim (where cos/sin are unsqueezed; a colwise q/k projection), on no other.
+    nd = a["q"].ndim
+    heads = a["unsqueeze_dim"] % nd
+    return tuple(d for d in range(nd) if d != heads)
+
+
 OP = Op(
     rope,
     since=(1, 2),
     math=math,
     grads=("q", "k"),
     outputs=("q_out", "k_out"),
+    sharding=Sharding(
+        inputs=("q", "k"), across=_across_heads, outputs=("q", "k"), replicated=("cos", "sin", "position_ids")
+    ),
     samples=samples,
     smoke=_rope.smoke(args),
     error_sample=sample(args),

@@ -51,6 +51,7 @@ OP = Op(
     since=(1, 2),
     math=math,
     grads=("a", "b"),
+    sharding=_glu.SHARDING,
     samples=_glu.samples,
     smoke=_glu.SMOKE,
     error_sample=_glu.ERROR_SAMPLE,
