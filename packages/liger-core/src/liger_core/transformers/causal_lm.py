@@ -38,7 +38,7 @@ import torch
 from torch import nn
 from torch.nn import functional as torch_F
 
-from liger_core.transformers.layers import require_op, tensor_reason
+from liger_core.transformers.layers import require_op, tensor_reason, warn_fallback
 from liger_core.transformers.sharding import call_head, stock_head_class, unwrap_head
 
 
@@ -141,7 +141,7 @@ def _head_reason(model: nn.Module, causal_lm_loss: Callable) -> str | None:
     cls = stock_head_class(inner)
     # Exactly nn.Linear: a wrapped head (a PEFT LoRA layer, a quantized layer) computes more than weight @ h.
     if cls is not nn.Linear:
-        return f"lm_head is a {cls.__module__}.{cls.__qualname__}, not a torch.nn.Linear"
+        return f"lm_head is a {cls.__qualname__} ({cls.__module__}), not a torch.nn.Linear"
     if model.loss_function is not causal_lm_loss:
         return "the model's loss_function is not transformers' ForCausalLMLoss"
     weight = inner.weight
@@ -332,8 +332,13 @@ def make_forward(spec: LogitsSpec, stock_forward: Callable) -> Callable:
                 and has_targets
                 and _keeps_all(given.get("logits_to_keep", 0))
                 and all(given.get(name, default) is default for name, default in unknown.items())
-                and _head_reason(self, ForCausalLMLoss) is None
             )
+            if fuse:
+                reason = _head_reason(self, ForCausalLMLoss)
+                if reason is not None:
+                    # A training call the fused loss would take but for the head or loss: say why logits appear.
+                    warn_fallback(f"{type(self).__name__}'s fused linear cross-entropy", reason)
+                    fuse = False
             return fused(self, **given) if fuse else stock_forward(self, *args, **kwargs)
         if not has_targets:
             raise ValueError("skip_logits=True needs labels (or shift_labels): there is nothing else to return")
