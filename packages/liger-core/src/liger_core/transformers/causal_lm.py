@@ -18,6 +18,12 @@ trainer passes it (gradient accumulation). Gemma 2/3/4's final-logit soft-cappin
 logit scaling and Falcon-H1's and MuseGlimmer's logit multipliers are applied inside the fused
 loss; MoE families add the router's load-balancing loss as their stock forward does.
 
+Where a sharding wrapper owns the LM head's weight (FSDP2 ``fully_shard(lm_head)``, FSDP1 with the
+head its own unit, DeepSpeed ZeRO-3), the fused loss runs inside the head's own call, so the
+wrapper gathers the weight and routes its gradient back to the shard (see `sharding`). A head
+whose class is not exactly ``nn.Linear`` (a PEFT LoRA head, a quantized layer) or a custom
+``loss_function`` runs the stock forward and warns once with the reason.
+
 The same forward serves the multimodal ``...ForConditionalGeneration`` classes: the base model
 gets the image inputs (``pixel_values``, ``image_grid_thw``, ...) exactly as the stock forward
 hands them over, read from the stock forward's own source (see `_model_call`).
