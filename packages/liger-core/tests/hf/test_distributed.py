@@ -299,3 +299,37 @@ def test_single_process_references_agree_stock_and_patched(single):
     one is equal to both), and the patched one took the fused path."""
     assert all(single["patched"]["fused"]) and not any(single["stock"]["fused"])
     torch.testing.assert_close(single["patched"]["losses"], single["stock"]["losses"], **LOSS_TOL)
+
+
+def test_a_partitioned_head_is_gathered_by_its_own_call():
+    """In one process, a head that holds its weight only inside its call, as ZeRO-3 does (an empty partition
+    outside, marked with ``ds_id``; a forward pre-hook gathers it): the fused loss runs inside that call, equals
+    stock's in loss and every gradient, and the head's forward is its class's again afterwards."""
+    stock = build("llama", TINY, torch.float32, "cpu")
+    state = stock.state_dict()
+    apply_liger_kernel_to_llama()
+    patched = build("llama", TINY, torch.float32, "cpu", state)
+    head = patched.lm_head
+    full = head.weight.detach().clone()
+    head.weight.data = torch.empty(0)
+    head.weight.ds_id = 0
+    gathered = []
+
+    def gather(module, args):
+        module.weight.data = full
+        gathered.append(module.weight.shape)
+
+    head.register_forward_pre_hook(gather)
+    batch = batches(TINY, 1, "cpu")[0]
+    patched.train(), stock.train()
+    out = patched(**batch)
+    assert out.logits is None and gathered == [full.shape]
+    assert "forward" not in head.__dict__, "the head's forward redirection outlived its call"
+    with stock_transformers(apply_liger_kernel_to_llama):
+        ref = stock(**batch)
+        ref.loss.backward()
+    out.loss.backward()
+    torch.testing.assert_close(out.loss, ref.loss, **LOSS_TOL)
+    ref_grads = dict(stock.named_parameters())
+    for name, p in patched.named_parameters():
+        torch.testing.assert_close(p.grad, ref_grads[name].grad, **GRAD_TOL, msg=name)
