@@ -15,6 +15,7 @@ the wrapper's own machinery.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import torch
@@ -22,7 +23,8 @@ from torch import nn
 
 
 def _fsdp2_module_class() -> type | None:
-    if not torch.distributed.is_available():
+    # A model wrapped by FSDP has imported it: a plain model's forward never pays for importing it.
+    if "torch.distributed.fsdp" not in sys.modules:
         return None
     try:
         from torch.distributed.fsdp import FSDPModule
@@ -32,7 +34,7 @@ def _fsdp2_module_class() -> type | None:
 
 
 def _fsdp1_class() -> type | None:
-    if not torch.distributed.is_available():
+    if "torch.distributed.fsdp" not in sys.modules:
         return None
     try:
         from torch.distributed.fsdp import FullyShardedDataParallel
