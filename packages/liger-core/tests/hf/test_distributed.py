@@ -8,8 +8,13 @@ every batch, under:
 - ``fsdp1_head_unit``: FSDP1 (``use_orig_params=True``) with each decoder layer and the LM head
   a unit of their own, the rest in the root: the head's weight is a flat shard view outside its call;
 - ``fsdp1_root``: FSDP1 (``use_orig_params=False``), one unit for the whole model: the head's
-  weight is unsharded while the root's forward runs;
-- ``zero3``: DeepSpeed ZeRO-3 (``DS_ACCELERATOR=cpu``), where deepspeed is installed.
+  weight is unsharded while the root's forward runs (FSDP1 gathers no gradients with
+  ``use_orig_params=False``: losses and final parameters only);
+- ``zero3``: DeepSpeed ZeRO-3 (``DS_ACCELERATOR=cpu``, every parameter partitioned), where
+  deepspeed is installed (the ``hf-deepspeed`` nox session; ``LIGER_HF_DEEPSPEED=1`` makes its
+  absence a failure).
+
+All selected scenarios run in one pair of spawned processes (about a minute on 2 idle cores).
 
 Each rank's loss is its sum over the global number of target tokens (``num_items_in_batch``)
 times the world size, as transformers' Trainer computes it with ``average_tokens_across_devices``:
