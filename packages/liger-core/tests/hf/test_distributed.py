@@ -14,7 +14,7 @@ every batch, under:
   deepspeed is installed (the ``hf-deepspeed`` nox session; ``LIGER_HF_DEEPSPEED=1`` makes its
   absence a failure).
 
-All selected scenarios run in one pair of spawned processes (about a minute on 2 idle cores).
+All selected scenarios run in one pair of spawned processes (one start-up of torch and transformers each).
 
 Each rank's loss is its sum over the global number of target tokens (``num_items_in_batch``)
 times the world size, as transformers' Trainer computes it with ``average_tokens_across_devices``:
