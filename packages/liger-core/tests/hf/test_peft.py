@@ -40,11 +40,11 @@ def _lora(model, targets: list[str]):
     return peft.get_peft_model(model, config)
 
 
-def _train(model) -> tuple[list[float], list[bool], dict[str, torch.Tensor]]:
+def _train(model, device: str) -> tuple[list[float], list[bool], dict[str, torch.Tensor]]:
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LR, eps=1e-6)
     model.train()
     losses, fused = [], []
-    for batch in batches(TINY, STEPS, "cpu"):
+    for batch in batches(TINY, STEPS, device):
         out = model(**batch)
         out.loss.backward()
         opt.step()
@@ -55,15 +55,15 @@ def _train(model) -> tuple[list[float], list[bool], dict[str, torch.Tensor]]:
 
 
 @pytest.mark.parametrize("where", list(TARGETS))
-def test_lora_matches_stock(where, monkeypatch):
+def test_lora_matches_stock(where, monkeypatch, device):
     # Stock first, before the class-level patch exists (it would reach a stock model's forward and RoPE too).
-    stock = build("llama", TINY, torch.float32, "cpu")
+    stock = build("llama", TINY, torch.float32, device)
     state = initial_state(stock)
-    ref_losses, ref_fused, ref_params = _train(_lora(stock, TARGETS[where]))
+    ref_losses, ref_fused, ref_params = _train(_lora(stock, TARGETS[where]), device)
     assert not any(ref_fused), "the stock reference must compute logits"
 
     apply_liger_kernel_to_llama()
-    patched = _lora(build("llama", TINY, torch.float32, "cpu", state), TARGETS[where])
+    patched = _lora(build("llama", TINY, torch.float32, device, state), TARGETS[where])
     base = patched.get_base_model()
     layer = base.model.layers[0]
     for module in (base.model.norm, layer.input_layernorm, layer.mlp):
@@ -71,7 +71,7 @@ def test_lora_matches_stock(where, monkeypatch):
     monkeypatch.setattr(layers, "_WARNED", set())  # each reason warns once per process: let this test see its own
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LigerStockFallbackWarning)
-        losses, fused, params = _train(patched)
+        losses, fused, params = _train(patched, device)
     fallbacks = [str(w.message) for w in caught if issubclass(w.category, LigerStockFallbackWarning)]
     if where == "lm_head":
         # The LoRA head's extra term is not in one weight matrix: stock loss, said once, with the reason.
