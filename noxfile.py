@@ -339,12 +339,14 @@ HF_TESTS = CORE / "tests" / "hf"
 # missing, so these are installed wherever the hf tests run, and LIGER_HF_TRAINERS=1 turns such a skip
 # into a failure): transformers.Trainer needs accelerate, TRL's SFTTrainer and DPOTrainer trl and datasets.
 HF_TRAINERS = ("accelerate>=1.10.1", "datasets>=4.7.0", "trl>=1.0")
+# tests/hf/test_peft.py: patched models under PEFT LoRA (installed wherever the hf tests run).
+HF_PEFT = ("peft>=0.17",)
 
 
 @nox.session(name="hf-interpreter", tags=["core", "hf", "cpu"])
 def hf_interpreter(session: nox.Session) -> None:
     """liger_core.transformers against the newest transformers, liger-ops-cuda in the Triton interpreter."""
-    _install_core(session, "transformers>=5.0.0", *HF_TRAINERS, "triton", "numpy")
+    _install_core(session, "transformers>=5.0.0", *HF_TRAINERS, *HF_PEFT, "triton", "numpy")
     session.install("--no-deps", "-e", str(PACKAGES / "liger-ops-cuda"))
     _report_triton(session, "triton")
     env = {"TRITON_INTERPRET": "1", "LIGER_BACKEND": "cuda", "OMP_NUM_THREADS": "1", "LIGER_HF_TRAINERS": "1"}
@@ -354,9 +356,20 @@ def hf_interpreter(session: nox.Session) -> None:
 @nox.session(name="hf-oldest", tags=["core", "hf", "cpu"])
 def hf_oldest(session: nox.Session) -> None:
     """liger_core.transformers against the oldest supported transformers (5.0.0), reference ops."""
-    _install_core(session, TRANSFORMERS_OLDEST, *HF_TRAINERS)
+    _install_core(session, TRANSFORMERS_OLDEST, *HF_TRAINERS, *HF_PEFT)
     env = {"LIGER_BACKEND": "reference", "OMP_NUM_THREADS": "1", "LIGER_HF_TRAINERS": "1"}
     session.run("pytest", "-q", "-rs", "-m", "not mid", str(HF_TESTS), *_junit(session), *session.posargs, env=env)
+
+
+@nox.session(name="hf-deepspeed", tags=["core", "hf", "cpu"])
+def hf_deepspeed(session: nox.Session) -> None:
+    """Patched models under DeepSpeed ZeRO-3: the zero3 case of tests/hf/test_distributed.py, two processes over
+    gloo on CPU (DS_ACCELERATOR=cpu), reference ops. Its own venv, so deepspeed stays out of the other hf sessions."""
+    _install_core(session, "transformers>=5.0.0", "deepspeed>=0.16")
+    env = {"LIGER_BACKEND": "reference", "OMP_NUM_THREADS": "1", "LIGER_HF_DEEPSPEED": "1", "DS_ACCELERATOR": "cpu"}
+    # The FSDP cases run in hf-interpreter and hf-oldest already.
+    tests = str(HF_TESTS / "test_distributed.py")
+    session.run("pytest", "-q", "-rs", "-k", "zero3", tests, *_junit(session), *session.posargs, env=env)
 
 
 @nox.session(tags=["demo"])
@@ -370,4 +383,4 @@ def demo(session: nox.Session) -> None:
     session.run("python", "-m", "liger_core.demo", *session.posargs)
 
 
-nox.options.sessions += ["hf-interpreter", "hf-oldest"]
+nox.options.sessions += ["hf-interpreter", "hf-oldest", "hf-deepspeed"]

@@ -20,6 +20,12 @@ loss where the stock forward applies them (`_stock_logits`: some multimodal clas
 soft-cap in some transformers releases); MoE families add the router's load-balancing loss as
 their stock forward does.
 
+Where a sharding wrapper owns the LM head's weight (FSDP2 ``fully_shard(lm_head)``, FSDP1 with the
+head its own unit, DeepSpeed ZeRO-3), the fused loss runs inside the head's own call, so the
+wrapper gathers the weight and routes its gradient back to the shard (see `sharding`). A head
+whose class is not exactly ``nn.Linear`` (a PEFT LoRA head, a quantized layer) or a custom
+``loss_function`` runs the stock forward and warns once with the reason.
+
 The same forward serves the multimodal ``...ForConditionalGeneration`` classes: the base model
 gets the image inputs (``pixel_values``, ``image_grid_thw``, ...) exactly as the stock forward
 hands them over, read from the stock forward's own source (see `_model_call`).
@@ -40,7 +46,8 @@ import torch
 from torch import nn
 from torch.nn import functional as torch_F
 
-from liger_core.transformers.layers import require_op, tensor_reason
+from liger_core.transformers.layers import require_op, tensor_reason, warn_fallback
+from liger_core.transformers.sharding import call_head, stock_head_class, unwrap_head
 
 
 @dataclass(frozen=True)
@@ -158,23 +165,76 @@ def _keeps_all(logits_to_keep: object) -> bool:
 
 def _head_reason(model: nn.Module, causal_lm_loss: Callable) -> str | None:
     """Why the fused loss would not equal this model's stock loss, or None."""
-    head = model.lm_head
-    # Exactly nn.Linear: a wrapped head (LoRA, a quantized layer) computes more than weight @ h.
-    if type(head) is not nn.Linear:
-        return f"lm_head is a {type(head).__name__}, not an nn.Linear"
-    weight = head.weight
-    if tensor_reason(weight) is not None or weight.shape != (head.out_features, head.in_features):
-        # A sharded or offloaded weight (ZeRO-3 partitions, meta) holds no full matrix here.
-        return "lm_head's weight is not a full float32/bfloat16/float16 matrix on a device"
+    inner, wrapper = unwrap_head(model.lm_head)
+    cls = stock_head_class(inner)
+    # Exactly nn.Linear: a wrapped head (a PEFT LoRA layer, a quantized layer) computes more than weight @ h.
+    if cls is not nn.Linear:
+        return f"lm_head is a {cls.__qualname__} ({cls.__module__}), not a torch.nn.Linear"
     if model.loss_function is not causal_lm_loss:
         return "the model's loss_function is not transformers' ForCausalLMLoss"
+    weight = inner.weight
+    if wrapper is not None:
+        # Sharded outside the head's call; `call_head` runs the loss inside it, where the wrapper has gathered it.
+        # Its dtype is the shard's (a mixed-precision FSDP casts it between kernel dtypes).
+        if weight.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            return f"lm_head's weight is {weight.dtype} (Liger's kernels take float32, bfloat16, float16)"
+        return None
+    if _is_dtensor(weight):
+        return "lm_head's weight is a DTensor (tensor parallelism): the fused loss takes a local full matrix"
+    if tensor_reason(weight) is not None or weight.shape != (inner.out_features, inner.in_features):
+        # Offloaded or partitioned by a wrapper not recognised here: no full matrix to read.
+        return "lm_head's weight is not a full float32/bfloat16/float16 matrix on a device"
     return None
+
+
+def _is_dtensor(t: torch.Tensor) -> bool:
+    return type(t).__name__ == "DTensor" and type(t).__module__.startswith("torch.distributed")
+
+
+def _gathered_weight(head: nn.Module) -> torch.Tensor:
+    """The head's weight inside its own call, where the sharding wrapper has gathered it."""
+    weight = head.weight
+    if (
+        _is_dtensor(weight)
+        or tensor_reason(weight) is not None
+        or weight.shape != (head.out_features, head.in_features)
+    ):
+        raise RuntimeError(
+            f"lm_head's weight inside its own call is {type(weight).__name__} of shape {tuple(weight.shape)}, "
+            f"dtype {weight.dtype}; expected the gathered ({head.out_features}, {head.in_features}) matrix: the "
+            "sharding wrapper did not unshard it in its forward pre-hook (pass skip_logits=False for the stock loss)"
+        )
+    return weight
 
 
 def _loss(
     self, spec: LogitsSpec, hidden_states: torch.Tensor, labels: torch.Tensor | None, kwargs: dict
 ) -> torch.Tensor:
-    """The stock causal-LM loss of ``lm_head(hidden_states)``, without the logits."""
+    """The stock causal-LM loss of ``lm_head(hidden_states)``, without the logits.
+
+    With a sharded head (FSDP1/FSDP2 unit of its own, DeepSpeed ZeRO-3) it runs inside the
+    head's own call, so the wrapper gathers the weight for it and handles its gradient.
+    """
+    inner, wrapper = unwrap_head(self.lm_head)
+    if wrapper is None:
+        return _head_loss(self, spec, inner, inner.weight, hidden_states, labels, kwargs)
+    return call_head(
+        self.lm_head,
+        inner,
+        lambda hidden: _head_loss(self, spec, inner, _gathered_weight(inner), hidden, labels, kwargs),
+        hidden_states,
+    )
+
+
+def _head_loss(
+    self,
+    spec: LogitsSpec,
+    head: nn.Module,
+    weight: torch.Tensor,
+    hidden_states: torch.Tensor,
+    labels: torch.Tensor | None,
+    kwargs: dict,
+) -> torch.Tensor:
     config = self.config.get_text_config()
     softcap = getattr(config, spec.softcap_attr, None) if spec.softcap_attr else None
     scale = getattr(config, spec.scale_attr, None) if spec.scale_attr else None
@@ -189,7 +249,7 @@ def _loss(
         hidden = hidden / scale  # (h / s) @ W^T == (h @ W^T) / s
     if multiplier is not None:
         hidden = hidden * multiplier  # (h * m) @ W^T == (h @ W^T) * m
-    bias = self.lm_head.bias
+    bias = head.bias
     if bias is not None and scale is not None:
         bias = bias / scale
     if bias is not None and multiplier is not None:
@@ -197,7 +257,7 @@ def _loss(
     num_items = kwargs.get("num_items_in_batch")
     loss = require_op("liger_fused_linear_cross_entropy")(
         hidden,
-        self.lm_head.weight,
+        weight,
         shift_labels.reshape(-1).to(hidden.device),
         bias=bias,
         ignore_index=ignore_index,
@@ -301,8 +361,13 @@ def make_forward(spec: LogitsSpec, stock_forward: Callable) -> Callable:
                 and has_targets
                 and _keeps_all(given.get("logits_to_keep", 0))
                 and all(given.get(name, default) is default for name, default in unknown.items())
-                and _head_reason(self, ForCausalLMLoss) is None
             )
+            if fuse:
+                reason = _head_reason(self, ForCausalLMLoss)
+                if reason is not None:
+                    # A training call the fused loss would take but for the head or loss: say why logits appear.
+                    warn_fallback(f"{type(self).__name__}'s fused linear cross-entropy", reason)
+                    fuse = False
             return fused(self, **given) if fuse else stock_forward(self, *args, **kwargs)
         if not has_targets:
             raise ValueError("skip_logits=True needs labels (or shift_labels): there is nothing else to return")
