@@ -30,9 +30,11 @@ torch._dynamo.config.cache_size_limit = 64  # one graph per op and sample; the d
 
 
 def _cases():
+    """Each op's smoke samples in float32, the first also in bfloat16 (the dtype only changes the
+    fake outputs' dtypes, which the first sample covers)."""
     for name, op in CATALOGUE.items():
         for k, smoke in enumerate(op.smoke):
-            for dtype in (torch.float32, torch.bfloat16):
+            for dtype in (torch.float32, torch.bfloat16) if k == 0 else (torch.float32,):
                 yield pytest.param(op, smoke.with_params(dtype=dtype), id=f"{name}-{k}-{str(dtype)[6:]}")
 
 
