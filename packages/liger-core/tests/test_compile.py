@@ -196,3 +196,18 @@ def test_import_does_not_load_dynamo():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "liger::rms_norm(Tensor x" in out.stdout
+
+
+def test_dynamic_shapes():
+    """With ``dynamic=True`` one graph serves several sequence lengths (the fake outputs follow the
+    symbolic shapes)."""
+    op = CATALOGUE["fused_linear_cross_entropy"]
+    fn = torch.compile(_public(op), backend="aot_eager", fullgraph=True, dynamic=True)
+    torch._dynamo.reset()
+    for tokens in (6, 9):
+        args = _prepare(op, op.smoke[0].with_params(shape=(tokens, 8, 5)))
+        want, want_grads, _ = _run(_public(op), op, args)
+        got, got_grads, _ = _run(fn, op, args)
+        for a, b in zip(got + got_grads, want + want_grads, strict=True):
+            torch.testing.assert_close(a, b)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1, "a second graph was compiled"
