@@ -26,6 +26,7 @@ from importlib.metadata import entry_points
 
 import torch
 
+from liger_core import compile as _compile
 from liger_core.backend import (
     ENTRY_POINT_GROUP,
     Backend,
@@ -293,3 +294,7 @@ def serving(op: str, device_type: str) -> Serving:
         why = f"{backend.name} predates op {op!r}" if backend is not None else f"no backend serves {device_type!r}"
         return Serving(None, False, f"{why} and LIGER_STRICT is set")
     return Serving(REFERENCE, True, None)
+
+
+# torch.compile: while Dynamo traces, resolve hands out the liger:: custom ops (liger_core.compile).
+_compile.install_when_dynamo_loads()

@@ -138,26 +138,34 @@ def check_distributions(op: str, x_name: str, x: torch.Tensor, y_name: str, y: t
         raise ValueError(f"{op}: {y_name} must have {x_name}'s shape {tuple(x.shape)}; got {tuple(y.shape)}")
 
 
-def drop_ignored_rows(loss: torch.Tensor, labels: torch.Tensor | None, ignore_index: int) -> tuple[torch.Tensor, int]:
+def drop_ignored_rows(
+    loss: torch.Tensor, labels: torch.Tensor | None, ignore_index: int
+) -> tuple[torch.Tensor, int | torch.Tensor]:
     """A ``(tokens, vocab)`` elementwise loss with the rows labelled ``ignore_index`` zeroed, and
-    the number of rows kept (all of them without labels)."""
+    the number of rows kept (all of them without labels). The count stays a tensor: no host sync,
+    and the formula runs on fake tensors (torch.compile derives output shapes from it)."""
     if labels is None:
         return loss, loss.shape[0]
     keep = (labels != ignore_index)[:, None]
-    return torch.where(keep, loss, torch.zeros((), dtype=loss.dtype, device=loss.device)), int(keep.sum())
+    return torch.where(keep, loss, torch.zeros((), dtype=loss.dtype, device=loss.device)), keep.sum()
 
 
-def reduce_divergence(loss: torch.Tensor, reduction: str, n_rows: int) -> torch.Tensor:
+def reduce_divergence(loss: torch.Tensor, reduction: str, n_rows: int | torch.Tensor) -> torch.Tensor:
     """A ``(tokens, vocab)`` elementwise loss reduced as ``torch.nn.KLDivLoss`` does, over ``n_rows``
     counted rows: ``"batchmean"`` divides the sum by them, ``"mean"`` by their elements."""
     if reduction == "none":
         return loss
     total = loss.sum()
     if reduction == "batchmean":
-        return total / max(n_rows, 1)
+        return total / at_least_one(n_rows)
     if reduction == "mean":
-        return total / max(n_rows * loss.shape[1], 1)
+        return total / at_least_one(n_rows * loss.shape[1])
     return total
+
+
+def at_least_one(n: int | torch.Tensor) -> int | torch.Tensor:
+    """``max(n, 1)`` for a count that may be a tensor (kept on the device)."""
+    return n.clamp(min=1) if isinstance(n, torch.Tensor) else max(n, 1)
 
 
 __all__ = [
@@ -173,6 +181,7 @@ __all__ = [
     "check_same_device",
     "check_distributions",
     "distributions_ok",
+    "at_least_one",
     "drop_ignored_rows",
     "reduce_divergence",
     "is_float",

@@ -111,7 +111,7 @@ def math(
     x = student_logp.to(compute)
     y = teacher_logp.detach().to(compute)
     loss, n = L.drop_ignored_rows(elementwise(x, y, beta), shift_labels, ignore_index)
-    return loss.sum() / max(n, 1)
+    return loss.sum() / L.at_least_one(n)
 
 
 def divergence_scales(x, y, labels, ignore_index, dy, temperature=1.0) -> tuple[float, torch.Tensor]:

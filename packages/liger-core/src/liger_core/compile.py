@@ -1,0 +1,304 @@
+"""torch.compile support: every catalogue op as an opaque ``torch.library`` custom op.
+
+Dynamo cannot trace a vendor's op (the registry's lock, host-side argument checks such as
+``tolist()``, Triton launches on any device), so while compiling, dispatch
+(`liger_core.registry.Registry.resolve`) hands out the callables built here instead. Each one
+calls ``torch.ops.liger.<op>``: a custom op whose schema, fake (meta) implementation and
+autograd formula are all generated from the op's declaration (`liger_core.op.Op`), so
+Dynamo sees one node per call (no graph break), Inductor and CUDA graphs see an ordinary
+extern op, and at run time the op dispatches to the backend serving its tensors' device, as
+eager calls do (CUDA, NPU, XPU, or the Triton interpreter on the CPU).
+
+- Forward: ``liger::<op>`` runs the backend's op without autograd; outputs are returned
+  contiguous and never aliasing an input (custom ops may not alias).
+- Backward: ``liger::<op>_backward`` runs the backend's autograd Function again on the saved
+  inputs and calls its own backward (through ``torch.autograd.grad``). Recomputing the forward
+  costs one extra forward of the op in the backward pass, in exchange for needing nothing from
+  the backend beyond its eager op: the vendor Functions keep Python state in ``ctx`` (plans,
+  flags) that a compiled graph cannot carry between two opaque ops.
+- Fake: the declaration's ``math`` run on fake tensors gives each output's shape and dtype.
+- ``in_place=True`` is an allowance (the backend *may* overwrite a buffer); compiled calls
+  pass ``False``, since a compiled graph must know every mutation.
+- An op with an option that drops its later outputs (``return_z_loss``: ``return_<output>``)
+  always returns every output from the custom op; the wrapper returns what an eager call would.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import inspect
+import sys
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from liger_core.interface import CATALOGUE
+from liger_core.op import Op
+
+NAMESPACE = "liger"
+
+# Contract annotations (strings: the op modules use ``from __future__ import annotations``)
+# -> the schema type of a custom op argument.
+_SCHEMA_TYPES = {
+    "torch.Tensor": "Tensor",
+    "torch.Tensor | None": "Tensor?",
+    "float": "float",
+    "float | None": "float?",
+    "int": "int",
+    "bool": "bool",
+    "str": "str",
+    "Sequence[int]": "int[]",
+    "list[int]": "int[]",
+    "torch.dtype | None": "ScalarType?",
+}
+
+
+def schema_type(op: Op, param: inspect.Parameter) -> str:
+    """The custom-op schema type of a contract parameter; a clear error for one without a mapping."""
+    annotation = param.annotation if isinstance(param.annotation, str) else inspect.formatannotation(param.annotation)
+    try:
+        return _SCHEMA_TYPES[annotation]
+    except KeyError:
+        raise TypeError(
+            f"{op.name}: parameter {param.name!r} has type {annotation!r}, which liger_core.compile cannot "
+            f"map to a torch.library schema type (known: {sorted(_SCHEMA_TYPES)}); add it to _SCHEMA_TYPES"
+        ) from None
+
+
+class CompiledOp:
+    """One op as ``torch.ops.liger.<op>`` plus its backward op, and the Python wrapper compiled
+    code calls in place of the backend's op (same positional arguments as the contract)."""
+
+    def __init__(self, op: Op, library: torch.library.Library) -> None:
+        self.op = op
+        params = list(op.signature.parameters.values())
+        self.names = [p.name for p in params]
+        self.types = [schema_type(op, p) for p in params]
+        self.tensor_slots = [i for i, t in enumerate(self.types) if t.startswith("Tensor")]
+        self.grad_slots = [self.names.index(g) for g in op.grads]
+        self.in_place_slot = self.names.index("in_place") if "in_place" in self.names else None
+        # Options that turn later outputs off: ``return_z_loss`` for output ``z_loss``.
+        self.option_slots = {
+            k: self.names.index(f"return_{name}")
+            for k, name in enumerate(op.outputs)
+            if k > 0 and f"return_{name}" in self.names
+        }
+        self.n_out = len(op.outputs)
+        args = ", ".join(f"{t} {n}" for t, n in zip(self.types, self.names, strict=True))
+        outs = "Tensor" if self.n_out == 1 else "(" + ", ".join(["Tensor"] * self.n_out) + ")"
+        name = op.name
+        library.define(f"{name}({args}) -> {outs}")
+        library.define(f"{name}_backward(Tensor?[] grad_outputs, bool[] needs_grad, {args}) -> Tensor[]")
+        library.impl(name, self._forward, "CompositeExplicitAutograd")
+        library.impl(f"{name}_backward", self._backward, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"{NAMESPACE}::{name}", self._fake_forward, lib=library)
+        torch.library.register_fake(f"{NAMESPACE}::{name}_backward", self._fake_backward, lib=library)
+        self.forward_op = getattr(getattr(torch.ops, NAMESPACE), name).default
+        self.backward_op = getattr(getattr(torch.ops, NAMESPACE), f"{name}_backward").default
+        torch.library.register_autograd(
+            f"{NAMESPACE}::{name}", self._autograd_backward, setup_context=self._setup_context, lib=library
+        )
+
+    # -- what compiled code calls ---------------------------------------------------------------
+
+    def __call__(self, *args: Any) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        if self.in_place_slot is not None and args[self.in_place_slot]:
+            args = (*args[: self.in_place_slot], False, *args[self.in_place_slot + 1 :])
+        out = self.forward_op(*args)
+        if self.n_out == 1:
+            return out
+        kept = self._kept(args)
+        return out[0] if kept == 1 else tuple(out[:kept])
+
+    def _kept(self, args: Sequence[Any]) -> int:
+        """How many outputs an eager call returns: all, or the first where an option drops the rest."""
+        for k, slot in self.option_slots.items():
+            if not args[slot]:
+                return k
+        return self.n_out
+
+    # -- forward --------------------------------------------------------------------------------
+
+    def _device(self, args: Sequence[Any]) -> torch.device:
+        return args[self.tensor_slots[0]].device
+
+    def _outputs(self, out: Any, args: Sequence[Any]) -> tuple[torch.Tensor, ...] | torch.Tensor:
+        """The backend's result as the schema's outputs: every output (the dropped ones as zeros of the
+        first's dtype), contiguous, none aliasing an input or another output."""
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        while len(outs) < self.n_out:
+            outs.append(outs[0].new_zeros(()))
+        taken = {args[i].untyped_storage().data_ptr() for i in self.tensor_slots if args[i] is not None}
+        result = []
+        for t in outs:
+            t = t.contiguous()
+            ptr = t.untyped_storage().data_ptr()
+            if ptr in taken and t.numel():
+                t = t.clone()
+            taken.add(t.untyped_storage().data_ptr())
+            result.append(t)
+        return result[0] if self.n_out == 1 else tuple(result)
+
+    def _forward(self, *args: Any):
+        from liger_core.registry import REGISTRY
+
+        with torch.no_grad():
+            out = REGISTRY.resolve(self.op.name, self._device(args))(*args)
+        return self._outputs(out, args)
+
+    def _fake_forward(self, *args: Any):
+        out = self.op.math(*args)
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        outs = outs[: self._kept(args)]
+        dtypes = (
+            self.op.checks.out_dtypes(dict(zip(self.names, args, strict=True))) if self.op.checks.out_dtypes else None
+        )
+        result = []
+        for k, t in enumerate(outs):
+            dtype = dtypes[k] if dtypes is not None and k < len(dtypes) else t.dtype
+            result.append(torch.empty(t.shape, dtype=dtype, device=t.device))
+        while len(result) < self.n_out:
+            result.append(result[0].new_zeros(()))
+        return result[0] if self.n_out == 1 else tuple(result)
+
+    # -- backward -------------------------------------------------------------------------------
+
+    def _setup_context(self, ctx, inputs: tuple[Any, ...], output: Any) -> None:
+        ctx.save_for_backward(*(inputs[i] for i in self.tensor_slots))
+        ctx.constants = [None if i in self.tensor_slots else a for i, a in enumerate(inputs)]
+
+    def _autograd_backward(self, ctx, *grads: torch.Tensor | None):
+        args = list(ctx.constants)
+        for i, t in zip(self.tensor_slots, ctx.saved_tensors, strict=True):
+            args[i] = t
+        needs = [bool(ctx.needs_input_grad[i]) and args[i] is not None for i in self.grad_slots]
+        result: list[torch.Tensor | None] = [None] * len(args)
+        if not any(needs):
+            return tuple(result)
+        gs = self.backward_op(list(grads), needs, *args)
+        for k, i in enumerate(self.grad_slots):
+            if needs[k]:
+                result[i] = gs[k]
+        return tuple(result)
+
+    def _backward(self, grad_outputs: list[torch.Tensor | None], needs_grad: list[bool], *args: Any):
+        from liger_core.registry import REGISTRY
+
+        inputs = list(args)
+        leaves = []
+        for k, i in enumerate(self.grad_slots):
+            if needs_grad[k]:
+                inputs[i] = args[i].detach().requires_grad_(True)
+                leaves.append(inputs[i])
+        with torch.enable_grad():
+            out = REGISTRY.resolve(self.op.name, self._device(args))(*inputs)
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        pairs = [
+            (o, g)
+            for o, g, name in zip(outs, grad_outputs, self.op.outputs, strict=False)
+            if g is not None and name not in self.op.no_grad_outputs and o.requires_grad
+        ]
+        grads = (
+            torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs], allow_unused=True)
+            if pairs
+            else [None] * len(leaves)
+        )
+        found = iter(grads)
+        result = []
+        for k, i in enumerate(self.grad_slots):
+            if not needs_grad[k]:
+                result.append(_nothing(args))
+                continue
+            g = next(found)
+            result.append(
+                torch.zeros_like(args[i], memory_format=torch.contiguous_format) if g is None else g.contiguous()
+            )
+        return result
+
+    def _fake_backward(self, grad_outputs: list[torch.Tensor | None], needs_grad: list[bool], *args: Any):
+        result = []
+        for k, i in enumerate(self.grad_slots):
+            result.append(
+                torch.empty(args[i].shape, dtype=args[i].dtype, device=args[i].device)
+                if needs_grad[k]
+                else _nothing(args)
+            )
+        return result
+
+
+def _nothing(args: Sequence[Any]) -> torch.Tensor:
+    """The placeholder for a gradient nobody asked for (a tensor list holds no None)."""
+    first = next(a for a in args if isinstance(a, torch.Tensor))
+    return first.new_empty((0,))
+
+
+def _build() -> tuple[torch.library.Library, dict[str, CompiledOp]]:
+    library = torch.library.Library(NAMESPACE, "FRAGMENT")
+    return library, {name: CompiledOp(op, library) for name, op in CATALOGUE.items()}
+
+
+_LIBRARY: torch.library.Library | None = None
+COMPILED: dict[str, CompiledOp] = {}
+
+
+def compiled(op: str) -> CompiledOp:
+    """The callable compiled code uses for ``op`` (see the module docstring); builds the custom ops
+    on first use."""
+    install()
+    return COMPILED[op]
+
+
+def install() -> None:
+    """Define the ``liger::`` custom ops and make Dynamo trace `Registry.resolve` as `compiled`.
+
+    Idempotent. Runs when ``torch._dynamo`` is imported (`install_when_dynamo_loads`), so neither an
+    eager-only program nor an eager call pays for it: eager dispatch runs the same code as before.
+    """
+    global _LIBRARY
+    if _LIBRARY is not None:
+        return
+    from liger_core.registry import Registry
+
+    _LIBRARY, built = _build()
+    COMPILED.update(built)
+
+    # Dynamo inlines this in place of Registry.resolve; eager calls still run Registry.resolve.
+    @torch.compiler.substitute_in_graph(Registry.resolve)
+    def _resolve_while_compiling(self: Registry, op: str, device: str | torch.device) -> Callable:
+        return COMPILED[op]
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``callback`` once right after the module ``name`` has been imported (torch._dynamo is
+    slow to import, seconds, so liger-core does not import it; it installs when someone else does)."""
+
+    def __init__(self, name: str, callback: Callable[[], None]) -> None:
+        self.name, self.callback = name, callback
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module, callback = spec.loader.exec_module, self.callback
+
+        def exec_then_install(module: types.ModuleType) -> None:
+            exec_module(module)
+            callback()
+
+        spec.loader.exec_module = exec_then_install
+        return spec
+
+
+def install_when_dynamo_loads() -> None:
+    """`install` now if ``torch._dynamo`` is loaded, else right after it is."""
+    if "torch._dynamo" in sys.modules:
+        install()
+    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport("torch._dynamo", install))

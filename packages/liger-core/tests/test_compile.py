@@ -1,0 +1,214 @@
+"""torch.compile of the functional API (`liger_core.compile`): every op compiles with
+``fullgraph=True`` (no graph break) and gives the outputs and every gradient of the eager call.
+
+The ops run on whatever backend serves the CPU (the reference in the ``core`` session; a vendor's
+kernels in the Triton interpreter where ``LIGER_BACKEND`` says so). Compiled and eager calls run the
+same backend's op, so they agree to the dtype's default `torch.testing.assert_close` tolerance
+(float32: rtol 1.3e-6, atol 1e-5; bfloat16: rtol 1.6e-2, atol 1e-5).
+
+The per-op cases use the ``aot_eager`` backend (Dynamo + AOTAutograd, no code generation: the
+custom op and its autograd are what is under test); `test_inductor` runs Inductor on a few.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+from liger_core import compile as C
+from liger_core import functional as F
+from liger_core.interface import CATALOGUE
+from liger_core.op import Op, Sample
+from liger_core.registry import REGISTRY, LigerFallbackWarning
+
+torch._dynamo.config.cache_size_limit = 64  # one graph per op and sample; the default 8 would recompile too often
+
+
+def _cases():
+    """Each op's smoke samples in float32, the first also in bfloat16 (the dtype only changes the
+    fake outputs' dtypes, which the first sample covers)."""
+    for name, op in CATALOGUE.items():
+        for k, smoke in enumerate(op.smoke):
+            for dtype in (torch.float32, torch.bfloat16) if k == 0 else (torch.float32,):
+                yield pytest.param(op, smoke.with_params(dtype=dtype), id=f"{name}-{k}-{str(dtype)[6:]}")
+
+
+def _prepare(op: Op, sample: Sample, **changes):
+    args = op.bind({**sample.args("cpu"), **changes})
+    for name in op.grads:
+        t = args[name]
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and name not in sample.frozen:
+            args[name] = t.detach().clone().requires_grad_(True)
+    return args
+
+
+def _run(fn, op: Op, args: dict, seed: int = 7):
+    """Outputs and the gradients of every differentiable input under seeded upstream gradients."""
+    values = {
+        k: (v.detach().clone().requires_grad_(v.requires_grad) if isinstance(v, torch.Tensor) else v)
+        for k, v in args.items()
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LigerFallbackWarning)
+        out = fn(*values.values())
+    outs = out if isinstance(out, tuple) else (out,)
+    g = torch.Generator().manual_seed(seed)
+    pairs = [
+        (o, torch.randn(o.shape, generator=g).to(o.dtype))
+        for o, name in zip(outs, op.outputs, strict=False)
+        if name not in op.no_grad_outputs and o.requires_grad
+    ]
+    leaves = [v for v in values.values() if isinstance(v, torch.Tensor) and v.requires_grad]
+    grads = torch.autograd.grad([o for o, _ in pairs], leaves, [u for _, u in pairs]) if pairs and leaves else ()
+    return outs, grads, values
+
+
+def _public(op: Op):
+    return getattr(F, f"liger_{op.name}")
+
+
+def _compare(op: Op, args: dict, backend: str = "aot_eager") -> None:
+    fn = _public(op)
+    want, want_grads, _ = _run(fn, op, args)
+    torch._dynamo.reset()
+    got, got_grads, _ = _run(torch.compile(fn, backend=backend, fullgraph=True), op, args)
+    assert len(got) == len(want), f"{op.name}: compiled call returned {len(got)} outputs, eager {len(want)}"
+    for name, a, b in zip(op.outputs, got, want, strict=False):
+        torch.testing.assert_close(a, b, msg=lambda m, name=name: f"{op.name} output {name}: {m}")
+    assert len(got_grads) == len(want_grads)
+    for a, b in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(a, b, msg=lambda m: f"{op.name} gradient: {m}")
+
+
+@pytest.mark.parametrize(("op", "sample"), list(_cases()))
+def test_compiled_op(op: Op, sample: Sample):
+    _compare(op, _prepare(op, sample))
+
+
+IN_PLACE = [op for op in CATALOGUE.values() if "in_place" in op.signature.parameters]
+
+
+@pytest.mark.parametrize("op", IN_PLACE, ids=[op.name for op in IN_PLACE])
+def test_in_place_compiles_out_of_place(op: Op):
+    """``in_place=True`` allows a backend to overwrite buffers; compiled calls do not use the allowance
+    (a graph must know its mutations): the caller's tensors stay intact, results equal eager's."""
+    args = _prepare(op, op.smoke[0], in_place=True)
+    before = {k: v.detach().clone() for k, v in args.items() if isinstance(v, torch.Tensor)}
+    fn = torch.compile(_public(op), backend="aot_eager", fullgraph=True)
+    torch._dynamo.reset()
+    got, _, values = _run(fn, op, args)
+    for k, v in values.items():
+        if isinstance(v, torch.Tensor):
+            torch.testing.assert_close(
+                v.detach(), before[k], rtol=0, atol=0, msg=lambda m, k=k: f"{op.name}: {k} changed: {m}"
+            )
+    _compare(op, _prepare(op, op.smoke[0], in_place=False))
+
+
+@pytest.mark.parametrize("return_z_loss", [False, True])
+def test_dropped_outputs(return_z_loss: bool):
+    """An option that drops an output (``return_z_loss``) gives the eager call's arity when compiled."""
+    op = CATALOGUE["cross_entropy"]
+    _compare(op, _prepare(op, op.smoke[0], return_z_loss=return_z_loss))
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "swiglu", "cross_entropy"])
+def test_inductor(name: str):
+    """Inductor compiles around the custom ops (they run as extern calls in its generated code)."""
+    op = CATALOGUE[name]
+    _compare(op, _prepare(op, op.smoke[0]), backend="inductor")
+
+
+def test_compiled_op_inside_a_larger_graph():
+    """No graph break between Liger ops and the torch code around them; grads flow through both."""
+    x = torch.randn(3, 5, 16, requires_grad=True)
+    w = torch.randn(16, requires_grad=True)
+    proj = torch.randn(16, 32, requires_grad=True)
+
+    def block(x, w, proj):
+        h = F.liger_rms_norm(x, w)
+        a, b = (h @ proj).chunk(2, dim=-1)
+        return F.liger_softmax(F.liger_swiglu(a, b) + h).square().mean()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LigerFallbackWarning)
+        want = block(x, w, proj)
+        want_grads = torch.autograd.grad(want, (x, w, proj))
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(block)(x, w, proj)
+        assert explained.graph_break_count == 0, explained.break_reasons
+        ops = {str(n.target) for g in explained.graphs for n in g.graph.nodes if n.op == "call_function"}
+        assert {"liger.rms_norm.default", "liger.swiglu.default", "liger.softmax.default"} <= ops, ops
+        torch._dynamo.reset()
+        got = torch.compile(block, backend="aot_eager", fullgraph=True)(x, w, proj)
+        got_grads = torch.autograd.grad(got, (x, w, proj))
+    torch.testing.assert_close(got, want)
+    for a, b in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_eager_dispatch_unchanged():
+    """Eager calls get the backend's own callable from `resolve`, never the compiled wrapper."""
+    C.install()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LigerFallbackWarning)
+        for name in CATALOGUE:
+            fn = REGISTRY.resolve(name, "cpu")
+            assert not isinstance(fn, C.CompiledOp), name
+
+
+def test_every_op_has_a_custom_op():
+    C.install()
+    for name, op in CATALOGUE.items():
+        schema = str(getattr(torch.ops.liger, name).default._schema)
+        for param in op.signature.parameters:
+            assert f" {param}" in schema, f"{name}: {param} missing from {schema}"
+
+
+def test_schema_type_error_names_the_parameter():
+    def weird(x: torch.Tensor, table: dict) -> torch.Tensor:  # pragma: no cover - never called
+        return x
+
+    op = CATALOGUE["relu_squared"]
+    import dataclasses
+    import inspect
+
+    fake = dataclasses.replace(op, reference=weird)
+    with pytest.raises(TypeError, match=r"weird: parameter 'table' has type 'dict'"):
+        C.schema_type(fake, inspect.signature(weird).parameters["table"])
+
+
+def test_import_does_not_load_dynamo():
+    """liger-core leaves torch._dynamo (seconds to import) unloaded, and installs the custom ops once
+    someone else imports it."""
+    code = (
+        "import sys, torch, liger_core.functional\n"
+        "assert 'torch._dynamo' not in sys.modules\n"
+        "import torch._dynamo\n"
+        "print(torch.ops.liger.rms_norm.default._schema)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "liger::rms_norm(Tensor x" in out.stdout
+
+
+def test_dynamic_shapes():
+    """With ``dynamic=True`` one graph serves several sequence lengths (the fake outputs follow the
+    symbolic shapes)."""
+    op = CATALOGUE["fused_linear_cross_entropy"]
+    fn = torch.compile(_public(op), backend="aot_eager", fullgraph=True, dynamic=True)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()  # reset() keeps the counters of earlier tests
+    for tokens in (6, 9):
+        args = _prepare(op, op.smoke[0].with_params(shape=(tokens, 8, 5)))
+        want, want_grads, _ = _run(_public(op), op, args)
+        got, got_grads, _ = _run(fn, op, args)
+        for a, b in zip(got + got_grads, want + want_grads, strict=True):
+            torch.testing.assert_close(a, b)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1, "a second graph was compiled"
