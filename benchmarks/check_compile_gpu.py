@@ -89,7 +89,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print(
             "no CUDA device: this check is for a GPU "
-            "(the CPU tests are tests/test_compile.py, tests/hf/test_compile.py)"
+            "(the CPU tests are tests/test_compile.py, tests/hf/test_compile_models.py)"
         )
         return 2
 
