@@ -2,8 +2,10 @@
 CPU processes over gloo, each rank running one backend's implementation on its shard, compared
 with the single-process float64 reference on the full inputs.
 
-A backend's tests call `check_vocab_parallel(backend.name)`; the processes are spawned, so they
-inherit the environment (``LIGER_EXTRA_BACKENDS``, ``TRITON_INTERPRET``) but nothing else.
+A backend's tests call `check_vocab_parallel(backend.name, device)`; the processes are spawned,
+so they inherit the environment (``LIGER_EXTRA_BACKENDS``, ``TRITON_INTERPRET``) but nothing else.
+On an accelerator each rank takes its own device (``<type>:<rank>``) and the type's collective
+backend (`COLLECTIVES`); on the CPU, gloo.
 """
 
 from __future__ import annotations
@@ -19,6 +21,17 @@ import torch.multiprocessing as mp
 from liger_core.conformance import assert_close
 
 OP = "vocab_parallel_cross_entropy"
+
+# The torch.distributed backend of each device type's tensors.
+COLLECTIVES = {"cpu": "gloo", "cuda": "nccl", "xpu": "xccl", "npu": "hccl"}
+
+
+def devices_for(device_type: str) -> int:
+    """How many ranks of `check_vocab_parallel` ``device_type`` can hold (one device each)."""
+    if device_type == "cpu":
+        return 1 << 30
+    module = getattr(torch, device_type, None)
+    return module.device_count() if module is not None and hasattr(module, "device_count") else 0
 
 
 @dataclass(frozen=True)
@@ -86,9 +99,15 @@ def _oracle(case: ShardCase, logits: torch.Tensor, target: torch.Tensor, upstrea
     return loss.detach(), x.grad
 
 
-def _worker(rank: int, world: int, init_file: str, backend_name: str, cases: tuple[ShardCase, ...]) -> None:
+def _worker(
+    rank: int, world: int, init_file: str, backend_name: str, device_type: str, cases: tuple[ShardCase, ...]
+) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    device = torch.device("cpu" if device_type == "cpu" else f"{device_type}:{rank}")
+    if device_type != "cpu":
+        getattr(torch, device_type).set_device(device)
+    collective = COLLECTIVES[device_type]
+    dist.init_process_group(collective, init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         from liger_core import registry
 
@@ -100,32 +119,32 @@ def _worker(rank: int, world: int, init_file: str, backend_name: str, cases: tup
         fn = implementation_callable(fn)
         group = dist.group.WORLD
         for case in cases:
-            _check_case(fn, case, rank, world, group)
-        _check_errors(fn, rank, world, group)
+            _check_case(fn, case, rank, world, group, device)
+        _check_errors(fn, rank, world, group, device)
     finally:
         dist.destroy_process_group()
 
 
-def _check_case(fn, case: ShardCase, rank: int, world: int, group) -> None:
+def _check_case(fn, case: ShardCase, rank: int, world: int, group, device: torch.device) -> None:
     logits, target = _inputs(case, world)
     cols = slice(rank * case.vocab_shard, (rank + 1) * case.vocab_shard)
-    shard = logits[:, cols].clone().requires_grad_(True)
+    shard = logits[:, cols].contiguous().to(device).requires_grad_(True)
+    target_on = target.to(device)
     # in_place may overwrite the logits passed: a copy of the shard, kept in the graph.
     passed = shard.clone() if case.in_place else shard
-    target_before = target.clone()
-    loss = fn(passed, target, group, case.ignore_index, case.reduction, case.in_place)
+    loss = fn(passed, target_on, group, case.ignore_index, case.reduction, case.in_place)
     if case.reduction == "none":
         upstream = torch.randn(case.tokens, generator=torch.Generator().manual_seed(case.seed + 7))
     else:
         upstream = torch.tensor(case.grad_scalar)
-    loss.backward(upstream.to(loss.dtype))
+    loss.backward(upstream.to(device=device, dtype=loss.dtype))
     want_loss, want_grad = _oracle(case, logits, target, upstream)
     what = f"{OP}[{case.id}] rank {rank}/{world}"
     if loss.dtype != case.dtype or shard.grad.dtype != case.dtype:
         raise AssertionError(f"{what}: dtypes {loss.dtype}, {shard.grad.dtype}; expected {case.dtype}")
     assert_close(loss, want_loss, case.dtype, f"{what}: loss")
     assert_close(shard.grad, want_grad[:, cols], case.dtype, f"{what}: grad_logits")
-    if not torch.equal(target, target_before):
+    if not torch.equal(target_on.cpu(), target):
         raise AssertionError(f"{what}: target was modified")
     # Every rank returns the same loss, bit for bit.
     losses = [torch.empty_like(loss) for _ in range(world)]
@@ -146,11 +165,11 @@ def _expect_error(what: str, error: type[Exception], match: str, call) -> None:
     raise AssertionError(f"{what}: no {error.__name__} raised")
 
 
-def _check_errors(fn, rank: int, world: int, group) -> None:
+def _check_errors(fn, rank: int, world: int, group, device: torch.device) -> None:
     """Bad input that only a group reveals raises the same error on every rank (none hangs)."""
-    target = torch.tensor([0, 3, 2 * world - 1])
+    target = torch.tensor([0, 3, 2 * world - 1], device=device)
     # Shards of different widths: rank r holds 2 + r columns.
-    ragged = torch.randn(3, 2 + rank)
+    ragged = torch.randn(3, 2 + rank, device=device)
     _expect_error(
         f"{OP}: shard widths differing across ranks",
         ValueError,
@@ -159,26 +178,33 @@ def _check_errors(fn, rank: int, world: int, group) -> None:
         lambda: fn(ragged, target, group, -100, "mean", False),
     )
     # A target past the full vocabulary (2 * world classes), though within a shard's width times 2.
-    bad = torch.tensor([0, 2 * world, 1])
+    bad = torch.tensor([0, 2 * world, 1], device=device)
     _expect_error(
         f"{OP}: target past the full vocabulary",
         ValueError,
         rf"target must be in \[0, {2 * world}\) or equal ignore_index=-100; 1 are not \(first: {2 * world}\)",
-        lambda: fn(torch.randn(3, 2), bad, group, -100, "mean", False),
+        lambda: fn(torch.randn(3, 2, device=device), bad, group, -100, "mean", False),
     )
     # The op still works after the errors (no collective was left half done).
-    out = fn(torch.randn(3, 2), target, group, -100, "sum", False)
+    out = fn(torch.randn(3, 2, device=device), target, group, -100, "sum", False)
     if not torch.isfinite(out):
         raise AssertionError(f"{OP}: a call after the errors gave {out}")
 
 
-def check_vocab_parallel(backend_name: str, world: int = 2, cases: tuple[ShardCase, ...] = CASES) -> None:
-    """Run `CASES` on ``world`` CPU processes over gloo with backend ``backend_name``: every rank's
+def check_vocab_parallel(
+    backend_name: str, device_type: str = "cpu", world: int = 2, cases: tuple[ShardCase, ...] = CASES
+) -> None:
+    """Run `CASES` on ``world`` processes with backend ``backend_name``, each rank on its own
+    ``device_type`` device (CPU: gloo; needs `devices_for` >= ``world``): every rank's
     loss and shard gradient against the float64 full-vocabulary reference at its dtype's
     tolerance, equal losses on every rank, and the group-wide errors. Raises on the first failure
     (the failing rank's traceback)."""
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "rendezvous")
         mp.start_processes(
-            _worker, args=(world, init_file, backend_name, cases), nprocs=world, join=True, start_method="spawn"
+            _worker,
+            args=(world, init_file, backend_name, device_type, cases),
+            nprocs=world,
+            join=True,
+            start_method="spawn",
         )

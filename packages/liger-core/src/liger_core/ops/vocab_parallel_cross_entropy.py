@@ -65,7 +65,8 @@ def vocab_parallel_cross_entropy(
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
         in_place: opt-in memory saving, as ``cross_entropy``'s: the backend may write the gradient
             w.r.t. ``logits`` into ``logits``' own memory; the caller must not read ``logits``
-            after the forward. ``target`` is never modified.
+            after the forward. ``target`` is never modified. A backend may use a separate buffer
+            where it cannot write in place; the reference always does.
 
     Returns:
         The loss (scalar, or ``(tokens,)`` for ``"none"``) in ``logits.dtype``. Backward gives
