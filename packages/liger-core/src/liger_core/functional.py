@@ -168,6 +168,22 @@ def liger_cross_entropy(
     )
 
 
+def liger_vocab_parallel_cross_entropy(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    group: torch.distributed.ProcessGroup | None = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    in_place: bool = False,
+) -> torch.Tensor:
+    """Cross-entropy over this rank's vocabulary shard of ``group`` (every rank calls it with the
+    same targets and gets the same loss); see
+    `liger_core.ops.vocab_parallel_cross_entropy.vocab_parallel_cross_entropy` for the contract."""
+    return resolve("vocab_parallel_cross_entropy", logits.device)(
+        logits, target, group, ignore_index, reduction, in_place
+    )
+
+
 def liger_fused_linear_cross_entropy(
     input: torch.Tensor,
     weight: torch.Tensor,

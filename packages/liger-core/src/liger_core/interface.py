@@ -32,6 +32,7 @@ from liger_core.ops import (
     sparsemax,
     swiglu,
     tvd,
+    vocab_parallel_cross_entropy,
 )
 
 # Catalogue order: by interface version, then family (`liger info`, `liger check` and the
@@ -62,6 +63,8 @@ CATALOGUE: dict[str, Op] = {
         tvd.OP,
         # 1.4: the rest of liger-kernel's ops.
         relu_squared.OP,
+        # 1.5: tensor-parallel losses.
+        vocab_parallel_cross_entropy.OP,
     )
 }
 

@@ -98,6 +98,9 @@ def _cross_entropy_forward_kernel(
             run_max, run_sum = online_lse_step(run_max, run_sum, x)
         # Rows past the end (all -inf, no sum) get lse = 0: finite, and their stores are masked off.
         lse = tl.where(run_sum > 0.0, run_max + tl.log(tl.where(run_sum > 0.0, run_sum, 1.0)), 0.0)
+        # A target outside the row (vocab_parallel_cross_entropy's rows whose class another rank
+        # holds) reads column 0 instead: no access leaves the row (the row's loss is not used).
+        y_safe = tl.where(below(y_safe, n_cols), y_safe, 0)
         x_y = tl.load(x_base + m_idx * x_row_stride + y_safe, mask=keep, other=0.0).to(tl.float32)
         if HAS_SOFTCAP:
             x_y = _softcapped(x_y, softcap)
@@ -137,7 +140,12 @@ def _cross_entropy_backward_kernel(
         coef_p = a * (1.0 - label_smoothing) * w_y + 2.0 * lse_square_scale * b * lse
         if SMOOTH:
             coef_p += a * label_smoothing / n_cols * tl.load(SUM_W)
-        coef_y = a * (1.0 - label_smoothing) * w_y
+        # A target outside the row (see the forward) has no target term; its element is column 0,
+        # rewritten below with the value the chunks gave it, so no access leaves the row (a mask
+        # alone would do on the device, but Triton-Ascend's interpreter stores masked-off lanes).
+        own = below(y_safe, n_cols)
+        y_safe = tl.where(own, y_safe, 0)
+        coef_y = tl.where(own, a * (1.0 - label_smoothing) * w_y, 0.0)
         coef_w = a * label_smoothing / n_cols
         x_row = X + row0.to(tl.int64) * x_row_stride + m_idx * x_row_stride
         dx_row = DX + row0.to(tl.int64) * dx_row_stride + m_idx * dx_row_stride

@@ -86,10 +86,13 @@ def _cross_entropy_forward_kernel(
         m = m_new
     row_max = tl.max(m, axis=0)
     lse = row_max + tl.log(tl.sum(d * tl.exp(m - row_max), axis=0))
-    x_y = _softcapped(tl.load(x_row + y).to(tl.float32), softcap, HAS_SOFTCAP)
+    # A target outside the row (vocab_parallel_cross_entropy's rows whose class another rank
+    # holds) reads nothing: its target logit is 0.
+    in_vocab = (y >= 0) & (y < n_cols)
+    x_y = _softcapped(tl.load(x_row + y, mask=in_vocab, other=0.0).to(tl.float32), softcap, HAS_SOFTCAP)
     w_y = 1.0
     if HAS_WEIGHT:
-        w_y = tl.load(W + y).to(tl.float32)
+        w_y = tl.load(W + y, mask=in_vocab, other=0.0).to(tl.float32)
     loss = (1.0 - label_smoothing) * w_y * (lse - x_y)
     if HAS_SMOOTHING:
         loss += label_smoothing / n_cols * (w_total * lse - tl.sum(smooth, axis=0))
@@ -139,7 +142,7 @@ def _cross_entropy_backward_kernel(
     g_out = tl.load(GRAD_OUT + row * grad_out_stride).to(tl.float32)
     w_y = 1.0
     if HAS_WEIGHT:
-        w_y = tl.load(W + y).to(tl.float32)
+        w_y = tl.load(W + y, mask=(y >= 0) & (y < n_cols), other=0.0).to(tl.float32)
     # dL/dx_j = a * p_j - b * [j == y] - s_j, folded into three per-row constants.
     a = loss_scale * ((1.0 - label_smoothing) * w_y + label_smoothing / n_cols * w_total)
     a += z_scale * 2.0 * lse_square_scale * lse

@@ -11,6 +11,7 @@ from liger_core.nn.losses import (
     LigerJSD,
     LigerKLDIVLoss,
     LigerTVDLoss,
+    LigerVocabParallelCrossEntropy,
 )
 from liger_core.nn.mlp import LigerGEGLUMLP, LigerSwiGLUMLP
 from liger_core.nn.poly_norm import LigerPolyNorm

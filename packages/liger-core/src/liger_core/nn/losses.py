@@ -12,6 +12,7 @@ from liger_core.functional import (
     liger_jsd,
     liger_kl_div,
     liger_tvd,
+    liger_vocab_parallel_cross_entropy,
 )
 from liger_core.ops import _losses as L
 from liger_core.ops.fused_linear_cross_entropy import ACCUM_DTYPES
@@ -82,6 +83,50 @@ class LigerCrossEntropyLoss(_CrossEntropyOptions):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, in_place={self.in_place}"
+
+
+class LigerVocabParallelCrossEntropy(nn.Module):
+    """Cross-entropy over vocabulary-sharded logits (tensor parallelism), under liger-kernel
+    0.8.5's name and ``forward(vocab_parallel_logits, target, tp_group=None)``.
+
+    ``vocab_parallel_logits``: ``(..., V_local)``, this rank's contiguous shard of the vocabulary
+    (rank ``r`` of ``tp_group`` holds ``[r * V_local, (r + 1) * V_local)``); ``target``: the
+    matching ``(...)`` global class indices, the same on every rank. ``reduction="none"`` (the
+    default, as liger-kernel's, whose only choice it is) gives the per-token loss in the targets'
+    shape; ``"mean"`` and ``"sum"`` reduce over the non-ignored tokens of every rank's batch. Label
+    smoothing is not offered. The logits are never modified unless ``in_place=True``.
+    """
+
+    def __init__(self, ignore_index: int = -100, reduction: str = "none", in_place: bool = False) -> None:
+        super().__init__()
+        name = type(self).__name__
+        if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+            raise TypeError(f"{name}: ignore_index must be an int; got {ignore_index!r}")
+        L.check_reduction(name, reduction, L.CE_REDUCTIONS)
+        if type(in_place) is not bool:
+            raise TypeError(f"{name}: in_place must be True or False; got {in_place!r}")
+        self.ignore_index = ignore_index
+        self.reduction = reduction
+        self.in_place = in_place
+
+    def forward(
+        self,
+        vocab_parallel_logits: torch.Tensor,
+        target: torch.Tensor,
+        tp_group: torch.distributed.ProcessGroup | None = None,
+    ) -> torch.Tensor:
+        # Any leading shape (liger-kernel takes (seq, batch, V_local)): flattened to the op's rows.
+        logits = vocab_parallel_logits
+        if isinstance(logits, torch.Tensor) and logits.dim() >= 2:
+            logits = logits.reshape(-1, logits.shape[-1])
+        flat_target = target.reshape(-1) if isinstance(target, torch.Tensor) else target
+        loss = liger_vocab_parallel_cross_entropy(
+            logits, flat_target, tp_group, self.ignore_index, self.reduction, self.in_place
+        )
+        return loss.reshape(target.shape) if self.reduction == "none" else loss
+
+    def extra_repr(self) -> str:
+        return f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, in_place={self.in_place}"
 
 
 class LigerFusedLinearCrossEntropyLoss(_CrossEntropyOptions):
