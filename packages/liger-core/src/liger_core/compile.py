@@ -21,6 +21,8 @@ eager calls do (CUDA, NPU, XPU, or the Triton interpreter on the CPU).
   pass ``False``, since a compiled graph must know every mutation.
 - An op with an option that drops its later outputs (``return_z_loss``: ``return_<output>``)
   always returns every output from the custom op; the wrapper returns what an eager call would.
+- An op taking an argument no schema type carries (a process group) is no custom op: compiled
+  code calls it eagerly, with a graph break around the call (`EAGER_ONLY` says which and why).
 """
 
 from __future__ import annotations
@@ -236,13 +238,46 @@ def _nothing(args: Sequence[Any]) -> torch.Tensor:
     return first.new_empty((0,))
 
 
-def _build() -> tuple[torch.library.Library, dict[str, CompiledOp]]:
+def _eager_only_reason(op: Op) -> str | None:
+    """Why ``op`` cannot be a custom op (an argument no schema type carries), or None."""
+    try:
+        for param in op.signature.parameters.values():
+            schema_type(op, param)
+    except TypeError as error:
+        return str(error)
+    return None
+
+
+def _eager_call(name: str) -> Callable:
+    """``name``'s backend op run eagerly from compiled code: Dynamo breaks the graph around the call."""
+
+    def call(*args: Any) -> Any:
+        from liger_core.registry import REGISTRY
+
+        device = next(a.device for a in args if isinstance(a, torch.Tensor))
+        return REGISTRY.resolve(name, device)(*args)
+
+    return torch._dynamo.disable(call)
+
+
+def _build() -> tuple[torch.library.Library, dict[str, CompiledOp], dict[str, str]]:
     library = torch.library.Library(NAMESPACE, "FRAGMENT")
-    return library, {name: CompiledOp(op, library) for name, op in CATALOGUE.items()}
+    compiled, eager_only = {}, {}
+    for name, op in CATALOGUE.items():
+        reason = _eager_only_reason(op)
+        if reason is None:
+            compiled[name] = CompiledOp(op, library)
+        else:
+            eager_only[name] = reason
+    return library, compiled, eager_only
 
 
 _LIBRARY: torch.library.Library | None = None
 COMPILED: dict[str, CompiledOp] = {}
+# Ops with an argument a custom op cannot take (vocab_parallel_cross_entropy's process group): compiled
+# code calls them eagerly, a graph break at each call; op -> why.
+EAGER_ONLY: dict[str, str] = {}
+_EAGER_CALLS: dict[str, Callable] = {}
 
 
 def compiled(op: str) -> CompiledOp:
@@ -263,13 +298,15 @@ def install() -> None:
         return
     from liger_core.registry import Registry
 
-    _LIBRARY, built = _build()
+    _LIBRARY, built, eager_only = _build()
     COMPILED.update(built)
+    EAGER_ONLY.update(eager_only)
+    _EAGER_CALLS.update({name: _eager_call(name) for name in eager_only})
 
     # Dynamo inlines this in place of Registry.resolve; eager calls still run Registry.resolve.
     @torch.compiler.substitute_in_graph(Registry.resolve)
     def _resolve_while_compiling(self: Registry, op: str, device: str | torch.device) -> Callable:
-        return COMPILED[op]
+        return COMPILED[op] if op in COMPILED else _EAGER_CALLS[op]
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
