@@ -12,8 +12,8 @@ agree tightly), against the uncompiled patched model of the same weights on the 
    gradient, over three steps (the first records the graphs, the next ones replay them);
 3. the graph breaks of the whole model, and those in liger_core's code (must be 0).
 
-Then the eager dispatch overhead: a ``liger_rms_norm`` call on a (1, 8) tensor minus the backend's
-op called directly (``resolve`` skipped), in microseconds per call (best of 9 runs each). Exits 1 on a failed check.
+Then the eager dispatch overhead: what a ``liger_rms_norm`` call on a GPU tensor does before the backend's
+op (the DTensor test, ``x.device``, ``resolve``), in microseconds per call. Exits 1 on a failed check.
 Tolerances: loss atol 1e-5/rtol 1e-5; gradients atol 1e-4/rtol 1e-3 (Inductor fuses the torch code
 around the ops in its own order; the ops themselves run the same kernels).
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-import time
+import timeit
 
 import torch
 
@@ -58,32 +58,21 @@ def compare(label, got, want) -> bool:
 
 
 def dispatch_overhead_us(device: str) -> float:
-    from liger_core import functional as F
+    """What a ``liger_rms_norm`` call does beyond calling the backend's op: the DTensor type test, reading
+    ``x.device`` and ``resolve``, timed alone (best of 9 runs of 100000). Timing the whole call against the
+    backend's op instead measures kernel-launch noise (8.8, -1.3 and 5.0 us in three runs on one H100)."""
     from liger_core.registry import resolve
 
     x = torch.randn(1, 8, device=device)
-    w = torch.ones(8, device=device)
-    direct = resolve("rms_norm", x.device)
+    tensor = torch.Tensor
+    resolve("rms_norm", x.device)
 
-    def timed(fn, n=20000):
-        for _ in range(200):
-            fn()
-        torch.cuda.synchronize() if device == "cuda" else None
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize() if device == "cuda" else None
-        return (time.perf_counter() - t) / n * 1e6
+    def dispatch() -> object:
+        return type(x) is not tensor, resolve("rms_norm", x.device)
 
-    via_api = lambda: F.liger_rms_norm(x, w, 1e-6, 0.0, "llama", False)  # noqa: E731
-    raw = lambda: direct(x, w, 1e-6, 0.0, "llama", False)  # noqa: E731
-    # The best of 9 interleaved runs of each: a difference of two medians of a few microseconds swings by
-    # more than the overhead (8.8 us and -1.3 us in two runs on one H100).
-    api, plain = [], []
-    for _ in range(9):
-        api.append(timed(via_api))
-        plain.append(timed(raw))
-    return min(api) - min(plain)
+    n = 100000
+    best = min(timeit.repeat(dispatch, number=n, repeat=9))
+    return best / n * 1e6
 
 
 def main() -> int:
