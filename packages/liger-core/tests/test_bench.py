@@ -163,9 +163,38 @@ def test_run_every_op_on_cpu():
         # Both compute the op's formula in float32.
         assert r["max_rel_diff"] is not None and r["max_rel_diff"] < 1e-4, (r["op"], r["provider"])
         assert (r["tflops"] is not None) == (SPECS[r["op"]].flops is not None)
+        # Memory-bound rows carry a copy of the same bytes, timed alike, as their reference.
+        if r["tflops"] is None:
+            assert r["copy_gbps"] > 0
+            assert r["of_copy"] == pytest.approx(r["gbps"] / r["copy_gbps"])
+        else:
+            assert r["copy_gbps"] is None and r["of_copy"] is None
         assert r["layout"] == SPECS[r["op"]].layout
     assert result.meta["timer"] == "wall"
     assert result.meta["versions"]["torch"] == torch.__version__
+
+
+def test_copy_reference_is_cached_and_skips_what_it_cannot_measure(monkeypatch):
+    calls = []
+    real = runner._time
+
+    def counting(call, leaves, timer, device_type, rep_ms):
+        calls.append(timer)
+        return real(call, leaves, timer, device_type, rep_ms)
+
+    monkeypatch.setattr(runner, "_time", counting)
+    monkeypatch.setattr(runner, "_COPY_GBPS", {})
+    first = runner.copy_gbps(1 << 16, CPU, "wall", 1)
+    assert first > 0 and runner.copy_gbps(1 << 16, CPU, "wall", 1) == first and calls == ["wall"]
+    assert runner.copy_gbps(1, CPU, "wall", 1) is None  # nothing to copy
+    rows = [
+        dict(status="ok", flops=None, gbps=10.0, bytes_moved=1 << 16, timer="wall"),
+        dict(status="ok", flops=5.0, gbps=10.0, bytes_moved=1 << 16, timer="wall"),  # compute-bound
+        dict(status="error", flops=None, gbps=None, bytes_moved=None, timer=None),
+    ]
+    runner._add_copy_reference(rows, CPU, 1)
+    assert rows[0]["copy_gbps"] == first and rows[0]["of_copy"] == pytest.approx(10.0 / first)
+    assert "copy_gbps" not in rows[1] and "copy_gbps" not in rows[2]
 
 
 def test_ratios():

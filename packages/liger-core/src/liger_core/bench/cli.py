@@ -14,8 +14,10 @@ cut-cross-entropy (fused linear cross-entropy) and torch_npu's fused ops (on an 
 A peer that is not installed is reported in its rows, not dropped.
 
 Each row: p20/p50/p80 ms, the timer, GB/s from the op's ideal bytes moved (TFLOP/s for the
-fused linear losses), peak memory above the inputs, and each provider's time and memory
-relative to this project's (ratio_to_liger above 1: this project is faster).
+fused linear losses) and, for memory-bound ops, the GB/s of a plain device copy of the same
+bytes with the same timer (copy_gbps; of_copy = the share reached), peak memory above the
+inputs, and each provider's time and memory relative to this project's (ratio_to_liger above
+1: this project is faster).
 
 Timers: on CUDA the default is CUDA-graph replay (triton.testing.do_bench_cudagraph), since
 host launch overhead (~30 us a call) hides small kernels; backward is then full minus

@@ -102,6 +102,8 @@ def summary_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[s
         mine = by.get(LIGER)
         if mine is not None and mine["status"] == OK:
             rate = f"{_num(mine['tflops'])} TF" if mine.get("tflops") else _num(mine.get("gbps"), 4)
+            if mine.get("of_copy"):
+                rate += f" ({mine['of_copy']:.0%} of copy)"
             # "ref": no vendor kernel served the op, the PyTorch reference ran.
             ref = " (ref)" if str(mine.get("implementation") or "").startswith("reference") else ""
             lead = [_num(mine["ms_p50"]) + ref, rate, _num(mine.get("peak_mb"))]
@@ -172,7 +174,8 @@ def write_summary(folder: str | Path) -> Path:
         lines.append("- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
         lines.append(
             "- liger ms: p50 of this project's op; GB/s from the op's ideal bytes moved (TF: TFLOP/s for "
-            "the fused linear losses); each peer's p50 ms with its time relative to this project's "
+            "the fused linear losses), with the share of a device copy's GB/s at the same bytes and timer; "
+            "each peer's p50 ms with its time relative to this project's "
             "(above 1x: this project is faster). (ref): no vendor kernel for the op, the PyTorch reference ran."
         )
         lines += ["", markdown_table(*summary_rows(rows)), ""]
@@ -313,7 +316,8 @@ def readme_block(folder: str | Path, relative_to: str | Path, modes: Sequence[st
         f"{m['device']}, {m['dtype']}, shapes of {m['config']}, {'/'.join(modes)} (forward + backward), "
         f"timer {m['timer']}; " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".",
         "",
-        "liger ms: this project's p50; GB/s from the op's ideal bytes moved (TF: TFLOP/s); each peer's p50 "
+        "liger ms: this project's p50; GB/s from the op's ideal bytes moved (TF: TFLOP/s), with the share of a "
+        "device copy's GB/s at the same bytes and timer; each peer's p50 "
         "with its time relative to this project's (above 1x: this project is faster); (ref): no vendor "
         "kernel for the op yet, the PyTorch reference ran.",
         "",

@@ -60,6 +60,8 @@ FIELDS = (
     "ms_p80",
     "timer",
     "gbps",
+    "copy_gbps",
+    "of_copy",
     "tflops",
     "peak_mb",
     "ratio_to_liger",
@@ -500,6 +502,42 @@ def _fill(row: dict[str, Any], t: Timing, spec: BenchSpec, shape: ModelShape, dt
     )
 
 
+_COPY_GBPS: dict[tuple[str, int, str], float | None] = {}
+
+
+def copy_gbps(nbytes: int, dev: torch.device, timer: str, rep_ms: int) -> float | None:
+    """GB/s of a plain device copy moving ``nbytes`` (half read, half written) with ``timer``: what a
+    memory-bound op's GB/s is measured against (cached per device, size and timer for the run).
+    None where it cannot be measured (no bytes, or the copy fails to time)."""
+    key = (str(dev), nbytes, timer)
+    if key not in _COPY_GBPS:
+        half = nbytes // 2
+        result = None
+        if half > 0:
+            try:
+                src = torch.empty(half, dtype=torch.uint8, device=dev)
+                dst = torch.empty_like(src)
+                (_, p50, _), _, _ = _time(lambda: dst.copy_(src), [], timer, dev.type, rep_ms)
+                result = 2 * half / (p50 * 1e-3) / 1e9 if p50 > 0 else None
+            except Exception:  # noqa: BLE001 - the rows keep their own GB/s; only the reference is missing
+                result = None
+            src = dst = None
+            timing.free_memory(dev.type)
+        _COPY_GBPS[key] = result
+    return _COPY_GBPS[key]
+
+
+def _add_copy_reference(rows: list[dict[str, Any]], dev: torch.device, rep_ms: int) -> None:
+    """copy_gbps and of_copy (the row's GB/s as a fraction of a copy of the same bytes, same timer)
+    for the memory-bound ops' rows (those without a FLOP count)."""
+    for row in rows:
+        if row.get("status") != OK or row.get("flops") or not row.get("gbps") or not row.get("bytes_moved"):
+            continue
+        ref = copy_gbps(row["bytes_moved"], dev, row["timer"], rep_ms)
+        if ref:
+            row.update(copy_gbps=ref, of_copy=row["gbps"] / ref)
+
+
 def _bench_point(spec, names, shape, dt, dev, modes, timer, backend, rep_ms, bar) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     want = None
@@ -550,6 +588,7 @@ def _bench_point(spec, names, shape, dt, dev, modes, timer, backend, rep_ms, bar
                     f"timed with do_bench like another provider of this mode that a CUDA graph cannot "
                     f"capture (CUDA-graph p50 {graph_ms:.4g} ms)"
                 )
+    _add_copy_reference(rows, dev, rep_ms)
     return rows
 
 
