@@ -12,7 +12,9 @@ runs in its own process, so patches never mix and each peak-memory figure stands
   defaults: RoPE, RMSNorm, SwiGLU/GEGLU, fused linear cross-entropy);
 - ``liger``: ``liger_core.transformers.apply_liger_kernel_to_<family>()`` with liger-ops-cuda
   (on a GPU ``LIGER_STRICT=1``: an op falling back to the PyTorch reference is an error, not a
-  quiet slow figure).
+  quiet slow figure);
+- ``liger-unfused-add`` (not run by default): ``liger`` with ``fused_add_rms_norm=False``, the
+  decoder layers stock apart from their norms and MLPs: what the fused add-norm alone gives.
 
 Per run: ``--warmup`` steps, then ``--steps`` timed steps (CUDA-synchronised wall time per
 step); tokens/s from the median step; peak ``torch.cuda.max_memory_allocated`` (and reserved)
@@ -50,6 +52,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SRC_PATHS = [ROOT / "packages" / "liger-core" / "src", ROOT / "packages" / "liger-ops-cuda" / "src"]
 VARIANTS = ("stock", "liger-kernel", "liger")
+# Not run by default: this project without the decoder layer's fused add-norm (fused_add_rms_norm=False), to
+# measure what that fusion alone gives.
+EXTRA_VARIANTS = ("liger-unfused-add",)
 
 
 @dataclass(frozen=True)
@@ -196,7 +201,9 @@ def _patch(variant: str, model_type: str) -> dict:
     from liger_core.transformers import MODEL_TYPE_TO_APPLY_LIGER_FN
     from liger_core.transformers.monkey_patch import family_ops
 
-    MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]()
+    MODEL_TYPE_TO_APPLY_LIGER_FN[model_type](
+        **({"fused_add_rms_norm": False} if variant == "liger-unfused-add" else {})
+    )
     device = "cuda" if torch.cuda.is_available() else "cpu"
     backend = REGISTRY.backend_for_device(device)
     ops = sorted({op for flag_ops in family_ops(model_type).values() for op in flag_ops} - {"cross_entropy"})
@@ -431,7 +438,7 @@ def _installed(variant: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated presets, of {tuple(MODELS)}")
-    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {VARIANTS}")
+    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {VARIANTS + EXTRA_VARIANTS}")
     p.add_argument("--batches", default="8", help="batch sizes (comma-separated; default 8)")
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--steps", type=int, default=5, help="timed steps per run")
@@ -450,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.child:
         model, variant, batch = args.child.split(":")
-        if variant == "liger":
+        if variant.startswith("liger") and variant != "liger-kernel":
             sys.path[:0] = [str(path) for path in SRC_PATHS]
             import torch
 
@@ -466,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         args.seq, args.steps, args.warmup = min(args.seq, 64), 2, 1
     models = [m for m in args.models.split(",") if m]
     variants = [v for v in args.variants.split(",") if v]
-    for given, known, what in ((models, MODELS, "--models"), (variants, VARIANTS, "--variants")):
+    for given, known, what in ((models, MODELS, "--models"), (variants, VARIANTS + EXTRA_VARIANTS, "--variants")):
         bad = sorted(set(given) - set(known))
         if bad or not given:
             p.error(f"{what}: unknown {bad or 'none given'}; choose from {tuple(known)}")

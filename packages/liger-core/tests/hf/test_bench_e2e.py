@@ -68,6 +68,11 @@ def test_smoke_runs_and_compares_with_stock(bench_e2e, monkeypatch):
             assert not run["oom"] and len(run["losses"]) == 3 and run["tokens_per_s"] > 0
             results.append(run)
     assert fused, "the patched decoder layers did not run fused_add_rms_norm"
+    calls = len(fused)
+    unfused = bench_e2e.run_one("llama-3.2-1b", "liger-unfused-add", batch=2, seq=16, steps=2, warmup=1, smoke=True)
+    revert_liger_kernel_patches()
+    assert len(fused) == calls, "fused_add_rms_norm=False still fused"
+    torch.testing.assert_close(unfused["losses"], results[0]["losses"], rtol=2e-2, atol=0)
     served = results[1]["served_natively"]
     assert {"rms_norm", "rope", "swiglu", "fused_linear_cross_entropy", "fused_add_rms_norm"} <= set(served)
     comparison = bench_e2e.compare(results + [{"model": "llama-3.2-1b", "variant": "liger-kernel", "skipped": "x"}])
