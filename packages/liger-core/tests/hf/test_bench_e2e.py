@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -53,7 +54,10 @@ def test_presets_build_the_released_shapes(bench_e2e, name):
 def test_smoke_runs_and_compares_with_stock(bench_e2e, monkeypatch):
     """Stock and this project's patch on each tiny preset, in this process (the script runs each in its own):
     the same losses to bf16 noise, and the comparison rows and geometric mean the JSON carries."""
-    monkeypatch.setenv("LIGER_EXTRA_BACKENDS", "")  # the patch would load liger-ops-cuda from the source tree
+    # The script's patch resets the registry (which reloads from the environment) and, where LIGER_EXTRA_BACKENDS is
+    # unset, names liger-ops-cuda's source tree there: keep the session's value, so the same backends serve the
+    # tests after this one.
+    monkeypatch.setenv("LIGER_EXTRA_BACKENDS", os.environ.get("LIGER_EXTRA_BACKENDS", ""))
     from liger_core import functional
     from liger_core.transformers import revert_liger_kernel_patches
 
