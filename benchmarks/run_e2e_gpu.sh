@@ -6,7 +6,8 @@
 #   bash benchmarks/run_e2e_gpu.sh tests   # the transformers tests on the GPU: tiny and mid-size convergence
 #   bash benchmarks/run_e2e_gpu.sh mid [OUT] [-k EXPR]  # the 90 mid-size convergence tests, 4 processes on one GPU;
 #                                          # per shard a log and the gaps (JSON lines) in OUT (default /tmp/mid)
-#   bash benchmarks/run_e2e_gpu.sh bench   # bench_e2e.py: LLaMA-3.2-1B shape, stock vs liger-kernel 0.8.5 vs this project
+#   bash benchmarks/run_e2e_gpu.sh bench   # bench_e2e.py: LLaMA-3.2-1B, Qwen3-1.7B, Gemma-3-1B shapes, batch 8 x 2048,
+#                                          # stock vs liger-kernel 0.8.5 vs this project, kernel-category profiles
 #   bash benchmarks/run_e2e_gpu.sh demo    # the main job on the GPU
 #
 # Each step stays within about 10 minutes on an H100/H200; results go to benchmarks/results/.
@@ -55,7 +56,7 @@ case "${1:-}" in
         ;;
     bench)
         shift
-        $PY benchmarks/bench_e2e.py --out "benchmarks/results/e2e_llama-3.2-1b_$(gpu).json" "$@"
+        $PY benchmarks/bench_e2e.py --out "benchmarks/results/e2e_$(gpu).json" "$@"
         ;;
     demo)
         shift

@@ -591,3 +591,89 @@ def test_an_op_that_takes_no_keyword_arguments_is_called_positionally(fake_backe
     result = run_bench(ops=["rms_norm"], providers=["liger"], modes=["forward"], device="cpu", backend="posonly",
                        rep_ms=1, progress=False)  # fmt: skip
     assert result.rows[0]["status"] == "ok", result.rows[0]["note"]
+
+
+# -- training shapes of the fused linear losses --------------------------------------------------------
+
+
+def test_shape_sets_hold_the_fused_linear_training_shapes():
+    """``--shapes flce-training``: the five (tokens, hidden, vocab) of issue 14, tokens > hidden in each."""
+    from liger_core.bench.configs import SHAPE_SETS
+
+    points = SHAPE_SETS["flce-training"]
+    assert [(p.tokens, p.hidden, p.vocab) for p in points] == [
+        (16384, 2048, 128256),
+        (16384, 4096, 128256),
+        (16384, 1152, 262144),
+        (16384, 2048, 151936),
+        (8192, 4096, 128256),
+    ]
+    assert all(p.tokens > p.hidden for p in points) and len({p.name for p in points}) == len(points)
+
+
+def test_shape_set_run_on_cpu_with_the_reference_backend(capsys, tmp_path):
+    """A shape set through the command: one row group per named shape, each row with its shape, layout and name."""
+    rc, text, _ = bench_main(
+        capsys, "--ops", "fused_linear_cross_entropy,fused_linear_jsd", "--shapes", "tiny", "--device", "cpu",
+        "--providers", "liger,torch", "--backend", "reference", "--modes", "full", "--rep-ms", "1",
+        "--out", str(tmp_path), "--no-progress", "--no-plots",
+    )  # fmt: skip
+    assert rc == 0, text
+    for op in ("fused_linear_cross_entropy", "fused_linear_jsd"):
+        result = read_json(tmp_path / f"{op}.json")
+        assert result.meta["config"] == "shapes tiny" and [s["name"] for s in result.meta["shapes"]] == [
+            "tiny@24t",
+            "tiny-wide@40t",
+        ]
+        assert [(r["provider"], r["x"], r["config"]) for r in result.rows] == [
+            ("liger", "tiny@24t", "tiny@24t"),
+            ("torch", "tiny@24t", "tiny@24t"),
+            ("liger", "tiny-wide@40t", "tiny-wide@40t"),
+            ("torch", "tiny-wide@40t", "tiny-wide@40t"),
+        ]
+        assert {r["axis"] for r in result.rows} == {"shape"} and {r["layout"] for r in result.rows} == {"rows"}
+        shapes = [r["shape"] for r in result.rows][::2]
+        assert shapes == ["tokens=24 hidden=48 vocab=96", "tokens=40 hidden=64 vocab=130"]
+        assert all(r["status"] == "ok" and r["ms_p50"] > 0 and r["tflops"] > 0 for r in result.rows)
+        assert all(r["implementation"].startswith("reference") for r in result.rows if r["provider"] == "liger")
+    assert "shape=tiny-wide@40t" in text
+
+
+def test_token_sweep_of_a_fused_linear_loss_parses_and_runs(capsys, tmp_path, monkeypatch):
+    """``--op fused_linear_cross_entropy --sweep tokens=... --hidden H --vocab V`` (what the issue asks for, at
+    CPU sizes): the sizes apply to every point, the rows vary tokens."""
+    seen = {}
+    real = runner.run_bench
+
+    def spy(**kwargs):
+        seen.update(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(runner, "run_bench", spy)
+    rc, text, _ = bench_main(
+        capsys, "--op", "fused_linear_cross_entropy", "--sweep", "tokens=16,40", "--hidden", "24", "--vocab", "70",
+        "--device", "cpu", "--providers", "liger", "--backend", "reference", "--modes", "forward", "--rep-ms", "1",
+        "--out", str(tmp_path), "--no-progress", "--no-plots",
+    )  # fmt: skip
+    assert rc == 0, text
+    assert seen["ops"] == ["fused_linear_cross_entropy"] and seen["sweep"] == ("tokens", [16, 40])
+    assert seen["sizes"] == {"hidden": 24, "vocab": 70} and seen["shapes"] is None
+    rows = read_json(tmp_path / "fused_linear_cross_entropy.json").rows
+    assert [(r["x"], r["shape"], r["layout"]) for r in rows] == [
+        (16, "tokens=16 hidden=24 vocab=70", "rows"),
+        (40, "tokens=40 hidden=24 vocab=70", "rows"),
+    ]
+
+
+def test_shape_set_errors(capsys):
+    rc, text, _ = bench_main(capsys, "--list")
+    assert "flce-training: llama-3.2-1b@16384t (16384x2048x128256)" in text
+    with pytest.raises(SystemExit) as e:
+        bench_main(capsys, "--shapes", "tiny", "--sweep", "tokens=8,16", "--device", "cpu")
+    assert e.value.code == 2
+    with pytest.raises(SystemExit):
+        bench_main(capsys, "--shapes", "no-such-set", "--device", "cpu")
+    with pytest.raises(ValueError, match="shapes replaces config"):
+        run_bench(ops=["rms_norm"], config="tiny", shapes="tiny", device="cpu")
+    with pytest.raises(ValueError, match="unknown shape set 'huge'"):
+        run_bench(ops=["rms_norm"], shapes="huge", device="cpu")

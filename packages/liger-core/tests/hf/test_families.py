@@ -17,6 +17,7 @@ kernel runs (float64 models), the patched model must equal stock exactly.
 from __future__ import annotations
 
 import copy
+import importlib
 import warnings
 
 import pytest
@@ -412,6 +413,119 @@ def test_logits_to_keep(model_type, form):
     ref.loss.backward()
     fused.loss.backward()
     _assert_grads_close(patched, stock)
+
+
+# -- fused_add_rms_norm in the decoder layer ---------------------------------------------------------
+
+
+def _count_fused_add(monkeypatch) -> list[tuple]:
+    """Each call of liger_fused_add_rms_norm from here on: (x shape, offset, casting_mode)."""
+    from liger_core import functional
+
+    calls = []
+    op = functional.liger_fused_add_rms_norm
+
+    def counting(x, residual, weight=None, eps=1e-6, offset=0.0, casting_mode="llama", in_place=False):
+        calls.append((tuple(x.shape), offset, casting_mode))
+        return op(x, residual, weight, eps, offset, casting_mode, in_place)
+
+    monkeypatch.setattr(functional, "liger_fused_add_rms_norm", counting)
+    return calls
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen3", "gemma3_text"])
+def test_fused_add_rms_norm_runs_in_every_layer(model_type, monkeypatch):
+    """The patched decoder layer computes the add before the MLP's norm with fused_add_rms_norm, with the
+    family's norm arithmetic: one call per layer per forward, plus one per layer when gradient checkpointing
+    recomputes the forward; none with ``fused_add_rms_norm=False``. (That patched equals stock, outputs and
+    gradients, is what the tests above check for every family with the flag on by default.)"""
+    calls = _count_fused_add(monkeypatch)
+    stock, patched, fallbacks = _pair(model_type, "kernel")
+    assert fallbacks == []
+    n_layers = patched.config.num_hidden_layers
+    fam = mp.FAMILIES[model_type]
+    inputs = _inputs()
+    targets = _targets("causal_lm", inputs, stock.config)
+    out = patched.train()(**inputs, **targets)
+    norm = (fam.norm.offset, fam.norm.casting_mode)
+    assert calls == [((BATCH, SEQ, patched.config.hidden_size), *norm)] * n_layers
+    out.loss.backward()
+    assert len(calls) == n_layers  # the backward recomputes nothing without checkpointing
+
+    calls.clear()
+    _enable_checkpointing(patched)
+    patched.zero_grad()
+    out = patched.train()(**inputs, **targets)
+    out.loss.backward()
+    assert len(calls) == 2 * n_layers
+    with _as_stock(model_type):
+        ref = stock.train()(**inputs, **targets)
+    torch.testing.assert_close(out.loss, ref.loss, **OUT_TOL)
+    ref.loss.backward()
+    _assert_grads_close(patched, stock)
+
+    calls.clear()
+    mp.revert_liger_kernel_patches()  # a patch adds to the patches before it: start from stock
+    MODEL_TYPE_TO_APPLY_LIGER_FN[model_type](fused_add_rms_norm=False)
+    for name in fam.decoder_layers:
+        assert not hasattr(getattr(importlib.import_module(fam.modeling), name).forward, "_liger_stock")
+    unfused = AutoModelForCausalLM.from_config(copy.deepcopy(patched.config), dtype=torch.float32)
+    unfused(**inputs, **targets)
+    assert calls == []
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gemma3_text"])
+def test_fused_add_rms_norm_leaves_stock_norms_alone(model_type, monkeypatch):
+    """A model built before the patch and not handed to it keeps stock norms, whose arithmetic the op does not
+    certify: its (class-level patched) decoder layers run the stock forward, say so once, and match stock."""
+    calls = _count_fused_add(monkeypatch)
+    config = variant_config(model_type, "kernel", TINY)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    inputs = _inputs()
+    with torch.no_grad():
+        before = model(**inputs).logits
+    MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]()
+    with pytest.warns(LigerStockFallbackWarning, match="is the stock"), torch.no_grad():
+        after = model(**inputs).logits
+    assert calls == []
+    torch.testing.assert_close(after, before, atol=0, rtol=0)
+    MODEL_TYPE_TO_APPLY_LIGER_FN[model_type](model=model)  # converts its norms: now fused
+    with torch.no_grad():
+        torch.testing.assert_close(model(**inputs).logits, before, **OUT_TOL)
+    assert len(calls) == config.num_hidden_layers
+
+
+@pytest.mark.parametrize(
+    ("x_dtype", "residual_dtype", "fused"),
+    [
+        (torch.bfloat16, torch.float32, True),  # a float32 residual stream under bf16 autocast
+        (torch.float32, torch.bfloat16, True),
+        (torch.bfloat16, torch.float16, False),  # the sum is float32: neither input's dtype
+    ],
+)
+def test_fused_add_norm_mixed_dtypes_as_stock(x_dtype, residual_dtype, fused, monkeypatch):
+    """``residual + x`` promotes in stock; the fused call returns the wider dtype too, or stock runs."""
+    calls = _count_fused_add(monkeypatch)
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    mp.FAMILIES["llama"]  # the table's arithmetic for LLaMA: llama casting, no offset
+    norm = layers.rms_norm_class(LlamaRMSNorm, 0.0, "llama", True)(24, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.normal_(1.0, 0.2, generator=torch.Generator().manual_seed(1))
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(3, 5, 24, generator=g).to(x_dtype)
+    residual = torch.randn(3, 5, 24, generator=g).to(residual_dtype)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y, summed = layers._add_norm(norm, x, residual, "test")
+    assert len(calls) == int(fused)
+    assert fused or any("third dtype" in str(w.message) for w in caught)
+    ref_sum = residual + x
+    assert summed.dtype == ref_sum.dtype and torch.equal(summed, ref_sum)
+    ref = LlamaRMSNorm.forward(norm, ref_sum)
+    assert y.dtype == ref.dtype
+    torch.testing.assert_close(y, ref, atol=1e-2, rtol=1e-2)
 
 
 def test_every_family_is_covered():

@@ -87,7 +87,7 @@ def test_every_named_class_exists(model_type):
     fam = mp.FAMILIES[model_type]
     mod = importlib.import_module(fam.modeling)
     names = [*fam.heads, *fam.norms, *(n for n, _ in fam.other_norms), *fam.mlps, *(n for n, _ in fam.other_mlps)]
-    names += [*fam.experts, *(n for n, _ in fam.layer_norms)]
+    names += [*fam.experts, *(n for n, _ in fam.layer_norms), *fam.decoder_layers]
     missing = [n for n in names if not isinstance(getattr(mod, n, None), type)]
     if missing and model_type in NAMES_OF_OTHER_RELEASES:
         missing = [n for n in missing if n not in NAMES_OF_OTHER_RELEASES[model_type]]
@@ -105,6 +105,8 @@ def test_class_level_patch(model_type):
     stock_rope = getattr(mod, "apply_rotary_pos_emb", None)
     heads = [getattr(mod, h) for h in fam.heads if hasattr(mod, h)]
     stock_forwards = [h.forward for h in heads]
+    decoder_layers = [getattr(mod, name) for name in fam.decoder_layers]
+    stock_layer_forwards = [cls.forward for cls in decoder_layers]
 
     MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]()
     for name, cls in stock.items():
@@ -118,6 +120,8 @@ def test_class_level_patch(model_type):
         assert getattr(mod, "apply_rotary_pos_emb", None) is stock_rope
     for head in heads:
         assert getattr(head.forward, "_liger_forward", False), head
+    for cls, stock_forward in zip(decoder_layers, stock_layer_forwards):
+        assert cls.forward._liger_stock is stock_forward, cls  # fused_add_rms_norm, on by default
 
     if not fam.composite:  # a composite's layers are its language model's family's (test_multimodal)
         model = build(model_type, TINY, torch.float32, "cpu")
@@ -128,6 +132,7 @@ def test_class_level_patch(model_type):
     assert {name: getattr(mod, name) for name in stock} == stock
     assert getattr(mod, "apply_rotary_pos_emb", None) is stock_rope
     assert [h.forward for h in heads] == stock_forwards
+    assert [cls.forward for cls in decoder_layers] == stock_layer_forwards
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)
@@ -170,10 +175,12 @@ def test_flags_off_patch_nothing(model_type):
     mod = importlib.import_module(fam.modeling)
     before = {name: getattr(mod, name) for name in [*_stock_names(fam), "apply_rotary_pos_emb"] if hasattr(mod, name)}
     forward = getattr(mod, fam.heads[0]).forward
+    layer_forwards = [getattr(mod, name).forward for name in fam.decoder_layers]
     model = build(model_type, TINY, torch.float32, "cpu")
     MODEL_TYPE_TO_APPLY_LIGER_FN[model_type](model=model, **{flag: False for flag in fam.flags})
     assert {name: getattr(mod, name) for name in before} == before
     assert getattr(mod, fam.heads[0]).forward is forward
+    assert [getattr(mod, name).forward for name in fam.decoder_layers] == layer_forwards
     assert not _liger_modules(model)
 
 

@@ -163,9 +163,10 @@ def test_llama_tp_matches_one_process(llama, kind):
 
 def test_llama_patched_matches_stock(llama):
     assert any(c.startswith("Liger") for c in llama["patched-classes"]), llama["patched-classes"]
-    # The sequence-parallel norms and the colwise SwiGLU ran Liger's ops on DTensors.
+    # The sequence-parallel norms (the MLP's with the residual add, in the patched decoder layer) and the colwise
+    # SwiGLU ran Liger's ops on DTensors.
     assert llama["stock-routed"] == []
-    assert llama["patched-routed"] == ["rms_norm", "swiglu"]
+    assert llama["patched-routed"] == ["fused_add_rms_norm", "rms_norm", "swiglu"]
     torch.testing.assert_close(llama["patched-tp"]["loss"], llama["stock-single"]["loss"], rtol=1e-5, atol=1e-5)
     for name, g in llama["stock-single"]["grads"].items():
         torch.testing.assert_close(

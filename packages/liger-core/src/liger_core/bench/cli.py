@@ -29,12 +29,14 @@ every op in DIR; runs of different ops into one DIR add up.
 Examples:
   liger bench --config llama-3-8b --out benchmarks/results/H100
   liger bench --ops rms_norm,swiglu --sweep tokens=1024,2048,4096,8192
+  liger bench --ops fused_linear_cross_entropy --sweep tokens=4096,8192,16384 --hidden 2048 --vocab 128256
+  liger bench --ops losses --shapes flce-training   # the fused linear losses at five training shapes
   liger bench --config tiny --device cpu --providers liger,torch   # CPU smoke
 """
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    from liger_core.bench.configs import AXES, MODEL_CONFIGS
+    from liger_core.bench.configs import AXES, MODEL_CONFIGS, SHAPE_SETS
     from liger_core.bench.providers import PROVIDERS
     from liger_core.bench.spec import MODES
     from liger_core.bench.timing import TIMERS
@@ -63,6 +65,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
         p.add_argument(f"--{axis.replace('_', '-')}", dest=axis, type=int, metavar="N", help=f"set {axis}")
     p.add_argument(
         "--sweep", metavar="AXIS=V1,V2", help=f"vary one axis ({', '.join(AXES)}), e.g. tokens=1024,2048,4096"
+    )
+    p.add_argument(
+        "--shapes",
+        choices=tuple(SHAPE_SETS),
+        help="run a named set of shapes that differ in several axes, in place of --config/--sweep/sizes "
+        "(rows: axis 'shape', x the shape's name; see --list)",
     )
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     p.add_argument(
@@ -101,7 +109,7 @@ def _split(text: str | None) -> list[str] | None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from liger_core.bench import report
-    from liger_core.bench.configs import AXES, MODEL_CONFIGS
+    from liger_core.bench.configs import AXES, MODEL_CONFIGS, SHAPE_SETS
     from liger_core.bench.providers import PROVIDERS
     from liger_core.bench.runner import run_bench
     from liger_core.bench.spec import groups, missing_specs, specs
@@ -122,6 +130,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print("configs:")
         for c in MODEL_CONFIGS.values():
             print(f"  {c.name}: " + " ".join(f"{k}={v}" for k, v in c.as_dict().items() if k != "name"))
+        print("shape sets (--shapes):")
+        for name, points in SHAPE_SETS.items():
+            print(f"  {name}: " + ", ".join(f"{p.name} ({p.tokens}x{p.hidden}x{p.vocab})" for p in points))
         return 0
     if args.replot:
         pngs = [] if args.no_plots else report.plot_folder(args.replot)
@@ -155,6 +166,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         device = args.device
     sizes = {axis: getattr(args, axis) for axis in AXES if getattr(args, axis) is not None}
+    if args.shapes and (args.config or args.sweep or sizes):
+        parser.error("--shapes replaces --config, --sweep and the size options; give one or the other")
     try:
         result = run_bench(
             ops=_split(args.ops),
@@ -170,6 +183,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             rep_ms=args.rep_ms,
             progress=not args.no_progress,
             layout=args.layout,
+            shapes=args.shapes,
         )
     except ValueError as e:
         parser.error(str(e))

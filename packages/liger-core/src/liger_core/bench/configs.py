@@ -54,10 +54,44 @@ MODEL_CONFIGS: dict[str, ModelShape] = {
         ModelShape("qwen2-vl-7b", hidden=3584, intermediate=18944, vocab=152064, heads=28, kv_heads=4, head_dim=128),
         ModelShape("gemma-2-9b", hidden=3584, intermediate=14336, vocab=256000, heads=16, kv_heads=8, head_dim=256),
         ModelShape("phi-3-mini", hidden=3072, intermediate=8192, vocab=32064, heads=32, kv_heads=32, head_dim=96),
+        # google/gemma-3-1b-pt config.json (Gemma3TextConfig): hidden_size 1152, intermediate_size 6912,
+        # num_attention_heads 4, num_key_value_heads 1, head_dim 256, vocab_size 262144.
+        ModelShape("gemma-3-1b", hidden=1152, intermediate=6912, vocab=262144, heads=4, kv_heads=1, head_dim=256),
+        # Qwen/Qwen3-1.7B config.json: hidden_size 2048, intermediate_size 6144, 16 heads, 8 KV heads,
+        # head_dim 128, vocab_size 151936.
+        ModelShape("qwen3-1.7b", hidden=2048, intermediate=6144, vocab=151936, heads=16, kv_heads=8, head_dim=128),
         # For a CPU smoke run: odd sizes, every op finishes in milliseconds on the reference.
         ModelShape("tiny", hidden=48, intermediate=80, vocab=96, heads=4, kv_heads=2, head_dim=16, tokens=24, batch=2),
     )
 }
+
+
+def _at(config: str, tokens: int) -> ModelShape:
+    return replace(MODEL_CONFIGS[config], name=f"{config}@{tokens}t", tokens=tokens)
+
+
+# Named sets of shapes that differ in more than one axis, run together (``liger bench --shapes NAME``);
+# each point's rows carry its name as their x (axis "shape").
+SHAPE_SETS: dict[str, tuple[ModelShape, ...]] = {
+    # The fused linear losses at training micro-batches (tokens > hidden): a batch of 8 x 2048 tokens
+    # (4 x 2048 for the 8B) against each model's LM head (issue 14's five shapes, tokens x hidden x vocab).
+    "flce-training": (
+        _at("llama-3.2-1b", 16384),  # 16384 x 2048 x 128256
+        _at("llama-3-8b", 16384),  # 16384 x 4096 x 128256
+        _at("gemma-3-1b", 16384),  # 16384 x 1152 x 262144
+        _at("qwen3-1.7b", 16384),  # 16384 x 2048 x 151936
+        _at("llama-3-8b", 8192),  # 8192 x 4096 x 128256
+    ),
+    # The same layouts at sizes the PyTorch reference finishes in milliseconds: CPU smoke runs of --shapes.
+    "tiny": (_at("tiny", 24), replace(MODEL_CONFIGS["tiny"], name="tiny-wide@40t", hidden=64, vocab=130, tokens=40)),
+}
+
+
+def get_shape_set(name: str) -> tuple[ModelShape, ...]:
+    try:
+        return SHAPE_SETS[name]
+    except KeyError:
+        raise ValueError(f"unknown shape set {name!r}; known: {', '.join(SHAPE_SETS)}") from None
 
 
 def get_config(name: str) -> ModelShape:

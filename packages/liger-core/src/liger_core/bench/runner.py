@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from liger_core.bench import timing
-from liger_core.bench.configs import AXES, ModelShape, custom_shape, get_config
+from liger_core.bench.configs import AXES, ModelShape, custom_shape, get_config, get_shape_set
 from liger_core.bench.providers import (
     ERROR,
     LIGER,
@@ -342,6 +342,7 @@ def run_bench(
     progress: bool = True,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     layout: str | None = None,
+    shapes: str | Sequence[ModelShape] | None = None,
 ) -> BenchResult:
     """Benchmark ops against their peers on one device; see the module docstring.
 
@@ -360,6 +361,8 @@ def run_bench(
         timer: auto, cudagraph, do_bench or wall (see ``liger_core.bench.timing``).
         layout: build each op's inputs in this layout of its spec (``contiguous`` q/k for RoPE);
             default: the layout the models pass. Ops without that layout keep their default.
+        shapes: a name from ``SHAPE_SETS`` or a sequence of ``ModelShape``: one run per shape, in place
+            of ``config``/``sizes``/``sweep`` (rows: axis ``shape``, x the shape's name).
     """
     bad_modes = [m for m in modes if m not in MODES]
     if bad_modes or not modes:
@@ -374,14 +377,27 @@ def run_bench(
         known = sorted({name for spec in selected for name in spec.layouts})
         raise ValueError(f"no selected op has layout {layout!r}; their layouts: {', '.join(known)}")
     device_type = device or infer_device()
-    if config is None:
-        config = "tiny" if device_type == "cpu" else "llama-3-8b"
-    base = get_config(config) if isinstance(config, str) else config
-    base = custom_shape(base, **(sizes or {}))
-    axis, values = sweep if sweep else ("tokens", [base.tokens])
-    if axis not in AXES:
-        raise ValueError(f"sweep axis must be one of {', '.join(AXES)}; got {axis!r}")
-    values = [int(v) for v in values]
+    points: dict[Any, ModelShape] | None = None
+    if shapes is not None:
+        if config is not None or sizes or sweep:
+            raise ValueError("shapes replaces config, sizes and sweep: give one or the other")
+        set_name = shapes if isinstance(shapes, str) else "custom"
+        listed = get_shape_set(shapes) if isinstance(shapes, str) else tuple(shapes)
+        if not listed:
+            raise ValueError("shapes must name at least one shape")
+        points = {p.name: p for p in listed}
+        if len(points) != len(listed):
+            raise ValueError(f"shapes must have distinct names; got {', '.join(p.name for p in listed)}")
+        base, axis, values = listed[0], "shape", list(points)
+    else:
+        if config is None:
+            config = "tiny" if device_type == "cpu" else "llama-3-8b"
+        base = get_config(config) if isinstance(config, str) else config
+        base = custom_shape(base, **(sizes or {}))
+        axis, values = sweep if sweep else ("tokens", [base.tokens])
+        if axis not in AXES:
+            raise ValueError(f"sweep axis must be one of {', '.join(AXES)}; got {axis!r}")
+        values = [int(v) for v in values]
     dt = _parse_dtype(dtype)
     dev = torch.device(device_type)
     used_timer = timing.resolve_timer(timer, device_type)
@@ -404,8 +420,9 @@ def run_bench(
         "device": dev_name,
         "device_type": device_type,
         "dtype": str(dt).removeprefix("torch."),
-        "config": base.name,
+        "config": f"shapes {set_name}" if points else base.name,
         "shape": base.as_dict(),
+        **({"shapes": [p.as_dict() for p in points.values()]} if points else {}),
         "axis": axis,
         "values": values,
         "modes": modes,
@@ -425,19 +442,19 @@ def run_bench(
     total = sum(
         sum(1 for n in names if n not in PEERS or n in spec.peers) * len(values) * len(modes)
         for spec, names in plans
-        if axis in spec.axes or len(values) == 1
+        if points or axis in spec.axes or len(values) == 1
     )
     bar = Progress(total, progress)
     try:
         for spec, names in plans:
-            if axis not in spec.axes and len(values) > 1:
+            if not points and axis not in spec.axes and len(values) > 1:
                 meta["skipped_ops"][spec.op] = f"its shapes do not depend on {axis!r} (they use {', '.join(spec.axes)})"
                 continue
             for x in values:
-                shape = base.with_axis(axis, x)
+                shape = points[x] if points else base.with_axis(axis, x)
                 rows = _bench_point(spec, names, shape, dt, dev, modes, used_timer, backend, rep_ms, bar)
                 for r in rows:
-                    r.update(axis=axis, x=x, config=base.name, device=dev_name, versions=version_text)
+                    r.update(axis=axis, x=x, config=shape.name, device=dev_name, versions=version_text)
                     r["shape"] = spec.describe(shape)
                     r["layout"] = spec.layout
                     r["dtype"] = meta["dtype"]

@@ -19,6 +19,7 @@ Every op goes through `liger_core.functional`, so the backend serving the tensor
 from __future__ import annotations
 
 import functools
+import inspect
 import warnings
 from collections.abc import Callable
 
@@ -181,7 +182,8 @@ def rms_norm_class(base: type, offset: float, casting_mode: str, in_place: bool)
         base,
         ("rms_norm", offset, casting_mode, in_place),
         "rms_norm",
-        {"forward": forward, "_liger_structural": _norm_structural},
+        # The arithmetic, for a patched decoder layer that computes this norm in fused_add_rms_norm.
+        {"forward": forward, "_liger_structural": _norm_structural, "_liger_norm_options": (offset, casting_mode)},
     )
 
 
@@ -504,3 +506,120 @@ def rope_function(stock: Callable, kind: str) -> Callable:
     globals()[name] = liger_fn
     _ROPES[(stock, kind)] = liger_fn
     return liger_fn
+
+
+# -- decoder layers --------------------------------------------------------------------------------
+
+# Layer pattern -> the norm that takes ``residual + attention output``: "pre_norm" (LLaMA, Mistral,
+# Qwen2/3, Gemma): ``residual + attn -> post_attention_layernorm -> mlp``; "sandwich" (Gemma 2/3):
+# ``residual + post_attention_layernorm(attn) -> pre_feedforward_layernorm -> mlp -> post_feedforward_layernorm``.
+LAYER_PATTERNS = {"pre_norm": "post_attention_layernorm", "sandwich": "pre_feedforward_layernorm"}
+
+# (stock forward, pattern) -> its Liger replacement, so repeated patches give the same function.
+_LAYER_FORWARDS: dict[tuple[Callable, str], Callable] = {}
+
+
+def _fused_norm_reason(norm: nn.Module, name: str) -> str | None:
+    """Why ``norm`` cannot be computed inside fused_add_rms_norm (None: it can). Cheap: it runs on every call."""
+    if getattr(type(norm), "_liger_norm_options", None) is None:
+        return (
+            f"its {name} is the stock {type(norm).__name__} (a model built before the patch without model=, "
+            "or patched with rms_norm=False), whose arithmetic fused_add_rms_norm does not certify"
+        )
+    return norm._liger_fallback
+
+
+def _add_norm(
+    norm: nn.Module, x: torch.Tensor, residual: torch.Tensor, where: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(norm(residual + x), residual + x)``: one fused_add_rms_norm call where the kernel fits, else stock."""
+    weight = None if _weightless(norm) else norm.weight
+    reason = tensor_reason(x, residual, *(() if weight is None else (weight,)))
+    if reason is None and (x.shape != residual.shape or (weight is not None and weight.shape[0] != x.shape[-1])):
+        reason = "a residual or norm weight whose shape does not match the attention output's"
+    if reason is None and x.dtype != residual.dtype:
+        # Stock's ``residual + x`` promotes (a float32 residual stream under bf16 autocast); the op returns its
+        # first input's dtype, so the wider one goes first. Neither wider (bf16 + fp16): stock arithmetic.
+        wider = torch.promote_types(x.dtype, residual.dtype)
+        if wider == residual.dtype:
+            x, residual = residual, x
+        elif wider != x.dtype:
+            reason = f"a {residual.dtype} residual with a {x.dtype} attention output (their sum has a third dtype)"
+    if reason is not None:
+        warn_fallback(where, reason)
+        summed = residual + x
+        return norm(summed), summed
+    offset, casting_mode = type(norm)._liger_norm_options
+    # in_place: this norm's output feeds the MLP alone, so its incoming gradient belongs to the op (as for the
+    # pre-norms in rms_norm_class); the residual stream's gradient is another tensor.
+    return F.liger_fused_add_rms_norm(x, residual, weight, _eps(norm), offset, casting_mode, True)
+
+
+def _as_layer_forward(cls: type, forward: Callable) -> Callable:
+    """``forward`` as transformers installs a forward on a decoder layer class ``cls``.
+
+    transformers (5.x releases with ``GradientCheckpointingLayer.__init_subclass__``) wraps each layer
+    class's ``forward`` for gradient checkpointing when the class is defined; a function set on the
+    class afterwards would run without it. A throwaway subclass holding ``forward`` gets whatever
+    wrapping the installed transformers gives (none where it checkpoints in ``__call__``).
+    """
+    probe = type(cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__})
+    return probe.__dict__["forward"]
+
+
+def decoder_layer_forward(cls: type, stock: Callable, pattern: str) -> Callable:
+    """The Liger ``forward`` of the decoder layer class ``cls``, whose stock ``forward`` is ``stock``, of ``pattern``.
+
+    It computes what ``stock`` does, with the residual add before the MLP's norm and that norm in one
+    ``fused_add_rms_norm`` call (``LAYER_PATTERNS`` names the norm). Every argument after
+    ``hidden_states`` goes to ``self.self_attn`` by name, as the stock forwards of these patterns pass
+    them. The add that ends the layer stays a torch add: fusing it into the next layer's
+    ``input_layernorm`` would hand the residual from layer to layer, which changes the layers' call
+    signature the model's forward (and gradient checkpointing) relies on.
+
+    Where that norm is not Liger's RMSNorm (whose arithmetic is what the op computes), the stock forward
+    runs and warns once (`LigerStockFallbackWarning`); where the tensors do not fit the kernel, the
+    add and the norm run as stock does.
+    """
+    if pattern not in LAYER_PATTERNS:
+        raise ValueError(f"pattern must be one of {tuple(LAYER_PATTERNS)}; got {pattern!r}")
+    stock = getattr(stock, "_liger_stock", stock)
+    fn = _LAYER_FORWARDS.get((cls, stock, pattern))
+    if fn is not None:
+        return fn
+    where = f"{cls.__module__}.{cls.__qualname__}.forward"
+    norm_name = LAYER_PATTERNS[pattern]
+    sandwich = pattern == "sandwich"
+    # The stock forward's named parameters after (self, hidden_states), so positional arguments keep their
+    # meaning, and its defaults, which the stock forward hands to the attention module explicitly.
+    params = [p for p in list(inspect.signature(stock).parameters.values())[2:] if p.kind is p.POSITIONAL_OR_KEYWORD]
+    names = [p.name for p in params]
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+
+    def forward(self, hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        norm = getattr(self, norm_name)
+        reason = _fused_norm_reason(norm, norm_name)
+        if reason is not None:
+            warn_fallback(where, reason)
+            return stock(self, hidden_states, *args, **kwargs)
+        attention_kwargs = {**defaults, **dict(zip(names, args)), **kwargs}
+        residual = hidden_states
+        hidden_states, _ = self.self_attn(hidden_states=self.input_layernorm(hidden_states), **attention_kwargs)
+        if sandwich:
+            hidden_states = self.post_attention_layernorm(hidden_states)
+        hidden_states, residual = _add_norm(norm, hidden_states, residual, where)
+        hidden_states = self.mlp(hidden_states)
+        if sandwich:
+            hidden_states = self.post_feedforward_layernorm(hidden_states)
+        return residual + hidden_states
+
+    forward.__name__ = "forward"
+    forward.__qualname__ = f"{cls.__qualname__}.forward"
+    forward.__doc__ = f"{where} with the residual add and {norm_name} in one fused_add_rms_norm call."
+    forward._liger_stock = stock
+    forward._liger_forward = True
+    forward = _as_layer_forward(cls, forward)
+    forward._liger_stock = stock  # on the wrapper too, whatever transformers' wrapping copies
+    forward._liger_forward = True
+    _LAYER_FORWARDS[(cls, stock, pattern)] = forward
+    return forward

@@ -5,7 +5,10 @@ swaps in the family's ``modeling_<module>`` module: the RMSNorm, LayerNorm and M
 their Liger subclasses (`liger_core.transformers.layers`), ``apply_rotary_pos_emb`` (and
 Qwen2-VL's ``apply_multimodal_rotary_pos_emb``) by the Liger RoPE in front of the stock
 function, and the ``forward`` of each causal-LM / conditional-generation class by the
-fused-linear-cross-entropy forward (`liger_core.transformers.causal_lm`). Each of them runs the
+fused-linear-cross-entropy forward (`liger_core.transformers.causal_lm`) and, for the families with
+LLaMA's or Gemma 2/3's decoder layer, the ``forward`` of that layer class by one that computes the
+residual add and the MLP's norm in one fused_add_rms_norm call (`layers.decoder_layer_forward`;
+flag ``fused_add_rms_norm``, this project's beyond liger-kernel's). Each of them runs the
 stock computation wherever Liger's does not fit, so every config the stock classes build still
 builds and runs. Models built afterwards use Liger's layers. Given ``model=``, the patch also
 converts that live model's modules (its norms, MLPs and experts; with ``layer_norm=True`` the
@@ -44,6 +47,10 @@ MLP_FLAGS = ("swiglu", "geglu", "relu_squared")
 _TEXT = ("rope", "cross_entropy", "fused_linear_cross_entropy", "rms_norm", "swiglu")
 _TEXT_GEGLU = ("rope", "cross_entropy", "fused_linear_cross_entropy", "rms_norm", "geglu")
 _VISION_LN = ("rope", "cross_entropy", "fused_linear_cross_entropy", "layer_norm", "rms_norm", "swiglu")
+# Beyond liger-kernel's flags: the decoder layer's residual add and next norm in one fused_add_rms_norm call.
+FUSED_ADD = "fused_add_rms_norm"
+_TEXT_FUSED = (*_TEXT, FUSED_ADD)
+_TEXT_GEGLU_FUSED = (*_TEXT_GEGLU, FUSED_ADD)
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,10 @@ class Family:
     off: tuple[str, ...] = ()  # flags whose default is False
     unavailable: tuple[tuple[str, str], ...] = ()  # (flag, why it cannot be True yet)
     composite: bool = False  # the language model and vision tower are other families (config.text_config)
+    # Decoder layer classes whose forward the fused_add_rms_norm flag swaps, of layers.LAYER_PATTERNS
+    # pattern `layer_pattern` (their stock forward must be exactly that pattern: tests/hf compare with stock).
+    decoder_layers: tuple[str, ...] = ()
+    layer_pattern: str = "pre_norm"
     lacks: str = ""  # what the catalogue lacks for this family yet (docstring)
 
     @property
@@ -112,8 +123,22 @@ _NO_SWIGLU_CLAMPED = "its MLP clamps gate and up before the activation, which th
 
 FAMILIES: dict[str, Family] = {
     # -- text families of the first release
-    "llama": Family("llama", ("LlamaForCausalLM",), ("LlamaRMSNorm",), mlps=("LlamaMLP",)),
-    "mistral": Family("mistral", ("MistralForCausalLM",), ("MistralRMSNorm",), mlps=("MistralMLP",)),
+    "llama": Family(
+        "llama",
+        ("LlamaForCausalLM",),
+        ("LlamaRMSNorm",),
+        mlps=("LlamaMLP",),
+        flags=_TEXT_FUSED,
+        decoder_layers=("LlamaDecoderLayer",),
+    ),
+    "mistral": Family(
+        "mistral",
+        ("MistralForCausalLM",),
+        ("MistralRMSNorm",),
+        mlps=("MistralMLP",),
+        flags=_TEXT_FUSED,
+        decoder_layers=("MistralDecoderLayer",),
+    ),
     "mixtral": Family(
         "mixtral",
         ("MixtralForCausalLM",),
@@ -121,9 +146,24 @@ FAMILIES: dict[str, Family] = {
         experts=("MixtralExperts",),
         logits=_moe("mixtral"),
     ),
-    "qwen2": Family("qwen2", ("Qwen2ForCausalLM",), ("Qwen2RMSNorm",), mlps=("Qwen2MLP",)),
+    "qwen2": Family(
+        "qwen2",
+        ("Qwen2ForCausalLM",),
+        ("Qwen2RMSNorm",),
+        mlps=("Qwen2MLP",),
+        flags=_TEXT_FUSED,
+        decoder_layers=("Qwen2DecoderLayer",),
+    ),
     # Qwen3's norm class is also its q/k norm, whose output feeds RoPE: no in-place gradient.
-    "qwen3": Family("qwen3", ("Qwen3ForCausalLM",), ("Qwen3RMSNorm",), _LLAMA, mlps=("Qwen3MLP",)),
+    "qwen3": Family(
+        "qwen3",
+        ("Qwen3ForCausalLM",),
+        ("Qwen3RMSNorm",),
+        _LLAMA,
+        mlps=("Qwen3MLP",),
+        flags=_TEXT_FUSED,
+        decoder_layers=("Qwen3DecoderLayer",),
+    ),
     "qwen3_moe": Family(
         "qwen3_moe",
         ("Qwen3MoeForCausalLM",),
@@ -140,7 +180,8 @@ FAMILIES: dict[str, Family] = {
         _GEMMA_NORM,
         mlps=("GemmaMLP",),
         mlp_kind="geglu",
-        flags=_TEXT_GEGLU,
+        flags=_TEXT_GEGLU_FUSED,
+        decoder_layers=("GemmaDecoderLayer",),
     ),
     "gemma2": Family(
         "gemma2",
@@ -150,7 +191,9 @@ FAMILIES: dict[str, Family] = {
         mlps=("Gemma2MLP",),
         mlp_kind="geglu",
         logits=LogitsSpec(softcap_attr="final_logit_softcapping"),
-        flags=_TEXT_GEGLU,
+        flags=_TEXT_GEGLU_FUSED,
+        decoder_layers=("Gemma2DecoderLayer",),
+        layer_pattern="sandwich",
     ),
     "gemma3_text": Family(
         "gemma3",
@@ -160,7 +203,9 @@ FAMILIES: dict[str, Family] = {
         mlps=("Gemma3MLP",),
         mlp_kind="geglu",
         logits=LogitsSpec(softcap_attr="final_logit_softcapping"),
-        flags=_TEXT_GEGLU,
+        flags=_TEXT_GEGLU_FUSED,
+        decoder_layers=("Gemma3DecoderLayer",),
+        layer_pattern="sandwich",
     ),
     "phi3": Family("phi3", ("Phi3ForCausalLM",), ("Phi3RMSNorm",), mlps=("Phi3MLP",), mlp_kind="phi3", rope="partial"),
     "granite": Family(
@@ -173,8 +218,22 @@ FAMILIES: dict[str, Family] = {
     # OLMo2 scales in float32 and casts last (Gemma's casting, no offset); its norms are post-norms.
     "olmo2": Family("olmo2", ("Olmo2ForCausalLM",), ("Olmo2RMSNorm",), _F32_SCALE, mlps=("Olmo2MLP",)),
     # -- text families
-    "smollm3": Family("smollm3", ("SmolLM3ForCausalLM",), ("SmolLM3RMSNorm",), mlps=("SmolLM3MLP",)),
-    "ministral": Family("ministral", ("MinistralForCausalLM",), ("MinistralRMSNorm",), mlps=("MinistralMLP",)),
+    "smollm3": Family(
+        "smollm3",
+        ("SmolLM3ForCausalLM",),
+        ("SmolLM3RMSNorm",),
+        mlps=("SmolLM3MLP",),
+        flags=_TEXT_FUSED,
+        decoder_layers=("SmolLM3DecoderLayer",),
+    ),
+    "ministral": Family(
+        "ministral",
+        ("MinistralForCausalLM",),
+        ("MinistralRMSNorm",),
+        mlps=("MinistralMLP",),
+        flags=_TEXT_FUSED,
+        decoder_layers=("MinistralDecoderLayer",),
+    ),
     "nemotron": Family(
         "nemotron",
         ("NemotronForCausalLM",),
@@ -651,6 +710,12 @@ def _apply(model_type: str, flags: dict[str, bool], model: nn.Module | None, con
         layers.require_op("liger_fused_linear_cross_entropy")
         for head in _classes(mod, fam.heads):
             heads[head] = make_forward(fam.logits, _stock_value(head, "forward"))
+    layer_forwards: dict[type, Callable] = {}
+    # The fused norm is the family's RMSNorm computed by the op: only where rms_norm swaps that norm in.
+    if FUSED_ADD in on and "rms_norm" in on:
+        layers.require_op("liger_fused_add_rms_norm")
+        for cls in _classes(mod, fam.decoder_layers):
+            layer_forwards[cls] = layers.decoder_layer_forward(cls, _stock_value(cls, "forward"), fam.layer_pattern)
     subs = _sub_families(model_type, fam, model, config, on, sub)
 
     for stock, liger in swaps.items():
@@ -663,6 +728,8 @@ def _apply(model_type: str, flags: dict[str, bool], model: nn.Module | None, con
         _patch_cross_entropy()
     for head, forward in heads.items():
         _set(head, "forward", forward)
+    for cls, forward in layer_forwards.items():
+        _set(cls, "forward", forward)  # class-level: live models of the family get it too
 
     if model is not None:
         stock_ropes = {_stock_value(mod, name): fn for name, fn in ropes.items()}
@@ -742,7 +809,7 @@ def _patch_cross_entropy() -> None:
     _set(loss_utils, "fixed_cross_entropy", fixed_cross_entropy)
 
 
-_ALL_FLAGS = ("rope", "cross_entropy", "fused_linear_cross_entropy", "rms_norm", "layer_norm", *MLP_FLAGS)
+_ALL_FLAGS = ("rope", "cross_entropy", "fused_linear_cross_entropy", "rms_norm", "layer_norm", *MLP_FLAGS, FUSED_ADD)
 
 # What each flag swaps, for the docstrings.
 _FLAG_DOC = {
@@ -757,6 +824,10 @@ _FLAG_DOC = {
     "swiglu": "swap {mlps} for Liger's swiglu",
     "geglu": "swap {mlps} for Liger's geglu",
     "relu_squared": "swap {mlps} for Liger's relu_squared MLP",
+    FUSED_ADD: (
+        "{decoder_layers}.forward adds the attention output to the residual and computes the MLP's norm in one "
+        "fused_add_rms_norm call (with rms_norm=True; a no-op without it)"
+    ),
 }
 
 
@@ -771,6 +842,7 @@ def _doc(model_type: str, fam: Family) -> str:
         "norms": ", ".join([*fam.norms, *(n for n, _ in fam.other_norms)]) or "(none of its own)",
         "layer_norms": ", ".join(layer_norms) or "(none of its own)",
         "mlps": ", ".join([*fam.mlps, *(n for n, _ in fam.other_mlps), *fam.experts]) or "(none of its own)",
+        "decoder_layers": " and ".join(fam.decoder_layers) or "(no decoder layer)",
     }
     defaults = fam.defaults
     args = []
