@@ -59,5 +59,5 @@ def test_tiled_mlp_modules(backend, device, monkeypatch, act):
     h = fn(x2 @ w["gate_proj.weight"].t()) * (x2 @ w["up_proj.weight"].t())
     (h @ w["down_proj.weight"].t()).backward(dy)
     torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-4, atol=1e-5)
-    for k in p:
-        torch.testing.assert_close(p[k].grad, w[k].grad, rtol=1e-4, atol=1e-5, msg=k)
+    for k, param in p.items():
+        torch.testing.assert_close(param.grad, w[k].grad, rtol=1e-4, atol=1e-5, msg=k)

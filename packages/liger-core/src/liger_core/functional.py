@@ -265,7 +265,6 @@ def liger_tvd(
     return resolve("tvd", p.device)(p, q, shift_labels, reduction, ignore_index)
 
 
-
 def liger_fused_gate_up_swiglu(gate_up: torch.Tensor, in_place: bool = False) -> torch.Tensor:
     """``silu(gate) * up`` of one fused ``(..., 2 * I)`` gate-up projection output (gate first);
     see `liger_core.ops.fused_gate_up_swiglu.fused_gate_up_swiglu` for the contract."""
