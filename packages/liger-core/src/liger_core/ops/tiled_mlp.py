@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from liger_core.bench import spec as B
 from liger_core.op import Checks, Op, bad, on_other_device, sample
 from liger_core.ops import _glu
+from liger_core.ops import _losses as L
 from liger_core.ops import _samples as S
 from liger_core.ops._checks import FLOAT_DTYPES, check_floating
 from liger_core.ops.geglu import gelu_tanh
@@ -296,13 +297,27 @@ def samples():
     yield sample(args, shape=(7, 16), num_shards=3, frozen=("x",))
 
 
-def _scales(args64, upstream64):
-    """A tile's GEMMs sum products of O(1) terms that cancel: the absolute tolerance is set by the
-    magnitude of the terms, the largest of |x|, |hidden| and the upstream gradient."""
-    x = args64["x"]
-    g = upstream64.get("output")
-    peak = max(S.peak(x), 1.0 if g is None else S.peak(g))
-    return {"output": peak, "grad_x": peak, "grad_gate_weight": peak, "grad_up_weight": peak, "grad_down_weight": peak}
+def _scales(a, upstream):
+    """Every output and gradient of the MLP is a GEMM whose terms cancel: its absolute tolerance
+    is set by the size of the terms before they cancel (`_losses.grad_scale_through`), which in a
+    half dtype is what each rounding of a term is relative to."""
+    x = a["x"].reshape(-1, a["x"].shape[-1])
+    gate_weight, up_weight, down_weight = a["gate_weight"], a["up_weight"], a["down_weight"]
+    gate = (x @ gate_weight.t()).requires_grad_()
+    up = (x @ up_weight.t()).requires_grad_()
+    hidden = ACTIVATIONS[a["activation"]](gate) * up
+    scales = {"output": L.grad_scale_through(hidden.detach(), down_weight.t())}
+    grad_out = upstream.get("output")
+    if grad_out is None or x.numel() == 0:
+        return scales
+    grad_out = grad_out.reshape(-1, grad_out.shape[-1])
+    grad_gate, grad_up = torch.autograd.grad(hidden, (gate, up), grad_out @ down_weight)
+    scales["grad_down_weight"] = L.grad_scale_through(grad_out.t(), hidden.detach())
+    scales["grad_gate_weight"] = L.grad_scale_through(grad_gate.t(), x)
+    scales["grad_up_weight"] = L.grad_scale_through(grad_up.t(), x)
+    grad_x_terms = grad_gate.abs() @ gate_weight.abs() + grad_up.abs() @ up_weight.abs()
+    scales["grad_x"] = float(grad_x_terms.max())
+    return scales
 
 
 # -- benchmark --------------------------------------------------------------------------------------
