@@ -20,6 +20,7 @@ MODULE_OF = {
     "fused_add_rms_norm": "rms_norm",
     "swiglu": "glu",
     "geglu": "glu",
+    "fused_gate_up_swiglu": "glu",
     "rope": "rotary",
     "qwen2vl_mrope": "rotary",
     "kl_div": "divergence",

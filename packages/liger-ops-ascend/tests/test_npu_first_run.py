@@ -31,7 +31,7 @@ PACKAGE = Path(__file__).resolve().parents[1]
 # (the op's benchmark inputs at a model's shapes; ops without a bench spec are left out).
 FAMILIES = {
     "norms": ("rms_norm", "fused_add_rms_norm", "layer_norm", "group_norm", "poly_norm", "dyt"),
-    "elementwise": ("swiglu", "geglu", "relu_squared"),
+    "elementwise": ("swiglu", "geglu", "relu_squared", "fused_gate_up_swiglu", "tiled_mlp"),
     "rotary": ("rope", "qwen2vl_mrope"),
     "softmax": ("softmax", "sparsemax"),
     "cross_entropy": ("cross_entropy", "fused_linear_cross_entropy", "vocab_parallel_cross_entropy"),

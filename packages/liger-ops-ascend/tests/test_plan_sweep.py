@@ -235,6 +235,15 @@ def test_activation_plans_fit_grid_and_ub(soc):
                 p = relu_squared.plan_tiles(direction, n, dtype, hw)
                 check(p.kernels[0], hw)
                 assert p.programs <= hw.vector_cores and p.programs * p.n_iters * p.block >= n
+        # fused_gate_up_swiglu: up to 65536 tokens x halves of 28672, odd halves; one row per block.
+        for rows, half, direction in itertools.product(
+            [1, 3, 4096, 65536], [1, 100, 4099, 14336, 28672], ("forward", "backward")
+        ):
+            p = glu.plan_gate_up(direction, rows, half, dtype, hw)
+            check(p.flat.kernels[0], hw)
+            assert p.flat.programs <= hw.vector_cores and p.flat.programs * p.flat.n_iters >= rows * p.n_col_blocks
+            assert p.n_col_blocks * p.flat.block >= half > (p.n_col_blocks - 1) * p.flat.block
+            assert p.flat.block <= glu.plan_tiles(glu.SILU, direction, rows * half, dtype, hw).block
         for rows, hidden, direction in itertools.product(NORM_ROWS, NORM_HIDDEN + [262144], ("forward", "backward")):
             for mod in (softmax, sparsemax):
                 _check_row_plan(mod.plan_tiles(direction, rows, hidden, dtype, hw), hw, rows, hidden, f"{soc} {mod}")

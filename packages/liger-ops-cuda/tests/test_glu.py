@@ -81,3 +81,23 @@ def test_gated_mlp_module_with_in_place_kernels(backend, device, monkeypatch, op
     torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-4, atol=1e-5)
     for k in p:
         torch.testing.assert_close(p[k].grad, w[k].grad, rtol=1e-4, atol=1e-5, msg=k)
+
+
+@pytest.mark.parametrize("in_place", (False, True))
+def test_gate_up_column_blocks_with_a_ragged_tail(backend, device, monkeypatch, in_place):
+    monkeypatch.setattr(hardware, "GLU_BLOCK", 64)  # halves of 100: 2 column blocks per row, the last partial
+    args = make_args("fused_gate_up_swiglu", device, shape=(3, 200), dtype=torch.bfloat16)
+    check(backend, "fused_gate_up_swiglu", args, in_place=in_place)
+
+
+def test_gate_up_in_place_reuses_the_projection_buffer(backend, device):
+    gate_up = make_args("fused_gate_up_swiglu", device, shape=(4, 100))["gate_up"]
+    leaf = gate_up.clone().requires_grad_()
+    buf = leaf * 1  # a buffer the caller owns, as LigerPhi3SwiGLUMLP's projection output
+    dy = torch.randn(4, 50, generator=torch.Generator().manual_seed(1)).to(device)
+    backend.op("fused_gate_up_swiglu")(buf, True).backward(dy)
+    # The gradient was written over the activation (no new activation-sized buffer).
+    torch.testing.assert_close(buf.detach(), leaf.grad)
+    gate = gate_up.chunk(2, dim=-1)[0]
+    s = torch.nn.functional.silu(gate)
+    torch.testing.assert_close(leaf.grad[:, 50:], dy * s)

@@ -15,6 +15,7 @@ _FAMILY = {
     "fused_add_rms_norm": "rms_norm",
     "swiglu": "glu",
     "geglu": "glu",
+    "fused_gate_up_swiglu": "glu",
     "rope": "rotary",
     "qwen2vl_mrope": "rotary",
     "kl_div": "divergence",

@@ -180,6 +180,14 @@ def _activation_cases() -> list[dict]:
         bwd = _sig("DC A B DA DB", "n")
         cases.append(_case("glu", "_glu_backward_kernel", bwd, c, flat.num_warps, register_heavy=False))
 
+    # fused_gate_up_swiglu (1.6): one row's column blocks of a gate-up tensor, LLaMA-3-8B's 14336.
+    gate_up = plan_flat(14336)
+    c = {"ACT": 0, "BLOCK": gate_up.block}
+    fwd = _sig("GU C", "n_cols n_col_blocks gu_row_stride")
+    cases.append(_case("glu", "_gate_up_forward_kernel", fwd, c, gate_up.num_warps, register_heavy=False))
+    bwd = _sig("DC GU DGU", "n_cols n_col_blocks gu_row_stride dgu_row_stride")
+    cases.append(_case("glu", "_gate_up_backward_kernel", bwd, c, gate_up.num_warps, register_heavy=False))
+
     c = {"BLOCK": flat.block}
     cases.append(_case("relu_squared", "_relu_squared_forward_kernel", _sig("X Y", "n"), c, flat.num_warps, False))
     cases.append(_case("relu_squared", "_relu_squared_backward_kernel", _sig("DY X DX", "n"), c, flat.num_warps, False))

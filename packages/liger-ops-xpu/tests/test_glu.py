@@ -17,3 +17,23 @@ def test_several_blocks_with_a_ragged_tail(monkeypatch, device, op, in_place):
     assert plan_flat(7 * 45).programs == 3
     # (The gated ops' builder is liger_core.ops._glu.args, their default one.)
     check(BACKEND, op, make_args(op, device, shape=(7, 45), dtype=torch.bfloat16), in_place=in_place)
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_gate_up_column_blocks_with_a_ragged_tail(monkeypatch, device, in_place):
+    monkeypatch.setattr(hardware, "ELEMENTWISE_BLOCK", 64)
+    assert plan_flat(100).programs == 2  # halves of 100: 2 column blocks per row, the last partial
+    args = make_args("fused_gate_up_swiglu", device, shape=(3, 200), dtype=torch.bfloat16)
+    check(BACKEND, "fused_gate_up_swiglu", args, in_place=in_place)
+
+
+def test_gate_up_in_place_reuses_the_projection_buffer(device):
+    gate_up = make_args("fused_gate_up_swiglu", device, shape=(4, 100))["gate_up"]
+    leaf = gate_up.clone().requires_grad_()
+    buf = leaf * 1  # a buffer the caller owns, as LigerPhi3SwiGLUMLP's projection output
+    dy = torch.randn(4, 50, generator=torch.Generator().manual_seed(1)).to(device)
+    BACKEND.op("fused_gate_up_swiglu")(buf, True).backward(dy)
+    # The gradient was written over the activation (no new activation-sized buffer).
+    torch.testing.assert_close(buf.detach(), leaf.grad)
+    gate = gate_up.chunk(2, dim=-1)[0]
+    torch.testing.assert_close(leaf.grad[:, 50:], dy * torch.nn.functional.silu(gate))

@@ -265,4 +265,23 @@ def liger_tvd(
     return resolve("tvd", p.device)(p, q, shift_labels, reduction, ignore_index)
 
 
+def liger_fused_gate_up_swiglu(gate_up: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+    """``silu(gate) * up`` of one fused ``(..., 2 * I)`` gate-up projection output (gate first);
+    see `liger_core.ops.fused_gate_up_swiglu.fused_gate_up_swiglu` for the contract."""
+    return resolve("fused_gate_up_swiglu", gate_up.device)(gate_up, in_place)
+
+
+def liger_tiled_mlp(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    up_weight: torch.Tensor,
+    down_weight: torch.Tensor,
+    activation: str = "silu",
+    num_shards: int | None = None,
+) -> torch.Tensor:
+    """The gated MLP over tiles of tokens, recomputed in backward (activation memory of one tile);
+    see `liger_core.ops.tiled_mlp.tiled_mlp` for the contract."""
+    return resolve("tiled_mlp", x.device)(x, gate_weight, up_weight, down_weight, activation, num_shards)
+
+
 __all__ = sorted(name for name in dir() if name.startswith("liger_"))

@@ -16,6 +16,7 @@ from liger_core.ops import (
     cross_entropy,
     dyt,
     fused_add_rms_norm,
+    fused_gate_up_swiglu,
     fused_linear_cross_entropy,
     fused_linear_jsd,
     geglu,
@@ -31,6 +32,7 @@ from liger_core.ops import (
     softmax,
     sparsemax,
     swiglu,
+    tiled_mlp,
     tvd,
     vocab_parallel_cross_entropy,
 )
@@ -65,6 +67,9 @@ CATALOGUE: dict[str, Op] = {
         relu_squared.OP,
         # 1.5: tensor-parallel losses.
         vocab_parallel_cross_entropy.OP,
+        # 1.6: the MLP family (fused gate-up SwiGLU, tiled MLP).
+        fused_gate_up_swiglu.OP,
+        tiled_mlp.OP,
     )
 }
 

@@ -14,23 +14,30 @@ no cancellation near ``u = 0`` and only ``exp``, which the NPU and the interpret
 
 in_place: the backward writes grad_a and grad_b over ``a`` and ``b`` (each element is read
 before it is overwritten by the same program).
+
+fused_gate_up_swiglu reads both halves from one ``(rows, 2 * n_cols)`` gate-up tensor (the gate
+first): the blocks are column blocks of one row (``rows x ceil(n_cols / BLOCK)`` of them, walked
+grid-stride as above), so each DMA stays inside one row; the block is swiglu's UB-sized one,
+capped at the half's width. Its backward writes the gradient of both halves into one tensor.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
+from liger_core.ops.fused_gate_up_swiglu import check_args as check_fused_gate_up_swiglu_args
 from liger_core.ops.geglu import check_args as check_geglu_args
 from liger_core.ops.swiglu import check_args as check_swiglu_args
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import flat_block, flat_indices
-from liger_ops_ascend._tiling import FlatPlan, dma, elem_bytes, launch_flat, plan_flat, work
-from liger_ops_ascend.launch import Tile
+from liger_ops_ascend._tiling import FlatPlan, as_rows, dma, elem_bytes, launch_flat, plan_flat, work
+from liger_ops_ascend.launch import Tile, launch
 
 SILU = 0
 GELU_TANH = 1
@@ -78,6 +85,52 @@ def _glu_backward_kernel(DC, A, B, DA, DB, n, n_blocks, ACT: tl.constexpr, BLOCK
         da = dc * b * dact
         tl.store(DA + start + idx, da.to(DA.dtype.element_ty), mask=mask)
         tl.store(DB + start + idx, db.to(DB.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _row_block(blk, pid, n_cols, n_col_blocks, idx, BLOCK: tl.constexpr):
+    """``(row, first column, mask)`` of block ``blk`` of a walk over the column blocks of every
+    row (int64 row and column, int32 mask bound as `flat_block`'s)."""
+    blk64 = (pid * 0 + blk).to(tl.int64)
+    row = blk64 // n_col_blocks
+    col0 = (blk64 - row * n_col_blocks) * BLOCK
+    return row, col0, idx < tl.minimum(n_cols - col0, BLOCK).to(tl.int32)
+
+
+@triton.jit
+def _gate_up_forward_kernel(
+    GU, C, n_cols, gu_row_stride, n_col_blocks, n_blocks, ACT: tl.constexpr, BLOCK: tl.constexpr
+):
+    pid, num_programs, idx = flat_indices(BLOCK)
+    for blk in range(pid, n_blocks, num_programs):
+        row, col0, mask = _row_block(blk, pid, n_cols, n_col_blocks, idx, BLOCK)
+        gate_start = row * gu_row_stride + col0
+        a = tl.load(GU + gate_start + idx, mask=mask, care_padding=False)
+        b = tl.load(GU + gate_start + n_cols + idx, mask=mask, care_padding=False)
+        act, _ = _act_and_grad(a.to(tl.float32), ACT)
+        c = act.to(a.dtype).to(tl.float32) * b.to(tl.float32)
+        tl.store(C + row * n_cols + col0 + idx, c.to(C.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _gate_up_backward_kernel(
+    DC, GU, DGU, n_cols, gu_row_stride, dgu_row_stride, n_col_blocks, n_blocks, ACT: tl.constexpr, BLOCK: tl.constexpr
+):
+    # DGU may be GU itself (in_place): a block's gate and up elements are read before its program
+    # writes their gradients, and no other program touches them.
+    pid, num_programs, idx = flat_indices(BLOCK)
+    for blk in range(pid, n_blocks, num_programs):
+        row, col0, mask = _row_block(blk, pid, n_cols, n_col_blocks, idx, BLOCK)
+        gate_start = row * gu_row_stride + col0
+        dc = tl.load(DC + row * n_cols + col0 + idx, mask=mask, care_padding=False).to(tl.float32)
+        a = tl.load(GU + gate_start + idx, mask=mask, care_padding=False)
+        b = tl.load(GU + gate_start + n_cols + idx, mask=mask, care_padding=False).to(tl.float32)
+        act, dact = _act_and_grad(a.to(tl.float32), ACT)
+        db = dc * act.to(a.dtype).to(tl.float32)
+        da = dc * b * dact
+        grad_start = row * dgu_row_stride + col0
+        tl.store(DGU + grad_start + idx, da.to(DGU.dtype.element_ty), mask=mask)
+        tl.store(DGU + grad_start + n_cols + idx, db.to(DGU.dtype.element_ty), mask=mask)
 
 
 # Tiles in the terms of the UB model (ub_model.md). Peak fp32 tiles, by hand from the kernels:
@@ -135,6 +188,63 @@ def glu_backward(
     return da, db
 
 
+@dataclasses.dataclass(frozen=True)
+class GateUpPlan:
+    """The column blocks of every row of a gate-up tensor: ``flat`` (block, programs, grid-stride
+    trips, blocks in all, the guard's plan) and ``n_col_blocks`` per row."""
+
+    flat: FlatPlan
+    n_col_blocks: int
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan_gate_up(direction: str, n_rows: int, n_cols: int, xb: int, hw: hardware.Hardware) -> GateUpPlan:
+    # swiglu's tiles and UB-sized block (the same buffers per element), capped at the half's width.
+    name = f"fused_gate_up_swiglu_{direction}"
+    tiles = functools.partial(forward_tiles if direction == "forward" else backward_tiles, xb=xb, act=SILU)
+    cap = min(hardware.MAX_BLOCK_N, max(hardware.min_block(xb), triton.next_power_of_2(max(n_cols, 1))))
+    p = plan_flat(name, n_cols, ((name, tiles),), hw, hardware.min_block(xb), cap)
+    n_col_blocks = triton.cdiv(max(n_cols, 1), p.block)
+    n_blocks = max(n_rows, 1) * n_col_blocks
+    programs = min(hw.vector_cores, n_blocks)
+    kernels = tuple(dataclasses.replace(k, grid=(programs,)) for k in p.kernels)
+    flat = FlatPlan(p.block, programs, triton.cdiv(n_blocks, programs), n_blocks, kernels)
+    return GateUpPlan(flat, n_col_blocks)
+
+
+def plan_gate_up(direction: str, n_rows: int, n_cols: int, dtype: torch.dtype, hw: hardware.Hardware) -> GateUpPlan:
+    """Blocks and launch of ``direction`` over ``n_rows`` gate-up rows of halves ``n_cols`` wide."""
+    return _plan_gate_up(direction, n_rows, n_cols, elem_bytes(dtype), hw)
+
+
+def gate_up_forward(gu: torch.Tensor, act: int, hw: hardware.Hardware) -> torch.Tensor:
+    """``act(gate) * up`` of ``(rows, 2 * n_cols)`` ``gu`` (unit column stride): ``(rows, n_cols)``."""
+    n_rows, n_cols = gu.shape[0], gu.shape[1] // 2
+    c = torch.empty((n_rows, n_cols), dtype=gu.dtype, device=gu.device)
+    if n_rows:
+        p = plan_gate_up("forward", n_rows, n_cols, gu.dtype, hw)
+        launch(
+            _gate_up_forward_kernel, p.flat.kernels[0], hw, gu, c, n_cols, gu.stride(0), p.n_col_blocks,
+            p.flat.n_blocks, ACT=act, BLOCK=p.flat.block,
+        )  # fmt: skip
+    return c
+
+
+def gate_up_backward(
+    dc: torch.Tensor, gu: torch.Tensor, act: int, in_place: bool, hw: hardware.Hardware
+) -> torch.Tensor:
+    """The gradient of ``gu`` in one ``(rows, 2 * n_cols)`` tensor; ``in_place``: written over ``gu``."""
+    n_rows, n_cols = gu.shape[0], gu.shape[1] // 2
+    dgu = gu if in_place else torch.empty((n_rows, 2 * n_cols), dtype=gu.dtype, device=gu.device)
+    if n_rows:
+        p = plan_gate_up("backward", n_rows, n_cols, gu.dtype, hw)
+        launch(
+            _gate_up_backward_kernel, p.flat.kernels[0], hw, dc, gu, dgu, n_cols, gu.stride(0), dgu.stride(0),
+            p.n_col_blocks, p.flat.n_blocks, ACT=act, BLOCK=p.flat.block,
+        )  # fmt: skip
+    return dgu
+
+
 class LigerGLUFunction(torch.autograd.Function):
     """``act(a) * b`` for the activation ``act`` (SILU, GELU_TANH). The ops' Functions
     (`LigerSwiGLUFunction`, `LigerGEGLUFunction`) check their arguments and call `forward`
@@ -170,3 +280,29 @@ class LigerGEGLUFunction(LigerGLUFunction):
     def forward(ctx, a, b, in_place):
         check_geglu_args(a, b, in_place)
         return LigerGLUFunction.forward(ctx, a, b, GELU_TANH, in_place)
+
+
+@implements("fused_gate_up_swiglu")
+class LigerFusedGateUpSwiGLUFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate_up, in_place):
+        check_fused_gate_up_swiglu_args(gate_up, in_place)
+        hw = hardware.current(gate_up.device)
+        gu = as_rows(gate_up)
+        c = gate_up_forward(gu, SILU, hw)
+        # In place only over a buffer of our own layout; saved as a detached alias, so the gradient
+        # returned in its memory is a tensor of its own.
+        in_place = in_place and gu.is_contiguous()
+        ctx.save_for_backward(gu.detach() if in_place else gu)
+        ctx.in_place, ctx.shape, ctx.hw = in_place, gate_up.shape, hw
+        return c.view(*gate_up.shape[:-1], gu.shape[1] // 2)
+
+    @staticmethod
+    def backward(ctx, dc):
+        (gu,) = ctx.saved_tensors
+        dgu = gate_up_backward(dc.contiguous(), gu, SILU, ctx.in_place, ctx.hw)
+        if ctx.in_place:
+            # The kernel overwrote the input behind autograd's back: a node that also saved it
+            # raises instead of reading gradients as activations.
+            torch.autograd.graph.increment_version(gu)
+        return dgu.view(ctx.shape), None

@@ -1,5 +1,6 @@
 """Gated activations for NVIDIA GPUs: SwiGLU (``silu(a) * b``) and GEGLU (``gelu_tanh(a) * b``),
-one Triton kernel pair (the activation a constexpr), launch and autograd Functions.
+one Triton kernel pair (the activation a constexpr), launch and autograd Functions; the same over
+one fused gate-up tensor (fused_gate_up_swiglu), whose rows hold the gate half then the up half.
 
 Both are elementwise and memory-bound: forward reads a and b and writes c; backward reads
 dc, a and b and writes grad_a and grad_b, recomputing the activation rather than saving it.
@@ -14,9 +15,11 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
+from liger_core.ops.fused_gate_up_swiglu import check_args as check_fused_gate_up_swiglu_args
 from liger_core.ops.geglu import check_args as check_geglu_args
 from liger_core.ops.swiglu import check_args as check_swiglu_args
-from liger_ops_cuda._tiling import flat, launch_flat
+from liger_ops_cuda import hardware
+from liger_ops_cuda._tiling import as_rows, flat, launch_flat
 
 # The activation (the kernels' ACT constexpr).
 SILU = 0
@@ -74,6 +77,42 @@ def _glu_backward_kernel(DC, A, B, DA, DB, n_elements, ACT: tl.constexpr, BLOCK:
     tl.store(DB + offs, db.to(DB.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _gate_up_forward_kernel(GU, C, n_cols, n_col_blocks, gu_row_stride, ACT: tl.constexpr, BLOCK: tl.constexpr):
+    # One program per BLOCK columns of one row; the row holds the gate (n_cols) then the up half.
+    pid = tl.program_id(0).to(tl.int64)
+    row = pid // n_col_blocks
+    cols = (pid - row * n_col_blocks) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    gate_ptrs = GU + row * gu_row_stride + cols
+    a = tl.load(gate_ptrs, mask=mask, other=0.0)
+    b = tl.load(gate_ptrs + n_cols, mask=mask, other=0.0).to(tl.float32)
+    act = _act(a.to(tl.float32), ACT).to(a.dtype).to(tl.float32)
+    tl.store(C + row * n_cols + cols, (act * b).to(C.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _gate_up_backward_kernel(
+    DC, GU, DGU, n_cols, n_col_blocks, gu_row_stride, dgu_row_stride, ACT: tl.constexpr, BLOCK: tl.constexpr
+):
+    # DGU may be GU itself (in_place): this program reads its gate and up elements before it
+    # writes their gradients, and no other program touches them.
+    pid = tl.program_id(0).to(tl.int64)
+    row = pid // n_col_blocks
+    cols = (pid - row * n_col_blocks) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    gate_ptrs = GU + row * gu_row_stride + cols
+    dc = tl.load(DC + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    a_raw = tl.load(gate_ptrs, mask=mask, other=0.0)
+    b = tl.load(gate_ptrs + n_cols, mask=mask, other=0.0).to(tl.float32)
+    act, dact = _act_and_grad(a_raw.to(tl.float32), ACT)
+    db = dc * act.to(a_raw.dtype).to(tl.float32)
+    da = dc * b * dact
+    grad_ptrs = DGU + row * dgu_row_stride + cols
+    tl.store(grad_ptrs, da.to(DGU.dtype.element_ty), mask=mask)
+    tl.store(grad_ptrs + n_cols, db.to(DGU.dtype.element_ty), mask=mask)
+
+
 def glu_forward(a1: torch.Tensor, b1: torch.Tensor, act: int, block: int | None = None) -> torch.Tensor:
     """``act(a1) * b1`` for flat contiguous ``a1``/``b1``."""
     c = torch.empty_like(a1)
@@ -88,6 +127,38 @@ def glu_backward(
     da, db = (a1, b1) if in_place else (torch.empty_like(a1), torch.empty_like(b1))
     launch_flat(_glu_backward_kernel, a1.numel(), flat(dc), a1, b1, da, db, ACT=act, block=block)
     return da, db
+
+
+def plan_gate_up(n_cols: int) -> tuple[int, int, int]:
+    """(BLOCK, column blocks per row, warps) of the gate-up kernels: GLU_BLOCK-wide column blocks,
+    narrower for halves that fit a smaller power of two (no program mostly masked off)."""
+    block = min(hardware.GLU_BLOCK, triton.next_power_of_2(max(n_cols, 1)))
+    warps = max(1, min(hardware.GLU_NUM_WARPS, block * hardware.GLU_NUM_WARPS // hardware.GLU_BLOCK))
+    return block, triton.cdiv(n_cols, block), warps
+
+
+def gate_up_forward(gu: torch.Tensor, act: int) -> torch.Tensor:
+    """``act(gate) * up`` of ``(rows, 2 * n_cols)`` ``gu`` (unit column stride): ``(rows, n_cols)``."""
+    n_rows, n_cols = gu.shape[0], gu.shape[1] // 2
+    c = torch.empty((n_rows, n_cols), dtype=gu.dtype, device=gu.device)
+    block, n_col_blocks, warps = plan_gate_up(n_cols)
+    if n_rows:
+        _gate_up_forward_kernel[(n_rows * n_col_blocks,)](
+            gu, c, n_cols, n_col_blocks, gu.stride(0), ACT=act, BLOCK=block, num_warps=warps
+        )
+    return c
+
+
+def gate_up_backward(dc: torch.Tensor, gu: torch.Tensor, act: int, in_place: bool) -> torch.Tensor:
+    """The gradient of ``gu`` in one ``(rows, 2 * n_cols)`` tensor; ``in_place``: written over ``gu``."""
+    n_rows, n_cols = gu.shape[0], gu.shape[1] // 2
+    dgu = gu if in_place else torch.empty((n_rows, 2 * n_cols), dtype=gu.dtype, device=gu.device)
+    block, n_col_blocks, warps = plan_gate_up(n_cols)
+    if n_rows:
+        _gate_up_backward_kernel[(n_rows * n_col_blocks,)](
+            dc, gu, dgu, n_cols, n_col_blocks, gu.stride(0), dgu.stride(0), ACT=act, BLOCK=block, num_warps=warps
+        )
+    return dgu
 
 
 class LigerGLUFunction(torch.autograd.Function):
@@ -129,3 +200,27 @@ class LigerGEGLUFunction(LigerGLUFunction):
     def forward(ctx, a, b, in_place):
         check_geglu_args(a, b, in_place)
         return LigerGLUFunction.shared_forward(ctx, a, b, GELU_TANH, in_place)
+
+
+@implements("fused_gate_up_swiglu")
+class LigerFusedGateUpSwiGLUFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate_up, in_place):
+        check_fused_gate_up_swiglu_args(gate_up, in_place)
+        gu = as_rows(gate_up)
+        c = gate_up_forward(gu, SILU)
+        # In place (a buffer of our own layout): a detached alias, so the gradient returned in its
+        # memory is a tensor of its own.
+        in_place = in_place and gu.is_contiguous()
+        ctx.save_for_backward(gu.detach() if in_place else gu)
+        ctx.in_place, ctx.shape = in_place, gate_up.shape
+        return c.view(*gate_up.shape[:-1], gu.shape[1] // 2)
+
+    @staticmethod
+    def backward(ctx, dc):
+        (gu,) = ctx.saved_tensors
+        dgu = gate_up_backward(flat(dc), gu, SILU, ctx.in_place)
+        if ctx.in_place:
+            # Overwritten behind autograd's back (see LigerGLUFunction.backward).
+            torch.autograd.graph.increment_version(gu)
+        return dgu.view(ctx.shape), None

@@ -7,6 +7,10 @@ streaming op (3 reads and 2 writes per element in backward), so blocks are sized
 latency rather than registers, and the default register file leaves more threads resident
 (no large GRF). The activation is computed in fp32 and rounded to the input dtype before the
 multiply, as the models' eager code does; backward recomputes it (nothing saved but a and b).
+
+fused_gate_up_swiglu reads both halves from one ``(rows, 2 * n_cols)`` gate-up tensor (the gate
+first): one program per column block of one row, the block `plan_flat`'s for a row of n_cols
+elements; its backward writes the gradient of both halves into one tensor.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops import geglu, swiglu
+from liger_core.ops import fused_gate_up_swiglu, geglu, swiglu
 
-from liger_ops_xpu._tiling import launch_flat
+from liger_ops_xpu import hardware
+from liger_ops_xpu._tiling import as_rows, launch_flat, plan_flat
 
 SILU = 0
 GELU_TANH = 1
@@ -66,6 +71,43 @@ def _glu_backward_kernel(DC, A, B, DA, DB, n, ACT: tl.constexpr, BLOCK: tl.const
     tl.store(DB + offs, db.to(DB.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _gate_up_forward_kernel(GU, C, n_cols, n_col_blocks, gu_row_stride, ACT: tl.constexpr, BLOCK: tl.constexpr):
+    # One program per BLOCK columns of one row; the row holds the gate (n_cols) then the up half.
+    pid = tl.program_id(0).to(tl.int64)
+    row = pid // n_col_blocks
+    cols = (pid - row * n_col_blocks) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    gate_ptrs = GU + row * gu_row_stride + cols
+    a = tl.load(gate_ptrs, mask=mask, other=0.0)
+    b = tl.load(gate_ptrs + n_cols, mask=mask, other=0.0)
+    act, _ = _act_and_grad(a.to(tl.float32), ACT)
+    c = act.to(a.dtype).to(tl.float32) * b.to(tl.float32)
+    tl.store(C + row * n_cols + cols, c.to(C.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _gate_up_backward_kernel(
+    DC, GU, DGU, n_cols, n_col_blocks, gu_row_stride, dgu_row_stride, ACT: tl.constexpr, BLOCK: tl.constexpr
+):
+    # DGU may alias GU (in_place): this program reads its gate and up elements before it writes
+    # their gradients, and no other program touches them.
+    pid = tl.program_id(0).to(tl.int64)
+    row = pid // n_col_blocks
+    cols = (pid - row * n_col_blocks) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    gate_ptrs = GU + row * gu_row_stride + cols
+    dc = tl.load(DC + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    a = tl.load(gate_ptrs, mask=mask, other=0.0)
+    b = tl.load(gate_ptrs + n_cols, mask=mask, other=0.0).to(tl.float32)
+    act, dact = _act_and_grad(a.to(tl.float32), ACT)
+    db = dc * act.to(a.dtype).to(tl.float32)
+    da = dc * b * dact
+    grad_ptrs = DGU + row * dgu_row_stride + cols
+    tl.store(grad_ptrs, da.to(DGU.dtype.element_ty), mask=mask)
+    tl.store(grad_ptrs + n_cols, db.to(DGU.dtype.element_ty), mask=mask)
+
+
 def glu_forward(a1: torch.Tensor, b1: torch.Tensor, act: int) -> torch.Tensor:
     """``act(a1) * b1`` for contiguous ``a1``/``b1``."""
     c = torch.empty_like(a1)
@@ -80,6 +122,32 @@ def glu_backward(dc: torch.Tensor, a1: torch.Tensor, b1: torch.Tensor, act: int,
     da, db = (a1, b1) if in_place else (torch.empty_like(a1), torch.empty_like(b1))
     launch_flat(_glu_backward_kernel, a1.numel(), a1.device, dc, a1, b1, da, db, ACT=act)
     return da, db
+
+
+def gate_up_forward(gu: torch.Tensor, act: int) -> torch.Tensor:
+    """``act(gate) * up`` of ``(rows, 2 * n_cols)`` ``gu`` (unit column stride): ``(rows, n_cols)``."""
+    n_rows, n_cols = gu.shape[0], gu.shape[1] // 2
+    c = torch.empty((n_rows, n_cols), dtype=gu.dtype, device=gu.device)
+    plan = plan_flat(n_cols)
+    if n_rows:
+        _gate_up_forward_kernel[(n_rows * plan.programs,)](
+            gu, c, n_cols, plan.programs, gu.stride(0), ACT=act, BLOCK=plan.block,
+            **hardware.launch_kwargs(_gate_up_forward_kernel, gu.device, plan.num_warps, register_heavy=False),
+        )  # fmt: skip
+    return c
+
+
+def gate_up_backward(dc: torch.Tensor, gu: torch.Tensor, act: int, in_place: bool) -> torch.Tensor:
+    """The gradient of ``gu`` in one ``(rows, 2 * n_cols)`` tensor; ``in_place``: written over ``gu``."""
+    n_rows, n_cols = gu.shape[0], gu.shape[1] // 2
+    dgu = gu if in_place else torch.empty((n_rows, 2 * n_cols), dtype=gu.dtype, device=gu.device)
+    plan = plan_flat(n_cols)
+    if n_rows:
+        _gate_up_backward_kernel[(n_rows * plan.programs,)](
+            dc, gu, dgu, n_cols, plan.programs, gu.stride(0), dgu.stride(0), ACT=act, BLOCK=plan.block,
+            **hardware.launch_kwargs(_gate_up_backward_kernel, gu.device, plan.num_warps, register_heavy=False),
+        )  # fmt: skip
+    return dgu
 
 
 class LigerGLUFunction(torch.autograd.Function):
@@ -115,3 +183,28 @@ class LigerGEGLUFunction(LigerGLUFunction):
     def forward(ctx, a, b, in_place):
         geglu.check_args(a, b, in_place)
         return LigerGLUFunction.forward_act(ctx, a, b, in_place, GELU_TANH)
+
+
+@implements("fused_gate_up_swiglu")
+class LigerFusedGateUpSwiGLUFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate_up, in_place):
+        fused_gate_up_swiglu.check_args(gate_up, in_place)
+        gu = as_rows(gate_up)
+        c = gate_up_forward(gu, SILU)
+        # In place (only over a buffer of our own layout): a detached alias, so the gradient
+        # returned in its memory is a tensor of its own.
+        in_place = in_place and gu.is_contiguous()
+        ctx.save_for_backward(gu.detach() if in_place else gu)
+        ctx.in_place, ctx.shape = in_place, gate_up.shape
+        return c.view(*gate_up.shape[:-1], gu.shape[1] // 2)
+
+    @staticmethod
+    def backward(ctx, dc):
+        (gu,) = ctx.saved_tensors
+        dgu = gate_up_backward(dc.contiguous(), gu, SILU, ctx.in_place)
+        if ctx.in_place:
+            # The kernel overwrote the input behind autograd's back: a node that also saved it
+            # raises instead of reading gradients as activations.
+            torch.autograd.graph.increment_version(gu)
+        return dgu.view(ctx.shape), None

@@ -13,7 +13,13 @@ from liger_core.nn.losses import (
     LigerTVDLoss,
     LigerVocabParallelCrossEntropy,
 )
-from liger_core.nn.mlp import LigerGEGLUMLP, LigerSwiGLUMLP
+from liger_core.nn.mlp import (
+    LigerGEGLUMLP,
+    LigerPhi3SwiGLUMLP,
+    LigerSwiGLUMLP,
+    LigerTiledGEGLUMLP,
+    LigerTiledSwiGLUMLP,
+)
 from liger_core.nn.poly_norm import LigerPolyNorm
 from liger_core.nn.rms_norm import LigerFusedAddRMSNorm, LigerRMSNorm
 from liger_core.nn.softmax import LigerSoftmax, LigerSparsemax
