@@ -23,6 +23,7 @@ from liger_core.ops import (
     jsd,
     kl_div,
     layer_norm,
+    llama4_rope,
     poly_norm,
     qwen2vl_mrope,
     relu_squared,
@@ -65,6 +66,8 @@ CATALOGUE: dict[str, Op] = {
         relu_squared.OP,
         # 1.5: tensor-parallel losses.
         vocab_parallel_cross_entropy.OP,
+        # 1.6: misc (Llama 4 RoPE, modulated RMSNorm, embedding, scaled/TVD fused losses).
+        llama4_rope.OP,
     )
 }
 
