@@ -22,6 +22,7 @@ MODULE_OF = {
     "geglu": "glu",
     "rope": "rotary",
     "qwen2vl_mrope": "rotary",
+    "llama4_rope": "rotary",
     "kl_div": "divergence",
     "jsd": "divergence",
     "tvd": "divergence",

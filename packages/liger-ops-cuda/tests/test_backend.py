@@ -25,6 +25,7 @@ FAMILIES = {
     "geglu": "glu",
     "rope": "rotary",
     "qwen2vl_mrope": "rotary",
+    "llama4_rope": "rotary",
     "kl_div": "divergence",
     "jsd": "divergence",
     "tvd": "divergence",

@@ -17,6 +17,7 @@ _FAMILY = {
     "geglu": "glu",
     "rope": "rotary",
     "qwen2vl_mrope": "rotary",
+    "llama4_rope": "rotary",
     "kl_div": "divergence",
     "jsd": "divergence",
     "tvd": "divergence",
