@@ -32,7 +32,7 @@ PACKAGE = Path(__file__).resolve().parents[1]
 FAMILIES = {
     "norms": ("rms_norm", "fused_add_rms_norm", "layer_norm", "group_norm", "poly_norm", "dyt"),
     "elementwise": ("swiglu", "geglu", "relu_squared", "fused_gate_up_swiglu", "tiled_mlp"),
-    "rotary": ("rope", "qwen2vl_mrope"),
+    "rotary": ("rope", "qwen2vl_mrope", "llama4_rope"),
     "softmax": ("softmax", "sparsemax"),
     "cross_entropy": ("cross_entropy", "fused_linear_cross_entropy", "vocab_parallel_cross_entropy"),
     "divergence": ("kl_div", "jsd", "tvd", "fused_linear_jsd"),

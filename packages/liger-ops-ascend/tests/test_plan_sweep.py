@@ -252,6 +252,12 @@ def test_activation_plans_fit_grid_and_ub(soc):
             p = rotary.plan_rotary("rope_forward", n_pos, heads, dim, (dtype, torch.float32), torch.float32, hw)
             check(p.kernel, hw)
             assert p.programs <= hw.vector_cores and p.block_d >= dim // 2
+            # llama4_rope: the same kernel on interleaved pairs (stride-2 halves, one table value a pair).
+            p = rotary.plan_rotary(
+                "llama4_rope_forward", n_pos, heads, dim, (dtype,), torch.float32, hw, interleaved=True
+            )
+            check(p.kernel, hw)
+            assert p.programs <= hw.vector_cores and p.block_d >= dim // 2
 
 
 # -- the 1.3 losses --------------------------------------------------------------------------

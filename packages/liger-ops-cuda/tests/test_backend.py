@@ -26,6 +26,7 @@ FAMILIES = {
     "fused_gate_up_swiglu": "glu",
     "rope": "rotary",
     "qwen2vl_mrope": "rotary",
+    "llama4_rope": "rotary",
     "kl_div": "divergence",
     "jsd": "divergence",
     "tvd": "divergence",

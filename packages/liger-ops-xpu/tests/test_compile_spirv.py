@@ -195,8 +195,17 @@ def _activation_cases() -> list[dict]:
     strides = " ".join(f"{t}_s{a}" for t in ("q", "k", "qo", "ko") for a in "bhs")
     rotary = _sig("Q K QO KO COS:fp32 SIN:fp32", f"{strides} c_saxis c_sb c_ss seq n_qh n_kh half sec0 sec1")
     rp = plan_rotary(32, 8, 128)  # LLaMA-3-8B's heads at head_dim 128
-    c = {"MROPE": True, "BACKWARD": True, "HEADS_BLOCK": rp.heads_block, "HALF_BLOCK": rp.half_block}
+    c = {
+        "MROPE": True,
+        "INTERLEAVED": False,
+        "BACKWARD": True,
+        "HEADS_BLOCK": rp.heads_block,
+        "HALF_BLOCK": rp.half_block,
+    }
     c.update(N_Q_CHUNKS=rp.n_q_chunks, N_K_CHUNKS=rp.n_k_chunks)
+    cases.append(_case("rotary", "_rotary_kernel", rotary, c, rp.num_warps, register_heavy=False))
+    # llama4_rope: interleaved pairs, one table value per pair.
+    c = {**c, "MROPE": False, "INTERLEAVED": True}
     cases.append(_case("rotary", "_rotary_kernel", rotary, c, rp.num_warps, register_heavy=False))
 
     for n_cols in (4096, 40000):

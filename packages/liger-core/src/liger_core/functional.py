@@ -284,4 +284,13 @@ def liger_tiled_mlp(
     return resolve("tiled_mlp", x.device)(x, gate_weight, up_weight, down_weight, activation, num_shards)
 
 
+def liger_llama4_rope(q: torch.Tensor, k: torch.Tensor, freqs_cis: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Llama 4's complex-form RoPE; see `liger_core.ops.llama4_rope.llama4_rope` for the contract."""
+    return resolve("llama4_rope", q.device)(q, k, freqs_cis)
+
+
+# Drop-in for transformers' Llama4 ``apply_rotary_emb(xq, xk, freqs_cis)``, under liger-kernel's name.
+liger_llama4_text_rotary_pos_emb = liger_llama4_rope
+
+
 __all__ = sorted(name for name in dir() if name.startswith("liger_"))

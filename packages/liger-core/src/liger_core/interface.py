@@ -24,6 +24,7 @@ from liger_core.ops import (
     jsd,
     kl_div,
     layer_norm,
+    llama4_rope,
     poly_norm,
     qwen2vl_mrope,
     relu_squared,
@@ -70,6 +71,8 @@ CATALOGUE: dict[str, Op] = {
         # 1.6: the MLP family (fused gate-up SwiGLU, tiled MLP).
         fused_gate_up_swiglu.OP,
         tiled_mlp.OP,
+        # 1.6: Llama 4's complex-form RoPE.
+        llama4_rope.OP,
     )
 }
 

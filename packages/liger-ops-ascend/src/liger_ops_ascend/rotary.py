@@ -1,6 +1,7 @@
-"""Rotary position embeddings for Ascend NPUs: RoPE (rotate-half, transformers' LLaMA form) and
+"""Rotary position embeddings for Ascend NPUs: RoPE (rotate-half, transformers' LLaMA form),
 Qwen2-VL's multimodal M-RoPE (each column of a head taking cos/sin from its section's table:
-temporal, height, width), one kernel for both, its tile plan, launch and autograd Functions.
+temporal, height, width) and Llama 4's complex form (interleaved pairs times ``freqs_cis``), one
+kernel for all three, its tile plan, launch and autograd Functions.
 
 Work is flattened over the ``batch * seq`` positions: one program per vector core walks
 the positions ``pid, pid + programs, ...``. At each position it loads the cos/sin row once
@@ -24,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
+from liger_core.ops.llama4_rope import check_args as check_llama4_rope_args
 from liger_core.ops.qwen2vl_mrope import check_args as check_mrope_args
 from liger_core.ops.rope import check_args as check_rope_args
 
@@ -35,27 +37,49 @@ from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
 
 @triton.jit
 def _rotate_heads(
-    X, XO, in_base, out_base, sh, osh, n_heads, c1, c2, sa, sb, cols, col_mask, BLOCK_H: tl.constexpr, half
+    X,
+    XO,
+    in_base,
+    out_base,
+    sh,
+    osh,
+    n_heads,
+    c1,
+    c2,
+    sa,
+    sb,
+    cols,
+    col_mask,
+    BLOCK_H: tl.constexpr,
+    half,
+    INTERLEAVED: tl.constexpr,
 ):
     """o1 = x1 * c1 + x2 * sa, o2 = x2 * c2 + x1 * sb for every head at one position.
 
     The head blocks are walked with 64-bit pointers advanced by ``BLOCK_H`` heads; inside a block
     the head offsets ``h_idx * stride`` stay below ``BLOCK_H * stride``, which the plan keeps
     in int32 (a head index times the stride would not be bounded)."""
+    # Pair j of a head: (x[j], x[j + half]) rotate-half, (x[2j], x[2j + 1]) interleaved (Llama 4).
+    if INTERLEAVED:
+        x_col = cols * 2
+        pair = 1
+    else:
+        x_col = cols
+        pair = half
     h_idx = tl.arange(0, BLOCK_H)
     x_blk = X + in_base
     o_blk = XO + out_base
     for h0 in range(0, n_heads, BLOCK_H):
         mask = (h0 + h_idx < n_heads)[:, None] & col_mask[None, :]
-        x_ptr = x_blk + h_idx[:, None] * sh + cols[None, :]
+        x_ptr = x_blk + h_idx[:, None] * sh + x_col[None, :]
         # Elementwise: padded lanes only reach masked-off stores, so no load fills them.
         x1 = tl.load(x_ptr, mask=mask, care_padding=False).to(tl.float32)
-        x2 = tl.load(x_ptr + half, mask=mask, care_padding=False).to(tl.float32)
+        x2 = tl.load(x_ptr + pair, mask=mask, care_padding=False).to(tl.float32)
         o1 = x1 * c1[None, :] + x2 * sa[None, :]
         o2 = x2 * c2[None, :] + x1 * sb[None, :]
-        o_ptr = o_blk + h_idx[:, None] * osh + cols[None, :]
+        o_ptr = o_blk + h_idx[:, None] * osh + x_col[None, :]
         tl.store(o_ptr, o1.to(XO.dtype.element_ty), mask=mask)
-        tl.store(o_ptr + half, o2.to(XO.dtype.element_ty), mask=mask)
+        tl.store(o_ptr + pair, o2.to(XO.dtype.element_ty), mask=mask)
         x_blk += BLOCK_H * sh
         o_blk += BLOCK_H * osh
 
@@ -111,6 +135,7 @@ def _rotary_kernel(
     sec0,
     sec1,
     MROPE: tl.constexpr,
+    INTERLEAVED: tl.constexpr,
     BACKWARD: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -128,9 +153,14 @@ def _rotary_kernel(
         c_base = COS + b * c_sb + s * c_ss
         s_base = SIN + b * s_sb + s * s_ss
         c1 = _table_half(c_base, c_st, cols, col_mask, in_t, in_h, MROPE)
-        c2 = _table_half(c_base + half, c_st, cols, col_mask, in_t, in_h, MROPE)
         s1 = _table_half(s_base, s_st, cols, col_mask, in_t, in_h, MROPE)
-        s2 = _table_half(s_base + half, s_st, cols, col_mask, in_t, in_h, MROPE)
+        if INTERLEAVED:
+            # Llama 4: cos/sin are the real and imaginary parts of freqs_cis, one value per pair.
+            c2 = c1
+            s2 = s1
+        else:
+            c2 = _table_half(c_base + half, c_st, cols, col_mask, in_t, in_h, MROPE)
+            s2 = _table_half(s_base + half, s_st, cols, col_mask, in_t, in_h, MROPE)
         if BACKWARD:
             sa = s2
             sb = -s1
@@ -139,22 +169,27 @@ def _rotary_kernel(
             sb = s2
         _rotate_heads(
             Q, QO, b * q_sb + s * q_ss, b * qo_sb + s * qo_ss, q_sh, qo_sh, n_qh, c1, c2, sa, sb, cols, col_mask,
-            BLOCK_H, half,
+            BLOCK_H, half, INTERLEAVED,
         )  # fmt: skip
         _rotate_heads(
             K, KO, b * k_sb + s * k_ss, b * ko_sb + s * ko_ss, k_sh, ko_sh, n_kh, c1, c2, sa, sb, cols, col_mask,
-            BLOCK_H, half,
+            BLOCK_H, half, INTERLEAVED,
         )  # fmt: skip
 
 
-def rotary_tiles(block_h: int, block_d: int, xb: int, cb: int, mrope: bool = False) -> tuple[Tile, ...]:
+def rotary_tiles(
+    block_h: int, block_d: int, xb: int, cb: int, mrope: bool = False, interleaved: bool = False
+) -> tuple[Tile, ...]:
     """In the terms of the UB model (ub_model.md): one head block of q or k (the larger dtype),
     its two halves in and out, and the cos/sin half rows of the position (three tables each with
-    M-RoPE)."""
-    tiles = [t for name in ("x1", "x2", "o1", "o2") for t in dma(name, block_h, block_d, xb)]
+    M-RoPE; one half row each when interleaved). Interleaved halves are stride-2 accesses,
+    counted at the width of the span they cover (2 x block_d) so the plan holds even where the
+    access is staged whole."""
+    span = 2 * block_d if interleaved else block_d
+    tiles = [t for name in ("x1", "x2", "o1", "o2") for t in dma(name, block_h, span, xb)]
     # Peak: both halves in fp32 and two products.
     tiles += work("f32_", block_h, block_d, 4)
-    for name in ("c1", "c2", "s1", "s2"):
+    for name in ("c1", "s1") if interleaved else ("c1", "c2", "s1", "s2"):
         for table in ("t", "h", "w") if mrope else ("",):
             tiles += dma(f"{name}{table}", 1, block_d, cb)
     tiles += work("table_f32_", 1, block_d, 6)
@@ -183,12 +218,13 @@ def _plan_rotary(
     max_stride: int,
     hw: hardware.Hardware,
     max_block_h: int,
+    interleaved: bool = False,
 ) -> RotaryPlan:
     min_d = max(hardware.min_block(xb), hardware.min_block(cb))
     block_d = max(min_d, triton.next_power_of_2(max(half, 1)))
 
     def need(block_h: int) -> int:
-        return sum(t.nbytes for t in rotary_tiles(block_h, block_d, xb, cb, mrope))
+        return sum(t.nbytes for t in rotary_tiles(block_h, block_d, xb, cb, mrope, interleaved))
 
     if need(1) > hw.ub_budget:
         raise AscendLaunchError(
@@ -207,7 +243,7 @@ def _plan_rotary(
         block_h *= 2
     programs = min(hw.vector_cores, max(n_pos, 1))
     extent = block_h * max_stride + 2 * block_d
-    tiles = rotary_tiles(block_h, block_d, xb, cb, mrope)
+    tiles = rotary_tiles(block_h, block_d, xb, cb, mrope, interleaved)
     return RotaryPlan(block_h, block_d, programs, KernelPlan(op, (programs,), tiles, block_h, pitches, extent))
 
 
@@ -221,15 +257,17 @@ def plan_rotary(
     hw: hardware.Hardware,
     head_strides: Sequence[int] = (),
     mrope: bool = False,
+    interleaved: bool = False,
 ) -> RotaryPlan:
     """Tile plan for ``n_pos`` positions of up to ``heads`` heads of ``head_dim``; ``head_strides``:
-    the head strides (elements) of q, k and their outputs (default: contiguous heads)."""
+    the head strides (elements) of q, k and their outputs (default: contiguous heads);
+    ``interleaved``: Llama 4's pairs (x[2j], x[2j + 1])."""
     xb = max(elem_bytes(d) for d in x_dtypes)
     strides = tuple(head_strides) or (head_dim,)
     pitches = tuple(sorted({st * elem_bytes(d) for st in strides for d in x_dtypes}))
     return _plan_rotary(
         op, n_pos, heads, head_dim // 2, xb, elem_bytes(cos_dtype), mrope, pitches, max(strides), hw,
-        hardware.MAX_BLOCK_M,
+        hardware.MAX_BLOCK_M, interleaved,
     )  # fmt: skip
 
 
@@ -253,8 +291,11 @@ def rotary(
     mrope_section: Sequence[int] | None,
     backward: bool,
     hw: hardware.Hardware,
+    interleaved: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotate q and k (forward) or their gradients (backward); cos/sin 3-D, or 4-D for M-RoPE."""
+    """Rotate q and k (forward) or their gradients (backward); cos/sin 3-D, or 4-D for M-RoPE.
+    ``interleaved``: pairs (x[2j], x[2j + 1]) and one cos/sin value per pair (Llama 4's complex
+    form, cos/sin ``(batch or 1, seq, head_dim / 2)``)."""
     q, q_sb, q_ss, q_sh, n_qh = _head_strides(q, unsqueeze_dim)
     k, k_sb, k_ss, k_sh, n_kh = _head_strides(k, unsqueeze_dim)
     qo, ko = torch.empty_like(q), torch.empty_like(k)
@@ -274,9 +315,13 @@ def rotary(
     c_sb = cos.stride(-3) if cos.shape[-3] > 1 else 0
     s_sb = sin.stride(-3) if sin.shape[-3] > 1 else 0
     sections = tuple(mrope_section) if mrope else (0, 0, 0)
-    op = ("qwen2vl_mrope" if mrope else "rope") + ("_backward" if backward else "_forward")
+    op = ("qwen2vl_mrope" if mrope else "llama4_rope" if interleaved else "rope") + (
+        "_backward" if backward else "_forward"
+    )
     heads = max(n_qh, n_kh)
-    p = plan_rotary(op, n_pos, heads, dim, (q.dtype, k.dtype), cos.dtype, hw, (q_sh, k_sh, qo_sh, ko_sh), mrope)
+    p = plan_rotary(
+        op, n_pos, heads, dim, (q.dtype, k.dtype), cos.dtype, hw, (q_sh, k_sh, qo_sh, ko_sh), mrope, interleaved
+    )
     launch(
         _rotary_kernel,
         p.kernel,
@@ -313,6 +358,7 @@ def rotary(
         sections[0],
         sections[1],
         MROPE=mrope,
+        INTERLEAVED=interleaved,
         BACKWARD=backward,
         BLOCK_H=p.block_h,
         BLOCK_D=p.block_d,
@@ -325,18 +371,19 @@ class LigerRotaryFunction(torch.autograd.Function):
     (`LigerRopeFunction`, `LigerQwen2VLMRopeFunction`) check their arguments and call `forward`."""
 
     @staticmethod
-    def forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
+    def forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim, interleaved=False):
         hw = hardware.current(q.device)
-        q_out, k_out = rotary(q, k, cos, sin, unsqueeze_dim, mrope_section, False, hw)
+        q_out, k_out = rotary(q, k, cos, sin, unsqueeze_dim, mrope_section, False, hw, interleaved)
         ctx.save_for_backward(cos, sin)
-        ctx.unsqueeze_dim, ctx.mrope_section, ctx.hw = unsqueeze_dim, mrope_section, hw
+        ctx.unsqueeze_dim, ctx.mrope_section, ctx.hw, ctx.interleaved = unsqueeze_dim, mrope_section, hw, interleaved
         return q_out, k_out
 
     @staticmethod
     def backward(ctx, dq, dk):
         cos, sin = ctx.saved_tensors
-        dq_in, dk_in = rotary(dq, dk, cos, sin, ctx.unsqueeze_dim, ctx.mrope_section, True, ctx.hw)
-        return dq_in, dk_in, None, None, None, None
+        dq_in, dk_in = rotary(dq, dk, cos, sin, ctx.unsqueeze_dim, ctx.mrope_section, True, ctx.hw, ctx.interleaved)
+        # (llama4_rope's Function has three inputs: autograd ignores the trailing Nones.)
+        return dq_in, dk_in, None, None, None, None, None
 
 
 @implements("rope")
@@ -354,3 +401,15 @@ class LigerQwen2VLMRopeFunction(LigerRotaryFunction):
     def forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
         check_mrope_args(q, k, cos, sin, mrope_section, unsqueeze_dim)
         return LigerRotaryFunction.forward(ctx, q, k, cos, sin, tuple(int(s) for s in mrope_section), unsqueeze_dim)
+
+
+@implements("llama4_rope")
+class LigerLlama4RopeFunction(LigerRotaryFunction):
+    @staticmethod
+    def forward(ctx, q, k, freqs_cis):
+        check_llama4_rope_args(q, k, freqs_cis)
+        # freqs_cis's real and imaginary parts as cos/sin tables (rotary() makes them unit-stride).
+        table = torch.view_as_real(freqs_cis)
+        cos, sin = table[..., 0], table[..., 1]
+        # q/k are (batch, seq, heads, head_dim): the heads on axis 2, as rope's unsqueeze_dim=2.
+        return LigerRotaryFunction.forward(ctx, q, k, cos, sin, None, 2, True)

@@ -1,5 +1,6 @@
-"""Rotary embeddings for NVIDIA GPUs: RoPE (rotate-half, transformers' LLaMA form) and Qwen2-VL's
-multimodal M-RoPE, one Triton kernel for both, launch and autograd Functions.
+"""Rotary embeddings for NVIDIA GPUs: RoPE (rotate-half, transformers' LLaMA form), Qwen2-VL's
+multimodal M-RoPE and Llama 4's complex form (interleaved pairs times ``freqs_cis``), one Triton
+kernel for all three, launch and autograd Functions.
 
 Memory-bound: forward reads q and k and writes their rotations, backward does the same with
 the incoming gradients (the rotation's transpose). A program takes BLOCK_P whole positions:
@@ -19,6 +20,7 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
+from liger_core.ops.llama4_rope import check_args as check_llama4_rope_args
 from liger_core.ops.qwen2vl_mrope import check_args as check_mrope_args
 from liger_core.ops.rope import check_args as check_rope_args
 from liger_ops_cuda import hardware
@@ -44,18 +46,24 @@ def _rotate_heads(
     cols,
     col_mask,
     HEADS: tl.constexpr,
+    INTERLEAVED: tl.constexpr,
 ):
+    # Pair j of a head: (x[j], x[j + half]) rotate-half, (x[2j], x[2j + 1]) interleaved (Llama 4).
+    if INTERLEAVED:
+        x_col, x_pair, o_col, o_pair = 2 * sd, sd, 2 * osd, osd
+    else:
+        x_col, x_pair, o_col, o_pair = sd, half * sd, osd, half * osd
     heads = tl.arange(0, HEADS)
     mask = pos_mask[:, None, None] & (heads < n_heads)[None, :, None] & col_mask[None, None, :]
-    x_off = in_base[:, None, None] + heads[None, :, None] * sh + cols[None, None, :] * sd
+    x_off = in_base[:, None, None] + heads[None, :, None] * sh + cols[None, None, :] * x_col
     x1 = tl.load(X + x_off, mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(X + x_off + half * sd, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(X + x_off + x_pair, mask=mask, other=0.0).to(tl.float32)
     # [x1, x2] * [c1, c2] + [-x2, x1] * [s1, s2]
     o1 = x1 * c1[:, None, :] - x2 * s1[:, None, :]
     o2 = x2 * c2[:, None, :] + x1 * s2[:, None, :]
-    o_off = out_base[:, None, None] + heads[None, :, None] * osh + cols[None, None, :] * osd
+    o_off = out_base[:, None, None] + heads[None, :, None] * osh + cols[None, None, :] * o_col
     tl.store(XO + o_off, o1.to(XO.dtype.element_ty), mask=mask)
-    tl.store(XO + o_off + half * osd, o2.to(XO.dtype.element_ty), mask=mask)
+    tl.store(XO + o_off + o_pair, o2.to(XO.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -94,6 +102,7 @@ def _rotary_kernel(
     sec0,
     sec01,
     MROPE: tl.constexpr,
+    INTERLEAVED: tl.constexpr,
     BACKWARD: tl.constexpr,
     BLOCK_P: tl.constexpr,
     QH: tl.constexpr,
@@ -115,20 +124,25 @@ def _rotary_kernel(
         section = (cols >= sec0).to(tl.int64) + (cols >= sec01).to(tl.int64)
         c_off += (section * c_saxis)[None, :]
     c1 = tl.load(COS + c_off, mask=m2, other=0.0).to(tl.float32)
-    c2 = tl.load(COS + c_off + half * c_sd, mask=m2, other=0.0).to(tl.float32)
     s1 = tl.load(SIN + c_off, mask=m2, other=0.0).to(tl.float32)
-    s2 = tl.load(SIN + c_off + half * c_sd, mask=m2, other=0.0).to(tl.float32)
+    if INTERLEAVED:
+        # Llama 4: cos/sin are the real and imaginary parts of freqs_cis, one value per pair.
+        c2 = c1
+        s2 = s1
+    else:
+        c2 = tl.load(COS + c_off + half * c_sd, mask=m2, other=0.0).to(tl.float32)
+        s2 = tl.load(SIN + c_off + half * c_sd, mask=m2, other=0.0).to(tl.float32)
     if BACKWARD:
         # The rotation's transpose: [g1, g2] -> [g1 c1 + g2 s2, g2 c2 - g1 s1].
         s1, s2 = -s2, -s1
 
     _rotate_heads(
         Q, QO, b * q_sb + s * q_ss, b * qo_sb + s * qo_ss, q_sh, q_sd, qo_sh, qo_sd,
-        n_qh, half, c1, c2, s1, s2, pos_mask, cols, col_mask, QH,
+        n_qh, half, c1, c2, s1, s2, pos_mask, cols, col_mask, QH, INTERLEAVED,
     )  # fmt: skip
     _rotate_heads(
         K, KO, b * k_sb + s * k_ss, b * ko_sb + s * ko_ss, k_sh, k_sd, ko_sh, ko_sd,
-        n_kh, half, c1, c2, s1, s2, pos_mask, cols, col_mask, KH,
+        n_kh, half, c1, c2, s1, s2, pos_mask, cols, col_mask, KH, INTERLEAVED,
     )  # fmt: skip
 
 
@@ -176,9 +190,12 @@ def rotary(
     q_out: torch.Tensor | None = None,
     k_out: torch.Tensor | None = None,
     plan: RotaryPlan | None = None,
+    interleaved: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate ``q`` and ``k`` (or, with ``backward``, apply the transpose to their gradients)
-    into new tensors laid out like ``q_out``/``k_out`` (default: like the inputs)."""
+    into new tensors laid out like ``q_out``/``k_out`` (default: like the inputs).
+    ``interleaved``: pairs (x[2j], x[2j + 1]) and one cos/sin value per pair (Llama 4's
+    complex form, cos/sin ``(batch or 1, seq, head_dim / 2)``)."""
     q_out = torch.empty_like(q) if q_out is None else q_out
     k_out = torch.empty_like(k) if k_out is None else k_out
     batch, dim = q.shape[0], q.shape[3]
@@ -200,7 +217,7 @@ def rotary(
         *_bshd_strides(q, unsqueeze_dim), *_bshd_strides(k, unsqueeze_dim),
         *_bshd_strides(q_out, unsqueeze_dim), *_bshd_strides(k_out, unsqueeze_dim),
         c_sb, c_ss, c_sd, c_saxis, n_qh, n_kh, dim // 2, sec0, sec01,
-        MROPE=mrope_section is not None, BACKWARD=backward,
+        MROPE=mrope_section is not None, INTERLEAVED=interleaved, BACKWARD=backward,
         BLOCK_P=plan.block_p, QH=plan.q_heads, KH=plan.k_heads, HALF=plan.half,
         num_warps=plan.num_warps,
     )  # fmt: skip
@@ -213,10 +230,10 @@ class LigerRotaryFunction(torch.autograd.Function):
     backward (the same for both) is this one. No gradient to cos/sin."""
 
     @staticmethod
-    def shared_forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
-        q_out, k_out = rotary(q, k, cos, sin, unsqueeze_dim, mrope_section)
+    def shared_forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim, interleaved=False):
+        q_out, k_out = rotary(q, k, cos, sin, unsqueeze_dim, mrope_section, interleaved=interleaved)
         ctx.save_for_backward(cos, sin)
-        ctx.mrope_section, ctx.unsqueeze_dim = mrope_section, unsqueeze_dim
+        ctx.mrope_section, ctx.unsqueeze_dim, ctx.interleaved = mrope_section, unsqueeze_dim, interleaved
         # Gradients go out in the outputs' (= inputs') memory layout, so the views q and k
         # came from (LLaMA's transposes of a projection) take them back without a copy.
         ctx.layouts = (q_out.stride(), q.dtype, k_out.stride(), k.dtype)
@@ -229,7 +246,10 @@ class LigerRotaryFunction(torch.autograd.Function):
         # (Autograd materialises a missing output gradient as zeros: dq and dk are tensors.)
         grad_q = torch.empty_strided(dq.shape, q_stride, dtype=q_dtype, device=dq.device)
         grad_k = torch.empty_strided(dk.shape, k_stride, dtype=k_dtype, device=dk.device)
-        rotary(dq, dk, cos, sin, ctx.unsqueeze_dim, ctx.mrope_section, True, grad_q, grad_k)
+        rotary(
+            dq, dk, cos, sin, ctx.unsqueeze_dim, ctx.mrope_section, True, grad_q, grad_k, interleaved=ctx.interleaved
+        )
+        # (llama4_rope's Function has three inputs: autograd ignores the trailing Nones.)
         return grad_q, grad_k, None, None, None, None
 
 
@@ -248,3 +268,15 @@ class LigerQwen2VLMRopeFunction(LigerRotaryFunction):
     def forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
         check_mrope_args(q, k, cos, sin, mrope_section, unsqueeze_dim)
         return LigerRotaryFunction.shared_forward(ctx, q, k, cos, sin, tuple(mrope_section), unsqueeze_dim)
+
+
+@implements("llama4_rope")
+class LigerLlama4RopeFunction(LigerRotaryFunction):
+    @staticmethod
+    def forward(ctx, q, k, freqs_cis):
+        check_llama4_rope_args(q, k, freqs_cis)
+        # freqs_cis's real and imaginary parts, read in place as cos/sin tables (stride 2).
+        table = torch.view_as_real(freqs_cis)
+        cos, sin = table[..., 0], table[..., 1]
+        # q/k are (batch, seq, heads, head_dim): the heads on axis 2, as rope's unsqueeze_dim=2.
+        return LigerRotaryFunction.shared_forward(ctx, q, k, cos, sin, None, 2, interleaved=True)

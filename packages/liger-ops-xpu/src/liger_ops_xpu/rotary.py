@@ -1,6 +1,7 @@
-"""Rotary position embeddings for Intel GPUs: rope (rotate-half, transformers' LLaMA form) and
-qwen2vl_mrope (Qwen2-VL's multimodal RoPE), one Triton kernel for both, its launch and both ops'
-autograd Functions (the backward shared).
+"""Rotary position embeddings for Intel GPUs: rope (rotate-half, transformers' LLaMA form),
+qwen2vl_mrope (Qwen2-VL's multimodal RoPE) and llama4_rope (Llama 4's complex form: interleaved
+pairs times ``freqs_cis``), one Triton kernel for all three, its launch and the ops' autograd
+Functions (the backward shared).
 
 One program per (batch, position) rotates every q head and every k head of that position:
 its cos/sin row is loaded once and reused across heads (GQA included), and each head is
@@ -23,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops import qwen2vl_mrope, rope
+from liger_core.ops import llama4_rope, qwen2vl_mrope, rope
 
 from liger_ops_xpu import hardware
 from liger_ops_xpu._tiling import num_warps_for, unit_col
@@ -51,18 +52,26 @@ def _rotate_heads(
     HEADS_BLOCK: tl.constexpr,
     HALF_BLOCK: tl.constexpr,
     N_CHUNKS: tl.constexpr,
+    INTERLEAVED: tl.constexpr,
 ):
     cols = tl.arange(0, HALF_BLOCK)
     col_mask = cols < half
+    # Pair j of a head: (x[j], x[j + half]) rotate-half, (x[2j], x[2j + 1]) interleaved (Llama 4).
+    if INTERLEAVED:
+        x_col = cols * 2
+        pair = 1
+    else:
+        x_col = cols
+        pair = half
     x_base = X + b.to(tl.int64) * sb + s.to(tl.int64) * ss
     o_base = XO + b.to(tl.int64) * osb + s.to(tl.int64) * oss
     for chunk in range(N_CHUNKS):
         heads = chunk * HEADS_BLOCK + tl.arange(0, HEADS_BLOCK)
         mask = (heads < n_heads)[:, None] & col_mask[None, :]
-        x_ptrs = x_base + heads.to(tl.int64)[:, None] * sh + cols[None, :]
-        o_ptrs = o_base + heads.to(tl.int64)[:, None] * osh + cols[None, :]
+        x_ptrs = x_base + heads.to(tl.int64)[:, None] * sh + x_col[None, :]
+        o_ptrs = o_base + heads.to(tl.int64)[:, None] * osh + x_col[None, :]
         x1 = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
-        x2 = tl.load(x_ptrs + half, mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(x_ptrs + pair, mask=mask, other=0.0).to(tl.float32)
         if BACKWARD:
             o1 = x1 * c1[None, :] + x2 * s2[None, :]
             o2 = x2 * c2[None, :] - x1 * s1[None, :]
@@ -70,7 +79,7 @@ def _rotate_heads(
             o1 = x1 * c1[None, :] - x2 * s1[None, :]
             o2 = x2 * c2[None, :] + x1 * s2[None, :]
         tl.store(o_ptrs, o1.to(XO.dtype.element_ty), mask=mask)
-        tl.store(o_ptrs + half, o2.to(XO.dtype.element_ty), mask=mask)
+        tl.store(o_ptrs + pair, o2.to(XO.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -114,6 +123,7 @@ def _rotary_kernel(
     sec0,
     sec1,
     MROPE: tl.constexpr,
+    INTERLEAVED: tl.constexpr,
     BACKWARD: tl.constexpr,
     HEADS_BLOCK: tl.constexpr,
     HALF_BLOCK: tl.constexpr,
@@ -128,16 +138,21 @@ def _rotary_kernel(
     # c_sb is 0 when one table serves every batch row.
     base = b.to(tl.int64) * c_sb + s.to(tl.int64) * c_ss
     c1 = _load_table_half(COS, base, c_saxis, cols, 0, col_mask, sec0, sec1, MROPE)
-    c2 = _load_table_half(COS, base, c_saxis, cols, half, col_mask, sec0, sec1, MROPE)
     s1 = _load_table_half(SIN, base, c_saxis, cols, 0, col_mask, sec0, sec1, MROPE)
-    s2 = _load_table_half(SIN, base, c_saxis, cols, half, col_mask, sec0, sec1, MROPE)
+    if INTERLEAVED:
+        # Llama 4: cos/sin are the real and imaginary parts of freqs_cis, one value per pair.
+        c2 = c1
+        s2 = s1
+    else:
+        c2 = _load_table_half(COS, base, c_saxis, cols, half, col_mask, sec0, sec1, MROPE)
+        s2 = _load_table_half(SIN, base, c_saxis, cols, half, col_mask, sec0, sec1, MROPE)
     _rotate_heads(
         Q, QO, b, s, q_sb, q_sh, q_ss, qo_sb, qo_sh, qo_ss, n_qh, half, c1, c2, s1, s2,
-        BACKWARD, HEADS_BLOCK, HALF_BLOCK, N_Q_CHUNKS,
+        BACKWARD, HEADS_BLOCK, HALF_BLOCK, N_Q_CHUNKS, INTERLEAVED,
     )  # fmt: skip
     _rotate_heads(
         K, KO, b, s, k_sb, k_sh, k_ss, ko_sb, ko_sh, ko_ss, n_kh, half, c1, c2, s1, s2,
-        BACKWARD, HEADS_BLOCK, HALF_BLOCK, N_K_CHUNKS,
+        BACKWARD, HEADS_BLOCK, HALF_BLOCK, N_K_CHUNKS, INTERLEAVED,
     )  # fmt: skip
 
 
@@ -172,9 +187,20 @@ def plan_rotary(n_qh: int, n_kh: int, head_dim: int) -> RotaryPlan:
     )
 
 
-def rotary(q, k, cos, sin, unsqueeze_dim: int, mrope_section: tuple[int, int, int] | None, backward: bool = False):
+def rotary(
+    q,
+    k,
+    cos,
+    sin,
+    unsqueeze_dim: int,
+    mrope_section: tuple[int, int, int] | None,
+    backward: bool = False,
+    interleaved: bool = False,
+):
     """Rotate q and k (or, with ``backward``, apply the transpose to their gradients) into new
-    tensors of their shapes; ``mrope_section`` None is plain RoPE."""
+    tensors of their shapes; ``mrope_section`` None is plain RoPE. ``interleaved``: pairs
+    (x[2j], x[2j + 1]) and one cos/sin value per pair (Llama 4's complex form, cos/sin
+    ``(batch or 1, seq, head_dim / 2)``)."""
     q, k = unit_col(q), unit_col(k)
     cos, sin = unit_col(cos), unit_col(sin)
     if cos.stride() != sin.stride():
@@ -211,6 +237,7 @@ def rotary(q, k, cos, sin, unsqueeze_dim: int, mrope_section: tuple[int, int, in
         mrope_section[0] if mrope else 0,
         mrope_section[1] if mrope else 0,
         MROPE=mrope,
+        INTERLEAVED=interleaved,
         BACKWARD=backward,
         HEADS_BLOCK=plan.heads_block,
         HALF_BLOCK=plan.half_block,
@@ -227,10 +254,10 @@ class LigerRotaryFunction(torch.autograd.Function):
     backward is this one. No gradient reaches cos/sin."""
 
     @staticmethod
-    def forward_rotary(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
-        q_out, k_out = rotary(q, k, cos, sin, unsqueeze_dim, mrope_section)
+    def forward_rotary(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim, interleaved=False):
+        q_out, k_out = rotary(q, k, cos, sin, unsqueeze_dim, mrope_section, interleaved=interleaved)
         ctx.save_for_backward(cos, sin)
-        ctx.unsqueeze_dim, ctx.mrope_section = unsqueeze_dim, mrope_section
+        ctx.unsqueeze_dim, ctx.mrope_section, ctx.interleaved = unsqueeze_dim, mrope_section, interleaved
         ctx.q_meta, ctx.k_meta = (q.shape, q.dtype), (k.shape, k.dtype)
         return q_out, k_out
 
@@ -242,7 +269,10 @@ class LigerRotaryFunction(torch.autograd.Function):
             dq = torch.zeros(ctx.q_meta[0], dtype=ctx.q_meta[1], device=cos.device)
         if dk is None:
             dk = torch.zeros(ctx.k_meta[0], dtype=ctx.k_meta[1], device=cos.device)
-        dq_in, dk_in = rotary(dq, dk, cos, sin, ctx.unsqueeze_dim, ctx.mrope_section, backward=True)
+        dq_in, dk_in = rotary(
+            dq, dk, cos, sin, ctx.unsqueeze_dim, ctx.mrope_section, backward=True, interleaved=ctx.interleaved
+        )
+        # (llama4_rope's Function has three inputs: autograd ignores the trailing Nones.)
         return dq_in, dk_in, None, None, None, None
 
 
@@ -263,3 +293,15 @@ class LigerQwen2VLMRopeFunction(LigerRotaryFunction):
         return LigerRotaryFunction.forward_rotary(
             ctx, q, k, cos, sin, tuple(int(m) for m in mrope_section), unsqueeze_dim
         )
+
+
+@implements("llama4_rope")
+class LigerLlama4RopeFunction(LigerRotaryFunction):
+    @staticmethod
+    def forward(ctx, q, k, freqs_cis):
+        llama4_rope.check_args(q, k, freqs_cis)
+        # freqs_cis's real and imaginary parts as cos/sin tables (rotary() makes them unit-stride).
+        table = torch.view_as_real(freqs_cis)
+        cos, sin = table[..., 0], table[..., 1]
+        # q/k are (batch, seq, heads, head_dim): the heads on axis 2, as rope's unsqueeze_dim=2.
+        return LigerRotaryFunction.forward_rotary(ctx, q, k, cos, sin, None, 2, interleaved=True)
