@@ -34,7 +34,12 @@ FAMILIES = {
     "elementwise": ("swiglu", "geglu", "relu_squared"),
     "rotary": ("rope", "qwen2vl_mrope"),
     "softmax": ("softmax", "sparsemax"),
-    "cross_entropy": ("cross_entropy", "fused_linear_cross_entropy", "vocab_parallel_cross_entropy"),
+    "cross_entropy": (
+        "cross_entropy",
+        "fused_linear_cross_entropy",
+        "vocab_parallel_cross_entropy",
+        "fused_linear_dpo",
+    ),
     "divergence": ("kl_div", "jsd", "tvd", "fused_linear_jsd"),
 }
 CONFIG = "llama-3-8b"

@@ -10,7 +10,7 @@ from liger_core.conformance.check import check, make_args
 from liger_core.ops import _preference as P
 from liger_ops_cuda import hardware
 
-OPTIONS = dict(bias=True, ref_bias=True, compute_nll_loss=True, alpha=0.5, beta=0.5)
+OPTIONS = {"bias": True, "ref_bias": True, "compute_nll_loss": True, "alpha": 0.5, "beta": 0.5}
 
 
 def dpo_args(device, pairs, seq, hidden, vocab, **params):

@@ -1,0 +1,61 @@
+"""Fused linear preference losses (fused_linear_dpo) for Intel GPUs: liger-core's chunked
+orchestration (`liger_core.ops._preference.fused_linear_pairs`: one pass over chunks of whole
+pairs, the logits matmul never recomputed) over `_cross_entropy`'s row kernels.
+
+Per chunk, the forward kernel gives each token's ``-log p(target)`` (cross-entropy without
+z-loss or smoothing) and lse; once the pair formula has turned the sequences' sums into per-token
+coefficients ``c_t``, cross-entropy's gradient kernel with per-row upstream ``-c_t`` overwrites the
+chunk's logits with ``c_t (onehot - softmax)``, the gradient of the loss w.r.t. the logits.
+"""
+
+from __future__ import annotations
+
+import torch
+from liger_core.backend import implements
+from liger_core.ops import _preference as P
+from liger_core.ops import fused_linear_dpo as dpo
+
+from liger_ops_xpu import hardware
+from liger_ops_xpu._cross_entropy import CEOptions, cross_entropy_backward, cross_entropy_forward
+
+
+class TokenLogps:
+    """`_preference.TokenLogpKernels` on the cross-entropy kernels."""
+
+    def forward(self, logits, target, ignore_index):
+        opts = CEOptions(ignore_index, 0.0, 0.0, "sum", None)
+        loss, _, lse = cross_entropy_forward(logits, target, None, opts, float(logits.shape[1]))
+        return loss.neg_(), lse
+
+    def backward(self, logits, target, lse, coef, ignore_index):
+        # Per-row upstream -c_t, unit reduction scales: the coefficients hold the pair formula's derivative.
+        opts = CEOptions(ignore_index, 0.0, 0.0, "sum", None)
+        cross_entropy_backward(logits, target, None, lse, coef.neg(), logits, opts, float(logits.shape[1]), 1.0, 1.0)
+
+
+KERNELS = TokenLogps()
+
+
+@implements("fused_linear_dpo")
+class LigerFusedLinearDPOFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx, input, weight, target, bias, ref_input, ref_weight, ref_bias, ignore_index, beta, compute_nll_loss,
+        use_ref_model, average_log_prob, loss_type, label_smoothing, discopop_tau, alpha,
+    ):  # fmt: skip
+        dpo.check_args(
+            input, weight, target, bias, ref_input, ref_weight, ref_bias, ignore_index, beta, compute_nll_loss,
+            use_ref_model, average_log_prob, loss_type, label_smoothing, discopop_tau, alpha,
+        )  # fmt: skip
+        result, *grads = P.fused_linear_pairs(
+            KERNELS, input, weight, target, bias, ref_input, ref_weight, ref_bias, ignore_index,
+            dpo.dpo_pair_loss(loss_type, beta, label_smoothing, discopop_tau), average_log_prob,
+            alpha if compute_nll_loss else 0.0, use_ref_model, hardware.PREFERENCE_CHUNK_ELEMENTS,
+            *P.needs_grads(ctx, bias), dpo.OP_NAME,
+        )  # fmt: skip
+        return P.function_outputs(ctx, result, grads)
+
+    @staticmethod
+    def backward(ctx, grad_loss, *unused):
+        grad_x, grad_w, grad_b = P.function_grads(ctx, grad_loss)
+        return (grad_x, grad_w, None, grad_b) + (None,) * 12
