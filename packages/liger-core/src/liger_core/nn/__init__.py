@@ -7,6 +7,7 @@ from liger_core.nn.layer_norm import LigerLayerNorm
 from liger_core.nn.losses import (
     LigerCrossEntropyLoss,
     LigerFusedLinearCrossEntropyLoss,
+    LigerFusedLinearDPOLoss,
     LigerFusedLinearJSD,
     LigerJSD,
     LigerKLDIVLoss,

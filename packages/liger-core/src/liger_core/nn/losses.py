@@ -8,6 +8,7 @@ from torch import nn
 from liger_core.functional import (
     liger_cross_entropy,
     liger_fused_linear_cross_entropy,
+    liger_fused_linear_dpo,
     liger_fused_linear_jsd,
     liger_jsd,
     liger_kl_div,
@@ -233,3 +234,71 @@ class LigerTVDLoss(nn.Module):
 
     def forward(self, p: torch.Tensor, q: torch.Tensor, shift_labels: torch.Tensor | None = None) -> torch.Tensor:
         return liger_tvd(p, q, shift_labels, self.reduction, self.ignore_index)
+
+
+class LigerFusedLinearDPOLoss(nn.Module):
+    """lm_head projection + DPO loss without materialising the logits, under liger-kernel 0.8.5's
+    name, constructor and ``forward(lin_weight, _input, target, bias=None, ref_input=None,
+    ref_weight=None, ref_bias=None)``; returns liger-kernel's ``(loss, (chosen_logps,
+    rejected_logps, chosen_logits_mean, rejected_logits_mean, nll_loss, chosen_rewards,
+    rejected_rewards))`` (the metrics as TRL's DPOTrainer logs them: see
+    `liger_core.ops.fused_linear_dpo`). ``compiled`` and ``chunk_size`` are accepted for
+    compatibility and change nothing: the backend sizes its chunks of pairs and needs no
+    torch.compile."""
+
+    def __init__(
+        self,
+        ignore_index: int = -100,
+        beta: float = 0.1,
+        alpha: float = 1.0,
+        compute_nll_loss: bool = False,
+        compiled: bool = True,
+        use_ref_model: bool = True,
+        average_log_prob: bool = False,
+        chunk_size: int = 1,
+        loss_type: str = "sigmoid",
+        label_smoothing: float = 0.0,
+        discopop_tau: float = 0.05,
+    ) -> None:
+        super().__init__()
+        from liger_core.ops import _preference as P
+        from liger_core.ops import fused_linear_dpo as dpo
+
+        name = type(self).__name__
+        options = (ignore_index, beta, compute_nll_loss, average_log_prob, loss_type, label_smoothing, discopop_tau)
+        dpo.check_options(name, *options, alpha)
+        P.check_flag(name, "use_ref_model", use_ref_model)
+        self.ignore_index = ignore_index
+        self.beta = beta
+        self.alpha = alpha
+        self.compute_nll_loss = compute_nll_loss
+        self.compiled = compiled
+        self.use_ref_model = use_ref_model
+        self.average_log_prob = average_log_prob
+        self.chunk_size = chunk_size
+        self.loss_type = loss_type
+        self.label_smoothing = label_smoothing
+        self.discopop_tau = discopop_tau
+
+    def forward(
+        self,
+        lin_weight: torch.Tensor,
+        _input: torch.Tensor,
+        target: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        ref_input: torch.Tensor | None = None,
+        ref_weight: torch.Tensor | None = None,
+        ref_bias: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        loss, *metrics = liger_fused_linear_dpo(
+            _input, lin_weight, target, bias, ref_input, ref_weight, ref_bias, self.ignore_index, self.beta,
+            self.compute_nll_loss, self.use_ref_model, self.average_log_prob, self.loss_type,
+            self.label_smoothing, self.discopop_tau, self.alpha,
+        )  # fmt: skip
+        return loss, tuple(metrics)
+
+    def extra_repr(self) -> str:
+        return (
+            f"loss_type={self.loss_type!r}, beta={self.beta}, use_ref_model={self.use_ref_model}, "
+            f"compute_nll_loss={self.compute_nll_loss}, alpha={self.alpha}, average_log_prob={self.average_log_prob}"
+        )

@@ -147,6 +147,14 @@ def check_args(
     op = OP_NAME
     P.check_layout(op, input, weight, target, bias)
     P.check_reference(op, input, weight, target, ref_input, ref_weight, ref_bias, use_ref_model)
+    options = (ignore_index, beta, compute_nll_loss, average_log_prob, loss_type, label_smoothing, discopop_tau)
+    check_options(op, *options, alpha)
+
+
+def check_options(
+    op: str, ignore_index, beta, compute_nll_loss, average_log_prob, loss_type, label_smoothing, discopop_tau, alpha
+) -> None:
+    """The scalar options' checks (slow path; the nn module runs them at construction)."""
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
         raise TypeError(f"{op}: ignore_index must be an int; got {ignore_index!r}")
     P.check_flag(op, "compute_nll_loss", compute_nll_loss)
