@@ -39,6 +39,7 @@ FAMILIES = {
         "fused_linear_cross_entropy",
         "vocab_parallel_cross_entropy",
         "fused_linear_dpo",
+        "fused_linear_orpo",
     ),
     "divergence": ("kl_div", "jsd", "tvd", "fused_linear_jsd"),
 }

@@ -32,3 +32,9 @@ def test_fp32_weight_bf16_input(conformance_backend, device):
     args["weight"] = args["weight"].float()
     _, grads = check(conformance_backend, "fused_linear_dpo", args)
     assert grads["weight"].dtype == torch.float32
+
+
+def test_orpo_several_chunks(conformance_backend, device, monkeypatch):
+    monkeypatch.setattr(hardware, "PREFERENCE_CHUNK_ELEMENTS", 2 * 2 * 6 * 70)
+    args = make_args("fused_linear_orpo", device, shape=(5, 6, 16, 70), seed=34, bias=True, beta=0.5)
+    check(conformance_backend, "fused_linear_orpo", args, grad_scalar=0.75)

@@ -294,3 +294,19 @@ def liger_fused_linear_dpo(
         input, weight, target, bias, ref_input, ref_weight, ref_bias, ignore_index, beta, compute_nll_loss,
         use_ref_model, average_log_prob, loss_type, label_smoothing, discopop_tau, alpha,
     )  # fmt: skip
+
+
+def liger_fused_linear_orpo(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    beta: float = 0.1,
+    compute_nll_loss: bool = True,
+) -> tuple[torch.Tensor, ...]:
+    """lm_head + ORPO loss over (chosen, rejected) halves of one batch, returning ``(loss,
+    chosen_logps, rejected_logps, chosen_logits_mean, rejected_logits_mean, nll_loss,
+    chosen_rewards, rejected_rewards)``; see `liger_core.ops.fused_linear_orpo.fused_linear_orpo`
+    for the contract."""
+    return resolve("fused_linear_orpo", input.device)(input, weight, target, bias, ignore_index, beta, compute_nll_loss)

@@ -19,6 +19,7 @@ from liger_core.ops import (
     fused_linear_cross_entropy,
     fused_linear_dpo,
     fused_linear_jsd,
+    fused_linear_orpo,
     geglu,
     group_norm,
     jsd,
@@ -68,6 +69,7 @@ CATALOGUE: dict[str, Op] = {
         vocab_parallel_cross_entropy.OP,
         # 1.6: post-training preference losses.
         fused_linear_dpo.OP,
+        fused_linear_orpo.OP,
     )
 }
 

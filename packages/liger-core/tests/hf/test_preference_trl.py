@@ -11,6 +11,10 @@ The batch is TRL's: ``input_ids`` ``(2B, T + 1)``, chosen rows then rejected, a
 ``completion_mask`` that leaves out a prompt of random length. Ours gets the shifted view TRL's
 fused head scores: hidden states ``[:, :-1]``, targets ``input_ids[:, 1:]`` with -100 outside the
 completion. float32 throughout; tolerances cover the two sides' different summation orders.
+
+`fused_linear_orpo` (through ``LigerFusedLinearORPOLoss``) against TRL's experimental
+``ORPOTrainer``: its ``get_batch_logps`` and ``odds_ratio_loss`` on the full logits of the same
+batch, and its NLL (cross-entropy over the chosen half).
 """
 
 from __future__ import annotations
@@ -207,3 +211,55 @@ def test_dpo_nll_term_matches_trl_sft_loss(alpha):
     # The NLL itself: the loss without it, plus alpha x nll, is the loss with it.
     plain, _ = _ours(batch, False, beta=0.2)
     torch.testing.assert_close(ours[0][0], plain[0] + alpha * ours[0][5], **TOL)
+
+
+# -- ORPO: TRL's ORPOTrainer (trl.experimental.orpo) ---------------------------------------------
+
+
+def _trl_orpo(batch, beta: float, compute_nll_loss: bool):
+    """TRL's ORPO loss (its ``get_batch_logps`` on the full logits, its ``odds_ratio_loss``, its
+    ``loss = nll_loss - mean(losses)``), gradients and the log-odds metrics. The NLL is what its
+    ``concatenated_forward`` computes: cross-entropy over the chosen half's shifted labels."""
+    _need("trl")
+    from trl.experimental.orpo import ORPOTrainer
+
+    hidden, weight, b, _, _, input_ids, completion_mask = batch
+    labels = input_ids.masked_fill(completion_mask == 0, -100)
+    h = hidden.clone().requires_grad_()
+    w = weight.clone().requires_grad_()
+    bb = b.clone().requires_grad_()
+    logits = torch.nn.functional.linear(h, w, bb)
+    logps = ORPOTrainer.get_batch_logps(logits, labels, average_log_prob=True)
+    chosen, rejected = logps[:PAIRS], logps[PAIRS:]
+    trainer = types.SimpleNamespace(beta=beta, accelerator=_Accelerator())
+    losses, chosen_rewards, rejected_rewards, ratio, log_odds = ORPOTrainer.odds_ratio_loss(trainer, chosen, rejected)
+    loss = -losses.mean()
+    if compute_nll_loss:
+        shift = logits[:PAIRS, :-1].reshape(-1, VOCAB)
+        loss = loss + torch.nn.functional.cross_entropy(shift, labels[:PAIRS, 1:].reshape(-1), ignore_index=-100)
+    loss.backward()
+    metrics = (chosen_rewards, rejected_rewards, ratio, log_odds)
+    return loss.detach(), (h.grad[:, :-1], w.grad, bb.grad), metrics
+
+
+@pytest.mark.parametrize("compute_nll_loss", [True, False])
+@pytest.mark.parametrize("beta", [0.1, 0.8])
+def test_orpo_matches_trl(beta, compute_nll_loss):
+    from liger_core.nn import LigerFusedLinearORPOLoss
+
+    batch = _batch(seed=int(beta * 10) + compute_nll_loss)
+    trl_loss, trl_grads, (c_rewards, r_rewards, ratio, log_odds) = _trl_orpo(batch, beta, compute_nll_loss)
+    hidden, weight, b, _, _, input_ids, completion_mask = batch
+    x = hidden[:, :-1].clone().requires_grad_()
+    w = weight.clone().requires_grad_()
+    bb = b.clone().requires_grad_()
+    target = input_ids.masked_fill(completion_mask == 0, -100)[:, 1:]
+    loss, metrics = LigerFusedLinearORPOLoss(beta=beta, compute_nll_loss=compute_nll_loss)(w, x, target, bb)
+    loss.backward()
+    torch.testing.assert_close(loss, trl_loss, **TOL)
+    for got, want in zip((x.grad, w.grad, bb.grad), trl_grads):
+        torch.testing.assert_close(got, want, **TOL)
+    torch.testing.assert_close(metrics[5], c_rewards, **TOL)
+    torch.testing.assert_close(metrics[6], r_rewards, **TOL)
+    torch.testing.assert_close(metrics[7], ratio, **TOL)
+    torch.testing.assert_close(metrics[8], log_odds, **TOL)

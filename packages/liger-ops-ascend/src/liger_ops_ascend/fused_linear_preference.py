@@ -1,4 +1,4 @@
-"""Fused linear preference losses (fused_linear_dpo) for Ascend NPUs: liger-core's chunked
+"""Fused linear preference losses (fused_linear_dpo, fused_linear_orpo) for Ascend NPUs: liger-core's chunked
 orchestration (`liger_core.ops._preference.fused_linear_pairs`: one pass over chunks of whole
 pairs, the logits matmul never recomputed) over `_cross_entropy`'s row kernels (UB-sized tiles).
 
@@ -14,6 +14,7 @@ import torch
 from liger_core.backend import implements
 from liger_core.ops import _preference as P
 from liger_core.ops import fused_linear_dpo as dpo
+from liger_core.ops import fused_linear_orpo as orpo
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._cross_entropy import CEOptions, cross_entropy_backward, cross_entropy_forward, prepare_target
@@ -63,3 +64,21 @@ class LigerFusedLinearDPOFunction(torch.autograd.Function):
     def backward(ctx, grad_loss, *unused):
         grad_x, grad_w, grad_b = P.function_grads(ctx, grad_loss)
         return (grad_x, grad_w, None, grad_b) + (None,) * 12
+
+
+@implements("fused_linear_orpo")
+class LigerFusedLinearORPOFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input, weight, target, bias, ignore_index, beta, compute_nll_loss):
+        orpo.check_args(input, weight, target, bias, ignore_index, beta, compute_nll_loss)
+        result, *grads = P.fused_linear_pairs(
+            KERNELS, input, weight, target, bias, None, None, None, ignore_index, orpo.orpo_pair_loss(beta), True,
+            1.0 if compute_nll_loss else 0.0, False, hardware.PREFERENCE_CHUNK_ELEMENTS, *P.needs_grads(ctx, bias),
+            orpo.OP_NAME,
+        )  # fmt: skip
+        return P.function_outputs(ctx, result, grads)
+
+    @staticmethod
+    def backward(ctx, grad_loss, *unused):
+        grad_x, grad_w, grad_b = P.function_grads(ctx, grad_loss)
+        return (grad_x, grad_w, None, grad_b) + (None,) * 3

@@ -9,6 +9,7 @@ from liger_core.nn.losses import (
     LigerFusedLinearCrossEntropyLoss,
     LigerFusedLinearDPOLoss,
     LigerFusedLinearJSD,
+    LigerFusedLinearORPOLoss,
     LigerJSD,
     LigerKLDIVLoss,
     LigerTVDLoss,

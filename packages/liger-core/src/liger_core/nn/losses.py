@@ -10,6 +10,7 @@ from liger_core.functional import (
     liger_fused_linear_cross_entropy,
     liger_fused_linear_dpo,
     liger_fused_linear_jsd,
+    liger_fused_linear_orpo,
     liger_jsd,
     liger_kl_div,
     liger_tvd,
@@ -302,3 +303,48 @@ class LigerFusedLinearDPOLoss(nn.Module):
             f"loss_type={self.loss_type!r}, beta={self.beta}, use_ref_model={self.use_ref_model}, "
             f"compute_nll_loss={self.compute_nll_loss}, alpha={self.alpha}, average_log_prob={self.average_log_prob}"
         )
+
+
+class LigerFusedLinearORPOLoss(nn.Module):
+    """lm_head projection + ORPO loss without materialising the logits, under liger-kernel 0.8.5's
+    name, constructor and ``forward(lin_weight, _input, target, bias=None)``; returns
+    liger-kernel's ``(loss, (chosen_logps, rejected_logps, chosen_logits_mean,
+    rejected_logits_mean, nll_loss, chosen_rewards, rejected_rewards, log_odds_ratio,
+    log_odds_chosen))`` (see `liger_core.ops.fused_linear_orpo`). liger-kernel's ``nll_target``
+    (a separate NLL target) is not offered; ``compiled`` and ``chunk_size`` change nothing."""
+
+    def __init__(
+        self,
+        ignore_index: int = -100,
+        beta: float = 0.1,
+        compute_nll_loss: bool = True,
+        compiled: bool = True,
+        chunk_size: int = 1,
+    ) -> None:
+        super().__init__()
+        from liger_core.ops import fused_linear_orpo as orpo
+
+        orpo.check_options(type(self).__name__, ignore_index, beta, compute_nll_loss)
+        self.ignore_index = ignore_index
+        self.beta = beta
+        self.compute_nll_loss = compute_nll_loss
+        self.compiled = compiled
+        self.chunk_size = chunk_size
+
+    def forward(
+        self,
+        lin_weight: torch.Tensor,
+        _input: torch.Tensor,
+        target: torch.Tensor,
+        bias: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        from liger_core.ops.fused_linear_orpo import log_odds
+
+        loss, *metrics = liger_fused_linear_orpo(
+            _input, lin_weight, target, bias, self.ignore_index, self.beta, self.compute_nll_loss
+        )
+        odds = log_odds(metrics[0], metrics[1])
+        return loss, (*metrics, torch.nn.functional.logsigmoid(odds).mean(), odds.mean())
+
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}, compute_nll_loss={self.compute_nll_loss}, ignore_index={self.ignore_index}"
