@@ -22,6 +22,8 @@ KERNEL_PREFIX = {
     "vocab_parallel_cross_entropy": "cross_entropy",
     "fused_linear_dpo": "cross_entropy",
     "fused_linear_orpo": "cross_entropy",
+    "fused_linear_cpo": "cross_entropy",
+    "fused_linear_simpo": "cross_entropy",
 }
 
 

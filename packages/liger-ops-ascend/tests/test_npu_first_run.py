@@ -40,6 +40,8 @@ FAMILIES = {
         "vocab_parallel_cross_entropy",
         "fused_linear_dpo",
         "fused_linear_orpo",
+        "fused_linear_cpo",
+        "fused_linear_simpo",
     ),
     "divergence": ("kl_div", "jsd", "tvd", "fused_linear_jsd"),
 }

@@ -44,3 +44,10 @@ def test_orpo_several_chunks(backend, device, monkeypatch):
     monkeypatch.setattr(hardware, "PREFERENCE_CHUNK_ELEMENTS", 2 * 2 * 6 * 70)
     args = make_args("fused_linear_orpo", device, shape=(5, 6, 16, 70), seed=34, bias=True, beta=0.5)
     check(backend, "fused_linear_orpo", args, grad_scalar=0.75)
+
+
+@pytest.mark.parametrize("op", ["fused_linear_cpo", "fused_linear_simpo"])
+def test_cpo_simpo_several_chunks(backend, device, monkeypatch, op):
+    monkeypatch.setattr(hardware, "PREFERENCE_CHUNK_ELEMENTS", 2 * 2 * 6 * 70)
+    args = make_args(op, device, shape=(5, 6, 16, 70), seed=35, bias=True, beta=0.5, label_smoothing=0.1)
+    check(backend, op, args, grad_scalar=0.75, compute_nll_loss=True)

@@ -16,10 +16,12 @@ from liger_core.ops import (
     cross_entropy,
     dyt,
     fused_add_rms_norm,
+    fused_linear_cpo,
     fused_linear_cross_entropy,
     fused_linear_dpo,
     fused_linear_jsd,
     fused_linear_orpo,
+    fused_linear_simpo,
     geglu,
     group_norm,
     jsd,
@@ -70,6 +72,8 @@ CATALOGUE: dict[str, Op] = {
         # 1.6: post-training preference losses.
         fused_linear_dpo.OP,
         fused_linear_orpo.OP,
+        fused_linear_cpo.OP,
+        fused_linear_simpo.OP,
     )
 }
 

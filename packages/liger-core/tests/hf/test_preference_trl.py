@@ -14,7 +14,9 @@ completion. float32 throughout; tolerances cover the two sides' different summat
 
 `fused_linear_orpo` (through ``LigerFusedLinearORPOLoss``) against TRL's experimental
 ``ORPOTrainer``: its ``get_batch_logps`` and ``odds_ratio_loss`` on the full logits of the same
-batch, and its NLL (cross-entropy over the chosen half).
+batch, and its NLL (cross-entropy over the chosen half). `fused_linear_cpo` and
+`fused_linear_simpo` (through their nn modules) against TRL's experimental ``CPOTrainer`` the same
+way (its ``get_batch_logps``, ``cpo_loss`` and NLL).
 """
 
 from __future__ import annotations
@@ -263,3 +265,81 @@ def test_orpo_matches_trl(beta, compute_nll_loss):
     torch.testing.assert_close(metrics[6], r_rewards, **TOL)
     torch.testing.assert_close(metrics[7], ratio, **TOL)
     torch.testing.assert_close(metrics[8], log_odds, **TOL)
+
+
+# -- CPO and SimPO: TRL's CPOTrainer (trl.experimental.cpo) --------------------------------------
+
+
+def _trl_cpo(batch, loss_type: str, beta: float, label_smoothing: float, simpo_gamma: float, cpo_alpha: float):
+    """TRL's CPO loss: its ``get_batch_logps`` (averaged for ipo and simpo, as its
+    ``concatenated_forward``), its ``cpo_loss``, ``losses.mean() + cpo_alpha * nll_loss``."""
+    _need("trl")
+    from trl.experimental.cpo import CPOTrainer
+
+    hidden, weight, b, _, _, input_ids, completion_mask = batch
+    labels = input_ids.masked_fill(completion_mask == 0, -100)
+    h = hidden.clone().requires_grad_()
+    w = weight.clone().requires_grad_()
+    bb = b.clone().requires_grad_()
+    logits = torch.nn.functional.linear(h, w, bb)
+    logps = CPOTrainer.get_batch_logps(logits, labels, average_log_prob=loss_type in ("ipo", "simpo"))
+    trainer = types.SimpleNamespace(
+        beta=beta, alpha=0.0, loss_type=loss_type, simpo_gamma=simpo_gamma, label_smoothing=label_smoothing,
+        accelerator=_Accelerator(),
+    )  # fmt: skip
+    losses, chosen_rewards, rejected_rewards = CPOTrainer.cpo_loss(trainer, logps[:PAIRS], logps[PAIRS:])
+    shift = logits[:PAIRS, :-1].reshape(-1, VOCAB)
+    nll = torch.nn.functional.cross_entropy(shift, labels[:PAIRS, 1:].reshape(-1), ignore_index=-100)
+    loss = losses.mean() + cpo_alpha * nll
+    loss.backward()
+    return loss.detach(), (h.grad[:, :-1], w.grad, bb.grad), (chosen_rewards, rejected_rewards, nll.detach())
+
+
+def _ours_module(batch, module):
+    hidden, weight, b, _, _, input_ids, completion_mask = batch
+    x = hidden[:, :-1].clone().requires_grad_()
+    w = weight.clone().requires_grad_()
+    bb = b.clone().requires_grad_()
+    target = input_ids.masked_fill(completion_mask == 0, -100)[:, 1:]
+    loss, metrics = module(w, x, target, bb)
+    loss.backward()
+    return loss, (x.grad, w.grad, bb.grad), metrics
+
+
+def _compare_cpo(trl, ours):
+    trl_loss, trl_grads, (c_rewards, r_rewards, nll) = trl
+    loss, grads, metrics = ours
+    torch.testing.assert_close(loss, trl_loss, **TOL)
+    for got, want in zip(grads, trl_grads):
+        torch.testing.assert_close(got, want, **TOL)
+    torch.testing.assert_close(metrics[4], nll, **TOL)
+    torch.testing.assert_close(metrics[5], c_rewards, **TOL)
+    torch.testing.assert_close(metrics[6], r_rewards, **TOL)
+
+
+@pytest.mark.parametrize("loss_type", ["sigmoid", "hinge", "ipo", "simpo"])
+def test_cpo_matches_trl(loss_type):
+    from liger_core.nn import LigerFusedLinearCPOLoss
+
+    beta, smoothing, gamma, alpha = 0.4, 0.15, 0.7, 0.8
+    batch = _batch(seed=40 + len(loss_type))
+    trl = _trl_cpo(batch, loss_type, beta, smoothing, gamma, alpha)
+    module = LigerFusedLinearCPOLoss(
+        beta=beta, alpha=alpha, label_smoothing=smoothing, average_log_prob=loss_type in ("ipo", "simpo"),
+        loss_type=loss_type, simpo_gamma=gamma,
+    )  # fmt: skip
+    _compare_cpo(trl, _ours_module(batch, module))
+
+
+@pytest.mark.parametrize("compute_nll_loss", [True, False])
+def test_simpo_matches_trl_cpo_simpo(compute_nll_loss):
+    """SimPO is TRL's CPOTrainer with ``loss_type="simpo"`` (``cpo_alpha=0``: no NLL term)."""
+    from liger_core.nn import LigerFusedLinearSimPOLoss
+
+    beta, smoothing, gamma, alpha = 2.0, 0.1, 1.2, 0.5
+    batch = _batch(seed=50 + compute_nll_loss)
+    trl = _trl_cpo(batch, "simpo", beta, smoothing, gamma, alpha if compute_nll_loss else 0.0)
+    module = LigerFusedLinearSimPOLoss(
+        beta=beta, alpha=alpha, label_smoothing=smoothing, compute_nll_loss=compute_nll_loss, gamma=gamma
+    )
+    _compare_cpo(trl, _ours_module(batch, module))

@@ -7,10 +7,12 @@ from torch import nn
 
 from liger_core.functional import (
     liger_cross_entropy,
+    liger_fused_linear_cpo,
     liger_fused_linear_cross_entropy,
     liger_fused_linear_dpo,
     liger_fused_linear_jsd,
     liger_fused_linear_orpo,
+    liger_fused_linear_simpo,
     liger_jsd,
     liger_kl_div,
     liger_tvd,
@@ -348,3 +350,111 @@ class LigerFusedLinearORPOLoss(nn.Module):
 
     def extra_repr(self) -> str:
         return f"beta={self.beta}, compute_nll_loss={self.compute_nll_loss}, ignore_index={self.ignore_index}"
+
+
+class LigerFusedLinearCPOLoss(nn.Module):
+    """lm_head projection + CPO loss without materialising the logits, under liger-kernel 0.8.5's
+    name, constructor (plus TRL's ``loss_type`` and ``simpo_gamma`` at the end) and
+    ``forward(lin_weight, _input, target, bias=None)``; returns liger-kernel's ``(loss,
+    (chosen_logps, rejected_logps, chosen_logits_mean, rejected_logits_mean, nll_loss,
+    chosen_rewards, rejected_rewards))`` (see `liger_core.ops.fused_linear_cpo`). ``compiled``
+    and ``chunk_size`` change nothing."""
+
+    def __init__(
+        self,
+        ignore_index: int = -100,
+        beta: float = 0.1,
+        alpha: float = 1.0,
+        label_smoothing: float = 0.0,
+        compute_nll_loss: bool = True,
+        compiled: bool = True,
+        average_log_prob: bool = False,
+        chunk_size: int = 1,
+        loss_type: str = "sigmoid",
+        simpo_gamma: float = 0.5,
+    ) -> None:
+        super().__init__()
+        from liger_core.ops import _preference as P
+        from liger_core.ops import fused_linear_cpo as cpo
+
+        name = type(self).__name__
+        cpo.check_options(name, ignore_index, beta, alpha, label_smoothing, compute_nll_loss, average_log_prob)
+        P.check_choice(name, "loss_type", loss_type, cpo.LOSS_TYPES)
+        P.check_number(name, "simpo_gamma", simpo_gamma)
+        self.ignore_index = ignore_index
+        self.beta = beta
+        self.alpha = alpha
+        self.label_smoothing = label_smoothing
+        self.compute_nll_loss = compute_nll_loss
+        self.compiled = compiled
+        self.average_log_prob = average_log_prob
+        self.chunk_size = chunk_size
+        self.loss_type = loss_type
+        self.simpo_gamma = simpo_gamma
+
+    def forward(
+        self,
+        lin_weight: torch.Tensor,
+        _input: torch.Tensor,
+        target: torch.Tensor,
+        bias: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        loss, *metrics = liger_fused_linear_cpo(
+            _input, lin_weight, target, bias, self.ignore_index, self.beta, self.alpha, self.label_smoothing,
+            self.compute_nll_loss, self.average_log_prob, self.loss_type, self.simpo_gamma,
+        )  # fmt: skip
+        return loss, tuple(metrics)
+
+    def extra_repr(self) -> str:
+        return f"loss_type={self.loss_type!r}, beta={self.beta}, alpha={self.alpha}"
+
+
+class LigerFusedLinearSimPOLoss(nn.Module):
+    """lm_head projection + SimPO loss without materialising the logits, under liger-kernel
+    0.8.5's name, constructor and ``forward(lin_weight, _input, target, bias=None)``; returns
+    liger-kernel's ``(loss, (chosen_logps, rejected_logps, chosen_logits_mean,
+    rejected_logits_mean, nll_loss, chosen_rewards, rejected_rewards))`` (see
+    `liger_core.ops.fused_linear_simpo`). ``compiled`` and ``chunk_size`` change nothing."""
+
+    def __init__(
+        self,
+        ignore_index: int = -100,
+        beta: float = 0.1,
+        alpha: float = 1.0,
+        label_smoothing: float = 0.0,
+        compute_nll_loss: bool = True,
+        compiled: bool = True,
+        gamma: float = 0.5,
+        chunk_size: int = 1,
+    ) -> None:
+        super().__init__()
+        from liger_core.ops import _preference as P
+        from liger_core.ops import fused_linear_cpo as cpo
+
+        name = type(self).__name__
+        cpo.check_options(name, ignore_index, beta, alpha, label_smoothing, compute_nll_loss, True)
+        P.check_number(name, "gamma", gamma)
+        self.ignore_index = ignore_index
+        self.beta = beta
+        self.alpha = alpha
+        self.label_smoothing = label_smoothing
+        self.compute_nll_loss = compute_nll_loss
+        self.compiled = compiled
+        self.gamma = gamma
+        self.chunk_size = chunk_size
+
+    def forward(
+        self,
+        lin_weight: torch.Tensor,
+        _input: torch.Tensor,
+        target: torch.Tensor,
+        bias: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        loss, *metrics = liger_fused_linear_simpo(
+            _input, lin_weight, target, bias, self.ignore_index, self.beta, self.alpha, self.label_smoothing,
+            self.compute_nll_loss, self.gamma,
+        )  # fmt: skip
+        return loss, tuple(metrics)
+
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}, gamma={self.gamma}, alpha={self.alpha}"
