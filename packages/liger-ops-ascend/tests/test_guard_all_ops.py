@@ -21,6 +21,10 @@ KERNEL_PREFIX = {
     "fused_linear_jsd": "jsd",
     "vocab_parallel_cross_entropy": "cross_entropy",
     "tiled_mlp": "swiglu",  # its smoke samples' activation is silu: swiglu's kernels
+    "fused_linear_dpo": "cross_entropy",
+    "fused_linear_orpo": "cross_entropy",
+    "fused_linear_cpo": "cross_entropy",
+    "fused_linear_simpo": "cross_entropy",
 }
 
 

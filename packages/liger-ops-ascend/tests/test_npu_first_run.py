@@ -34,7 +34,15 @@ FAMILIES = {
     "elementwise": ("swiglu", "geglu", "relu_squared", "fused_gate_up_swiglu", "tiled_mlp"),
     "rotary": ("rope", "qwen2vl_mrope", "llama4_rope"),
     "softmax": ("softmax", "sparsemax"),
-    "cross_entropy": ("cross_entropy", "fused_linear_cross_entropy", "vocab_parallel_cross_entropy"),
+    "cross_entropy": (
+        "cross_entropy",
+        "fused_linear_cross_entropy",
+        "vocab_parallel_cross_entropy",
+        "fused_linear_dpo",
+        "fused_linear_orpo",
+        "fused_linear_cpo",
+        "fused_linear_simpo",
+    ),
     "divergence": ("kl_div", "jsd", "tvd", "fused_linear_jsd"),
 }
 CONFIG = "llama-3-8b"

@@ -294,3 +294,88 @@ liger_llama4_text_rotary_pos_emb = liger_llama4_rope
 
 
 __all__ = sorted(name for name in dir() if name.startswith("liger_"))
+
+
+def liger_fused_linear_dpo(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    ref_input: torch.Tensor | None = None,
+    ref_weight: torch.Tensor | None = None,
+    ref_bias: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    beta: float = 0.1,
+    compute_nll_loss: bool = False,
+    use_ref_model: bool = True,
+    average_log_prob: bool = False,
+    loss_type: str = "sigmoid",
+    label_smoothing: float = 0.0,
+    discopop_tau: float = 0.05,
+    alpha: float = 1.0,
+) -> tuple[torch.Tensor, ...]:
+    """lm_head + DPO loss over (chosen, rejected) halves of one batch, returning ``(loss,
+    chosen_logps, rejected_logps, chosen_logits_mean, rejected_logits_mean, nll_loss,
+    chosen_rewards, rejected_rewards)``; see `liger_core.ops.fused_linear_dpo.fused_linear_dpo`
+    for the contract."""
+    return resolve("fused_linear_dpo", input.device)(
+        input, weight, target, bias, ref_input, ref_weight, ref_bias, ignore_index, beta, compute_nll_loss,
+        use_ref_model, average_log_prob, loss_type, label_smoothing, discopop_tau, alpha,
+    )  # fmt: skip
+
+
+def liger_fused_linear_orpo(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    beta: float = 0.1,
+    compute_nll_loss: bool = True,
+) -> tuple[torch.Tensor, ...]:
+    """lm_head + ORPO loss over (chosen, rejected) halves of one batch, returning ``(loss,
+    chosen_logps, rejected_logps, chosen_logits_mean, rejected_logits_mean, nll_loss,
+    chosen_rewards, rejected_rewards)``; see `liger_core.ops.fused_linear_orpo.fused_linear_orpo`
+    for the contract."""
+    return resolve("fused_linear_orpo", input.device)(input, weight, target, bias, ignore_index, beta, compute_nll_loss)
+
+
+def liger_fused_linear_cpo(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    beta: float = 0.1,
+    alpha: float = 1.0,
+    label_smoothing: float = 0.0,
+    compute_nll_loss: bool = True,
+    average_log_prob: bool = False,
+    loss_type: str = "sigmoid",
+    simpo_gamma: float = 0.5,
+) -> tuple[torch.Tensor, ...]:
+    """lm_head + CPO loss (``loss_type`` sigmoid, hinge, ipo or simpo); outputs as
+    `liger_fused_linear_dpo`'s; see `liger_core.ops.fused_linear_cpo.fused_linear_cpo` for the contract."""
+    return resolve("fused_linear_cpo", input.device)(
+        input, weight, target, bias, ignore_index, beta, alpha, label_smoothing, compute_nll_loss, average_log_prob,
+        loss_type, simpo_gamma,
+    )  # fmt: skip
+
+
+def liger_fused_linear_simpo(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    beta: float = 0.1,
+    alpha: float = 1.0,
+    label_smoothing: float = 0.0,
+    compute_nll_loss: bool = False,
+    gamma: float = 0.5,
+) -> tuple[torch.Tensor, ...]:
+    """lm_head + SimPO loss; outputs as `liger_fused_linear_dpo`'s; see
+    `liger_core.ops.fused_linear_simpo.fused_linear_simpo` for the contract."""
+    return resolve("fused_linear_simpo", input.device)(
+        input, weight, target, bias, ignore_index, beta, alpha, label_smoothing, compute_nll_loss, gamma
+    )

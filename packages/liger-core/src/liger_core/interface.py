@@ -17,8 +17,12 @@ from liger_core.ops import (
     dyt,
     fused_add_rms_norm,
     fused_gate_up_swiglu,
+    fused_linear_cpo,
     fused_linear_cross_entropy,
+    fused_linear_dpo,
     fused_linear_jsd,
+    fused_linear_orpo,
+    fused_linear_simpo,
     geglu,
     group_norm,
     jsd,
@@ -73,6 +77,11 @@ CATALOGUE: dict[str, Op] = {
         tiled_mlp.OP,
         # 1.6: Llama 4's complex-form RoPE.
         llama4_rope.OP,
+        # 1.6: post-training preference losses.
+        fused_linear_dpo.OP,
+        fused_linear_orpo.OP,
+        fused_linear_cpo.OP,
+        fused_linear_simpo.OP,
     )
 }
 

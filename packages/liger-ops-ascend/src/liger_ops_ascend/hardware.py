@@ -54,6 +54,9 @@ MAX_BLOCK_N = 65536
 # thresholds), then Michelot fixed-point steps make it exact once the support is found.
 SPARSEMAX_BISECTION_STEPS = 24
 SPARSEMAX_REFINE_STEPS = 3
+# Fused linear preference losses: whole pairs per chunk, as many as keep one chunk's logits
+# within this many elements (at least one pair).
+PREFERENCE_CHUNK_ELEMENTS = 1 << 26
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,9 @@ SCALE_NUM_WARPS = 8
 # make the grad_weight GEMM (K = chunk) more efficient.
 FLCE_CHUNK_ELEMENTS = 64 * 2**20
 FLCE_CHUNK_MULTIPLE = 128
+# Fused linear preference losses: whole pairs per chunk, as many as keep one chunk's logits
+# within this many elements (at least one pair).
+PREFERENCE_CHUNK_ELEMENTS = 64 * 2**20
 # Fused linear cross-entropy when the tokens are no more than the hidden size (and grad_weight
 # has the input's dtype): the logits of all tokens, stored vocabulary-major, fit in grad_weight's
 # own storage. The CE kernels then walk (vocab, token) tiles, coalesced along tokens:

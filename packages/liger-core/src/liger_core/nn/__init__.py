@@ -6,8 +6,12 @@ from liger_core.nn.group_norm import LigerGroupNorm
 from liger_core.nn.layer_norm import LigerLayerNorm
 from liger_core.nn.losses import (
     LigerCrossEntropyLoss,
+    LigerFusedLinearCPOLoss,
     LigerFusedLinearCrossEntropyLoss,
+    LigerFusedLinearDPOLoss,
     LigerFusedLinearJSD,
+    LigerFusedLinearORPOLoss,
+    LigerFusedLinearSimPOLoss,
     LigerJSD,
     LigerKLDIVLoss,
     LigerTVDLoss,

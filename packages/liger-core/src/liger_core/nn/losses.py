@@ -7,8 +7,12 @@ from torch import nn
 
 from liger_core.functional import (
     liger_cross_entropy,
+    liger_fused_linear_cpo,
     liger_fused_linear_cross_entropy,
+    liger_fused_linear_dpo,
     liger_fused_linear_jsd,
+    liger_fused_linear_orpo,
+    liger_fused_linear_simpo,
     liger_jsd,
     liger_kl_div,
     liger_tvd,
@@ -233,3 +237,224 @@ class LigerTVDLoss(nn.Module):
 
     def forward(self, p: torch.Tensor, q: torch.Tensor, shift_labels: torch.Tensor | None = None) -> torch.Tensor:
         return liger_tvd(p, q, shift_labels, self.reduction, self.ignore_index)
+
+
+class LigerFusedLinearDPOLoss(nn.Module):
+    """lm_head projection + DPO loss without materialising the logits, under liger-kernel 0.8.5's
+    name, constructor and ``forward(lin_weight, _input, target, bias=None, ref_input=None,
+    ref_weight=None, ref_bias=None)``; returns liger-kernel's ``(loss, (chosen_logps,
+    rejected_logps, chosen_logits_mean, rejected_logits_mean, nll_loss, chosen_rewards,
+    rejected_rewards))`` (the metrics as TRL's DPOTrainer logs them: see
+    `liger_core.ops.fused_linear_dpo`). ``compiled`` and ``chunk_size`` are accepted for
+    compatibility and change nothing: the backend sizes its chunks of pairs and needs no
+    torch.compile."""
+
+    def __init__(
+        self,
+        ignore_index: int = -100,
+        beta: float = 0.1,
+        alpha: float = 1.0,
+        compute_nll_loss: bool = False,
+        compiled: bool = True,
+        use_ref_model: bool = True,
+        average_log_prob: bool = False,
+        chunk_size: int = 1,
+        loss_type: str = "sigmoid",
+        label_smoothing: float = 0.0,
+        discopop_tau: float = 0.05,
+    ) -> None:
+        super().__init__()
+        from liger_core.ops import _preference as P
+        from liger_core.ops import fused_linear_dpo as dpo
+
+        name = type(self).__name__
+        options = (ignore_index, beta, compute_nll_loss, average_log_prob, loss_type, label_smoothing, discopop_tau)
+        dpo.check_options(name, *options, alpha)
+        P.check_flag(name, "use_ref_model", use_ref_model)
+        self.ignore_index = ignore_index
+        self.beta = beta
+        self.alpha = alpha
+        self.compute_nll_loss = compute_nll_loss
+        self.compiled = compiled
+        self.use_ref_model = use_ref_model
+        self.average_log_prob = average_log_prob
+        self.chunk_size = chunk_size
+        self.loss_type = loss_type
+        self.label_smoothing = label_smoothing
+        self.discopop_tau = discopop_tau
+
+    def forward(
+        self,
+        lin_weight: torch.Tensor,
+        _input: torch.Tensor,
+        target: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        ref_input: torch.Tensor | None = None,
+        ref_weight: torch.Tensor | None = None,
+        ref_bias: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        loss, *metrics = liger_fused_linear_dpo(
+            _input, lin_weight, target, bias, ref_input, ref_weight, ref_bias, self.ignore_index, self.beta,
+            self.compute_nll_loss, self.use_ref_model, self.average_log_prob, self.loss_type,
+            self.label_smoothing, self.discopop_tau, self.alpha,
+        )  # fmt: skip
+        return loss, tuple(metrics)
+
+    def extra_repr(self) -> str:
+        return (
+            f"loss_type={self.loss_type!r}, beta={self.beta}, use_ref_model={self.use_ref_model}, "
+            f"compute_nll_loss={self.compute_nll_loss}, alpha={self.alpha}, average_log_prob={self.average_log_prob}"
+        )
+
+
+class LigerFusedLinearORPOLoss(nn.Module):
+    """lm_head projection + ORPO loss without materialising the logits, under liger-kernel 0.8.5's
+    name, constructor and ``forward(lin_weight, _input, target, bias=None)``; returns
+    liger-kernel's ``(loss, (chosen_logps, rejected_logps, chosen_logits_mean,
+    rejected_logits_mean, nll_loss, chosen_rewards, rejected_rewards, log_odds_ratio,
+    log_odds_chosen))`` (see `liger_core.ops.fused_linear_orpo`). liger-kernel's ``nll_target``
+    (a separate NLL target) is not offered; ``compiled`` and ``chunk_size`` change nothing."""
+
+    def __init__(
+        self,
+        ignore_index: int = -100,
+        beta: float = 0.1,
+        compute_nll_loss: bool = True,
+        compiled: bool = True,
+        chunk_size: int = 1,
+    ) -> None:
+        super().__init__()
+        from liger_core.ops import fused_linear_orpo as orpo
+
+        orpo.check_options(type(self).__name__, ignore_index, beta, compute_nll_loss)
+        self.ignore_index = ignore_index
+        self.beta = beta
+        self.compute_nll_loss = compute_nll_loss
+        self.compiled = compiled
+        self.chunk_size = chunk_size
+
+    def forward(
+        self,
+        lin_weight: torch.Tensor,
+        _input: torch.Tensor,
+        target: torch.Tensor,
+        bias: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        from liger_core.ops.fused_linear_orpo import log_odds
+
+        loss, *metrics = liger_fused_linear_orpo(
+            _input, lin_weight, target, bias, self.ignore_index, self.beta, self.compute_nll_loss
+        )
+        odds = log_odds(metrics[0], metrics[1])
+        return loss, (*metrics, torch.nn.functional.logsigmoid(odds).mean(), odds.mean())
+
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}, compute_nll_loss={self.compute_nll_loss}, ignore_index={self.ignore_index}"
+
+
+class LigerFusedLinearCPOLoss(nn.Module):
+    """lm_head projection + CPO loss without materialising the logits, under liger-kernel 0.8.5's
+    name, constructor (plus TRL's ``loss_type`` and ``simpo_gamma`` at the end) and
+    ``forward(lin_weight, _input, target, bias=None)``; returns liger-kernel's ``(loss,
+    (chosen_logps, rejected_logps, chosen_logits_mean, rejected_logits_mean, nll_loss,
+    chosen_rewards, rejected_rewards))`` (see `liger_core.ops.fused_linear_cpo`). ``compiled``
+    and ``chunk_size`` change nothing."""
+
+    def __init__(
+        self,
+        ignore_index: int = -100,
+        beta: float = 0.1,
+        alpha: float = 1.0,
+        label_smoothing: float = 0.0,
+        compute_nll_loss: bool = True,
+        compiled: bool = True,
+        average_log_prob: bool = False,
+        chunk_size: int = 1,
+        loss_type: str = "sigmoid",
+        simpo_gamma: float = 0.5,
+    ) -> None:
+        super().__init__()
+        from liger_core.ops import _preference as P
+        from liger_core.ops import fused_linear_cpo as cpo
+
+        name = type(self).__name__
+        cpo.check_options(name, ignore_index, beta, alpha, label_smoothing, compute_nll_loss, average_log_prob)
+        P.check_choice(name, "loss_type", loss_type, cpo.LOSS_TYPES)
+        P.check_number(name, "simpo_gamma", simpo_gamma)
+        self.ignore_index = ignore_index
+        self.beta = beta
+        self.alpha = alpha
+        self.label_smoothing = label_smoothing
+        self.compute_nll_loss = compute_nll_loss
+        self.compiled = compiled
+        self.average_log_prob = average_log_prob
+        self.chunk_size = chunk_size
+        self.loss_type = loss_type
+        self.simpo_gamma = simpo_gamma
+
+    def forward(
+        self,
+        lin_weight: torch.Tensor,
+        _input: torch.Tensor,
+        target: torch.Tensor,
+        bias: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        loss, *metrics = liger_fused_linear_cpo(
+            _input, lin_weight, target, bias, self.ignore_index, self.beta, self.alpha, self.label_smoothing,
+            self.compute_nll_loss, self.average_log_prob, self.loss_type, self.simpo_gamma,
+        )  # fmt: skip
+        return loss, tuple(metrics)
+
+    def extra_repr(self) -> str:
+        return f"loss_type={self.loss_type!r}, beta={self.beta}, alpha={self.alpha}"
+
+
+class LigerFusedLinearSimPOLoss(nn.Module):
+    """lm_head projection + SimPO loss without materialising the logits, under liger-kernel
+    0.8.5's name, constructor and ``forward(lin_weight, _input, target, bias=None)``; returns
+    liger-kernel's ``(loss, (chosen_logps, rejected_logps, chosen_logits_mean,
+    rejected_logits_mean, nll_loss, chosen_rewards, rejected_rewards))`` (see
+    `liger_core.ops.fused_linear_simpo`). ``compiled`` and ``chunk_size`` change nothing."""
+
+    def __init__(
+        self,
+        ignore_index: int = -100,
+        beta: float = 0.1,
+        alpha: float = 1.0,
+        label_smoothing: float = 0.0,
+        compute_nll_loss: bool = True,
+        compiled: bool = True,
+        gamma: float = 0.5,
+        chunk_size: int = 1,
+    ) -> None:
+        super().__init__()
+        from liger_core.ops import _preference as P
+        from liger_core.ops import fused_linear_cpo as cpo
+
+        name = type(self).__name__
+        cpo.check_options(name, ignore_index, beta, alpha, label_smoothing, compute_nll_loss, True)
+        P.check_number(name, "gamma", gamma)
+        self.ignore_index = ignore_index
+        self.beta = beta
+        self.alpha = alpha
+        self.label_smoothing = label_smoothing
+        self.compute_nll_loss = compute_nll_loss
+        self.compiled = compiled
+        self.gamma = gamma
+        self.chunk_size = chunk_size
+
+    def forward(
+        self,
+        lin_weight: torch.Tensor,
+        _input: torch.Tensor,
+        target: torch.Tensor,
+        bias: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        loss, *metrics = liger_fused_linear_simpo(
+            _input, lin_weight, target, bias, self.ignore_index, self.beta, self.alpha, self.label_smoothing,
+            self.compute_nll_loss, self.gamma,
+        )  # fmt: skip
+        return loss, tuple(metrics)
+
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}, gamma={self.gamma}, alpha={self.alpha}"

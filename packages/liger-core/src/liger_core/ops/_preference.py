@@ -1,0 +1,484 @@
+"""What the paired preference losses (fused_linear_dpo, ...) share: the batch layout and its
+checks, the per-pair loss formulas, the float64-capable reference, and the chunked orchestration
+every backend runs over its own per-token log-probability kernels.
+
+Layout (TRL's and liger-kernel's): ``input`` is ``(2B, T, hidden)``, the B chosen sequences then
+the B rejected ones, ``target`` ``(2B, T)`` holds the next-token ids with ``ignore_index`` on the
+prompt and padding (TRL's ``completion_mask == 0``). A sequence's log-probability is the sum (or,
+with ``average_log_prob``, the mean) of ``log softmax(input_t @ weight.T + bias)[target_t]`` over
+its counted tokens.
+
+Orchestration (`fused_linear_pairs`): each loss is a sum over pairs of a function of that pair
+alone (divided by the number of pairs, known up front), plus an optional NLL term whose
+normaliser (the chosen tokens of the whole batch) is also known up front. So one pass over
+chunks of whole pairs gives the loss and every gradient: per chunk the logits by one matmul, the
+backend's forward kernel gives per-token log-probabilities (and lse); the sequences' sums feed
+the pair formula (a few scalars per pair, by autograd in torch); its derivative w.r.t. each
+sequence becomes a per-token coefficient ``c_t``, and the backend's gradient kernel overwrites
+the logits chunk in place with ``c_t * (onehot(target_t) - softmax_t)``; two matmuls give the
+chunk's input gradient and add its weight gradient. The matmul is never recomputed and at most one
+chunk of logits (in the input's dtype) lives at a time. Nothing here needs torch.compile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from liger_core.ops import _losses as L
+
+Tensor = torch.Tensor
+
+
+# -- argument checks ------------------------------------------------------------------------------
+
+
+def _shape(t) -> tuple:
+    return tuple(t.shape) if isinstance(t, torch.Tensor) else ()
+
+
+def layout_ok(input, weight, target, bias, paired: bool = True) -> bool:
+    """The fast-path test of `check_layout`."""
+    return (
+        L.is_float(input)
+        and L.is_float(weight)
+        and input.ndim == 3
+        and weight.ndim == 2
+        and weight.shape[0] > 0
+        and weight.shape[1] == input.shape[2]
+        and weight.device == input.device
+        and (not paired or input.shape[0] % 2 == 0)
+        and isinstance(target, torch.Tensor)
+        and target.dtype in L.INDEX_DTYPES
+        and target.shape == input.shape[:2]
+        and target.device == input.device
+        and (bias is None or (L.is_float(bias) and bias.shape == weight.shape[:1] and bias.device == input.device))
+    )
+
+
+def check_layout(op: str, input, weight, target, bias, paired: bool = True, prefix: str = "") -> None:
+    """Clear errors for the policy's (or, with ``prefix="ref_"``, the reference model's) tensors."""
+    x_name, w_name, b_name = f"{prefix}input", f"{prefix}weight", f"{prefix}bias"
+    if not L.is_float(input):
+        raise TypeError(f"{op}: {x_name} must be a float32, bfloat16 or float16 tensor; got {_what(input)}")
+    if input.ndim != 3:
+        raise ValueError(f"{op}: {x_name} must be 3-D (batch, seq, hidden); got shape {tuple(input.shape)}")
+    if not L.is_float(weight):
+        raise TypeError(f"{op}: {w_name} must be a float32, bfloat16 or float16 tensor; got {_what(weight)}")
+    if weight.ndim != 2 or weight.shape[1] != input.shape[2]:
+        raise ValueError(
+            f"{op}: {w_name} must have shape (vocab, hidden) with hidden = {x_name}.shape[2] = {input.shape[2]}; "
+            f"got {w_name}.shape={tuple(weight.shape)}"
+        )
+    L.check_vocab(op, w_name, weight.shape[0])
+    L.check_same_device(op, **{x_name: input, w_name: weight})
+    if paired and input.shape[0] % 2:
+        raise ValueError(
+            f"{op}: {x_name} must hold the chosen then the rejected sequences, an even batch (2 x pairs); "
+            f"got batch {input.shape[0]}"
+        )
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(f"{op}: target must be a torch.Tensor of token ids; got {type(target).__name__}")
+    if target.dtype not in L.INDEX_DTYPES:
+        raise TypeError(f"{op}: target must have an integer dtype (int64); got {_what(target)}")
+    if target.shape != input.shape[:2]:
+        raise ValueError(
+            f"{op}: target must have shape (batch, seq) = {tuple(input.shape[:2])} ({x_name}.shape[:2]); "
+            f"got {tuple(target.shape)}"
+        )
+    L.check_same_device(op, **{x_name: input, "target": target})
+    L.check_class_weight(op, b_name, bias, weight.shape[0], input.device)
+
+
+def _what(t) -> str:
+    return str(t.dtype).removeprefix("torch.") if isinstance(t, torch.Tensor) else type(t).__name__
+
+
+def check_reference(op: str, input, weight, target, ref_input, ref_weight, ref_bias, use_ref_model) -> None:
+    """The reference model's tensors: required with ``use_ref_model``, shaped as the policy's."""
+    if type(use_ref_model) is not bool:
+        raise TypeError(f"{op}: use_ref_model must be True or False; got {use_ref_model!r}")
+    if not use_ref_model:
+        return
+    for name, t in (("ref_input", ref_input), ("ref_weight", ref_weight)):
+        if t is None:
+            raise ValueError(f"{op}: use_ref_model=True needs {name}; got None")
+    if not isinstance(ref_input, torch.Tensor) or not isinstance(ref_weight, torch.Tensor):
+        check_layout(op, ref_input, ref_weight, target, ref_bias, prefix="ref_")
+    if ref_input.shape[:2] != input.shape[:2] or ref_weight.shape[:1] != weight.shape[:1]:
+        raise ValueError(
+            f"{op}: ref_input must have shape (batch, seq, hidden_ref) with (batch, seq) = {tuple(input.shape[:2])} "
+            f"and ref_weight {weight.shape[0]} rows (the vocabulary); got ref_input {tuple(ref_input.shape)}, "
+            f"ref_weight {tuple(ref_weight.shape)}"
+        )
+    check_layout(op, ref_input, ref_weight, target, ref_bias, prefix="ref_")
+    L.check_same_device(op, input=input, ref_input=ref_input)
+
+
+def reference_ok(input, weight, ref_input, ref_weight, ref_bias, use_ref_model) -> bool:
+    """The fast-path test of `check_reference`."""
+    if type(use_ref_model) is not bool:
+        return False
+    return not use_ref_model or _ref_layout_ok(input, weight, ref_input, ref_weight, ref_bias)
+
+
+def _ref_layout_ok(input, weight, ref_input, ref_weight, ref_bias) -> bool:
+    return (
+        L.is_float(ref_input)
+        and L.is_float(ref_weight)
+        and ref_input.ndim == 3
+        and ref_weight.ndim == 2
+        and ref_input.shape[:2] == input.shape[:2]
+        and ref_weight.shape == (weight.shape[0], ref_input.shape[2])
+        and ref_input.device == input.device
+        and ref_weight.device == input.device
+        and (ref_bias is None or (L.is_float(ref_bias) and ref_bias.shape == weight.shape[:1]))
+        and (ref_bias is None or ref_bias.device == input.device)
+    )
+
+
+def check_number(
+    op: str, name: str, value, low: float | None = None, high: float | None = None, open_low=False, open_high=False
+) -> None:
+    """A float option: a finite real number between ``low`` and ``high`` (``open_*``: excluded)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < float("inf")
+    if ok and low is not None:
+        ok = value > low if open_low else value >= low
+    if ok and high is not None:
+        ok = value < high if open_high else value <= high
+    if not ok:
+        lo = "-inf" if low is None else f"{low:g}"
+        hi = "inf" if high is None else f"{high:g}"
+        left = "(" if open_low or low is None else "["
+        right = ")" if open_high or high is None else "]"
+        raise ValueError(f"{op}: {name} must be a number in {left}{lo}, {hi}{right}; got {value!r}")
+
+
+def check_flag(op: str, name: str, value) -> None:
+    if type(value) is not bool:
+        raise TypeError(f"{op}: {name} must be True or False; got {value!r}")
+
+
+def check_choice(op: str, name: str, value, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{op}: {name} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+# -- the formula ----------------------------------------------------------------------------------
+
+
+PairLoss = Callable[[Tensor, Tensor, Tensor | None, Tensor | None], tuple[Tensor, Tensor, Tensor]]
+"""``(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps) -> (per-pair loss,
+chosen_rewards, rejected_rewards)``, each ``(pairs,)``; the reference log-probs are None without
+a reference model. The op's loss is the per-pair loss summed over all pairs, divided by their
+number."""
+
+
+def token_counts(target: Tensor, ignore_index: int) -> Tensor:
+    """Counted tokens per sequence (int64)."""
+    return (target != ignore_index).sum(-1)
+
+
+def sequence_logps(token_logps: Tensor, counts: Tensor, average_log_prob: bool) -> Tensor:
+    """Per sequence: the sum of its ``(seq, T)`` token log-probs (0 where ignored), or their mean
+    over the counted tokens (a sequence without any: 0, not NaN)."""
+    total = token_logps.sum(-1)
+    return total / counts.clamp(min=1).to(total.dtype) if average_log_prob else total
+
+
+def reference_token_logits(input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``input @ weight.T (+ bias)`` in ``input.dtype``, as the lm_head computes them."""
+    logits = input @ weight.to(input.dtype).t()
+    return logits if bias is None else logits + bias.to(logits.dtype)
+
+
+def reference_token_logps(input, weight, bias, target, ignore_index) -> tuple[Tensor, Tensor]:
+    """Per token ``(log p(target), mean logit)`` by the formula, 0 on ignored tokens: logits in
+    ``input.dtype`` (float64 for the oracle), the softmax in float32 or float64."""
+    logits = reference_token_logits(input, weight, bias)
+    compute = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    logits = logits.to(compute)
+    valid = target != ignore_index
+    safe = torch.where(valid, target, torch.zeros((), dtype=target.dtype, device=target.device)).long()
+    logp = logits.log_softmax(-1).gather(-1, safe[..., None]).squeeze(-1)
+    zero = torch.zeros((), dtype=compute, device=logits.device)
+    return torch.where(valid, logp, zero), torch.where(valid, logits.mean(-1), zero)
+
+
+@dataclass(frozen=True)
+class PairedResult:
+    """The outputs every paired loss returns, in its contract's order."""
+
+    loss: Tensor
+    chosen_logps: Tensor
+    rejected_logps: Tensor
+    chosen_logits_mean: Tensor
+    rejected_logits_mean: Tensor
+    nll_loss: Tensor
+    chosen_rewards: Tensor
+    rejected_rewards: Tensor
+
+    def astuple(self) -> tuple[Tensor, ...]:
+        return (
+            self.loss,
+            self.chosen_logps,
+            self.rejected_logps,
+            self.chosen_logits_mean,
+            self.rejected_logits_mean,
+            self.nll_loss,
+            self.chosen_rewards,
+            self.rejected_rewards,
+        )
+
+
+OUTPUTS = (
+    "loss",
+    "chosen_logps",
+    "rejected_logps",
+    "chosen_logits_mean",
+    "rejected_logits_mean",
+    "nll_loss",
+    "chosen_rewards",
+    "rejected_rewards",
+)
+
+
+def _masked_mean(total: Tensor, count: Tensor) -> Tensor:
+    return total / count.clamp(min=1).to(total.dtype)
+
+
+def paired_math(
+    input, weight, target, bias, ref_input, ref_weight, ref_bias, ignore_index, pair_loss: PairLoss,
+    average_log_prob: bool, nll_weight: float, use_ref_model: bool,
+) -> tuple[Tensor, ...]:  # fmt: skip
+    """The whole loss and its metrics by the formula, differentiable by autograd (the reference
+    and the float64 oracle). ``nll_weight``: the NLL term's factor (0: none)."""
+    n_pairs = input.shape[0] // 2
+    counts = token_counts(target, ignore_index)
+    token_logps, token_mean_logits = reference_token_logps(input, weight, bias, target, ignore_index)
+    logps = sequence_logps(token_logps, counts, average_log_prob)
+    ref_c = ref_r = None
+    if use_ref_model:
+        with torch.no_grad():
+            ref_tokens, _ = reference_token_logps(ref_input, ref_weight, ref_bias, target, ignore_index)
+            ref_logps = sequence_logps(ref_tokens, counts, average_log_prob).to(logps.dtype)
+        ref_c, ref_r = ref_logps[:n_pairs], ref_logps[n_pairs:]
+    per_pair, chosen_rewards, rejected_rewards = pair_loss(logps[:n_pairs], logps[n_pairs:], ref_c, ref_r)
+    chosen_tokens = counts[:n_pairs].sum()
+    nll = _masked_mean(-token_logps[:n_pairs].sum(), chosen_tokens)
+    loss = per_pair.sum() / max(n_pairs, 1)
+    if nll_weight:
+        loss = loss + nll_weight * nll
+    mean_logits = token_mean_logits.detach()
+    return (
+        loss,
+        logps[:n_pairs].detach(),
+        logps[n_pairs:].detach(),
+        _masked_mean(mean_logits[:n_pairs].sum(), chosen_tokens),
+        _masked_mean(mean_logits[n_pairs:].sum(), counts[n_pairs:].sum()),
+        nll.detach(),
+        chosen_rewards.detach(),
+        rejected_rewards.detach(),
+    )
+
+
+# -- the orchestration backends run ---------------------------------------------------------------
+
+
+class TokenLogpKernels(Protocol):
+    """A backend's two per-token kernels over a ``(rows, vocab)`` logits chunk (unit column
+    stride, the backend's own buffer)."""
+
+    def forward(self, logits: Tensor, target: Tensor, ignore_index: int) -> tuple[Tensor, Tensor]:
+        """Per row ``(log softmax(logits)[target], logsumexp(logits))`` in float32; the log-prob
+        is 0 on rows whose target is ``ignore_index``."""
+        ...
+
+    def backward(self, logits: Tensor, target: Tensor, lse: Tensor, coef: Tensor, ignore_index: int) -> None:
+        """Overwrite ``logits`` with ``coef_r * (onehot(target_r) - softmax(logits_r))`` (float32
+        ``coef`` per row; 0 on ignored rows), i.e. the gradient of ``sum_r coef_r logp_r``."""
+        ...
+
+
+def pairs_per_chunk(n_pairs: int, seq: int, vocab: int, budget: int) -> int:
+    """Whole pairs per chunk: as many as keep ``2 x pairs x seq x vocab`` logits within
+    ``budget`` elements, at least one."""
+    per_pair = max(1, 2 * seq * vocab)
+    return max(1, min(n_pairs, budget // per_pair))
+
+
+def _project(x: Tensor, w: Tensor, b: Tensor | None, out: Tensor) -> None:
+    if b is None:
+        torch.mm(x, w.t(), out=out)
+    else:
+        torch.addmm(b.to(out.dtype), x, w.t(), out=out)
+
+
+def _chunk_logits(x_rows: list[Tensor], w: Tensor, b: Tensor | None) -> Tensor:
+    """The logits of the chunk's (chosen rows, rejected rows) in one buffer, without concatenating
+    the hidden states."""
+    n = sum(x.shape[0] for x in x_rows)
+    logits = torch.empty((n, w.shape[0]), dtype=x_rows[0].dtype, device=x_rows[0].device)
+    start = 0
+    for x in x_rows:
+        _project(x, w, b, logits[start : start + x.shape[0]])
+        start += x.shape[0]
+    return logits
+
+
+def fused_linear_pairs(
+    kernels: TokenLogpKernels,
+    input: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    bias: Tensor | None,
+    ref_input: Tensor | None,
+    ref_weight: Tensor | None,
+    ref_bias: Tensor | None,
+    ignore_index: int,
+    pair_loss: PairLoss,
+    average_log_prob: bool,
+    nll_weight: float,
+    use_ref_model: bool,
+    budget: int,
+    need_input: bool,
+    need_weight: bool,
+    need_bias: bool,
+    op: str,
+) -> tuple[PairedResult, Tensor | None, Tensor | None, Tensor | None]:
+    """The loss, its metrics and the gradients of the loss w.r.t. input, weight and bias (those
+    asked for; float32 loss, gradients in their tensors' dtypes), one chunk of whole pairs at a
+    time (see the module docstring). ``budget``: logits elements per chunk (the backend's)."""
+    n_seq, seq, hidden = input.shape
+    n_pairs = n_seq // 2
+    vocab = weight.shape[0]
+    dev = input.device
+    L.label_stats(op, target, ignore_index, vocab)  # one host read; raises naming the first bad target
+    x = input.contiguous()
+    w = weight.to(x.dtype).contiguous()
+    b = bias
+    tgt = target.contiguous()
+    counts = token_counts(tgt, ignore_index)
+    chosen_tokens = counts[:n_pairs].sum()
+    any_grad = need_input or need_weight or need_bias
+    grad_x = torch.empty_like(x) if need_input else None
+    grad_w = torch.zeros(weight.shape, dtype=weight.dtype, device=dev) if need_weight else None
+    grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=dev) if need_bias else None
+
+    logps = torch.zeros(n_seq, dtype=torch.float32, device=dev)
+    rewards = torch.zeros(n_seq, dtype=torch.float32, device=dev)
+    logit_sums = torch.zeros(n_seq, dtype=torch.float32, device=dev)
+    loss = torch.zeros((), dtype=torch.float32, device=dev)
+    nll_sum = torch.zeros((), dtype=torch.float32, device=dev)
+    nll_coef = -nll_weight / chosen_tokens.clamp(min=1).float()
+    per_chunk = pairs_per_chunk(n_pairs, seq, vocab, budget)
+    if use_ref_model:
+        rx = ref_input.contiguous()
+        rw = ref_weight.to(rx.dtype).contiguous()
+
+    for p0 in range(0, n_pairs, per_chunk):
+        p1 = min(p0 + per_chunk, n_pairs)
+        rows = [slice(p0, p1), slice(n_pairs + p0, n_pairs + p1)]
+        t = torch.cat([tgt[r] for r in rows]).reshape(-1)
+        cnt = torch.cat([counts[r] for r in rows])
+        ref_c = ref_r = None
+        if use_ref_model:
+            with torch.no_grad():
+                ref_logits = _chunk_logits([rx[r].reshape(-1, rx.shape[2]) for r in rows], rw, ref_bias)
+                ref_tok, _ = kernels.forward(ref_logits, t, ignore_index)
+                del ref_logits
+            ref_seq = sequence_logps(ref_tok.view(-1, seq), cnt, average_log_prob)
+            ref_c, ref_r = ref_seq[: p1 - p0], ref_seq[p1 - p0 :]
+        x_rows = [x[r].reshape(-1, hidden) for r in rows]
+        logits = _chunk_logits(x_rows, w, b)
+        tok, lse = kernels.forward(logits, t, ignore_index)
+        valid = t != ignore_index
+        sums = torch.where(valid, logits.sum(-1, dtype=torch.float32), 0.0).view(-1, seq).sum(-1)
+        seq_logps = sequence_logps(tok.view(-1, seq), cnt, average_log_prob)
+        with torch.enable_grad():
+            c = seq_logps[: p1 - p0].detach().requires_grad_(any_grad)
+            r = seq_logps[p1 - p0 :].detach().requires_grad_(any_grad)
+            per_pair, c_rewards, r_rewards = pair_loss(c, r, ref_c, ref_r)
+            part = per_pair.float().sum() / n_pairs
+            coef_c = coef_r = None
+            if any_grad:
+                coef_c, coef_r = torch.autograd.grad(part, (c, r), allow_unused=True)
+        loss += part.detach()
+        chosen_tok = tok[: (p1 - p0) * seq]
+        nll_sum -= chosen_tok.sum()
+        for dst, src in ((logps, seq_logps), (rewards, torch.cat([c_rewards, r_rewards]).detach().float())):
+            dst[rows[0]] = src[: p1 - p0]
+            dst[rows[1]] = src[p1 - p0 :]
+        logit_sums[rows[0]] = sums[: p1 - p0]
+        logit_sums[rows[1]] = sums[p1 - p0 :]
+        if any_grad:
+            coef = torch.cat([_zero_if_none(coef_c, c), _zero_if_none(coef_r, r)])
+            if average_log_prob:
+                coef = coef / cnt.clamp(min=1).float()
+            coef = coef.float().repeat_interleave(seq)
+            if nll_weight:
+                coef[: (p1 - p0) * seq] += nll_coef
+            kernels.backward(logits, t, lse, coef.contiguous(), ignore_index)
+            # logits now holds d(loss)/d(logits) for the chunk.
+            start = 0
+            for r, xr in zip(rows, x_rows):
+                g = logits[start : start + xr.shape[0]]
+                start += xr.shape[0]
+                if grad_x is not None:
+                    torch.mm(g, w, out=grad_x[r].view(-1, hidden))
+                if grad_w is not None:
+                    grad_w.addmm_(g.t().to(grad_w.dtype), xr.to(grad_w.dtype))
+                if grad_b is not None:
+                    grad_b += g.sum(0, dtype=torch.float32)
+        del logits
+
+    nll = nll_sum / chosen_tokens.clamp(min=1).float()
+    if nll_weight:
+        loss = loss + nll_weight * nll
+    result = PairedResult(
+        loss,
+        logps[:n_pairs],
+        logps[n_pairs:],
+        logit_sums[:n_pairs].sum() / vocab / chosen_tokens.clamp(min=1).float(),
+        logit_sums[n_pairs:].sum() / vocab / counts[n_pairs:].sum().clamp(min=1).float(),
+        nll,
+        rewards[:n_pairs],
+        rewards[n_pairs:],
+    )
+    if grad_b is not None:
+        grad_b = grad_b.to(bias.dtype)
+    return result, grad_x, grad_w, grad_b
+
+
+def _zero_if_none(g: Tensor | None, like: Tensor) -> Tensor:
+    return torch.zeros_like(like) if g is None else g
+
+
+# -- the autograd Function's two ends (every backend's) ------------------------------------------
+
+
+def needs_grads(ctx, bias: Tensor | None) -> tuple[bool, bool, bool]:
+    """(input, weight, bias) gradients wanted: autograd's flags for argument slots 0, 1, 3."""
+    need = ctx.needs_input_grad
+    return need[0], need[1], bias is not None and need[3]
+
+
+def function_outputs(ctx, result: PairedResult, grads: tuple[Tensor | None, ...]) -> tuple[Tensor, ...]:
+    """Save the gradients computed in the forward and return the outputs, every one but the
+    loss marked non-differentiable (logged values)."""
+    ctx.save_for_backward(*grads)
+    ctx.set_materialize_grads(False)
+    outs = result.astuple()
+    ctx.mark_non_differentiable(*outs[1:])
+    return outs
+
+
+def function_grads(ctx, grad_loss: Tensor | None) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """(grad_input, grad_weight, grad_bias): the forward's gradients times the incoming one."""
+    if grad_loss is None:
+        return None, None, None
+    scale = grad_loss.float()
+    return tuple(None if g is None else g.mul_(scale) for g in ctx.saved_tensors)
