@@ -265,4 +265,18 @@ def liger_tvd(
     return resolve("tvd", p.device)(p, q, shift_labels, reduction, ignore_index)
 
 
+def liger_fused_moe(
+    hidden_states: torch.Tensor,
+    gate_up_proj: torch.Tensor,
+    down_proj: torch.Tensor,
+    top_k_index: torch.Tensor,
+    top_k_weights: torch.Tensor,
+) -> torch.Tensor:
+    """The routed SwiGLU experts of an MoE MLP (liger-kernel's ``LigerFusedMoEFunction``); see
+    `liger_core.ops.fused_moe.fused_moe` for the contract."""
+    return resolve("fused_moe", hidden_states.device)(
+        hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights
+    )
+
+
 __all__ = sorted(name for name in dir() if name.startswith("liger_"))

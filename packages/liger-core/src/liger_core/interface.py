@@ -18,6 +18,7 @@ from liger_core.ops import (
     fused_add_rms_norm,
     fused_linear_cross_entropy,
     fused_linear_jsd,
+    fused_moe,
     geglu,
     group_norm,
     jsd,
@@ -65,6 +66,8 @@ CATALOGUE: dict[str, Op] = {
         relu_squared.OP,
         # 1.5: tensor-parallel losses.
         vocab_parallel_cross_entropy.OP,
+        # 1.6: mixture of experts.
+        fused_moe.OP,
     )
 }
 
