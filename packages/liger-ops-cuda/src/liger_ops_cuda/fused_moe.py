@@ -197,8 +197,8 @@ def _fused_moe_weight_grad_kernel(
 
 @triton.jit
 def _fused_moe_combine_kernel(
-    Y, WEIGHTS, ROW_OF_SLOT, OUT, n_cols, top_k, y_row_stride, out_row_stride,
-    WEIGHTED: tl.constexpr, BLOCK_N: tl.constexpr,
+    Y, WEIGHTS, ROW_OF_SLOT, OUT, n_cols, y_row_stride, out_row_stride,
+    TOP_K: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """OUT[t, cols] = sum_k s[t, k] * Y[row of (t, k), cols] (s = 1 unless WEIGHTED), in fp32:
     one program per (token, column block), so the sum is deterministic."""
@@ -206,8 +206,8 @@ def _fused_moe_combine_kernel(
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = cols < n_cols
     acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    for k in range(top_k):
-        slot = token * top_k + k
+    for k in range(TOP_K):
+        slot = token * TOP_K + k
         row = tl.load(ROW_OF_SLOT + slot).to(tl.int64)
         y = tl.load(Y + row * y_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
         if WEIGHTED:
@@ -222,7 +222,7 @@ def _fused_moe_combine_kernel(
 @dataclass(frozen=True)
 class MoEPlan:
     """Tile sizes of the grouped GEMMs (rows of a routed tile, output columns, reduction step),
-    the gather-sum's column block, warps and pipeline stages, the fp32 dot precision, and
+    the gather-sum's column block, the GEMMs' launch options, the fp32 dot precision, and
     ``upcast``: the interpreter's bf16 ``tl.dot`` is garbage, so there bf16 tiles are upcast to
     fp32 first (the same products, exact in fp32, accumulated in fp32 as on the device)."""
 
@@ -230,8 +230,7 @@ class MoEPlan:
     block_n: int
     block_k: int
     combine_block: int
-    num_warps: int
-    num_stages: int
+    launch: dict
     precision: str
     upcast: bool
 
@@ -242,12 +241,11 @@ class MoEPlan:
             BLOCK_K=self.block_k,
             PRECISION=self.precision,
             UPCAST=self.upcast,
-            num_warps=self.num_warps,
-            num_stages=self.num_stages,
+            **self.launch,
         )
 
 
-def plan_moe(dtype: torch.dtype) -> MoEPlan:
+def plan_moe(dtype: torch.dtype, device: torch.device) -> MoEPlan:
     """The GEMM tiles for ``dtype``: fp32 tiles take twice the shared memory per element, so
     half the reduction step; fp32 dots in IEEE precision (TF32 would miss the contract's fp32
     tolerance)."""
@@ -257,8 +255,7 @@ def plan_moe(dtype: torch.dtype) -> MoEPlan:
         block_n=hardware.MOE_BLOCK_N,
         block_k=hardware.MOE_BLOCK_K // 2 if wide else hardware.MOE_BLOCK_K,
         combine_block=hardware.MOE_COMBINE_BLOCK,
-        num_warps=hardware.MOE_NUM_WARPS,
-        num_stages=hardware.MOE_NUM_STAGES,
+        launch=dict(num_warps=hardware.MOE_NUM_WARPS, num_stages=hardware.MOE_NUM_STAGES),
         precision="ieee" if wide else "tf32",
         upcast=dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1",
     )
@@ -270,8 +267,8 @@ def _combine(y: torch.Tensor, weights: torch.Tensor | None, r: Routing, out: tor
         return
     grid = (n_tokens, triton.cdiv(n_cols, plan.combine_block))
     _fused_moe_combine_kernel[grid](
-        y, y if weights is None else weights, r.row_of_slot, out, n_cols, r.row_of_slot.numel() // n_tokens,
-        y.stride(0), out.stride(0), WEIGHTED=weights is not None, BLOCK_N=plan.combine_block,
+        y, y if weights is None else weights, r.row_of_slot, out, n_cols, y.stride(0), out.stride(0),
+        TOP_K=r.row_of_slot.numel() // n_tokens, WEIGHTED=weights is not None, BLOCK_N=plan.combine_block,
     )  # fmt: skip
 
 
@@ -354,7 +351,7 @@ class LigerFusedMoEFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights):
         check_args(hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights)
-        plan = plan_moe(hidden_states.dtype)
+        plan = plan_moe(hidden_states.dtype, hidden_states.device)
         r = route(top_k_index, gate_up_proj.shape[0], plan.block_m)
         x = hidden_states.contiguous()
         w_gate_up, w_down = gate_up_proj.contiguous(), down_proj.contiguous()
