@@ -35,6 +35,8 @@ GROUPS = ("norms", "activations", "losses", "moe")
 LIGER_KERNEL = "liger-kernel"
 CUT_CROSS_ENTROPY = "cut-cross-entropy"
 TORCH_NPU = "torch_npu"
+# transformers 5.x's grouped-GEMM experts (experts_implementation="grouped_mm"), for fused_moe.
+TRANSFORMERS_GROUPED_MM = "transformers-grouped_mm"
 
 
 @dataclass(frozen=True)

@@ -402,7 +402,7 @@ def _transformers_grouped_mm() -> B.Peer:
 
         return call
 
-    return B.Peer(load, note="transformers' experts_implementation='grouped_mm'")
+    return B.Peer(load, note="experts_implementation='grouped_mm'")
 
 
 OP = Op(
@@ -507,7 +507,7 @@ OP = Op(
         flops=_flops,
         peers={
             B.LIGER_KERNEL: _liger_kernel_fused_moe(),
-            "transformers-grouped_mm": _transformers_grouped_mm(),
+            B.TRANSFORMERS_GROUPED_MM: _transformers_grouped_mm(),
         },
     ),
 )
