@@ -287,9 +287,13 @@ def args(
     index_dtype=torch.int64,
     strided=False,
     seed=0,
+    shape=None,
 ):
     """Unit-variance tokens, weights scaled by 1/sqrt(fan-in) (O(1) activations), normalised
-    routing weights of a softmax top-k; ``strided``: hidden_states as a column view."""
+    routing weights of a softmax top-k; ``strided``: hidden_states as a column view; ``shape``:
+    ``(tokens, hidden)`` at once (``liger check``'s smoke samples)."""
+    if shape is not None:
+        tokens, hidden = shape
     g = S.gen(seed)
     x = S.rows_input((tokens, hidden), g, device, dtype, transposed=strided)
     gate_up = S.to(device, dtype, S.normal((experts, 2 * intermediate, hidden), g, hidden**-0.5))
@@ -411,7 +415,7 @@ OP = Op(
     math=math,
     grads=("hidden_states", "gate_up_proj", "down_proj", "top_k_weights"),
     samples=samples,
-    smoke=(sample(args), sample(args, tokens=40, hidden=72, intermediate=40, experts=4, top_k=2)),
+    smoke=(sample(args, shape=(13, 40)), sample(args, shape=(40, 72), intermediate=40, experts=4)),
     error_sample=sample(args, tokens=4, hidden=16, intermediate=8, experts=5, top_k=2),
     errors=(
         bad(
