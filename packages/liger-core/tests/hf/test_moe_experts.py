@@ -100,3 +100,41 @@ def test_liger_experts_refuse_other_activations():
     config.hidden_act = "gelu"
     with pytest.raises(ValueError, match="hidden_act must be one of"):
         LigerExperts(config)
+
+
+@pytest.mark.parametrize("flag", ("1", "0"))
+def test_patched_experts_run_fused_moe_where_a_backend_serves_it(monkeypatch, flag):
+    """The transformers patch's experts (`layers.experts_class`) take the fused_moe op where a vendor
+    backend serves it and the flag is on (else the swiglu op per expert): equal to stock either way."""
+    from liger_core import registry
+    from liger_core.transformers import layers
+
+    monkeypatch.setenv(layers.FUSED_MOE_ENV, flag)
+    config, _ = _qwen3()
+    config._experts_implementation = "eager"
+    gen = torch.Generator().manual_seed(2)
+    stock = Qwen3MoeExperts(config)
+    with torch.no_grad():
+        stock.gate_up_proj.copy_(torch.randn(stock.gate_up_proj.shape, generator=gen) * HIDDEN**-0.5)
+        stock.down_proj.copy_(torch.randn(stock.down_proj.shape, generator=gen) * INTERMEDIATE**-0.5)
+    patched = layers.experts_class(Qwen3MoeExperts)(config)
+    patched.load_state_dict(stock.state_dict())
+    x = torch.randn(TOKENS, HIDDEN, generator=gen)
+    index, weights = _routing(gen, torch.float32)
+
+    reason = layers.fused_moe_reason(patched, x)
+    vendor = registry.serving("fused_moe", "cpu").backend not in (None, registry.REFERENCE)
+    if flag == "0":
+        assert reason == "LIGER_FUSED_MOE=0"
+    elif vendor:
+        assert reason is None
+    else:
+        assert reason == "no vendor backend serves fused_moe here"
+    results = []
+    for module in (patched, stock):
+        x_leaf = x.clone().requires_grad_()
+        out = module(x_leaf, index, weights)
+        out.backward(torch.ones_like(out))
+        results.append((out, x_leaf.grad, module.gate_up_proj.grad, module.down_proj.grad))
+    for name, got, want in zip(("output", "grad_x", "grad_gate_up", "grad_down"), *results):
+        _close(got.detach(), want.detach(), torch.float32, name)
