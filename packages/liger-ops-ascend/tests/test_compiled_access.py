@@ -25,6 +25,9 @@ from perf_rules import SRC, collect, package_paths
 # Kernels whose scalarised accesses are by design: one target logit, class weight and gradient
 # element per row, gathered or scattered by the target index.
 GATHERS = {"_cross_entropy_forward_kernel", "_cross_entropy_backward_kernel"}
+# Ops whose kernels have no chunked variant for the small-UB pass to reach, and whose smallest
+# tiles an 8 KiB UB cannot hold (fused_moe's GEMMs: their tile shrinks, its code does not).
+NO_SMALL_UB = {"fused_moe"}
 
 _COMPILE = r"""
 import json, os, subprocess, sys, tempfile, importlib
@@ -133,6 +136,8 @@ def _record_specializations(monkeypatch) -> list[dict]:
             monkeypatch.setenv("LIGER_ASCEND_UB_BYTES", str(8 * 1024))
             monkeypatch.setattr(hardware, "MAX_BLOCK_M", 8)
         for op in sorted(backend.ops):
+            if small_ub and op in NO_SMALL_UB:
+                continue
             for sample in CATALOGUE[op].smoke:
                 for dtype in (torch.bfloat16, torch.float32):
                     run(op, sample.with_params(dtype=dtype).args("cpu"))

@@ -262,8 +262,45 @@ def _loss_cases() -> list[dict]:
     return cases
 
 
+def _moe_cases() -> list[dict]:
+    """fused_moe's kernels at its bf16 plan (Qwen3-30B-A3B's expert shapes do not enter: every
+    size is a runtime argument), with both weight-gradient gathers."""
+    import torch
+
+    from liger_ops_xpu.fused_moe import plan_moe
+
+    plan = plan_moe(torch.bfloat16, torch.device("xpu"))
+    gemm = {"BLOCK_M": plan.block_m, "BLOCK_N": plan.block_n, "BLOCK_K": plan.block_k}
+    gemm.update(PRECISION=plan.precision, UPCAST=False, K_STEPS=0)
+    warps = plan.launch["num_warps"]
+    routing = "TILE_EXPERT:i32 TILE_ROW_START:i32 EXPERT_OFFSETS:i32"
+    cases = []
+    gate_up = _sig(f"X W TOKEN_OF_ROW:i32 {routing} PRE ACT")
+    gate_up.update(
+        _sig("", "hidden intermediate x_row_stride w_expert_stride w_row_stride pre_row_stride act_row_stride")
+    )
+    cases.append(_case("fused_moe", "_fused_moe_gate_up_kernel", gate_up, gemm, warps))
+    matmul = _sig(
+        f"A W {routing} OUT", "n_cols k_dim a_row_stride w_expert_stride w_col_stride w_k_stride out_row_stride"
+    )
+    cases.append(_case("fused_moe", "_fused_moe_expert_matmul_kernel", matmul, gemm, warps))
+    down_bwd = _sig(f"DY W WEIGHTS:fp32 PRE TOKEN_OF_ROW:i32 SLOT_OF_ROW:i32 {routing} DPRE WACT DS_PARTIAL:fp32")
+    strides = "dy_row_stride w_expert_stride w_row_stride pre_row_stride dpre_row_stride wact_row_stride"
+    down_bwd.update(_sig("", f"hidden intermediate {strides} n_rows"))
+    cases.append(_case("fused_moe", "_fused_moe_down_backward_kernel", down_bwd, gemm, warps))
+    dw = _sig("P Q TOKEN_OF_ROW:i32 EXPERT_OFFSETS:i32 DW")
+    dw.update(_sig("", "m_dim n_dim p_row_stride q_row_stride dw_expert_stride dw_row_stride"))
+    for p_by_token in (True, False):
+        c = {**gemm, "P_BY_TOKEN": p_by_token, "Q_BY_TOKEN": not p_by_token}
+        cases.append(_case("fused_moe", "_fused_moe_weight_grad_kernel", dw, c, warps))
+    combine = _sig("Y WEIGHTS ROW_OF_SLOT:i32 OUT", "n_cols y_row_stride out_row_stride")
+    c = {"TOP_K": 8, "WEIGHTED": True, "BLOCK_N": plan.combine_block}
+    cases.append(_case("fused_moe", "_fused_moe_combine_kernel", combine, c, 4, register_heavy=False))
+    return cases
+
+
 def _cases() -> list[dict]:
-    return _rms_norm_cases() + _norm_cases() + _activation_cases() + _loss_cases()
+    return _rms_norm_cases() + _norm_cases() + _activation_cases() + _loss_cases() + _moe_cases()
 
 
 def test_kernels_compile_to_spirv_for_an_intel_target(tmp_path):

@@ -293,6 +293,20 @@ def liger_llama4_rope(q: torch.Tensor, k: torch.Tensor, freqs_cis: torch.Tensor)
 liger_llama4_text_rotary_pos_emb = liger_llama4_rope
 
 
+def liger_fused_moe(
+    hidden_states: torch.Tensor,
+    gate_up_proj: torch.Tensor,
+    down_proj: torch.Tensor,
+    top_k_index: torch.Tensor,
+    top_k_weights: torch.Tensor,
+) -> torch.Tensor:
+    """The routed SwiGLU experts of an MoE MLP (liger-kernel's ``LigerFusedMoEFunction``); see
+    `liger_core.ops.fused_moe.fused_moe` for the contract."""
+    return resolve("fused_moe", hidden_states.device)(
+        hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights
+    )
+
+
 __all__ = sorted(name for name in dir() if name.startswith("liger_"))
 
 

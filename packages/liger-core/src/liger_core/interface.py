@@ -23,6 +23,7 @@ from liger_core.ops import (
     fused_linear_jsd,
     fused_linear_orpo,
     fused_linear_simpo,
+    fused_moe,
     geglu,
     group_norm,
     jsd,
@@ -82,6 +83,8 @@ CATALOGUE: dict[str, Op] = {
         fused_linear_orpo.OP,
         fused_linear_cpo.OP,
         fused_linear_simpo.OP,
+        # 1.6: mixture of experts.
+        fused_moe.OP,
     )
 }
 

@@ -73,6 +73,14 @@ MATMUL_BLOCK_K = 32
 MATMUL_NUM_WARPS = 32
 # tl.dot wants every tile dimension >= 16.
 MIN_DOT_BLOCK = 16
+# fused_moe's grouped GEMMs: rows of a routed tile (one expert's sorted selections), output
+# columns and reduction step per program (the step halved for fp32), sub-groups; the gather-sum's
+# column block. Untuned starting points (DPAS-friendly tiles for the large register file).
+MOE_BLOCK_M = 128
+MOE_BLOCK_N = 128
+MOE_BLOCK_K = 32
+MOE_NUM_WARPS = 16
+MOE_COMBINE_BLOCK = 1024
 
 # --- threads and sub-groups ------------------------------------------------------------------
 # Triton's default sub-group width on XPU; every Intel GPU Triton targets supports it.

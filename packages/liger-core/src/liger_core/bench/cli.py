@@ -51,7 +51,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument(
         "--ops",
         metavar="A,B",
-        help="comma-separated ops or groups (norms, activations, losses); default: every catalogue op with a spec",
+        help="comma-separated ops or groups (norms, activations, losses, moe); default: every catalogue op with a spec",
     )
     p.add_argument(
         "--providers", metavar="A,B", help=f"comma-separated, from {', '.join(PROVIDERS)} (default: all that apply)"

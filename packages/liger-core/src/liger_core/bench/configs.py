@@ -22,6 +22,10 @@ class ModelShape:
     head_dim: int
     tokens: int = 4096
     batch: int = 1
+    # Mixture-of-experts models: routed experts and experts per token (0: a dense model; `intermediate`
+    # is then the MLP's, else one expert's).
+    experts: int = 0
+    top_k: int = 0
 
     @property
     def seq(self) -> int:
@@ -41,6 +45,7 @@ class ModelShape:
 
 # The axes a sweep may vary: every integer field of ModelShape.
 AXES: tuple[str, ...] = tuple(f.name for f in fields(ModelShape) if f.name != "name")
+MOE_AXES = ("experts", "top_k")
 
 MODEL_CONFIGS: dict[str, ModelShape] = {
     s.name: s
@@ -60,6 +65,29 @@ MODEL_CONFIGS: dict[str, ModelShape] = {
         # Qwen/Qwen3-1.7B config.json: hidden_size 2048, intermediate_size 6144, 16 heads, 8 KV heads,
         # head_dim 128, vocab_size 151936.
         ModelShape("qwen3-1.7b", hidden=2048, intermediate=6144, vocab=151936, heads=16, kv_heads=8, head_dim=128),
+        # Mixture-of-experts (fused_moe): intermediate is one expert's (moe_intermediate_size).
+        ModelShape(
+            "qwen3-30b-a3b",
+            hidden=2048,
+            intermediate=768,
+            vocab=151936,
+            heads=32,
+            kv_heads=4,
+            head_dim=128,
+            experts=128,
+            top_k=8,
+        ),
+        ModelShape(
+            "mixtral-8x7b",
+            hidden=4096,
+            intermediate=14336,
+            vocab=32000,
+            heads=32,
+            kv_heads=8,
+            head_dim=128,
+            experts=8,
+            top_k=2,
+        ),
         # For a CPU smoke run: odd sizes, every op finishes in milliseconds on the reference.
         ModelShape("tiny", hidden=48, intermediate=80, vocab=96, heads=4, kv_heads=2, head_dim=16, tokens=24, batch=2),
     )

@@ -20,12 +20,12 @@ import torch
 from liger_core import registry
 from liger_core.__about__ import __version__
 from liger_core.backend import vendor_for_device
-from liger_core.bench.spec import CUT_CROSS_ENTROPY, LIGER_KERNEL, TORCH_NPU, BenchSpec
+from liger_core.bench.spec import CUT_CROSS_ENTROPY, LIGER_KERNEL, TORCH_NPU, TRANSFORMERS_GROUPED_MM, BenchSpec
 
 LIGER = "liger"
 TORCH = "torch"
 COMPILE = "torch.compile"
-PROVIDERS = (LIGER, TORCH, COMPILE, LIGER_KERNEL, CUT_CROSS_ENTROPY, TORCH_NPU)
+PROVIDERS = (LIGER, TORCH, COMPILE, LIGER_KERNEL, CUT_CROSS_ENTROPY, TORCH_NPU, TRANSFORMERS_GROUPED_MM)
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,9 @@ PEERS = {
         "cut-cross-entropy", "cut_cross_entropy", "pip install cut-cross-entropy==25.1.1", ("cuda",)
     ),
     TORCH_NPU: PeerPackage("torch-npu", "torch_npu", "pip install torch-npu (with CANN)", ("npu",)),
+    TRANSFORMERS_GROUPED_MM: PeerPackage(
+        "transformers", "transformers", "pip install 'transformers>=5'", ("cuda", "xpu", "npu", "cpu")
+    ),
 }
 
 OK, ERROR, NOT_INSTALLED, UNAVAILABLE = "ok", "error", "not installed", "unavailable"
@@ -186,6 +189,8 @@ def default_providers(spec: BenchSpec, device_type: str) -> list[str]:
         names.append(CUT_CROSS_ENTROPY)
     if TORCH_NPU in spec.peers and device_type == "npu":
         names.append(TORCH_NPU)
+    if TRANSFORMERS_GROUPED_MM in spec.peers:
+        names.append(TRANSFORMERS_GROUPED_MM)
     return names
 
 

@@ -312,7 +312,7 @@ def _select_ops(ops: Iterable[str] | None) -> list[BenchSpec]:
     available = specs()
     if ops is None:
         return list(available.values())
-    # A group name (norms, activations, losses) stands for its ops.
+    # A group name (norms, activations, losses, moe) stands for its ops.
     by_group = groups()
     ops = [o for name in ops for o in (by_group[name] if name in by_group else [name])]
     ops = list(dict.fromkeys(ops))

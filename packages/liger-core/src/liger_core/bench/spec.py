@@ -25,16 +25,18 @@ from typing import Any
 
 import torch
 
-from liger_core.bench.configs import ModelShape
+from liger_core.bench.configs import MOE_AXES, ModelShape
 
 Kwargs = dict[str, Any]
 Builder = Callable[[ModelShape, torch.dtype, torch.device, torch.Generator], Kwargs]
 MODES = ("forward", "backward", "full")
-GROUPS = ("norms", "activations", "losses")
+GROUPS = ("norms", "activations", "losses", "moe")
 
 LIGER_KERNEL = "liger-kernel"
 CUT_CROSS_ENTROPY = "cut-cross-entropy"
 TORCH_NPU = "torch_npu"
+# transformers 5.x's grouped-GEMM experts (experts_implementation="grouped_mm"), for fused_moe.
+TRANSFORMERS_GROUPED_MM = "transformers-grouped_mm"
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ class BenchSpec:
     """An op's benchmark.
 
     Attributes:
-        group: ``norms``, ``activations`` or ``losses`` (``liger bench --ops <group>``).
+        group: ``norms``, ``activations``, ``losses`` or ``moe`` (``liger bench --ops <group>``).
         axes: the ModelShape fields the input shapes depend on (what a sweep can vary).
         layouts: layout name -> builder ``(shape, dtype, device, generator) -> the op's keyword
             arguments``, every random input drawn from the generator. The first is the layout the
@@ -216,7 +218,8 @@ def input_generator(op: str, shape: ModelShape, device: torch.device | str) -> t
     call) leaves the default CUDA generator unusable for eager random ops, and a benchmark must
     not consume or depend on the caller's global RNG either.
     """
-    sizes = ",".join(f"{k}={v}" for k, v in shape.as_dict().items() if k != "name")
+    # The MoE sizes count only where set, so shapes without experts keep the seeds they had.
+    sizes = ",".join(f"{k}={v}" for k, v in shape.as_dict().items() if k != "name" and not (k in MOE_AXES and v == 0))
     return seeded_generator(zlib.crc32(f"{op}:{sizes}".encode()), device)
 
 

@@ -24,6 +24,7 @@ from liger_core.nn.mlp import (
     LigerTiledGEGLUMLP,
     LigerTiledSwiGLUMLP,
 )
+from liger_core.nn.moe import LigerExperts
 from liger_core.nn.poly_norm import LigerPolyNorm
 from liger_core.nn.rms_norm import LigerFusedAddRMSNorm, LigerRMSNorm
 from liger_core.nn.softmax import LigerSoftmax, LigerSparsemax

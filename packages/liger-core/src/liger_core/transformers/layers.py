@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import warnings
 from collections.abc import Callable
 
@@ -27,6 +28,7 @@ import torch
 from torch import nn
 
 from liger_core import functional as F
+from liger_core import registry
 from liger_core.registry import LigerFallbackWarning
 
 # (stock class, variant key) -> Liger subclass; one subclass per stock class and settings, so
@@ -275,14 +277,37 @@ def relu_squared_mlp_class(base: type) -> type:
     return _subclass(base, ("relu_squared_mlp",), "relu_squared", {"forward": forward, "_liger_structural": structural})
 
 
+# The fused_moe op for the SwiGLU experts (on by default; LIGER_FUSED_MOE=0 turns it off).
+FUSED_MOE_ENV = "LIGER_FUSED_MOE"
+
+
+def fused_moe_reason(module: nn.Module, hidden_states: torch.Tensor) -> str | None:
+    """Why ``module``'s call cannot go to the fused_moe op (then each expert runs the activation
+    op), or None. Read per call: the flag, and whether a vendor backend serves the op on this
+    device (the PyTorch reference of fused_moe runs every expert on every token)."""
+    if os.environ.get(FUSED_MOE_ENV, "1").strip() == "0":
+        return f"{FUSED_MOE_ENV}=0"
+    if getattr(module, "_is_expert_parallel", False):
+        return "expert parallelism (ids of other ranks' experts)"
+    if hidden_states.ndim != 2 or hidden_states.dtype != module.gate_up_proj.dtype:
+        return "hidden states other than (tokens, hidden) rows in the experts' dtype"
+    serving = registry.serving("fused_moe", hidden_states.device.type)
+    if serving.backend in (None, registry.REFERENCE):
+        return "no vendor backend serves fused_moe here"
+    return None
+
+
 def experts_class(base: type, kind: str = "swiglu") -> type:
     """Liger subclass of the fused-weight MoE experts (Mixtral, Qwen3-MoE, DeepSeek, ..., transformers 5.x).
 
     The experts hold ``gate_up_proj`` (experts, 2 * intermediate, hidden) and ``down_proj``
-    (experts, hidden, intermediate); each expert's tokens run through ``kind`` (swiglu, or
-    geglu for Gemma 4). Layouts other than that one run the stock forward.
+    (experts, hidden, intermediate). SwiGLU experts run the fused_moe op (grouped GEMMs over the
+    tokens sorted by expert) where `fused_moe_reason` allows; otherwise, and for ``kind`` geglu
+    (Gemma 4), each expert's tokens run through the ``kind`` op. Layouts other than that one run
+    the stock forward.
     """
     op = require_op(f"liger_{kind}")
+    fused = require_op("liger_fused_moe") if kind == "swiglu" else None
 
     def forward(
         self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
@@ -295,6 +320,8 @@ def experts_class(base: type, kind: str = "swiglu") -> type:
         if reason is not None:
             warn_fallback(type(self).__name__, reason)
             return base.forward(self, hidden_states, top_k_index, top_k_weights)
+        if fused is not None and fused_moe_reason(self, hidden_states) is None:
+            return fused(hidden_states, self.gate_up_proj, self.down_proj, top_k_index, top_k_weights)
         out = torch.zeros_like(hidden_states)
         with torch.no_grad():
             # num_experts + 1 classes: expert parallelism marks tokens of other ranks' experts

@@ -1,0 +1,140 @@
+"""``fused_moe`` (through `LigerExperts`) against transformers' own experts modules on the same
+weights: the eager loop and the grouped-GEMM implementation (``experts_implementation``
+``"grouped_mm"``, which runs on CPU through torch's grouped_mm or transformers' fallback), forward
+and every gradient (hidden states, both expert weights, routing weights); whichever backend serves
+the op in this session (see conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import MixtralConfig, Qwen3MoeConfig
+from transformers.models.mixtral.modeling_mixtral import MixtralExperts
+from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
+
+from liger_core import LigerExperts
+
+HIDDEN, INTERMEDIATE, EXPERTS, TOP_K, TOKENS = 40, 24, 5, 2, 13
+
+
+def _qwen3():
+    config = Qwen3MoeConfig(
+        hidden_size=HIDDEN, moe_intermediate_size=INTERMEDIATE, num_experts=EXPERTS, num_experts_per_tok=TOP_K
+    )
+    return config, Qwen3MoeExperts
+
+
+def _mixtral():
+    config = MixtralConfig(
+        hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_local_experts=EXPERTS, num_experts_per_tok=TOP_K
+    )
+    return config, MixtralExperts
+
+
+def _routing(gen: torch.Generator, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    # A softmax router's top-k, normalised, in the experts' dtype (as Qwen3MoeTopKRouter returns
+    # it); expert 4 takes no token, so its gradients must be zero.
+    logits = torch.randn(TOKENS, EXPERTS, generator=gen)
+    logits[:, 4] = -1e4
+    weights, index = torch.topk(torch.softmax(logits, -1), TOP_K, dim=-1)
+    return index, (weights / weights.sum(-1, keepdim=True)).to(dtype)
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, what: str) -> None:
+    # bf16: the stock modules round each projection to bf16 (the eager loop also each expert's
+    # partial sum); relative to the largest element, as the conformance suite's atol.
+    rel = 1e-5 if dtype == torch.float32 else 3e-2
+    scale = float(want.detach().abs().max().clamp_min(1e-3))
+    torch.testing.assert_close(got, want, rtol=rel, atol=rel * scale, msg=lambda m: f"{what}: {m}")
+
+
+@pytest.mark.parametrize("implementation", ("eager", "grouped_mm"))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("float32", "bfloat16"))
+@pytest.mark.parametrize("family", (_qwen3, _mixtral), ids=("qwen3_moe", "mixtral"))
+def test_liger_experts_equal_transformers_experts(family, dtype, implementation):
+    config, stock_class = family()
+    config._experts_implementation = implementation
+    gen = torch.Generator().manual_seed(0)
+    stock = stock_class(config)
+    with torch.no_grad():
+        stock.gate_up_proj.copy_(torch.randn(stock.gate_up_proj.shape, generator=gen) * HIDDEN**-0.5)
+        stock.down_proj.copy_(torch.randn(stock.down_proj.shape, generator=gen) * INTERMEDIATE**-0.5)
+    stock.to(dtype)
+    liger = LigerExperts(config).to(dtype)
+    liger.load_state_dict(stock.state_dict())  # the same parameter names and shapes
+
+    x = torch.randn(TOKENS, HIDDEN, generator=gen).to(dtype)
+    index, weights = _routing(gen, dtype)
+    dy = torch.randn(TOKENS, HIDDEN, generator=gen).to(dtype)
+    results = []
+    for module in (liger, stock):
+        x_leaf, w_leaf = x.clone().requires_grad_(), weights.clone().requires_grad_()
+        out = module(x_leaf, index, w_leaf)
+        out.backward(dy)
+        grads = (x_leaf.grad, module.gate_up_proj.grad, module.down_proj.grad, w_leaf.grad)
+        results.append((out, *grads))
+    names = ("output", "grad_hidden_states", "grad_gate_up_proj", "grad_down_proj", "grad_top_k_weights")
+    for name, got, want in zip(names, *results):
+        assert got.dtype == want.dtype, (name, got.dtype, want.dtype)
+        _close(got.detach().float(), want.detach().float(), dtype, name)
+    # The expert no token chose: no gradient.
+    assert not liger.gate_up_proj.grad[4].any() and not liger.down_proj.grad[4].any()
+
+
+def test_liger_experts_take_batched_tokens():
+    config, _ = _qwen3()
+    liger = LigerExperts(config)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in liger.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+    x = torch.randn(2, 7, HIDDEN, generator=gen)
+    index = torch.randint(0, EXPERTS, (2, 7, TOP_K), generator=gen)
+    weights = torch.rand(2, 7, TOP_K, generator=gen)
+    flat = liger(x.reshape(14, HIDDEN), index.reshape(14, TOP_K), weights.reshape(14, TOP_K))
+    torch.testing.assert_close(liger(x, index, weights), flat.view(2, 7, HIDDEN))
+
+
+def test_liger_experts_refuse_other_activations():
+    config, _ = _qwen3()
+    config.hidden_act = "gelu"
+    with pytest.raises(ValueError, match="hidden_act must be one of"):
+        LigerExperts(config)
+
+
+@pytest.mark.parametrize("flag", ("1", "0"))
+def test_patched_experts_run_fused_moe_where_a_backend_serves_it(monkeypatch, flag):
+    """The transformers patch's experts (`layers.experts_class`) take the fused_moe op where a vendor
+    backend serves it and the flag is on (else the swiglu op per expert): equal to stock either way."""
+    from liger_core import registry
+    from liger_core.transformers import layers
+
+    monkeypatch.setenv(layers.FUSED_MOE_ENV, flag)
+    config, _ = _qwen3()
+    config._experts_implementation = "eager"
+    gen = torch.Generator().manual_seed(2)
+    stock = Qwen3MoeExperts(config)
+    with torch.no_grad():
+        stock.gate_up_proj.copy_(torch.randn(stock.gate_up_proj.shape, generator=gen) * HIDDEN**-0.5)
+        stock.down_proj.copy_(torch.randn(stock.down_proj.shape, generator=gen) * INTERMEDIATE**-0.5)
+    patched = layers.experts_class(Qwen3MoeExperts)(config)
+    patched.load_state_dict(stock.state_dict())
+    x = torch.randn(TOKENS, HIDDEN, generator=gen)
+    index, weights = _routing(gen, torch.float32)
+
+    reason = layers.fused_moe_reason(patched, x)
+    vendor = registry.serving("fused_moe", "cpu").backend not in (None, registry.REFERENCE)
+    if flag == "0":
+        assert reason == "LIGER_FUSED_MOE=0"
+    elif vendor:
+        assert reason is None
+    else:
+        assert reason == "no vendor backend serves fused_moe here"
+    results = []
+    for module in (patched, stock):
+        x_leaf = x.clone().requires_grad_()
+        out = module(x_leaf, index, weights)
+        out.backward(torch.ones_like(out))
+        results.append((out, x_leaf.grad, module.gate_up_proj.grad, module.down_proj.grad))
+    for name, got, want in zip(("output", "grad_x", "grad_gate_up", "grad_down"), *results):
+        _close(got.detach(), want.detach(), torch.float32, name)

@@ -1,0 +1,538 @@
+"""The routed SwiGLU experts of an MoE MLP (``fused_moe``) for Ascend NPUs: grouped GEMM Triton
+kernels over the selections sorted by expert, UB plan and autograd Function.
+
+The work is the CUDA package's (`liger_core.ops.fused_moe.route` sorts the selections by expert
+and cuts tiles of BLOCK_M rows that never span two experts; gate-up GEMM with the SwiGLU
+epilogue, down GEMM, a deterministic gather-sum; backward with the SwiGLU backward and the
+routing weights' gradient in one epilogue, per-expert weight-gradient GEMMs), shaped for the NPU:
+
+- Every kernel is persistent: one program per AI core (the GEMMs run on the cube units, their
+  epilogues on the vector units) or per vector core (the gather-sum), walking its work items
+  ``pid, pid + programs, ...``, so no grid reaches the 65536 limit at any token count.
+- Tile sizes come from the UB model (ub_model.md): each kernel's live tiles in its terms, the
+  GEMM operands counted as multi-buffered DMA tiles as if staged through the UB (an upper bound:
+  on the cube path they go through L1), and the widest column block (then reduction step) that
+  fits every kernel is taken, whatever the token count.
+- Tiles span several rows, so every row pitch is 32-byte aligned: a tensor whose rows are not is
+  copied once into padded rows (`aligned_rows`; never for model shapes, whose widths are
+  multiples of 16), and the buffers the op makes are allocated padded.
+- The kernels gather nothing: triton-ascend's TritonToUnstructure turns a load of rows picked
+  by loaded token ids into scalar accesses (tests/test_compiled_access.py), so torch's
+  ``index_select`` copies the token rows (hidden_states forward, the incoming gradient backward)
+  and the routing weights into expert order first, and every GEMM reads contiguous sorted rows.
+  The gather-sum reads one sorted row per scalar index (a structured row load).
+- Offsets inside tiles are int32, with an int64 scalar base per tile.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from liger_core.backend import implements
+from liger_core.ops.fused_moe import Routing, check_args, route
+
+from liger_ops_ascend import hardware
+from liger_ops_ascend._jit import tile_ptrs
+from liger_ops_ascend._tiling import FP32, dma, mask, once, work
+from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
+
+
+@triton.jit
+def _fused_moe_tile(
+    item, n_col_blocks, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    """Work item ``item`` (routed tile, column block): its expert and first row (int64 scalars),
+    the in-tile row indices and their mask (rows past the expert's end), the first column."""
+    tile = item // n_col_blocks
+    col0 = (item % n_col_blocks) * BLOCK_N
+    expert = tl.load(TILE_EXPERT + tile)
+    row0 = tl.load(TILE_ROW_START + tile)
+    m_idx = tl.arange(0, BLOCK_M)
+    row_mask = m_idx < tl.load(EXPERT_OFFSETS + expert + 1) - row0
+    return expert.to(tl.int64), row0.to(tl.int64), m_idx, row_mask, col0
+
+
+@triton.jit
+def _fused_moe_matmul_tile(
+    A_ROWS, row_mask, W_COLS, col_mask, k_dim, w_k_stride,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """fp32 ``A[rows, :] @ W[:, cols]`` over ``k_dim``: ``A_ROWS`` points at each row's first
+    element (BLOCK_M x 1, unit column stride), ``W_COLS`` at each column's (1 x BLOCK_N)."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    ks = tl.arange(0, BLOCK_K)
+    for k0 in range(0, k_dim, BLOCK_K):
+        k_mask = ks < k_dim - k0
+        a = tl.load(A_ROWS + k0 + ks[None, :], mask=row_mask[:, None] & k_mask[None, :], other=0.0)
+        w_ptrs = W_COLS + k0 * w_k_stride + ks[:, None] * w_k_stride
+        w = tl.load(w_ptrs, mask=k_mask[:, None] & col_mask[None, :], other=0.0)
+        if UPCAST:
+            a = a.to(tl.float32)
+            w = w.to(tl.float32)
+        acc = tl.dot(a, w, acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
+def _fused_moe_gate_up_kernel(
+    X, W, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, PRE, ACT,
+    hidden, intermediate, x_row_stride, w_expert_stride, w_row_stride, pre_row_stride, act_row_stride,
+    n_items, n_col_blocks,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """Per sorted row r (expert e; X holds the token rows in sorted order): gate, up = W[e] @ X[r]
+    for a column block of each half; stores them (PRE, for the backward) and silu(gate) * up (ACT)."""
+    pid = tl.program_id(0)
+    n_idx = tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    for item in range(pid, n_items, tl.num_programs(0)):
+        expert, row0, m_idx, row_mask, col0 = _fused_moe_tile(
+            item, n_col_blocks, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M, BLOCK_N
+        )
+        col_mask = n_idx < intermediate - col0
+        x_rows = X + row0 * x_row_stride + m_idx[:, None] * x_row_stride
+        w_gate = W + expert * w_expert_stride + col0 * w_row_stride + n_idx[None, :] * w_row_stride
+        w_up = w_gate + intermediate * w_row_stride
+        gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        # One loop for both halves: each x tile is loaded once for the two GEMMs.
+        for k0 in range(0, hidden, BLOCK_K):
+            k_mask = ks < hidden - k0
+            x = tl.load(x_rows + k0 + ks[None, :], mask=row_mask[:, None] & k_mask[None, :], other=0.0)
+            w_mask = k_mask[:, None] & col_mask[None, :]
+            w_k = k0 + ks[:, None]
+            wg = tl.load(w_gate + w_k, mask=w_mask, other=0.0)
+            wu = tl.load(w_up + w_k, mask=w_mask, other=0.0)
+            if UPCAST:
+                x = x.to(tl.float32)
+                wg = wg.to(tl.float32)
+                wu = wu.to(tl.float32)
+            gate = tl.dot(x, wg, gate, input_precision=PRECISION)
+            up = tl.dot(x, wu, up, input_precision=PRECISION)
+        out_mask = row_mask[:, None] & col_mask[None, :]
+        pre = tile_ptrs(PRE, row0, m_idx, pre_row_stride, col0 + n_idx)
+        tl.store(pre, gate.to(PRE.dtype.element_ty), mask=out_mask)
+        tl.store(pre + intermediate, up.to(PRE.dtype.element_ty), mask=out_mask)
+        act = gate * tl.sigmoid(gate) * up
+        act_ptrs = tile_ptrs(ACT, row0, m_idx, act_row_stride, col0 + n_idx)
+        tl.store(act_ptrs, act.to(ACT.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit
+def _fused_moe_expert_matmul_kernel(
+    A, W, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, OUT,
+    n_cols, k_dim, a_row_stride, w_expert_stride, w_col_stride, w_k_stride, out_row_stride, n_items, n_col_blocks,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """OUT[r, cols] = sum_k A[r, k] W[e][col, k] over sorted rows r of expert e; the weight's
+    strides say its layout (down_proj[e] (H, I) forward, gate_up_proj[e] (2I, H) backward)."""
+    pid = tl.program_id(0)
+    n_idx = tl.arange(0, BLOCK_N)
+    for item in range(pid, n_items, tl.num_programs(0)):
+        expert, row0, m_idx, row_mask, col0 = _fused_moe_tile(
+            item, n_col_blocks, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M, BLOCK_N
+        )
+        col_mask = n_idx < n_cols - col0
+        w_cols = W + expert * w_expert_stride + col0 * w_col_stride + n_idx[None, :] * w_col_stride
+        a_rows = A + row0 * a_row_stride + m_idx[:, None] * a_row_stride
+        acc = _fused_moe_matmul_tile(
+            a_rows, row_mask, w_cols, col_mask, k_dim, w_k_stride, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST
+        )
+        out = tile_ptrs(OUT, row0, m_idx, out_row_stride, col0 + n_idx)
+        tl.store(out, acc.to(OUT.dtype.element_ty), mask=row_mask[:, None] & col_mask[None, :])
+
+
+@triton.jit
+def _fused_moe_down_backward_kernel(
+    DY, W, WEIGHTS, PRE, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS,
+    DPRE, WACT, DS_PARTIAL,
+    hidden, intermediate, dy_row_stride, w_expert_stride, w_row_stride, pre_row_stride, dpre_row_stride,
+    wact_row_stride, n_rows, n_items, n_col_blocks,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """Per sorted row r (DY and WEIGHTS in sorted order: the row's token's incoming gradient and
+    routing weight s): d_act = DY[r] @ down_proj[e] for a column block; this block's share of <d_act, act> (the routing weight's gradient); the SwiGLU
+    backward of s * d_act into DPRE; and s * act (WACT, for down_proj's gradient)."""
+    pid = tl.program_id(0)
+    n_idx = tl.arange(0, BLOCK_N)
+    for item in range(pid, n_items, tl.num_programs(0)):
+        expert, row0, m_idx, row_mask, col0 = _fused_moe_tile(
+            item, n_col_blocks, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M, BLOCK_N
+        )
+        col_mask = n_idx < intermediate - col0
+        s = tl.load(WEIGHTS + row0 + m_idx, mask=row_mask, other=0.0).to(tl.float32)
+        # down_proj[e] is (H, I): column i of the product is column i of the weight, k runs over H.
+        w_cols = W + expert * w_expert_stride + col0 + n_idx[None, :]
+        d_act = _fused_moe_matmul_tile(
+            DY + row0 * dy_row_stride + m_idx[:, None] * dy_row_stride, row_mask, w_cols, col_mask, hidden, w_row_stride,
+            BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
+        )  # fmt: skip
+        tile_mask = row_mask[:, None] & col_mask[None, :]
+        pre = tile_ptrs(PRE, row0, m_idx, pre_row_stride, col0 + n_idx)
+        gate = tl.load(pre, mask=tile_mask, other=0.0).to(tl.float32)
+        up = tl.load(pre + intermediate, mask=tile_mask, other=0.0).to(tl.float32)
+        sig = tl.sigmoid(gate)
+        silu = gate * sig
+        act = silu * up
+        ds = DS_PARTIAL + (item % n_col_blocks) * n_rows + row0 + m_idx
+        tl.store(ds, tl.sum(d_act * act, axis=1), mask=row_mask)
+        d_act = d_act * s[:, None]
+        dpre = tile_ptrs(DPRE, row0, m_idx, dpre_row_stride, col0 + n_idx)
+        tl.store(dpre, (d_act * up * sig * (1.0 + gate * (1.0 - sig))).to(DPRE.dtype.element_ty), mask=tile_mask)
+        tl.store(dpre + intermediate, (d_act * silu).to(DPRE.dtype.element_ty), mask=tile_mask)
+        wact = tile_ptrs(WACT, row0, m_idx, wact_row_stride, col0 + n_idx)
+        tl.store(wact, (act * s[:, None]).to(WACT.dtype.element_ty), mask=tile_mask)
+
+
+@triton.jit
+def _fused_moe_weight_grad_kernel(
+    P, Q, EXPERT_OFFSETS, DW,
+    m_dim, n_dim, p_row_stride, q_row_stride, dw_expert_stride, dw_row_stride, n_items, m_blocks, n_blocks,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """DW[e][m, n] = sum over expert e's sorted rows r of P[r, m] * Q[r, n] (both in sorted
+    order). An expert without rows gets 0. Work items: (expert, block of m, block of n)."""
+    pid = tl.program_id(0)
+    m_idx = tl.arange(0, BLOCK_M)
+    n_idx = tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    for item in range(pid, n_items, tl.num_programs(0)):
+        expert = item // (m_blocks * n_blocks)
+        m0 = (item // n_blocks % m_blocks) * BLOCK_M
+        n0 = (item % n_blocks) * BLOCK_N
+        m_mask = m_idx < m_dim - m0
+        n_mask = n_idx < n_dim - n0
+        row_start = tl.load(EXPERT_OFFSETS + expert)
+        n_expert_rows = tl.load(EXPERT_OFFSETS + expert + 1) - row_start
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for r0 in range(0, n_expert_rows, BLOCK_K):
+            k_mask = ks < n_expert_rows - r0
+            first = (row_start + r0).to(tl.int64)
+            p_ptrs = P + first * p_row_stride + m0 + ks[None, :] * p_row_stride + m_idx[:, None]
+            q_ptrs = Q + first * q_row_stride + n0 + ks[:, None] * q_row_stride + n_idx[None, :]
+            p = tl.load(p_ptrs, mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+            q = tl.load(q_ptrs, mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+            if UPCAST:
+                p = p.to(tl.float32)
+                q = q.to(tl.float32)
+            acc = tl.dot(p, q, acc, input_precision=PRECISION)
+        dw = DW + expert.to(tl.int64) * dw_expert_stride + m0 * dw_row_stride
+        dw = dw + m_idx[:, None] * dw_row_stride + n0 + n_idx[None, :]
+        tl.store(dw, acc.to(DW.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+
+
+@triton.jit
+def _fused_moe_combine_kernel(
+    Y, WEIGHTS, ROW_OF_SLOT, OUT, n_cols, y_row_stride, out_row_stride, n_items, n_col_blocks,
+    TOP_K: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """OUT[t, cols] = sum_k s[t, k] * Y[row of (t, k), cols] (s = 1 unless WEIGHTED), in fp32:
+    each (token, column block) summed by one program, so the sum is deterministic."""
+    pid = tl.program_id(0)
+    n_idx = tl.arange(0, BLOCK_N)
+    for item in range(pid, n_items, tl.num_programs(0)):
+        token = item // n_col_blocks
+        col0 = (item % n_col_blocks) * BLOCK_N
+        mask = n_idx < n_cols - col0
+        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        for k in range(TOP_K):
+            slot = token * TOP_K + k
+            row = tl.load(ROW_OF_SLOT + slot).to(tl.int64)
+            # A gather (the row is data): it keeps its fill, see ASC007 in tests/perf_rules.py.
+            y = tl.load(Y + row * y_row_stride + col0 + n_idx, mask=mask, other=0.0).to(tl.float32)
+            if WEIGHTED:
+                y = y * tl.load(WEIGHTS + slot).to(tl.float32)
+            acc += y
+        out = OUT + token.to(tl.int64) * out_row_stride + col0 + n_idx
+        tl.store(out, acc.to(OUT.dtype.element_ty), mask=mask)
+
+
+# -- UB plan --------------------------------------------------------------------------------------
+
+# Tiles in the terms of the UB model (ub_model.md), by hand from the kernels; m, n, k the GEMM
+# tile (rows, columns, reduction step), b the operands' element bytes. Every GEMM holds its
+# operand tiles (DMA), its fp32 accumulator(s) (once) and the output mask.
+
+
+def gate_up_tiles(m: int, n: int, k: int, b: int) -> tuple[Tile, ...]:
+    # x, and the gate and up weight tiles; two accumulators; the epilogue's silu(gate) and the
+    # product at its peak; gate, up and act stored.
+    operands = (*dma("x", m, k, b), *dma("w_gate", k, n, b), *dma("w_up", k, n, b))
+    stores = (*dma("pre_gate", m, n, b), *dma("pre_up", m, n, b), *dma("act", m, n, b))
+    return (*operands, *once("acc_gate", m, n, FP32), *once("acc_up", m, n, FP32), *work("f32_", m, n, 2),
+            *stores, *mask(m, n))  # fmt: skip
+
+
+def matmul_tiles(m: int, n: int, k: int, b: int) -> tuple[Tile, ...]:
+    return (*dma("a", m, k, b), *dma("w", k, n, b), *once("acc", m, n, FP32), *dma("out", m, n, b), *mask(m, n))
+
+
+def down_backward_tiles(m: int, n: int, k: int, b: int) -> tuple[Tile, ...]:
+    # dy rows and the weight tile; d_act; gate and up loaded; sigmoid, silu, act and the
+    # gradient at the epilogue's peak; the gate and up gradients and s * act stored.
+    operands = (*dma("dy", m, k, b), *dma("w", k, n, b), *once("d_act", m, n, FP32))
+    loads = (*dma("gate", m, n, b), *dma("up", m, n, b))
+    stores = (*dma("d_gate", m, n, b), *dma("d_up", m, n, b), *dma("wact", m, n, b))
+    return (*operands, *loads, *work("f32_", m, n, 4), *stores, *mask(m, n))
+
+
+def weight_grad_tiles(m: int, n: int, k: int, b: int) -> tuple[Tile, ...]:
+    return (*dma("p", m, k, b), *dma("q", k, n, b), *once("acc", m, n, FP32), *dma("dw", m, n, b), *mask(m, n))
+
+
+def combine_tiles(n: int, b: int) -> tuple[Tile, ...]:
+    return (*dma("y", 1, n, b), *once("acc", 1, n, FP32), *work("f32_", 1, n, 1), *dma("out", 1, n, b))
+
+
+GEMM_TILES = {
+    "fused_moe_gate_up": gate_up_tiles,
+    "fused_moe_expert_matmul": matmul_tiles,
+    "fused_moe_down_backward": down_backward_tiles,
+    "fused_moe_weight_grad": weight_grad_tiles,
+}
+
+
+@dataclass(frozen=True)
+class MoEPlan:
+    """Rows of a routed tile, each GEMM kernel's (output columns, reduction step), the
+    gather-sum's column block, the fp32 dot precision, ``upcast`` (the interpreter's bf16
+    ``tl.dot`` is garbage: there bf16 tiles are upcast to fp32 first, the same products
+    accumulated in fp32 as on the device) and the hardware the tiles were sized for."""
+
+    block_m: int
+    blocks: dict[str, tuple[int, int]]
+    combine_block: int
+    precision: str
+    upcast: bool
+    elem_bytes: int
+    hw: hardware.Hardware
+
+    def block_n(self, name: str) -> int:
+        return self.blocks[name][0]
+
+    def gemm(self, name: str) -> dict:
+        n, k = self.blocks[name]
+        return {"BLOCK_M": self.block_m, "BLOCK_N": n, "BLOCK_K": k, "PRECISION": self.precision, "UPCAST": self.upcast}
+
+    def kernel(self, name: str, items: int, pitches: tuple[int, ...], extent: int) -> KernelPlan:
+        """The launch of GEMM kernel ``name`` over ``items`` work items: one program per AI core
+        (never more than items), its tiles, rows of the given byte pitches, int32 extent."""
+        tiles = GEMM_TILES[name](self.block_m, *self.blocks[name], self.elem_bytes)
+        programs = max(1, min(items, self.hw.ai_cores))
+        return KernelPlan(name, (programs,), tiles, self.block_m, pitches, extent)
+
+    def combine(self, items: int, extent: int) -> KernelPlan:
+        tiles = combine_tiles(self.combine_block, self.elem_bytes)
+        return KernelPlan("fused_moe_combine", (max(1, min(items, self.hw.vector_cores)),), tiles, 1, (), extent)
+
+
+def _gemm_blocks(name: str, m: int, b: int, hw: hardware.Hardware) -> tuple[int, int]:
+    """Kernel ``name``'s widest column block, then longest reduction step, from the caps in
+    `hardware` whose tiles fit the UB budget."""
+    tiles = GEMM_TILES[name]
+
+    def fits(n: int, k: int) -> bool:
+        return sum(t.nbytes for t in tiles(m, n, k, b)) <= hw.ub_budget
+
+    n, k = hardware.MOE_BLOCK_N, hardware.MOE_BLOCK_K
+    while not fits(n, k) and n > hardware.MOE_MIN_BLOCK:
+        n //= 2
+    while not fits(n, k) and k > hardware.MOE_MIN_BLOCK:
+        k //= 2
+    if not fits(n, k):
+        raise AscendLaunchError(
+            f"liger-ops-ascend {name}: even {m}x{n}x{k} GEMM tiles overflow the UB; {hw.describe_budget()}"
+        )
+    return n, k
+
+
+def plan_moe(dtype: torch.dtype, hw: hardware.Hardware) -> MoEPlan:
+    """Each GEMM kernel's tile from the UB budget (`_gemm_blocks`), never from the token count.
+    fp32 dots in IEEE precision (HF32 would miss the contract's fp32 tolerance)."""
+    b = dtype.itemsize
+    m = hardware.MOE_BLOCK_M
+    blocks = {name: _gemm_blocks(name, m, b, hw) for name in GEMM_TILES}
+    combine = hardware.MOE_COMBINE_BLOCK
+    while sum(t.nbytes for t in combine_tiles(combine, b)) > hw.ub_budget:
+        combine //= 2
+    upcast = dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1"
+    return MoEPlan(m, blocks, combine, "ieee", upcast, b, hw)
+
+
+# -- launch ---------------------------------------------------------------------------------------
+
+
+def aligned_rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (rows in its last two dims) with unit column stride and 32-byte aligned row pitches:
+    itself when it already has them, else a copy in padded rows (the tiles span several rows)."""
+    if t.stride(-1) == 1 and (t.stride(-2) * t.element_size()) % hardware.ALIGN_BYTES == 0:
+        return t
+    return padded_empty(t.shape, t.dtype, t.device).copy_(t)
+
+
+def padded_empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An uninitialised tensor whose rows (last dim) start 32 bytes apart or a multiple of it."""
+    align = hardware.min_block(dtype.itemsize)
+    cols = shape[-1]
+    storage = torch.empty((*shape[:-1], triton.cdiv(max(cols, 1), align) * align), dtype=dtype, device=device)
+    return storage[..., :cols]
+
+
+def sorted_rows(t: torch.Tensor, r: Routing) -> torch.Tensor:
+    """The token rows of ``t`` in expert order (one per selection), row-aligned."""
+    return aligned_rows(t.index_select(0, r.token_of_row))
+
+
+def _pitch(t: torch.Tensor) -> int:
+    return t.stride(-2) * t.element_size()
+
+
+def _combine(y: torch.Tensor, weights: torch.Tensor | None, r: Routing, out: torch.Tensor, plan: MoEPlan) -> None:
+    n_tokens, n_cols = out.shape
+    if n_tokens == 0:
+        return
+    n_col_blocks = triton.cdiv(n_cols, plan.combine_block)
+    items = n_tokens * n_col_blocks
+    launch(
+        _fused_moe_combine_kernel, plan.combine(items, y.shape[0] * y.stride(0)), plan.hw,
+        y, y if weights is None else weights, r.row_of_slot, out, n_cols, y.stride(0), out.stride(0), items,
+        n_col_blocks, TOP_K=r.row_of_slot.numel() // n_tokens, WEIGHTED=weights is not None,
+        BLOCK_N=plan.combine_block,
+    )  # fmt: skip
+
+
+def fused_moe_forward(
+    x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, weights: torch.Tensor, r: Routing, plan: MoEPlan
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out, pre)``: the op's output and each sorted row's gate and up (the backward's input),
+    for row-aligned weights."""
+    n_slots = r.token_of_row.numel()
+    x_sorted = sorted_rows(x, r)
+    hidden, intermediate = x.shape[1], w_down.shape[2]
+    pre = padded_empty((n_slots, 2 * intermediate), x.dtype, x.device)
+    act = padded_empty((n_slots, intermediate), x.dtype, x.device)
+    y = padded_empty((n_slots, hidden), x.dtype, x.device)
+    out = x.new_empty(x.shape)
+    if r.n_tiles:
+        routing = (r.tile_expert, r.tile_row_start, r.expert_offsets)
+        name = "fused_moe_gate_up"
+        n_col_blocks = triton.cdiv(intermediate, plan.block_n(name))
+        items = r.n_tiles * n_col_blocks
+        pitches = (_pitch(x_sorted), _pitch(w_gate_up), _pitch(pre), _pitch(act))
+        extent = max(plan.block_m * x_sorted.stride(0), w_gate_up.stride(0), plan.block_m * pre.stride(0))
+        launch(
+            _fused_moe_gate_up_kernel, plan.kernel(name, items, pitches, extent), plan.hw,
+            x_sorted, w_gate_up, *routing, pre, act,
+            hidden, intermediate, x_sorted.stride(0), w_gate_up.stride(0), w_gate_up.stride(1), pre.stride(0), act.stride(0),
+            items, n_col_blocks, **plan.gemm(name),
+        )  # fmt: skip
+        name = "fused_moe_expert_matmul"
+        n_col_blocks = triton.cdiv(hidden, plan.block_n(name))
+        items = r.n_tiles * n_col_blocks
+        pitches = (_pitch(act), _pitch(w_down), _pitch(y))
+        extent = max(plan.block_m * act.stride(0), w_down.stride(0), plan.block_m * y.stride(0))
+        launch(
+            _fused_moe_expert_matmul_kernel, plan.kernel(name, items, pitches, extent), plan.hw,
+            act, w_down, *routing, y,
+            hidden, intermediate, act.stride(0), w_down.stride(0), w_down.stride(1), 1, y.stride(0),
+            items, n_col_blocks, **plan.gemm(name),
+        )  # fmt: skip
+    _combine(y, weights, r, out, plan)
+    return out, pre
+
+
+def fused_moe_backward(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    weights: torch.Tensor,
+    pre: torch.Tensor,
+    r: Routing,
+    plan: MoEPlan,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(grad_x, grad_gate_up, grad_down, grad_weights)`` for row-aligned weights."""
+    n_slots = r.token_of_row.numel()
+    dy_sorted, x_sorted = sorted_rows(dy, r), sorted_rows(x, r)
+    weights_sorted = weights.reshape(-1).index_select(0, r.slot_of_row)
+    n_experts, hidden, intermediate = w_down.shape
+    col_blocks = triton.cdiv(intermediate, plan.block_n("fused_moe_down_backward"))
+    dpre = padded_empty((n_slots, 2 * intermediate), x.dtype, x.device)
+    wact = padded_empty((n_slots, intermediate), x.dtype, x.device)
+    ds_partial = torch.zeros(col_blocks, n_slots, dtype=torch.float32, device=x.device)
+    dx_rows = padded_empty((n_slots, hidden), x.dtype, x.device)
+    dx = x.new_empty(x.shape)
+    routing = (r.tile_expert, r.tile_row_start, r.expert_offsets)
+    if r.n_tiles:
+        items = r.n_tiles * col_blocks
+        pitches = (_pitch(dy_sorted), _pitch(w_down), _pitch(pre), _pitch(dpre), _pitch(wact))
+        extent = max(plan.block_m * dy_sorted.stride(0), plan.block_m * dpre.stride(0), w_down.stride(0))
+        name = "fused_moe_down_backward"
+        launch(
+            _fused_moe_down_backward_kernel, plan.kernel(name, items, pitches, extent), plan.hw,
+            dy_sorted, w_down, weights_sorted, pre, *routing, dpre, wact, ds_partial,
+            hidden, intermediate, dy_sorted.stride(0), w_down.stride(0), w_down.stride(1), pre.stride(0), dpre.stride(0),
+            wact.stride(0), n_slots, items, col_blocks, **plan.gemm(name),
+        )  # fmt: skip
+        # gate_up_proj[e] is (2I, H): column h of the product is column h of the weight, k runs over 2I.
+        name = "fused_moe_expert_matmul"
+        n_col_blocks = triton.cdiv(hidden, plan.block_n(name))
+        items = r.n_tiles * n_col_blocks
+        pitches = (_pitch(dpre), _pitch(w_gate_up), _pitch(dx_rows))
+        extent = max(plan.block_m * dpre.stride(0), w_gate_up.stride(0), plan.block_m * dx_rows.stride(0))
+        launch(
+            _fused_moe_expert_matmul_kernel, plan.kernel(name, items, pitches, extent), plan.hw,
+            dpre, w_gate_up, *routing, dx_rows,
+            hidden, 2 * intermediate, dpre.stride(0), w_gate_up.stride(0), 1, w_gate_up.stride(1), dx_rows.stride(0),
+            items, n_col_blocks, **plan.gemm(name),
+        )  # fmt: skip
+    _combine(dx_rows, None, r, dx, plan)
+    # grad_down[e] (H, I) = sum_r dy[t_r] (x) s_r act_r; grad_gate_up[e] (2I, H) = sum_r dpre_r (x) x[t_r].
+    d_down = padded_empty(w_down.shape, w_down.dtype, w_down.device)
+    d_gate_up = padded_empty(w_gate_up.shape, w_gate_up.dtype, w_gate_up.device)
+    for dw, p, q in ((d_down, dy_sorted, wact), (d_gate_up, dpre, x_sorted)):
+        m_dim, n_dim = dw.shape[1], dw.shape[2]
+        name = "fused_moe_weight_grad"
+        m_blocks, n_blocks = triton.cdiv(m_dim, plan.block_m), triton.cdiv(n_dim, plan.block_n(name))
+        items = n_experts * m_blocks * n_blocks
+        pitches = (_pitch(p), _pitch(q), _pitch(dw))
+        block_k = plan.blocks[name][1]
+        extent = max(block_k * p.stride(0), block_k * q.stride(0), dw.stride(0))
+        launch(
+            _fused_moe_weight_grad_kernel, plan.kernel(name, items, pitches, extent), plan.hw,
+            p, q, r.expert_offsets, dw,
+            m_dim, n_dim, p.stride(0), q.stride(0), dw.stride(0), dw.stride(1), items, m_blocks, n_blocks,
+            **plan.gemm(name),
+        )  # fmt: skip
+    # The routing weights' gradient: the column blocks' partial dot products, back in (t, k) order.
+    d_weights = ds_partial.sum(0)[r.row_of_slot.long()].view(weights.shape).to(weights.dtype)
+    return dx, d_gate_up.contiguous(), d_down.contiguous(), d_weights
+
+
+@implements("fused_moe")
+class LigerFusedMoEFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights):
+        check_args(hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights)
+        hw = hardware.current(hidden_states.device)
+        plan = plan_moe(hidden_states.dtype, hw)
+        r = route(top_k_index, gate_up_proj.shape[0], plan.block_m)
+        x = hidden_states
+        w_gate_up, w_down = aligned_rows(gate_up_proj), aligned_rows(down_proj)
+        weights = top_k_weights.contiguous()
+        out, pre = fused_moe_forward(x, w_gate_up, w_down, weights, r, plan)
+        ctx.save_for_backward(x, w_gate_up, w_down, weights, pre, *vars(r).values())
+        ctx.plan = plan
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w_gate_up, w_down, weights, pre, *routing = ctx.saved_tensors
+        dx, d_gate_up, d_down, d_weights = fused_moe_backward(
+            dy, x, w_gate_up, w_down, weights, pre, Routing(*routing), ctx.plan
+        )
+        return dx, d_gate_up, d_down, None, d_weights

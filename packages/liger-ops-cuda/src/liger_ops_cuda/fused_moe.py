@@ -1,0 +1,370 @@
+"""The routed SwiGLU experts of an MoE MLP (``fused_moe``) for NVIDIA GPUs: grouped GEMM Triton
+kernels over the selections sorted by expert, launch plan and autograd Function.
+
+The selections ``(token, k)`` are sorted by expert on the device (`liger_core.ops.fused_moe.route`,
+one host synchronisation for the tile count) and cut into tiles of BLOCK_M rows that never span
+two experts. Forward: the gate-up GEMM gathers its token rows and applies SiLU(gate) * up in its
+epilogue (saving gate and up for the backward), the down GEMM writes each selection's output, and
+a gather-sum (one program per token: deterministic, no atomics) weights and adds the K
+selections in fp32. Backward: grad_out @ down_proj[e] per selection, the SwiGLU backward and the
+routing weights' gradient (per column block partial dot products, summed on the host) in one
+kernel's epilogue; grad_hidden_states through the gate-up weights and the same gather-sum; the
+weight gradients one program per (expert, tile of the weight), reducing over that expert's rows.
+Every GEMM accumulates in fp32 and rounds once.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from liger_core.backend import implements
+from liger_core.ops.fused_moe import Routing, check_args, route
+from liger_ops_cuda import hardware
+
+
+@triton.jit
+def _fused_moe_tile_rows(TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M: tl.constexpr):
+    """This program's expert, its sorted rows and their mask (rows past the expert's end)."""
+    tile = tl.program_id(0)
+    expert = tl.load(TILE_EXPERT + tile)
+    rows = tl.load(TILE_ROW_START + tile) + tl.arange(0, BLOCK_M)
+    row_mask = rows < tl.load(EXPERT_OFFSETS + expert + 1)
+    return expert.to(tl.int64), rows.to(tl.int64), row_mask
+
+
+@triton.jit
+def _fused_moe_matmul_tile(
+    A_ROWS, row_mask, W_COLS, col_mask, k_dim, w_k_stride,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """fp32 ``A[rows, :] @ W[:, cols]`` over ``k_dim``: ``A_ROWS`` points at each row's first
+    element (BLOCK_M x 1, unit column stride), ``W_COLS`` at each column's (1 x BLOCK_N)."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    ks = tl.arange(0, BLOCK_K)
+    for k0 in range(0, k_dim, BLOCK_K):
+        k = k0 + ks
+        k_mask = k < k_dim
+        a = tl.load(A_ROWS + k[None, :], mask=row_mask[:, None] & k_mask[None, :], other=0.0)
+        w = tl.load(W_COLS + k[:, None] * w_k_stride, mask=k_mask[:, None] & col_mask[None, :], other=0.0)
+        if UPCAST:
+            a = a.to(tl.float32)
+            w = w.to(tl.float32)
+        acc = tl.dot(a, w, acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
+def _fused_moe_gate_up_kernel(
+    X, W, TOKEN_OF_ROW, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, PRE, ACT,
+    hidden, intermediate, x_row_stride, w_expert_stride, w_row_stride, pre_row_stride, act_row_stride,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """Per sorted row r (token t, expert e): gate, up = W[e] @ x[t] for this program's columns
+    of each half; stores them (PRE, for the backward) and silu(gate) * up (ACT)."""
+    expert, rows, row_mask = _fused_moe_tile_rows(TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M)
+    tokens = tl.load(TOKEN_OF_ROW + rows, mask=row_mask, other=0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < intermediate
+    x_rows = X + tokens[:, None] * x_row_stride
+    w_gate = W + expert * w_expert_stride + cols[None, :].to(tl.int64) * w_row_stride
+    w_up = w_gate + intermediate * w_row_stride
+    gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    ks = tl.arange(0, BLOCK_K)
+    # One loop for both halves: each x tile is loaded once for the two GEMMs.
+    for k0 in range(0, hidden, BLOCK_K):
+        k = k0 + ks
+        k_mask = k < hidden
+        x = tl.load(x_rows + k[None, :], mask=row_mask[:, None] & k_mask[None, :], other=0.0)
+        w_mask = k_mask[:, None] & col_mask[None, :]
+        wg = tl.load(w_gate + k[:, None], mask=w_mask, other=0.0)
+        wu = tl.load(w_up + k[:, None], mask=w_mask, other=0.0)
+        if UPCAST:
+            x = x.to(tl.float32)
+            wg = wg.to(tl.float32)
+            wu = wu.to(tl.float32)
+        gate = tl.dot(x, wg, gate, input_precision=PRECISION)
+        up = tl.dot(x, wu, up, input_precision=PRECISION)
+    mask = row_mask[:, None] & col_mask[None, :]
+    pre = PRE + rows[:, None] * pre_row_stride + cols[None, :]
+    tl.store(pre, gate.to(PRE.dtype.element_ty), mask=mask)
+    tl.store(pre + intermediate, up.to(PRE.dtype.element_ty), mask=mask)
+    act = gate * tl.sigmoid(gate) * up
+    tl.store(ACT + rows[:, None] * act_row_stride + cols[None, :], act.to(ACT.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _fused_moe_expert_matmul_kernel(
+    A, W, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, OUT,
+    n_cols, k_dim, a_row_stride, w_expert_stride, w_col_stride, w_k_stride, out_row_stride,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """OUT[r, cols] = sum_k A[r, k] W[e][col, k] over sorted rows r of expert e; the weight's
+    strides say its layout (down_proj[e] (H, I) forward, gate_up_proj[e] (2I, H) backward)."""
+    expert, rows, row_mask = _fused_moe_tile_rows(TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < n_cols
+    w_cols = W + expert * w_expert_stride + cols[None, :].to(tl.int64) * w_col_stride
+    acc = _fused_moe_matmul_tile(
+        A + rows[:, None] * a_row_stride, row_mask, w_cols, col_mask, k_dim, w_k_stride,
+        BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
+    )  # fmt: skip
+    out = OUT + rows[:, None] * out_row_stride + cols[None, :]
+    tl.store(out, acc.to(OUT.dtype.element_ty), mask=row_mask[:, None] & col_mask[None, :])
+
+
+@triton.jit
+def _fused_moe_down_backward_kernel(
+    DY, W, WEIGHTS, PRE, TOKEN_OF_ROW, SLOT_OF_ROW, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS,
+    DPRE, WACT, DS_PARTIAL,
+    hidden, intermediate, dy_row_stride, w_expert_stride, w_row_stride, pre_row_stride, dpre_row_stride,
+    wact_row_stride, n_rows,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """Per sorted row r (token t, routing weight s): d_act = dy[t] @ down_proj[e] for this
+    program's columns; this block's share of <d_act, act> (the routing weight's gradient);
+    the SwiGLU backward of s * d_act into DPRE; and s * act (WACT, for down_proj's gradient)."""
+    expert, rows, row_mask = _fused_moe_tile_rows(TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M)
+    tokens = tl.load(TOKEN_OF_ROW + rows, mask=row_mask, other=0).to(tl.int64)
+    s = tl.load(WEIGHTS + tl.load(SLOT_OF_ROW + rows, mask=row_mask, other=0), mask=row_mask, other=0.0)
+    s = s.to(tl.float32)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < intermediate
+    # down_proj[e] is (H, I): column i of the product is column i of the weight, k runs over H.
+    w_cols = W + expert * w_expert_stride + cols[None, :]
+    d_act = _fused_moe_matmul_tile(
+        DY + tokens[:, None] * dy_row_stride, row_mask, w_cols, col_mask, hidden, w_row_stride,
+        BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
+    )  # fmt: skip
+    mask = row_mask[:, None] & col_mask[None, :]
+    pre = PRE + rows[:, None] * pre_row_stride + cols[None, :]
+    gate = tl.load(pre, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(pre + intermediate, mask=mask, other=0.0).to(tl.float32)
+    sig = tl.sigmoid(gate)
+    silu = gate * sig
+    act = silu * up
+    tl.store(DS_PARTIAL + tl.program_id(1).to(tl.int64) * n_rows + rows, tl.sum(d_act * act, axis=1), mask=row_mask)
+    d_act = d_act * s[:, None]
+    dpre = DPRE + rows[:, None] * dpre_row_stride + cols[None, :]
+    tl.store(dpre, (d_act * up * sig * (1.0 + gate * (1.0 - sig))).to(DPRE.dtype.element_ty), mask=mask)
+    tl.store(dpre + intermediate, (d_act * silu).to(DPRE.dtype.element_ty), mask=mask)
+    wact = WACT + rows[:, None] * wact_row_stride + cols[None, :]
+    tl.store(wact, (act * s[:, None]).to(WACT.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _fused_moe_weight_grad_kernel(
+    P, Q, TOKEN_OF_ROW, EXPERT_OFFSETS, DW,
+    m_dim, n_dim, p_row_stride, q_row_stride, dw_expert_stride, dw_row_stride,
+    P_BY_TOKEN: tl.constexpr, Q_BY_TOKEN: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """DW[e][m, n] = sum over expert e's sorted rows r of P[r, m] * Q[r, n], where P's (Q's)
+    row r is the row of its token when P_BY_TOKEN (Q_BY_TOKEN). An expert without rows gets 0."""
+    m_tiles = tl.cdiv(m_dim, BLOCK_M)
+    expert = tl.program_id(0) // m_tiles
+    ms = (tl.program_id(0) % m_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
+    ns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_mask = ms < m_dim
+    n_mask = ns < n_dim
+    row_start = tl.load(EXPERT_OFFSETS + expert)
+    row_end = tl.load(EXPERT_OFFSETS + expert + 1)
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for r0 in range(row_start, row_end, BLOCK_K):
+        rows = r0 + ks
+        k_mask = rows < row_end
+        p_rows = rows.to(tl.int64)
+        q_rows = rows.to(tl.int64)
+        if P_BY_TOKEN:
+            p_rows = tl.load(TOKEN_OF_ROW + rows, mask=k_mask, other=0).to(tl.int64)
+        if Q_BY_TOKEN:
+            q_rows = tl.load(TOKEN_OF_ROW + rows, mask=k_mask, other=0).to(tl.int64)
+        p = tl.load(P + p_rows[None, :] * p_row_stride + ms[:, None], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+        q = tl.load(Q + q_rows[:, None] * q_row_stride + ns[None, :], mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+        if UPCAST:
+            p = p.to(tl.float32)
+            q = q.to(tl.float32)
+        acc = tl.dot(p, q, acc, input_precision=PRECISION)
+    dw = DW + expert.to(tl.int64) * dw_expert_stride + ms[:, None].to(tl.int64) * dw_row_stride + ns[None, :]
+    tl.store(dw, acc.to(DW.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+
+
+@triton.jit
+def _fused_moe_combine_kernel(
+    Y, WEIGHTS, ROW_OF_SLOT, OUT, n_cols, y_row_stride, out_row_stride,
+    TOP_K: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """OUT[t, cols] = sum_k s[t, k] * Y[row of (t, k), cols] (s = 1 unless WEIGHTED), in fp32:
+    one program per (token, column block), so the sum is deterministic."""
+    token = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for k in range(TOP_K):
+        slot = token * TOP_K + k
+        row = tl.load(ROW_OF_SLOT + slot).to(tl.int64)
+        y = tl.load(Y + row * y_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        if WEIGHTED:
+            y = y * tl.load(WEIGHTS + slot).to(tl.float32)
+        acc += y
+    tl.store(OUT + token * out_row_stride + cols, acc.to(OUT.dtype.element_ty), mask=mask)
+
+
+# -- launch -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MoEPlan:
+    """Tile sizes of the grouped GEMMs (rows of a routed tile, output columns, reduction step),
+    the gather-sum's column block, the GEMMs' launch options, the fp32 dot precision, and
+    ``upcast``: the interpreter's bf16 ``tl.dot`` is garbage, so there bf16 tiles are upcast to
+    fp32 first (the same products, exact in fp32, accumulated in fp32 as on the device)."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    combine_block: int
+    launch: dict
+    precision: str
+    upcast: bool
+
+    def gemm(self) -> dict:
+        return dict(
+            BLOCK_M=self.block_m,
+            BLOCK_N=self.block_n,
+            BLOCK_K=self.block_k,
+            PRECISION=self.precision,
+            UPCAST=self.upcast,
+            **self.launch,
+        )
+
+
+def plan_moe(dtype: torch.dtype, device: torch.device) -> MoEPlan:
+    """The GEMM tiles for ``dtype``: fp32 tiles take twice the shared memory per element, so
+    half the reduction step; fp32 dots in IEEE precision (TF32 would miss the contract's fp32
+    tolerance)."""
+    wide = dtype == torch.float32
+    return MoEPlan(
+        block_m=hardware.MOE_BLOCK_M,
+        block_n=hardware.MOE_BLOCK_N,
+        block_k=hardware.MOE_BLOCK_K // 2 if wide else hardware.MOE_BLOCK_K,
+        combine_block=hardware.MOE_COMBINE_BLOCK,
+        launch=dict(num_warps=hardware.MOE_NUM_WARPS, num_stages=hardware.MOE_NUM_STAGES),
+        precision="ieee" if wide else "tf32",
+        upcast=dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1",
+    )
+
+
+def _combine(y: torch.Tensor, weights: torch.Tensor | None, r: Routing, out: torch.Tensor, plan: MoEPlan) -> None:
+    n_tokens, n_cols = out.shape
+    if n_tokens == 0:
+        return
+    grid = (n_tokens, triton.cdiv(n_cols, plan.combine_block))
+    _fused_moe_combine_kernel[grid](
+        y, y if weights is None else weights, r.row_of_slot, out, n_cols, y.stride(0), out.stride(0),
+        TOP_K=r.row_of_slot.numel() // n_tokens, WEIGHTED=weights is not None, BLOCK_N=plan.combine_block,
+    )  # fmt: skip
+
+
+def fused_moe_forward(
+    x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, weights: torch.Tensor, r: Routing, plan: MoEPlan
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out, pre)``: the op's output and each sorted row's gate and up (the backward's input)."""
+    n_slots = r.token_of_row.numel()
+    hidden, intermediate = x.shape[1], w_down.shape[2]
+    pre = x.new_empty(n_slots, 2 * intermediate)
+    act = x.new_empty(n_slots, intermediate)
+    y = x.new_empty(n_slots, hidden)
+    out = x.new_empty(x.shape)
+    if r.n_tiles:
+        routing = (r.tile_expert, r.tile_row_start, r.expert_offsets)
+        _fused_moe_gate_up_kernel[(r.n_tiles, triton.cdiv(intermediate, plan.block_n))](
+            x, w_gate_up, r.token_of_row, *routing, pre, act,
+            hidden, intermediate, x.stride(0), w_gate_up.stride(0), w_gate_up.stride(1), pre.stride(0), act.stride(0),
+            **plan.gemm(),
+        )  # fmt: skip
+        _fused_moe_expert_matmul_kernel[(r.n_tiles, triton.cdiv(hidden, plan.block_n))](
+            act, w_down, *routing, y,
+            hidden, intermediate, act.stride(0), w_down.stride(0), w_down.stride(1), 1, y.stride(0),
+            **plan.gemm(),
+        )  # fmt: skip
+    _combine(y, weights, r, out, plan)
+    return out, pre
+
+
+def fused_moe_backward(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    weights: torch.Tensor,
+    pre: torch.Tensor,
+    r: Routing,
+    plan: MoEPlan,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(grad_x, grad_gate_up, grad_down, grad_weights)`` for contiguous ``dy``."""
+    n_slots = r.token_of_row.numel()
+    n_experts, hidden, intermediate = w_down.shape
+    col_blocks = triton.cdiv(intermediate, plan.block_n)
+    dpre = x.new_empty(n_slots, 2 * intermediate)
+    wact = x.new_empty(n_slots, intermediate)
+    ds_partial = torch.zeros(col_blocks, n_slots, dtype=torch.float32, device=x.device)
+    dx_rows = x.new_empty(n_slots, hidden)
+    dx = x.new_empty(x.shape)
+    routing = (r.tile_expert, r.tile_row_start, r.expert_offsets)
+    if r.n_tiles:
+        _fused_moe_down_backward_kernel[(r.n_tiles, col_blocks)](
+            dy, w_down, weights, pre, r.token_of_row, r.slot_of_row, *routing, dpre, wact, ds_partial,
+            hidden, intermediate, dy.stride(0), w_down.stride(0), w_down.stride(1), pre.stride(0), dpre.stride(0),
+            wact.stride(0), n_slots, **plan.gemm(),
+        )  # fmt: skip
+        # gate_up_proj[e] is (2I, H): column h of the product is column h of the weight, k runs over 2I.
+        _fused_moe_expert_matmul_kernel[(r.n_tiles, triton.cdiv(hidden, plan.block_n))](
+            dpre, w_gate_up, *routing, dx_rows,
+            hidden, 2 * intermediate, dpre.stride(0), w_gate_up.stride(0), 1, w_gate_up.stride(1), dx_rows.stride(0),
+            **plan.gemm(),
+        )  # fmt: skip
+    _combine(dx_rows, None, r, dx, plan)
+    # grad_down[e] (H, I) = sum_r dy[t_r] (x) s_r act_r; grad_gate_up[e] (2I, H) = sum_r dpre_r (x) x[t_r].
+    d_down = torch.empty_like(w_down)
+    d_gate_up = torch.empty_like(w_gate_up)
+    for dw, p, q, p_by_token, q_by_token in ((d_down, dy, wact, True, False), (d_gate_up, dpre, x, False, True)):
+        m_dim, n_dim = dw.shape[1], dw.shape[2]
+        _fused_moe_weight_grad_kernel[(n_experts * triton.cdiv(m_dim, plan.block_m), triton.cdiv(n_dim, plan.block_n))](
+            p, q, r.token_of_row, r.expert_offsets, dw,
+            m_dim, n_dim, p.stride(0), q.stride(0), dw.stride(0), dw.stride(1),
+            P_BY_TOKEN=p_by_token, Q_BY_TOKEN=q_by_token, **plan.gemm(),
+        )  # fmt: skip
+    # The routing weights' gradient: the column blocks' partial dot products, back in (t, k) order.
+    d_weights = ds_partial.sum(0)[r.row_of_slot.long()].view(weights.shape).to(weights.dtype)
+    return dx, d_gate_up, d_down, d_weights
+
+
+@implements("fused_moe")
+class LigerFusedMoEFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights):
+        check_args(hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights)
+        plan = plan_moe(hidden_states.dtype, hidden_states.device)
+        r = route(top_k_index, gate_up_proj.shape[0], plan.block_m)
+        x = hidden_states.contiguous()
+        w_gate_up, w_down = gate_up_proj.contiguous(), down_proj.contiguous()
+        weights = top_k_weights.contiguous()
+        out, pre = fused_moe_forward(x, w_gate_up, w_down, weights, r, plan)
+        ctx.save_for_backward(x, w_gate_up, w_down, weights, pre, *vars(r).values())
+        ctx.plan = plan
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w_gate_up, w_down, weights, pre, *routing = ctx.saved_tensors
+        dx, d_gate_up, d_down, d_weights = fused_moe_backward(
+            dy.contiguous(), x, w_gate_up, w_down, weights, pre, Routing(*routing), ctx.plan
+        )
+        return dx, d_gate_up, d_down, None, d_weights

@@ -1,0 +1,36 @@
+"""fused_moe.py's own paths: the smallest tiles tl.dot takes, so every sorted expert spans several
+row tiles (the last one partial), every GEMM several column blocks and reduction steps, and the
+routing weights' gradient sums several partial dot products; plus the routing it runs over."""
+
+import pytest
+import torch
+from liger_core.conformance.check import check, make_args
+from liger_core.ops.fused_moe import route
+
+from liger_ops_xpu import hardware
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_small_tiles_many_programs(conformance_backend, device, monkeypatch, dtype):
+    for name, size in (("MOE_BLOCK_M", 16), ("MOE_BLOCK_N", 16), ("MOE_BLOCK_K", 32), ("MOE_COMBINE_BLOCK", 16)):
+        monkeypatch.setattr(hardware, name, size)
+    # ~37 rows per expert: 3 row tiles each; hidden 50 and 2 * 24 gate-up rows: 4 and 3 column
+    # blocks, 2 to 4 reduction steps of 16.
+    args = make_args("fused_moe", device, tokens=37, hidden=50, intermediate=24, experts=3, top_k=3, dtype=dtype)
+    check(conformance_backend, "fused_moe", args)
+
+
+def test_route_sorts_and_tiles_by_expert():
+    index = torch.tensor([[2, 0], [0, 2], [2, 2], [4, 0], [2, 1]])
+    r = route(index, 5, block_m=2)
+    flat = index.reshape(-1)
+    # Sorted by expert, stably (token order within an expert).
+    assert flat[r.slot_of_row.long()].tolist() == [0, 0, 0, 1, 2, 2, 2, 2, 2, 4]
+    assert r.slot_of_row.tolist() == [1, 2, 7, 9, 0, 3, 4, 5, 8, 6]
+    assert r.token_of_row.tolist() == [s // 2 for s in r.slot_of_row.tolist()]
+    assert r.row_of_slot[r.slot_of_row.long()].tolist() == list(range(10))
+    assert r.expert_offsets.tolist() == [0, 3, 4, 9, 9, 10]
+    # Expert 0: rows 0-2 in 2 tiles; 1: one; 2: rows 4-8 in 3; 3: none; 4: one.
+    assert r.tile_expert.tolist() == [0, 0, 1, 2, 2, 2, 4]
+    assert r.tile_row_start.tolist() == [0, 2, 3, 4, 6, 8, 9]
+    assert all(t.dtype == torch.int32 for t in vars(r).values())
