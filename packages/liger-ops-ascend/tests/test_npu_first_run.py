@@ -44,8 +44,15 @@ FAMILIES = {
         "fused_linear_simpo",
     ),
     "divergence": ("kl_div", "jsd", "tvd", "fused_linear_jsd"),
+    "moe": ("fused_moe",),
 }
 CONFIG = "llama-3-8b"
+# Families whose shapes a dense model's config does not have.
+FAMILY_CONFIG = {"moe": "qwen3-30b-a3b"}
+
+
+def config_of(op: str) -> str:
+    return next((FAMILY_CONFIG[f] for f, ops in FAMILIES.items() if op in ops and f in FAMILY_CONFIG), CONFIG)
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +111,7 @@ def test_every_kernel_compiles_within_the_modelled_ub(monkeypatch, backend, ub_r
         check_sample(backend, op, sample, "npu")
     spec = specs().get(op)
     if spec is not None:
-        kwargs = spec.inputs(get_config(CONFIG), torch.bfloat16, "npu")
+        kwargs = spec.inputs(get_config(config_of(op)), torch.bfloat16, "npu")
         args = [
             v.detach().requires_grad_() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
             for v in CATALOGUE[op].bind(kwargs).values()
@@ -129,7 +136,7 @@ def test_msprof_each_kernel_family(family):
     out = REPORT / "msprof" / family
     out.mkdir(parents=True, exist_ok=True)
     bench = [
-        sys.executable, "-m", "liger_core", "bench", "--ops", ",".join(ops), "--config", CONFIG, "--device", "npu",
+        sys.executable, "-m", "liger_core", "bench", "--ops", ",".join(ops), "--config", FAMILY_CONFIG.get(family, CONFIG), "--device", "npu",
         "--backend", "ascend", "--providers", "liger", "--timer", "do_bench", "--no-plots", "--no-progress",
         "--out", str(out / "bench"),
     ]  # fmt: skip
