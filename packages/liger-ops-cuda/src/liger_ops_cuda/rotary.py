@@ -49,21 +49,32 @@ def _rotate_heads(
     INTERLEAVED: tl.constexpr,
 ):
     # Pair j of a head: (x[j], x[j + half]) rotate-half, (x[2j], x[2j + 1]) interleaved (Llama 4).
-    if INTERLEAVED:
-        x_col, x_pair, o_col, o_pair = 2 * sd, sd, 2 * osd, osd
-    else:
-        x_col, x_pair, o_col, o_pair = sd, half * sd, osd, half * osd
     heads = tl.arange(0, HEADS)
     mask = pos_mask[:, None, None] & (heads < n_heads)[None, :, None] & col_mask[None, None, :]
-    x_off = in_base[:, None, None] + heads[None, :, None] * sh + cols[None, None, :] * x_col
-    x1 = tl.load(X + x_off, mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(X + x_off + x_pair, mask=mask, other=0.0).to(tl.float32)
-    # [x1, x2] * [c1, c2] + [-x2, x1] * [s1, s2]
-    o1 = x1 * c1[:, None, :] - x2 * s1[:, None, :]
-    o2 = x2 * c2[:, None, :] + x1 * s2[:, None, :]
-    o_off = out_base[:, None, None] + heads[None, :, None] * osh + cols[None, None, :] * o_col
-    tl.store(XO + o_off, o1.to(XO.dtype.element_ty), mask=mask)
-    tl.store(XO + o_off + o_pair, o2.to(XO.dtype.element_ty), mask=mask)
+    if INTERLEAVED:
+        # The pairs as one (.., HALF, 2) tile: contiguous loads and stores of whole heads, split
+        # into the pair's halves in registers (two stride-2 accesses each would halve every sector).
+        pair = tl.arange(0, 2)
+        mask4 = mask[:, :, :, None] & (pair < 2)[None, None, None, :]
+        x_off = in_base[:, None, None] + heads[None, :, None] * sh + cols[None, None, :] * (2 * sd)
+        x = tl.load(X + x_off[:, :, :, None] + pair[None, None, None, :] * sd, mask=mask4, other=0.0)
+        x1, x2 = tl.split(x.to(tl.float32))
+        o1 = x1 * c1[:, None, :] - x2 * s1[:, None, :]
+        o2 = x2 * c2[:, None, :] + x1 * s2[:, None, :]
+        o_off = out_base[:, None, None] + heads[None, :, None] * osh + cols[None, None, :] * (2 * osd)
+        o = tl.join(o1, o2).to(XO.dtype.element_ty)
+        tl.store(XO + o_off[:, :, :, None] + pair[None, None, None, :] * osd, o, mask=mask4)
+    else:
+        x_col, x_pair, o_col, o_pair = sd, half * sd, osd, half * osd
+        x_off = in_base[:, None, None] + heads[None, :, None] * sh + cols[None, None, :] * x_col
+        x1 = tl.load(X + x_off, mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(X + x_off + x_pair, mask=mask, other=0.0).to(tl.float32)
+        # [x1, x2] * [c1, c2] + [-x2, x1] * [s1, s2]
+        o1 = x1 * c1[:, None, :] - x2 * s1[:, None, :]
+        o2 = x2 * c2[:, None, :] + x1 * s2[:, None, :]
+        o_off = out_base[:, None, None] + heads[None, :, None] * osh + cols[None, None, :] * o_col
+        tl.store(XO + o_off, o1.to(XO.dtype.element_ty), mask=mask)
+        tl.store(XO + o_off + o_pair, o2.to(XO.dtype.element_ty), mask=mask)
 
 
 @triton.jit
