@@ -51,6 +51,7 @@ _SCHEMA_TYPES = {
     "float": "float",
     "float | None": "float?",
     "int": "int",
+    "int | None": "int?",
     "bool": "bool",
     "str": "str",
     "Sequence[int]": "int[]",

@@ -265,4 +265,41 @@ def liger_tvd(
     return resolve("tvd", p.device)(p, q, shift_labels, reduction, ignore_index)
 
 
+def liger_fused_linear_grpo(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    selected_token_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    advantages: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    ref_per_token_logps: torch.Tensor | None = None,
+    old_per_token_logps: torch.Tensor | None = None,
+    vllm_is_ratio: torch.Tensor | None = None,
+    num_items_in_batch: float | None = None,
+    beta: float = 0.04,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    loss_type: str = "dapo",
+    max_completion_length: int | None = None,
+    importance_sampling_level: str = "token",
+    sapo_temperature_pos: float = 1.0,
+    sapo_temperature_neg: float = 1.05,
+    temperature: float = 1.0,
+    delta: float | None = None,
+    use_bias_correction_kl: bool = False,
+    vespo_k_pos: float = 2.0,
+    vespo_lambda_pos: float = 3.0,
+    vespo_k_neg: float = 3.0,
+    vespo_lambda_neg: float = 2.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """lm_head + the GRPO-family losses of TRL without the logits: ``(loss, metrics)``; see
+    `liger_core.ops.fused_linear_grpo.fused_linear_grpo`."""
+    return resolve("fused_linear_grpo", input.device)(
+        input, weight, selected_token_ids, attention_mask, advantages, bias, ref_per_token_logps,
+        old_per_token_logps, vllm_is_ratio, num_items_in_batch, beta, epsilon_low, epsilon_high, loss_type,
+        max_completion_length, importance_sampling_level, sapo_temperature_pos, sapo_temperature_neg, temperature,
+        delta, use_bias_correction_kl, vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg,
+    )  # fmt: skip
+
+
 __all__ = sorted(name for name in dir() if name.startswith("liger_"))

@@ -17,6 +17,7 @@ from liger_core.ops import (
     dyt,
     fused_add_rms_norm,
     fused_linear_cross_entropy,
+    fused_linear_grpo,
     fused_linear_jsd,
     geglu,
     group_norm,
@@ -65,6 +66,8 @@ CATALOGUE: dict[str, Op] = {
         relu_squared.OP,
         # 1.5: tensor-parallel losses.
         vocab_parallel_cross_entropy.OP,
+        # 1.6: GRPO and distillation losses.
+        fused_linear_grpo.OP,
     )
 }
 

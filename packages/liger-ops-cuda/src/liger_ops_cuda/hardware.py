@@ -131,3 +131,6 @@ FLCE_VT_GRAD_WEIGHT_BLOCK_ELEMENTS = 8 * 2**20
 # fused_linear_jsd keeps three chunk-sized buffers (student and teacher fp32 logits, the
 # gradient in the input dtype): a smaller budget.
 FLJSD_CHUNK_ELEMENTS = 32 * 2**20
+# fused_linear_grpo: float32 logits of whole sequences per chunk; at 2**27 elements one 1024-token
+# sequence of a 128K vocabulary (512 MiB), about what liger-kernel's one-sequence chunks hold.
+FLGRPO_CHUNK_ELEMENTS = 2**27

@@ -3,6 +3,7 @@
 from liger_core.nn.activation import LigerReLUSquared
 from liger_core.nn.dyt import LigerDyT
 from liger_core.nn.group_norm import LigerGroupNorm
+from liger_core.nn.grpo import LigerFusedLinearGRPOLoss
 from liger_core.nn.layer_norm import LigerLayerNorm
 from liger_core.nn.losses import (
     LigerCrossEntropyLoss,
