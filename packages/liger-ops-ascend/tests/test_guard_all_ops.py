@@ -20,6 +20,7 @@ KERNEL_PREFIX = {
     "fused_linear_cross_entropy": "cross_entropy",
     "fused_linear_jsd": "jsd",
     "vocab_parallel_cross_entropy": "cross_entropy",
+    "fused_linear_grpo": "cross_entropy",
 }
 
 

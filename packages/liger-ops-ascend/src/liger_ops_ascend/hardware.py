@@ -54,6 +54,9 @@ MAX_BLOCK_N = 65536
 # thresholds), then Michelot fixed-point steps make it exact once the support is found.
 SPARSEMAX_BISECTION_STEPS = 24
 SPARSEMAX_REFINE_STEPS = 3
+# fused_linear_grpo: float32 logits of whole sequences per chunk (HBM, not UB; at least one
+# sequence): 256 MiB.
+FLGRPO_CHUNK_ELEMENTS = 1 << 26
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,8 @@ LOSS_NUM_WARPS = 32
 # Rows of the fused-linear losses' logits materialised at once: chunks of about this many
 # logits (rows x vocab) bound the extra memory (fp32 4 bytes each: 256 MiB).
 FUSED_LINEAR_CHUNK_ELEMENTS = 1 << 26
+# fused_linear_grpo: float32 logits of whole sequences per chunk (at least one sequence).
+FLGRPO_CHUNK_ELEMENTS = 1 << 26
 # Tiles of the 16-bit GEMM with float32 output (fused_linear_jsd's logits), for the large
 # register file.
 MATMUL_BLOCK_M = 256
