@@ -402,21 +402,29 @@ def token_weights(
     return w, m / total, 1.0 / n_seq
 
 
-def chunk_objective(
+@dataclass(frozen=True)
+class Terms:
+    """Per-token quantities of the loss for whole sequences: ``per_token`` (b, T) (the
+    policy term times the vLLM ratio, plus ``beta * kl``; differentiable in logp), ``kl`` (b, T)
+    or None when ``beta == 0``, ``coef_1`` ((b, T) or (b, 1) at sequence level; after the delta
+    clamp, as TRL's metrics read it), ``phi`` (vespo's (b, 1) weights, else None)."""
+
+    per_token: torch.Tensor
+    kl: torch.Tensor | None
+    coef_1: torch.Tensor
+    phi: torch.Tensor | None
+
+
+def grpo_terms(
     logp: torch.Tensor,
     mask: torch.Tensor,
     advantages: torch.Tensor,
     ref: torch.Tensor | None,
     old: torch.Tensor | None,
     vllm_is_ratio: torch.Tensor | None,
-    weights: torch.Tensor,
-    metric_token_weights: torch.Tensor,
-    metric_sequence_weight: float,
     opts: GRPOOptions,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Whole sequences' share of the loss (differentiable in ``logp``, (b, T)) and of the
-    metrics (a detached ``(5,)`` tensor), TRL's formulas; every other tensor is those sequences'
-    rows of the batch's (``weights``, ``metric_token_weights`` from `token_weights`)."""
+) -> Terms:
+    """TRL's per-token GRPO terms (``GRPOTrainer._compute_loss``) for whole sequences."""
     m = mask.to(logp.dtype)
     adv = advantages.to(logp.dtype)[:, None]
     old = logp.detach() if old is None else old.to(logp.dtype)
@@ -430,7 +438,6 @@ def chunk_objective(
     else:
         log_w = ((log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0))[:, None]
     coef_1 = torch.exp(log_w)
-    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
     phi = None
     if opts.loss_type == "cispo":
         per_token = -torch.clamp(coef_1, max=opts.epsilon_high).detach() * adv * logp
@@ -454,28 +461,60 @@ def chunk_objective(
         if opts.use_bias_correction_kl:
             kl = kl * torch.exp(log_w)
         per_token = per_token + opts.beta * kl
-    loss = (per_token * weights.to(logp.dtype)).sum()
+    return Terms(per_token.expand_as(logp), kl, coef_1, phi)
 
-    # The metrics (detached): masked token means, or means over sequences for (b, 1) values.
+
+def clip_flags(coef_1: torch.Tensor, advantages: torch.Tensor, opts: GRPOOptions):
+    """TRL's clipping indicators ``(low, high, region)`` (bool, ``coef_1``'s shape), or None for
+    the loss types that log none (sapo, vespo); cispo's is ``high = region``, ``low`` all False."""
+    adv = advantages.to(coef_1.dtype)[:, None]
+    if opts.loss_type in CLIPPED:
+        low = (coef_1 < 1 - opts.epsilon_low) & (adv < 0)
+        high = (coef_1 > 1 + opts.epsilon_high) & (adv > 0)
+        return low, high, low | high
+    if opts.loss_type == "cispo":
+        high = (coef_1 > opts.epsilon_high) & (adv > 0)
+        return torch.zeros_like(high), high, high
+    return None
+
+
+def chunk_objective(
+    logp: torch.Tensor,
+    mask: torch.Tensor,
+    advantages: torch.Tensor,
+    ref: torch.Tensor | None,
+    old: torch.Tensor | None,
+    vllm_is_ratio: torch.Tensor | None,
+    weights: torch.Tensor,
+    metric_token_weights: torch.Tensor,
+    metric_sequence_weight: float,
+    opts: GRPOOptions,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Whole sequences' share of the loss (differentiable in ``logp``, (b, T)) and of the
+    metrics (a detached ``(5,)`` tensor), TRL's formulas; every other tensor is those sequences'
+    rows of the batch's (``weights``, ``metric_token_weights`` from `token_weights`)."""
+    terms = grpo_terms(logp, mask, advantages, ref, old, vllm_is_ratio, opts)
+    loss = (terms.per_token * weights.to(logp.dtype)).sum()
     with torch.no_grad():
-        tw = metric_token_weights.to(logp.dtype)
-
-        def mean(x: torch.Tensor) -> torch.Tensor:
-            x = x.to(logp.dtype)
-            return x.sum() * metric_sequence_weight if x.shape[-1] == 1 and m.shape[-1] != 1 else (x * tw).sum()
-
-        kl_m = mean(kl) if kl is not None else zero
-        low = high = region = phi_m = zero
-        if opts.loss_type in CLIPPED:
-            is_low = (coef_1 < 1 - opts.epsilon_low) & (adv < 0)
-            is_high = (coef_1 > 1 + opts.epsilon_high) & (adv > 0)
-            low, high, region = mean(is_low), mean(is_high), mean(is_low | is_high)
-        elif opts.loss_type == "cispo":
-            high = region = mean((coef_1 > opts.epsilon_high) & (adv > 0))
-        elif opts.loss_type == "vespo":
-            phi_m = phi.sum() * metric_sequence_weight
-        metrics = torch.stack([kl_m, low, high, region, phi_m])
+        metrics = metric_sums(terms, advantages, metric_token_weights, metric_sequence_weight, opts)
     return loss, metrics
+
+
+def metric_sums(terms: Terms, advantages, metric_token_weights, metric_sequence_weight, opts) -> torch.Tensor:
+    """The ``METRICS`` shares of these sequences: TRL's ``global_masked_mean`` (a (b, 1) value is
+    one per sequence: averaged over sequences; a (b, T) one over the masked tokens)."""
+    tw = metric_token_weights.to(terms.per_token.dtype)
+    zero = torch.zeros((), dtype=tw.dtype, device=tw.device)
+
+    def mean(x: torch.Tensor) -> torch.Tensor:
+        x = x.to(tw.dtype)
+        return x.sum() * metric_sequence_weight if x.shape[-1] == 1 else (x * tw).sum()
+
+    kl = zero if terms.kl is None else mean(terms.kl)
+    flags = clip_flags(terms.coef_1, advantages, opts)
+    low, high, region = (zero, zero, zero) if flags is None else (mean(f) for f in flags)
+    phi = zero if terms.phi is None else terms.phi.sum() * metric_sequence_weight
+    return torch.stack([kl, low, high, region, phi])
 
 
 def _gamma_weights(adv, log_ratio, m, ratio, opts: GRPOOptions) -> torch.Tensor:
