@@ -21,6 +21,7 @@ KERNEL_PREFIX = {
     "fused_linear_jsd": "jsd",
     "vocab_parallel_cross_entropy": "cross_entropy",
     "fused_linear_grpo": "cross_entropy",
+    "grpo_loss": "cross_entropy",
 }
 
 

@@ -302,4 +302,41 @@ def liger_fused_linear_grpo(
     )  # fmt: skip
 
 
+def liger_grpo_loss(
+    logits: torch.Tensor,
+    old_logp: torch.Tensor | None,
+    ref_logp: torch.Tensor | None,
+    completion_ids: torch.Tensor,
+    advantages: torch.Tensor,
+    completion_mask: torch.Tensor | None = None,
+    temperature: float = 0.9,
+    beta: float = 0.04,
+    eps_low: float = 0.2,
+    eps_high: float = 0.4,
+    in_place: bool = False,
+    loss_type: str = "dapo",
+    max_completion_length: int | None = None,
+    importance_sampling_level: str = "token",
+    reduce: bool = False,
+    sapo_temperature_pos: float = 1.0,
+    sapo_temperature_neg: float = 1.05,
+    vllm_is_ratio: torch.Tensor | None = None,
+    delta: float | None = None,
+    use_bias_correction_kl: bool = False,
+    num_items_in_batch: float | None = None,
+    vespo_k_pos: float = 2.0,
+    vespo_lambda_pos: float = 3.0,
+    vespo_k_neg: float = 3.0,
+    vespo_lambda_neg: float = 2.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The GRPO loss from logits (liger-kernel's ``triton_grpo_loss``); see
+    `liger_core.ops.grpo_loss.grpo_loss`."""
+    return resolve("grpo_loss", logits.device)(
+        logits, old_logp, ref_logp, completion_ids, advantages, completion_mask, temperature, beta, eps_low,
+        eps_high, in_place, loss_type, max_completion_length, importance_sampling_level, reduce,
+        sapo_temperature_pos, sapo_temperature_neg, vllm_is_ratio, delta, use_bias_correction_kl, num_items_in_batch,
+        vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg,
+    )  # fmt: skip
+
+
 __all__ = sorted(name for name in dir() if name.startswith("liger_"))

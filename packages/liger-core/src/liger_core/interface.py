@@ -21,6 +21,7 @@ from liger_core.ops import (
     fused_linear_jsd,
     geglu,
     group_norm,
+    grpo_loss,
     jsd,
     kl_div,
     layer_norm,
@@ -68,6 +69,7 @@ CATALOGUE: dict[str, Op] = {
         vocab_parallel_cross_entropy.OP,
         # 1.6: GRPO and distillation losses.
         fused_linear_grpo.OP,
+        grpo_loss.OP,
     )
 }
 

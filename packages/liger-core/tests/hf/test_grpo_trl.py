@@ -211,3 +211,72 @@ def test_module_returns_liger_kernels_layout():
         module(x, w, ids, mask, adv, ref_input=x, ref_weight=w)
     with pytest.raises(ValueError, match="loss_type must be one of"):
         LigerFusedLinearGRPOLoss(loss_type="ppo")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "grpo_sequence_bias_corrected_kl",
+        "bnpo_delta",
+        "dapo_vllm_token_no_kl",
+        "cispo_vllm_sequence",
+        "sapo",
+        "luspo_token",
+        "vespo_vllm_token",
+    ],
+)
+def test_grpo_loss_from_logits_matches_trl(case):
+    """`grpo_loss` (liger-kernel's ``triton_grpo_loss``, reduce=True) against TRL on the same logits."""
+    trainer_cls = _trl_trainer_class()
+    cfg = {**DEFAULTS, **CASES[case]}
+    _, _, _, ids, mask, adv, old, ref, ratio = _batch(11, cfg["vllm"], False)
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(B, T + 1, V, generator=g) * 2
+    temperature = 0.9
+    # Old and reference log-probabilities near these logits' own (some ratios outside the clip range).
+    with torch.no_grad():
+        own = torch.log_softmax(logits[:, :-1] / temperature, -1).gather(-1, ids[..., None]).squeeze(-1)
+    old, ref = own + 0.25 * torch.randn(B, T, generator=g), own + 0.25 * torch.randn(B, T, generator=g)
+    lt = logits.clone().requires_grad_()
+
+    def logps():
+        logp_all = torch.log_softmax(lt[:, :-1] / temperature, -1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        return logp_all.gather(-1, ids[..., None]).squeeze(-1), entropy.detach(), None
+
+    stand_in = _StandIn(trainer_cls, cfg, logps)
+    inputs = {
+        "prompt_ids": torch.zeros(B, 0, dtype=torch.long),
+        "prompt_mask": torch.zeros(B, 0, dtype=torch.long),
+        "completion_ids": ids,
+        "completion_mask": mask,
+        "advantages": adv,
+        "num_items_in_batch": mask.sum(),
+        "ref_per_token_logps": ref,
+        "old_per_token_logps": old,
+    }
+    if ratio is not None:
+        inputs["importance_sampling_ratio"] = ratio
+    trl_loss = trainer_cls._compute_loss(stand_in, None, inputs)
+    trl_loss.backward()
+    logged = {k: v[-1] for k, v in stand_in._metrics["train"].items()}
+
+    lo = logits.clone().requires_grad_()
+    loss, kl, clip_ratio = F.liger_grpo_loss(
+        lo, old, ref, ids, adv, mask, temperature, cfg["beta"], cfg["epsilon_low"], cfg["epsilon_high"],
+        loss_type=cfg["loss_type"], max_completion_length=cfg["max_completion_length"],
+        importance_sampling_level=cfg["importance_sampling_level"], reduce=True,
+        sapo_temperature_pos=cfg["sapo_temperature_pos"], sapo_temperature_neg=cfg["sapo_temperature_neg"],
+        vllm_is_ratio=ratio, delta=cfg["delta"], use_bias_correction_kl=cfg["use_bias_correction_kl"],
+        num_items_in_batch=float(mask.sum()), vespo_k_pos=cfg["vespo_k_pos"], vespo_lambda_pos=cfg["vespo_lambda_pos"],
+        vespo_k_neg=cfg["vespo_k_neg"], vespo_lambda_neg=cfg["vespo_lambda_neg"],
+    )  # fmt: skip
+    loss.backward()
+    torch.testing.assert_close(loss, trl_loss.detach(), **TOL)
+    torch.testing.assert_close(lo.grad, lt.grad, **TOL)
+    assert float(lo.grad[:, -1].abs().max()) == 0.0
+    if cfg["beta"] != 0:
+        assert float(kl) == pytest.approx(logged["kl"], rel=1e-5, abs=1e-6)
+    region = logged.get("clip_ratio/region_mean", logged.get("cispo_clip_ratio"))
+    if region is not None:
+        assert float(clip_ratio) == pytest.approx(region, abs=1e-5)

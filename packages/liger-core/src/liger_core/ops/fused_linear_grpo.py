@@ -252,8 +252,46 @@ def check_args(
     for name, t in (("ref_per_token_logps", ref_per_token_logps), ("old_per_token_logps", old_per_token_logps)):
         if t is not None:
             _check_float(op, name, t, (b, n), input.device)
-    if vllm_is_ratio is not None and not _vllm_ok(vllm_is_ratio, b, n, input.device):
-        _check_float(op, "vllm_is_ratio", vllm_is_ratio, None, input.device)
+    check_options(
+        op, b, n, input.device, ref_per_token_logps, vllm_is_ratio, num_items_in_batch, beta, epsilon_low,
+        epsilon_high, loss_type, importance_sampling_level, sapo_temperature_pos, sapo_temperature_neg, temperature,
+        delta, use_bias_correction_kl, vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg,
+    )  # fmt: skip
+    if loss_type == "dr_grpo" and (type(max_completion_length) is not int or max_completion_length <= 0):
+        raise ValueError(
+            f"{op}: max_completion_length must be an int > 0 for loss_type 'dr_grpo'; got {max_completion_length!r}"
+        )
+
+
+def check_options(
+    op,
+    b,
+    n,
+    device,
+    ref,
+    vllm_is_ratio,
+    num_items_in_batch,
+    beta,
+    epsilon_low,
+    epsilon_high,
+    loss_type,
+    importance_sampling_level,
+    sapo_temperature_pos,
+    sapo_temperature_neg,
+    temperature,
+    delta,
+    use_bias_correction_kl,
+    vespo_k_pos,
+    vespo_lambda_pos,
+    vespo_k_neg,
+    vespo_lambda_neg,
+    names=("ref_per_token_logps", "epsilon_low", "epsilon_high"),
+) -> None:
+    """The slow-path checks of the loss options (shared with `grpo_loss`, whose ``names`` for the
+    reference log-probabilities and the clipping range differ)."""
+    ref_name, low_name, high_name = names
+    if vllm_is_ratio is not None and not _vllm_ok(vllm_is_ratio, b, n, device):
+        _check_float(op, "vllm_is_ratio", vllm_is_ratio, None, device)
         raise ValueError(
             f"{op}: vllm_is_ratio must have shape ({b}, {n}), ({b}, 1) or ({b},); got {tuple(vllm_is_ratio.shape)}"
         )
@@ -265,17 +303,13 @@ def check_args(
             f"got {importance_sampling_level!r}"
         )
     for name, v in (
-        ("beta", beta), ("epsilon_low", epsilon_low), ("epsilon_high", epsilon_high), ("vespo_k_pos", vespo_k_pos),
+        ("beta", beta), (low_name, epsilon_low), (high_name, epsilon_high), ("vespo_k_pos", vespo_k_pos),
         ("vespo_lambda_pos", vespo_lambda_pos), ("vespo_k_neg", vespo_k_neg), ("vespo_lambda_neg", vespo_lambda_neg),
     ):  # fmt: skip
         if type(v) not in (int, float):
             raise TypeError(f"{op}: {name} must be a number; got {v!r}")
-    if beta != 0 and ref_per_token_logps is None:
-        raise ValueError(f"{op}: ref_per_token_logps is required when beta != 0; got beta={beta} and None")
-    if loss_type == "dr_grpo" and (type(max_completion_length) is not int or max_completion_length <= 0):
-        raise ValueError(
-            f"{op}: max_completion_length must be an int > 0 for loss_type 'dr_grpo'; got {max_completion_length!r}"
-        )
+    if beta != 0 and ref is None:
+        raise ValueError(f"{op}: {ref_name} is required when beta != 0; got beta={beta} and None")
     for name, v in (
         ("temperature", temperature),
         ("sapo_temperature_pos", sapo_temperature_pos),
@@ -299,45 +333,43 @@ def _dtype(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
-def _check_index(op, name, t, shape, device) -> None:
+def _check_index(op, name, t, shape, device, what="input") -> None:
     if not isinstance(t, torch.Tensor) or t.dtype not in L.INDEX_DTYPES:
         got = _dtype(t) if isinstance(t, torch.Tensor) else type(t).__name__
         raise TypeError(f"{op}: {name} must be an integer tensor; got {got}")
-    _check_place(op, name, t, shape, device)
+    _check_place(op, name, t, shape, device, what)
 
 
-def _check_mask(op, t, shape, device) -> None:
-    name = "attention_mask"
+def _check_mask(op, t, shape, device, what="input", name="attention_mask") -> None:
     if not isinstance(t, torch.Tensor) or t.dtype not in MASK_DTYPES:
         got = _dtype(t) if isinstance(t, torch.Tensor) else type(t).__name__
         raise TypeError(f"{op}: {name} must be a bool, integer or floating tensor; got {got}")
-    _check_place(op, name, t, shape, device)
+    _check_place(op, name, t, shape, device, what)
 
 
-def _check_float(op, name, t, shape, device) -> None:
+def _check_float(op, name, t, shape, device, what="input") -> None:
     if not L.is_float(t):
         got = _dtype(t) if isinstance(t, torch.Tensor) else type(t).__name__
         raise TypeError(f"{op}: {name} must have dtype float32, bfloat16 or float16; got {got}")
     if shape is not None:
-        _check_place(op, name, t, shape, device)
+        _check_place(op, name, t, shape, device, what)
 
 
-def _check_place(op, name, t, shape, device) -> None:
+def _check_place(op, name, t, shape, device, what="input") -> None:
     if tuple(t.shape) != tuple(shape):
         want = "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
-        raise ValueError(f"{op}: {name} must have shape {want} to match input; got {tuple(t.shape)}")
+        raise ValueError(f"{op}: {name} must have shape {want} to match {what}; got {tuple(t.shape)}")
     if t.device != device:
-        raise ValueError(f"{op}: all tensors must be on one device; input is on {device} but {name} is on {t.device}")
+        raise ValueError(f"{op}: all tensors must be on one device; {what} is on {device} but {name} is on {t.device}")
 
 
-def check_token_ids(selected_token_ids: torch.Tensor, vocab: int) -> None:
+def check_token_ids(ids: torch.Tensor, vocab: int, op: str = OP_NAME, name: str = "selected_token_ids") -> None:
     """Every id in ``[0, vocab)``, else a ValueError naming the first one (one device read)."""
-    ids = selected_token_ids
     bad_ids = (ids < 0) | (ids >= vocab)
     n_bad = int(bad_ids.sum())
     if n_bad:
         first = int(ids[bad_ids][0])
-        raise ValueError(f"{OP_NAME}: selected_token_ids must be in [0, {vocab}); {n_bad} are not (first: {first})")
+        raise ValueError(f"{op}: {name} must be in [0, {vocab}); {n_bad} are not (first: {first})")
 
 
 # -- the loss on per-token log-probabilities (shared by the reference and every backend) ------------
