@@ -22,6 +22,7 @@ KERNEL_PREFIX = {
     "vocab_parallel_cross_entropy": "cross_entropy",
     "fused_linear_grpo": "cross_entropy",
     "grpo_loss": "cross_entropy",
+    "fused_linear_kl_div": "kl_div",
 }
 
 

@@ -339,4 +339,21 @@ def liger_grpo_loss(
     )  # fmt: skip
 
 
+def liger_fused_linear_kl_div(
+    student_input: torch.Tensor,
+    student_weight: torch.Tensor,
+    target: torch.Tensor,
+    shift_labels: torch.Tensor | None = None,
+    reduction: str = "batchmean",
+    ignore_index: int = -100,
+    temperature: float = 1.0,
+    eps: float = 1e-10,
+) -> torch.Tensor:
+    """The student's lm_head + KL from a target distribution without the logits; see
+    `liger_core.ops.fused_linear_kl_div.fused_linear_kl_div`."""
+    return resolve("fused_linear_kl_div", student_input.device)(
+        student_input, student_weight, target, shift_labels, reduction, ignore_index, temperature, eps
+    )
+
+
 __all__ = sorted(name for name in dir() if name.startswith("liger_"))

@@ -19,6 +19,7 @@ from liger_core.ops import (
     fused_linear_cross_entropy,
     fused_linear_grpo,
     fused_linear_jsd,
+    fused_linear_kl_div,
     geglu,
     group_norm,
     grpo_loss,
@@ -70,6 +71,7 @@ CATALOGUE: dict[str, Op] = {
         # 1.6: GRPO and distillation losses.
         fused_linear_grpo.OP,
         grpo_loss.OP,
+        fused_linear_kl_div.OP,
     )
 }
 

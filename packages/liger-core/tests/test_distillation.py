@@ -1,0 +1,34 @@
+"""The distillation losses against torch's own: `fused_linear_kl_div` is torch.nn.KLDivLoss of the
+student's temperature-scaled log-softmax (liger-kernel's LigerFusedLinearKLDivLoss semantics)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from liger_core.functional import liger_fused_linear_kl_div
+from liger_core.nn import LigerFusedLinearKLDivLoss
+
+
+@pytest.mark.parametrize("reduction", ["batchmean", "mean", "sum"])
+def test_fused_linear_kl_div_is_torch_kl_div(reduction):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(30, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    q = torch.softmax(torch.randn(6, 30, generator=g, dtype=torch.float64), -1)
+    q[0, :5] = 0.0
+    got = liger_fused_linear_kl_div(x.float(), w.float(), q.float(), None, reduction, -100, 1.5)
+    want = F.kl_div(torch.log_softmax(x @ w.t() / 1.5, -1), q, reduction=reduction)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_ignored_rows_count_for_nothing():
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(5, 8, generator=g), torch.randn(20, 8, generator=g)
+    q = torch.softmax(torch.randn(5, 20, generator=g), -1)
+    labels = torch.tensor([3, -100, 4, -100, 7])
+    keep = labels != -100
+    got = LigerFusedLinearKLDivLoss()(x, w, q, labels)
+    want = F.kl_div(torch.log_softmax(x[keep] @ w.t(), -1), q[keep], reduction="batchmean")
+    torch.testing.assert_close(got, want)
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        LigerFusedLinearKLDivLoss(reduction="none")
