@@ -16,6 +16,7 @@ from liger_core.ops import (
     cross_entropy,
     dyt,
     fused_add_rms_norm,
+    fused_linear_cosine_similarity,
     fused_linear_cross_entropy,
     fused_linear_grpo,
     fused_linear_jsd,
@@ -72,6 +73,7 @@ CATALOGUE: dict[str, Op] = {
         fused_linear_grpo.OP,
         grpo_loss.OP,
         fused_linear_kl_div.OP,
+        fused_linear_cosine_similarity.OP,
     )
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from liger_core.functional import liger_fused_linear_kl_div
+from liger_core.functional import liger_fused_linear_cosine_similarity, liger_fused_linear_kl_div
 from liger_core.ops import _losses as L
 from liger_core.ops import fused_linear_kl_div as KL
 
@@ -55,3 +55,52 @@ class LigerFusedLinearKLDivLoss(nn.Module):
             f"reduction={self.reduction}, ignore_index={self.ignore_index}, temperature={self.temperature}, "
             f"eps={self.eps}"
         )
+
+
+class LigerFusedLinearCosineSimilarityLoss(nn.Module):
+    """Student and teacher lm_heads + cosine-similarity distillation with a hard cross-entropy term
+    (`liger_core.ops.fused_linear_cosine_similarity`), liger-kernel 0.8.5's module:
+    ``forward(student_input, student_weight, teacher_input, teacher_weight, true_labels,
+    student_bias=None, teacher_bias=None)`` returns the loss, or ``(loss, soft_loss, hard_loss)``
+    with ``return_soft_hard_loss``. ``compiled`` and ``chunk_size`` are accepted and do nothing
+    (the backend chunks by its memory budget, without torch.compile).
+    """
+
+    def __init__(
+        self,
+        weight_hard_loss: float = 0.5,
+        weight_soft_loss: float = 0.5,
+        beta: float = 0.5,
+        ignore_index: int = -100,
+        temperature: float = 1.0,
+        compiled: bool = True,
+        chunk_size: int = 1024,
+        return_soft_hard_loss: bool = False,
+    ) -> None:
+        super().__init__()
+        if temperature == 0:
+            raise ValueError(f"{type(self).__name__}: temperature must be a nonzero number; got 0")
+        self.weight_hard_loss = weight_hard_loss
+        self.weight_soft_loss = weight_soft_loss
+        self.beta = beta
+        self.ignore_index = ignore_index
+        self.temperature = temperature
+        self.compiled = compiled
+        self.chunk_size = chunk_size
+        self.return_soft_hard_loss = return_soft_hard_loss
+
+    def forward(
+        self,
+        student_input: torch.Tensor,
+        student_weight: torch.Tensor,
+        teacher_input: torch.Tensor,
+        teacher_weight: torch.Tensor,
+        true_labels: torch.Tensor,
+        student_bias: torch.Tensor | None = None,
+        teacher_bias: torch.Tensor | None = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        loss, soft, hard = liger_fused_linear_cosine_similarity(
+            student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias, teacher_bias,
+            self.weight_hard_loss, self.weight_soft_loss, self.beta, self.ignore_index, self.temperature,
+        )  # fmt: skip
+        return (loss, soft, hard) if self.return_soft_hard_loss else loss
