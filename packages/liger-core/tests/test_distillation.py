@@ -32,3 +32,24 @@ def test_ignored_rows_count_for_nothing():
     torch.testing.assert_close(got, want)
     with pytest.raises(ValueError, match="reduction must be one of"):
         LigerFusedLinearKLDivLoss(reduction="none")
+
+
+def test_cosine_similarity_terms_as_liger_kernel_defines_them():
+    """The hard term is cross-entropy of the logits before the temperature; the soft term the
+    cosine of the tempered, normalised logits; both over the counted rows."""
+    from liger_core.nn import LigerFusedLinearCosineSimilarityLoss
+
+    g = torch.Generator().manual_seed(2)
+    xs, ws = torch.randn(7, 8, generator=g), torch.randn(25, 8, generator=g)
+    xt, wt = torch.randn(7, 6, generator=g), torch.randn(25, 6, generator=g)
+    labels = torch.tensor([1, -100, 3, 4, -100, 9, 24])
+    keep = labels != -100
+    module = LigerFusedLinearCosineSimilarityLoss(weight_hard_loss=0.3, weight_soft_loss=0.7, beta=0.4,
+                                                  temperature=2.0, return_soft_hard_loss=True)  # fmt: skip
+    loss, soft, hard = module(xs, ws, xt, wt, labels)
+    s, t = xs @ ws.t(), xt @ wt.t()
+    want_hard = F.cross_entropy(s[keep], labels[keep], reduction="sum") / keep.sum()
+    want_soft = (0.4 * (1 - F.cosine_similarity(s[keep] / 2.0, t[keep] / 2.0, dim=-1))).sum() / keep.sum()
+    torch.testing.assert_close(hard, want_hard)
+    torch.testing.assert_close(soft, want_soft)
+    torch.testing.assert_close(loss, 0.3 * want_hard + 0.7 * want_soft)

@@ -23,6 +23,7 @@ KERNEL_PREFIX = {
     "fused_linear_grpo": "cross_entropy",
     "grpo_loss": "cross_entropy",
     "fused_linear_kl_div": "kl_div",
+    "fused_linear_cosine_similarity": "cross_entropy",
 }
 
 

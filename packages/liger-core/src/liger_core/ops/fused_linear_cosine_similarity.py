@@ -195,6 +195,23 @@ def math(
     return loss, soft.detach(), hard.detach()
 
 
+def cosine_rows(s: torch.Tensor, t: torch.Tensor, temperature: float, coef: torch.Tensor | None):
+    """For the backends, on float32 chunks of logits: per row ``1 - cos(normalize(s / T),
+    normalize(t / T))``; with ``coef`` (per row), also ``coef * d(1 - cos)/ds`` written over ``t``:
+    with ``u = s / T`` and ``û``, ``t̂`` the normalised rows, ``d(1 - cos)/ds = -(t̂ - cos * û) /
+    (T * |u|)``."""
+    s_len = torch.linalg.vector_norm(s, dim=-1) / abs(temperature)
+    t_len = torch.linalg.vector_norm(t, dim=-1) / abs(temperature)
+    s_scale = 1.0 / (temperature * s_len.clamp_min(NORM_EPS))  # û = s * s_scale
+    t_scale = 1.0 / (temperature * t_len.clamp_min(NORM_EPS))
+    u_len, v_len = s_len * s_scale.abs() * abs(temperature), t_len * t_scale.abs() * abs(temperature)
+    cos = (s * t).sum(-1) * s_scale * t_scale / (u_len * v_len).clamp_min(COSINE_EPS)
+    if coef is not None:
+        g = -coef / (temperature * s_len.clamp_min(NORM_EPS))
+        t.mul_((t_scale * g)[:, None]).sub_(s * (cos * s_scale * g)[:, None])
+    return 1.0 - cos
+
+
 # -- declaration ---------------------------------------------------------------------------------
 
 
