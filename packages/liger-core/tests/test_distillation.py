@@ -53,3 +53,38 @@ def test_cosine_similarity_terms_as_liger_kernel_defines_them():
     torch.testing.assert_close(hard, want_hard)
     torch.testing.assert_close(soft, want_soft)
     torch.testing.assert_close(loss, 0.3 * want_hard + 0.7 * want_soft)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.3, 1.0])
+def test_jsd_loss_terms_as_liger_kernel_defines_them(beta):
+    """Hard: cross-entropy before the temperature; soft: the beta-weighted KLs from the mixture
+    (torch's kl_div with log targets, as liger-kernel writes it), over the counted rows."""
+    import math
+
+    from liger_core.nn import LigerFusedLinearJSDLoss
+
+    g = torch.Generator().manual_seed(4)
+    xs, ws = torch.randn(7, 8, generator=g), torch.randn(25, 8, generator=g)
+    xt, wt = torch.randn(7, 6, generator=g), torch.randn(25, 6, generator=g)
+    bs, bt = torch.randn(25, generator=g), torch.randn(25, generator=g)
+    labels = torch.tensor([1, -100, 3, 4, -100, 9, 24])
+    keep = labels != -100
+    module = LigerFusedLinearJSDLoss(weight_hard_loss=0.3, weight_soft_loss=0.7, beta=beta, temperature=1.7,
+                                     return_soft_hard_loss=True)  # fmt: skip
+    loss, soft, hard = module(xs, ws, xt, wt, labels, bs, bt)
+    s, t = xs @ ws.t() + bs, xt @ wt.t() + bt
+    want_hard = F.cross_entropy(s[keep], labels[keep], reduction="sum") / keep.sum()
+    sp, tp = torch.log_softmax(s[keep] / 1.7, -1), torch.log_softmax(t[keep] / 1.7, -1)
+    if beta == 0:
+        rows = F.kl_div(sp, tp, reduction="none", log_target=True)
+    elif beta == 1:
+        rows = F.kl_div(tp, sp, reduction="none", log_target=True)
+    else:
+        m = torch.logsumexp(torch.stack([sp + math.log(1 - beta), tp + math.log(beta)]), 0)
+        rows = beta * F.kl_div(m, tp, reduction="none", log_target=True) + (1 - beta) * F.kl_div(
+            m, sp, reduction="none", log_target=True
+        )
+    want_soft = rows.sum() / keep.sum()
+    torch.testing.assert_close(hard, want_hard)
+    torch.testing.assert_close(soft, want_soft)
+    torch.testing.assert_close(loss, 0.3 * want_hard + 0.7 * want_soft)

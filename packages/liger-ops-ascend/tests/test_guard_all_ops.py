@@ -24,6 +24,8 @@ KERNEL_PREFIX = {
     "grpo_loss": "cross_entropy",
     "fused_linear_kl_div": "kl_div",
     "fused_linear_cosine_similarity": "cross_entropy",
+    # Two ops' kernels (str.startswith takes a tuple of prefixes).
+    "fused_linear_jsd_loss": ("jsd", "cross_entropy"),
 }
 
 

@@ -378,4 +378,26 @@ def liger_fused_linear_cosine_similarity(
     )  # fmt: skip
 
 
+def liger_fused_linear_jsd_loss(
+    student_input: torch.Tensor,
+    student_weight: torch.Tensor,
+    teacher_input: torch.Tensor,
+    teacher_weight: torch.Tensor,
+    true_labels: torch.Tensor,
+    student_bias: torch.Tensor | None = None,
+    teacher_bias: torch.Tensor | None = None,
+    weight_hard_loss: float = 0.5,
+    weight_soft_loss: float = 0.5,
+    beta: float = 0.5,
+    ignore_index: int = -100,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """lm_heads + JSD distillation with a hard cross-entropy term, without the logits: ``(loss,
+    soft_loss, hard_loss)``; see `liger_core.ops.fused_linear_jsd_loss`."""
+    return resolve("fused_linear_jsd_loss", student_input.device)(
+        student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias, teacher_bias,
+        weight_hard_loss, weight_soft_loss, beta, ignore_index, temperature,
+    )  # fmt: skip
+
+
 __all__ = sorted(name for name in dir() if name.startswith("liger_"))

@@ -20,6 +20,7 @@ from liger_core.ops import (
     fused_linear_cross_entropy,
     fused_linear_grpo,
     fused_linear_jsd,
+    fused_linear_jsd_loss,
     fused_linear_kl_div,
     geglu,
     group_norm,
@@ -74,6 +75,7 @@ CATALOGUE: dict[str, Op] = {
         grpo_loss.OP,
         fused_linear_kl_div.OP,
         fused_linear_cosine_similarity.OP,
+        fused_linear_jsd_loss.OP,
     )
 }
 

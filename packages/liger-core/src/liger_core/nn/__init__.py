@@ -1,7 +1,11 @@
 """Drop-in `torch.nn.Module`s over the functional API."""
 
 from liger_core.nn.activation import LigerReLUSquared
-from liger_core.nn.distillation import LigerFusedLinearCosineSimilarityLoss, LigerFusedLinearKLDivLoss
+from liger_core.nn.distillation import (
+    LigerFusedLinearCosineSimilarityLoss,
+    LigerFusedLinearJSDLoss,
+    LigerFusedLinearKLDivLoss,
+)
 from liger_core.nn.dyt import LigerDyT
 from liger_core.nn.group_norm import LigerGroupNorm
 from liger_core.nn.grpo import LigerFusedLinearGRPOLoss

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
-from liger_core.functional import liger_fused_linear_cosine_similarity, liger_fused_linear_kl_div
+from liger_core.functional import (
+    liger_fused_linear_cosine_similarity,
+    liger_fused_linear_jsd_loss,
+    liger_fused_linear_kl_div,
+)
 from liger_core.ops import _losses as L
 from liger_core.ops import fused_linear_kl_div as KL
 
@@ -57,14 +63,12 @@ class LigerFusedLinearKLDivLoss(nn.Module):
         )
 
 
-class LigerFusedLinearCosineSimilarityLoss(nn.Module):
-    """Student and teacher lm_heads + cosine-similarity distillation with a hard cross-entropy term
-    (`liger_core.ops.fused_linear_cosine_similarity`), liger-kernel 0.8.5's module:
-    ``forward(student_input, student_weight, teacher_input, teacher_weight, true_labels,
-    student_bias=None, teacher_bias=None)`` returns the loss, or ``(loss, soft_loss, hard_loss)``
-    with ``return_soft_hard_loss``. ``compiled`` and ``chunk_size`` are accepted and do nothing
-    (the backend chunks by its memory budget, without torch.compile).
-    """
+class _ChunkedDistillationLoss(nn.Module):
+    """liger-kernel's chunked distillation modules' constructor and ``forward`` (``_loss`` says
+    which op); ``compiled`` and ``chunk_size`` are accepted and do nothing (the backend chunks by
+    its memory budget, without torch.compile)."""
+
+    _loss: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
     def __init__(
         self,
@@ -99,8 +103,27 @@ class LigerFusedLinearCosineSimilarityLoss(nn.Module):
         student_bias: torch.Tensor | None = None,
         teacher_bias: torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        loss, soft, hard = liger_fused_linear_cosine_similarity(
+        loss, soft, hard = self._loss(
             student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias, teacher_bias,
             self.weight_hard_loss, self.weight_soft_loss, self.beta, self.ignore_index, self.temperature,
         )  # fmt: skip
         return (loss, soft, hard) if self.return_soft_hard_loss else loss
+
+
+class LigerFusedLinearJSDLoss(_ChunkedDistillationLoss):
+    """Student and teacher lm_heads + generalised JSD at a temperature with a hard cross-entropy
+    term (`liger_core.ops.fused_linear_jsd_loss`), liger-kernel 0.8.5's chunked module: returns the
+    loss, or ``(loss, soft_loss, hard_loss)`` with ``return_soft_hard_loss``."""
+
+    _loss = staticmethod(liger_fused_linear_jsd_loss)
+
+
+class LigerFusedLinearCosineSimilarityLoss(_ChunkedDistillationLoss):
+    """Student and teacher lm_heads + cosine-similarity distillation with a hard cross-entropy term
+    (`liger_core.ops.fused_linear_cosine_similarity`), liger-kernel 0.8.5's module:
+    ``forward(student_input, student_weight, teacher_input, teacher_weight, true_labels,
+    student_bias=None, teacher_bias=None)`` returns the loss, or ``(loss, soft_loss, hard_loss)``
+    with ``return_soft_hard_loss``.
+    """
+
+    _loss = staticmethod(liger_fused_linear_cosine_similarity)

@@ -84,6 +84,18 @@ def check_args(
 ) -> None:
     """Raise a clear error for arguments outside the contract (one cheap predicate first; the
     labels' range is `_losses.label_stats`, one device read)."""
+    check_distillation_args(
+        OP_NAME, student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias,
+        teacher_bias, weight_hard_loss, weight_soft_loss, beta, ignore_index, temperature,
+    )  # fmt: skip
+
+
+def check_distillation_args(
+    op, student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias, teacher_bias,
+    weight_hard_loss, weight_soft_loss, beta, ignore_index, temperature,
+) -> None:  # fmt: skip
+    """The checks of liger-kernel's chunked distillation losses' arguments (this op's and
+    `fused_linear_jsd_loss`'s), under ``op``'s name."""
     try:
         dev = student_input.device
         vocab = student_weight.shape[0]
@@ -112,7 +124,6 @@ def check_args(
             return
     except (AttributeError, TypeError):
         pass
-    op = OP_NAME
     L.check_matrix(op, "student_input", student_input, "(tokens, hidden)")
     L.check_matrix(op, "student_weight", student_weight, "(vocab, hidden)")
     L.check_matrix(op, "teacher_input", teacher_input, "(tokens, teacher_hidden)")
