@@ -626,13 +626,9 @@ def args(
         lengths[0] = n
     mask = (torch.arange(n)[None, :] < lengths[:, None]).long()
     adv = S.normal((b,), g)
-    xd = x.to(dtype).double()
-    logp = per_token_logps(xd, w.to(dtype).double(), ids, None if bvec is None else bvec.to(dtype).double(), 1.0)
-    temperature = options.get("temperature", 1.0)
-    if temperature != 1.0 or bvec is not None:
-        logp = per_token_logps(
-            xd, w.to(dtype).double(), ids, None if bvec is None else bvec.to(dtype).double(), temperature
-        )
+    # The policy's own log-probabilities, of the inputs as the op sees them (rounded to dtype).
+    b64 = None if bvec is None else bvec.to(dtype).double()
+    logp = per_token_logps(x.to(dtype).double(), w.to(dtype).double(), ids, b64, options.get("temperature", 1.0))
     old_lp = (logp + S.normal((b, n), g, spread).double()).float() if old else None
     ref_lp = (logp + S.normal((b, n), g, spread).double()).float() if ref else None
     ratio = None
@@ -691,14 +687,10 @@ def _scales(a, upstream):
     """The atol scales: the gradients are sums of ``dlogp * (onehot - softmax) / T`` terms
     times the other operand; bound them by the terms' magnitudes."""
     x, w, bias = a["input"], a["weight"], a["bias"]
+    logits = x @ w.t() + (0 if bias is None else bias)
+    logp_all = torch.log_softmax(logits / a["temperature"], -1)
     with torch.enable_grad():
-        x_ = x.detach()
-        logits = x_ @ w.t() + (0 if bias is None else bias)
-        logp_all = torch.log_softmax(logits / a["temperature"], -1)
-        lp = logp_all.gather(-1, a["selected_token_ids"].long().unsqueeze(-1)).squeeze(-1).detach().requires_grad_()
-        names = list(a)
-        vals = [a[k] for k in names]
-        vals[0] = x_
+        lp = logp_all.gather(-1, a["selected_token_ids"].long().unsqueeze(-1)).squeeze(-1).requires_grad_()
         loss, _ = _objective_from_logps(lp, a)
         (d,) = torch.autograd.grad(loss, lp)
     up = upstream.get("loss")
