@@ -36,6 +36,14 @@ FAMILIES = {
     "softmax": ("softmax", "sparsemax"),
     "cross_entropy": ("cross_entropy", "fused_linear_cross_entropy", "vocab_parallel_cross_entropy"),
     "divergence": ("kl_div", "jsd", "tvd", "fused_linear_jsd"),
+    # 1.6: the GRPO and distillation losses (cross-entropy's kernels; kl_div's and jsd's for the soft terms).
+    "policy_and_distillation": (
+        "fused_linear_grpo",
+        "grpo_loss",
+        "fused_linear_kl_div",
+        "fused_linear_cosine_similarity",
+        "fused_linear_jsd_loss",
+    ),
 }
 CONFIG = "llama-3-8b"
 
