@@ -25,6 +25,12 @@ KERNEL_PREFIX = {
     "fused_linear_orpo": "cross_entropy",
     "fused_linear_cpo": "cross_entropy",
     "fused_linear_simpo": "cross_entropy",
+    "fused_linear_grpo": "cross_entropy",
+    "grpo_loss": "cross_entropy",
+    "fused_linear_kl_div": "kl_div",
+    "fused_linear_cosine_similarity": "cross_entropy",
+    # Two ops' kernels (str.startswith takes a tuple of prefixes).
+    "fused_linear_jsd_loss": ("jsd", "cross_entropy"),
 }
 
 

@@ -45,6 +45,14 @@ FAMILIES = {
     ),
     "divergence": ("kl_div", "jsd", "tvd", "fused_linear_jsd"),
     "moe": ("fused_moe",),
+    # 1.6: the GRPO and distillation losses (cross-entropy's kernels; kl_div's and jsd's for the soft terms).
+    "policy_and_distillation": (
+        "fused_linear_grpo",
+        "grpo_loss",
+        "fused_linear_kl_div",
+        "fused_linear_cosine_similarity",
+        "fused_linear_jsd_loss",
+    ),
 }
 CONFIG = "llama-3-8b"
 # Families whose shapes a dense model's config does not have.

@@ -307,6 +307,141 @@ def liger_fused_moe(
     )
 
 
+def liger_fused_linear_grpo(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    selected_token_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    advantages: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    ref_per_token_logps: torch.Tensor | None = None,
+    old_per_token_logps: torch.Tensor | None = None,
+    vllm_is_ratio: torch.Tensor | None = None,
+    num_items_in_batch: float | None = None,
+    beta: float = 0.04,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    loss_type: str = "dapo",
+    max_completion_length: int | None = None,
+    importance_sampling_level: str = "token",
+    sapo_temperature_pos: float = 1.0,
+    sapo_temperature_neg: float = 1.05,
+    temperature: float = 1.0,
+    delta: float | None = None,
+    use_bias_correction_kl: bool = False,
+    vespo_k_pos: float = 2.0,
+    vespo_lambda_pos: float = 3.0,
+    vespo_k_neg: float = 3.0,
+    vespo_lambda_neg: float = 2.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """lm_head + the GRPO-family losses of TRL without the logits: ``(loss, metrics)``; see
+    `liger_core.ops.fused_linear_grpo.fused_linear_grpo`."""
+    return resolve("fused_linear_grpo", input.device)(
+        input, weight, selected_token_ids, attention_mask, advantages, bias, ref_per_token_logps,
+        old_per_token_logps, vllm_is_ratio, num_items_in_batch, beta, epsilon_low, epsilon_high, loss_type,
+        max_completion_length, importance_sampling_level, sapo_temperature_pos, sapo_temperature_neg, temperature,
+        delta, use_bias_correction_kl, vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg,
+    )  # fmt: skip
+
+
+def liger_grpo_loss(
+    logits: torch.Tensor,
+    old_logp: torch.Tensor | None,
+    ref_logp: torch.Tensor | None,
+    completion_ids: torch.Tensor,
+    advantages: torch.Tensor,
+    completion_mask: torch.Tensor | None = None,
+    temperature: float = 0.9,
+    beta: float = 0.04,
+    eps_low: float = 0.2,
+    eps_high: float = 0.4,
+    in_place: bool = False,
+    loss_type: str = "dapo",
+    max_completion_length: int | None = None,
+    importance_sampling_level: str = "token",
+    reduce: bool = False,
+    sapo_temperature_pos: float = 1.0,
+    sapo_temperature_neg: float = 1.05,
+    vllm_is_ratio: torch.Tensor | None = None,
+    delta: float | None = None,
+    use_bias_correction_kl: bool = False,
+    num_items_in_batch: float | None = None,
+    vespo_k_pos: float = 2.0,
+    vespo_lambda_pos: float = 3.0,
+    vespo_k_neg: float = 3.0,
+    vespo_lambda_neg: float = 2.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The GRPO loss from logits (liger-kernel's ``triton_grpo_loss``); see
+    `liger_core.ops.grpo_loss.grpo_loss`."""
+    return resolve("grpo_loss", logits.device)(
+        logits, old_logp, ref_logp, completion_ids, advantages, completion_mask, temperature, beta, eps_low,
+        eps_high, in_place, loss_type, max_completion_length, importance_sampling_level, reduce,
+        sapo_temperature_pos, sapo_temperature_neg, vllm_is_ratio, delta, use_bias_correction_kl, num_items_in_batch,
+        vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg,
+    )  # fmt: skip
+
+
+def liger_fused_linear_kl_div(
+    student_input: torch.Tensor,
+    student_weight: torch.Tensor,
+    target: torch.Tensor,
+    shift_labels: torch.Tensor | None = None,
+    reduction: str = "batchmean",
+    ignore_index: int = -100,
+    temperature: float = 1.0,
+    eps: float = 1e-10,
+) -> torch.Tensor:
+    """The student's lm_head + KL from a target distribution without the logits; see
+    `liger_core.ops.fused_linear_kl_div.fused_linear_kl_div`."""
+    return resolve("fused_linear_kl_div", student_input.device)(
+        student_input, student_weight, target, shift_labels, reduction, ignore_index, temperature, eps
+    )
+
+
+def liger_fused_linear_cosine_similarity(
+    student_input: torch.Tensor,
+    student_weight: torch.Tensor,
+    teacher_input: torch.Tensor,
+    teacher_weight: torch.Tensor,
+    true_labels: torch.Tensor,
+    student_bias: torch.Tensor | None = None,
+    teacher_bias: torch.Tensor | None = None,
+    weight_hard_loss: float = 0.5,
+    weight_soft_loss: float = 0.5,
+    beta: float = 0.5,
+    ignore_index: int = -100,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """lm_heads + cosine-similarity distillation (and hard CE) without the logits: ``(loss,
+    soft_loss, hard_loss)``; see `liger_core.ops.fused_linear_cosine_similarity`."""
+    return resolve("fused_linear_cosine_similarity", student_input.device)(
+        student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias, teacher_bias,
+        weight_hard_loss, weight_soft_loss, beta, ignore_index, temperature,
+    )  # fmt: skip
+
+
+def liger_fused_linear_jsd_loss(
+    student_input: torch.Tensor,
+    student_weight: torch.Tensor,
+    teacher_input: torch.Tensor,
+    teacher_weight: torch.Tensor,
+    true_labels: torch.Tensor,
+    student_bias: torch.Tensor | None = None,
+    teacher_bias: torch.Tensor | None = None,
+    weight_hard_loss: float = 0.5,
+    weight_soft_loss: float = 0.5,
+    beta: float = 0.5,
+    ignore_index: int = -100,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """lm_heads + JSD distillation with a hard cross-entropy term, without the logits: ``(loss,
+    soft_loss, hard_loss)``; see `liger_core.ops.fused_linear_jsd_loss`."""
+    return resolve("fused_linear_jsd_loss", student_input.device)(
+        student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias, teacher_bias,
+        weight_hard_loss, weight_soft_loss, beta, ignore_index, temperature,
+    )  # fmt: skip
+
+
 __all__ = sorted(name for name in dir() if name.startswith("liger_"))
 
 

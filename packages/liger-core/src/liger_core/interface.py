@@ -17,15 +17,20 @@ from liger_core.ops import (
     dyt,
     fused_add_rms_norm,
     fused_gate_up_swiglu,
+    fused_linear_cosine_similarity,
     fused_linear_cpo,
     fused_linear_cross_entropy,
     fused_linear_dpo,
+    fused_linear_grpo,
     fused_linear_jsd,
+    fused_linear_jsd_loss,
+    fused_linear_kl_div,
     fused_linear_orpo,
     fused_linear_simpo,
     fused_moe,
     geglu,
     group_norm,
+    grpo_loss,
     jsd,
     kl_div,
     layer_norm,
@@ -85,6 +90,12 @@ CATALOGUE: dict[str, Op] = {
         fused_linear_simpo.OP,
         # 1.6: mixture of experts.
         fused_moe.OP,
+        # 1.6: GRPO and distillation losses.
+        fused_linear_grpo.OP,
+        grpo_loss.OP,
+        fused_linear_kl_div.OP,
+        fused_linear_cosine_similarity.OP,
+        fused_linear_jsd_loss.OP,
     )
 }
 

@@ -67,6 +67,9 @@ MOE_BLOCK_N = 256
 MOE_BLOCK_K = 64
 MOE_MIN_BLOCK = 16
 MOE_COMBINE_BLOCK = 8192
+# fused_linear_grpo: float32 logits of whole sequences per chunk (HBM, not UB; at least one
+# sequence): 256 MiB.
+FLGRPO_CHUNK_ELEMENTS = 1 << 26
 
 
 @dataclass(frozen=True)

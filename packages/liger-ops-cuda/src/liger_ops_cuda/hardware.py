@@ -144,3 +144,6 @@ MOE_BLOCK_K = 64
 MOE_NUM_WARPS = 8
 MOE_NUM_STAGES = 3
 MOE_COMBINE_BLOCK = 1024
+# fused_linear_grpo: float32 logits of whole sequences per chunk; at 2**27 elements one 1024-token
+# sequence of a 128K vocabulary (512 MiB), about what liger-kernel's one-sequence chunks hold.
+FLGRPO_CHUNK_ELEMENTS = 2**27

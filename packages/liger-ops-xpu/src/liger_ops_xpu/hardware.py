@@ -65,6 +65,8 @@ FUSED_LINEAR_CHUNK_ELEMENTS = 1 << 26
 # Fused linear preference losses: whole pairs per chunk, as many as keep one chunk's logits
 # within this many elements (at least one pair).
 PREFERENCE_CHUNK_ELEMENTS = 1 << 26
+# fused_linear_grpo: float32 logits of whole sequences per chunk (at least one sequence).
+FLGRPO_CHUNK_ELEMENTS = 1 << 26
 # Tiles of the 16-bit GEMM with float32 output (fused_linear_jsd's logits), for the large
 # register file.
 MATMUL_BLOCK_M = 256

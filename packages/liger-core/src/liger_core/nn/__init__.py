@@ -1,8 +1,14 @@
 """Drop-in `torch.nn.Module`s over the functional API."""
 
 from liger_core.nn.activation import LigerReLUSquared
+from liger_core.nn.distillation import (
+    LigerFusedLinearCosineSimilarityLoss,
+    LigerFusedLinearJSDLoss,
+    LigerFusedLinearKLDivLoss,
+)
 from liger_core.nn.dyt import LigerDyT
 from liger_core.nn.group_norm import LigerGroupNorm
+from liger_core.nn.grpo import LigerFusedLinearGRPOLoss
 from liger_core.nn.layer_norm import LigerLayerNorm
 from liger_core.nn.losses import (
     LigerCrossEntropyLoss,
