@@ -52,18 +52,13 @@ def _rotate_heads(
     heads = tl.arange(0, HEADS)
     mask = pos_mask[:, None, None] & (heads < n_heads)[None, :, None] & col_mask[None, None, :]
     if INTERLEAVED:
-        # The pairs as one (.., HALF, 2) tile: contiguous loads and stores of whole heads, split
-        # into the pair's halves in registers (two stride-2 accesses each would halve every sector).
-        pair = tl.arange(0, 2)
-        mask4 = mask[:, :, :, None] & (pair < 2)[None, None, None, :]
-        x_off = in_base[:, None, None] + heads[None, :, None] * sh + cols[None, None, :] * (2 * sd)
-        x = tl.load(X + x_off[:, :, :, None] + pair[None, None, None, :] * sd, mask=mask4, other=0.0)
-        x1, x2 = tl.split(x.to(tl.float32))
-        o1 = x1 * c1[:, None, :] - x2 * s1[:, None, :]
-        o2 = x2 * c2[:, None, :] + x1 * s2[:, None, :]
-        o_off = out_base[:, None, None] + heads[None, :, None] * osh + cols[None, None, :] * (2 * osd)
-        o = tl.join(o1, o2).to(XO.dtype.element_ty)
-        tl.store(XO + o_off[:, :, :, None] + pair[None, None, None, :] * osd, o, mask=mask4)
+        # cols spans the whole head; each element's partner (2j <-> 2j + 1) is a second load of
+        # the same cache lines, so DRAM traffic stays one read and one write per element.
+        x_off = in_base[:, None, None] + heads[None, :, None] * sh + cols[None, None, :] * sd
+        x = tl.load(X + x_off, mask=mask, other=0.0).to(tl.float32)
+        partner = tl.load(X + x_off + ((cols ^ 1) - cols)[None, None, :] * sd, mask=mask, other=0.0).to(tl.float32)
+        o_off = out_base[:, None, None] + heads[None, :, None] * osh + cols[None, None, :] * osd
+        tl.store(XO + o_off, (x * c1[:, None, :] + partner * s1[:, None, :]).to(XO.dtype.element_ty), mask=mask)
     else:
         x_col, x_pair, o_col, o_pair = sd, half * sd, osd, half * osd
         x_off = in_base[:, None, None] + heads[None, :, None] * sh + cols[None, None, :] * x_col
@@ -124,12 +119,19 @@ def _rotary_kernel(
     pos_mask = pos < n_pos
     b = (pos // seq).to(tl.int64)
     s = (pos % seq).to(tl.int64)
-    cols = tl.arange(0, HALF)
-    col_mask = cols < half
+    if INTERLEAVED:
+        # Every element of the head; element d takes pair d // 2's cos/sin.
+        cols = tl.arange(0, 2 * HALF)
+        col_mask = cols < 2 * half
+        table_cols = cols // 2
+    else:
+        cols = tl.arange(0, HALF)
+        col_mask = cols < half
+        table_cols = cols
     m2 = pos_mask[:, None] & col_mask[None, :]
 
     # cos/sin of these positions, both halves (c_sb is 0 when one table serves every batch).
-    c_off = (b * c_sb + s * c_ss)[:, None] + (cols * c_sd)[None, :]
+    c_off = (b * c_sb + s * c_ss)[:, None] + (table_cols * c_sd)[None, :]
     if MROPE:
         # Column j of each half takes table 0, 1 or 2 (temporal, height, width) by section.
         section = (cols >= sec0).to(tl.int64) + (cols >= sec01).to(tl.int64)
@@ -137,7 +139,9 @@ def _rotary_kernel(
     c1 = tl.load(COS + c_off, mask=m2, other=0.0).to(tl.float32)
     s1 = tl.load(SIN + c_off, mask=m2, other=0.0).to(tl.float32)
     if INTERLEAVED:
-        # Llama 4: cos/sin are the real and imaginary parts of freqs_cis, one value per pair.
+        # Llama 4: cos/sin are the real and imaginary parts of freqs_cis, one value per pair;
+        # out[2j] = x[2j] c - x[2j+1] s, out[2j+1] = x[2j+1] c + x[2j] s: the sign goes with d's parity.
+        s1 = tl.where(cols % 2 == 0, -s1, s1)
         c2 = c1
         s2 = s1
     else:

@@ -84,6 +84,26 @@ def ce_options_ok(ignore_index, lse_square_scale, label_smoothing, reduction, so
     )
 
 
+def _label_figures(target, ignore_index, n_classes, weight):
+    valid = target != ignore_index
+    bad = valid & ((target < 0) | (target >= n_classes))
+    safe = torch.where(valid & ~bad, target, torch.zeros((), dtype=target.dtype, device=target.device)).long()
+    count = valid.sum(dtype=torch.float64)
+    wsum = count if weight is None else (weight.double().gather(0, safe) * valid).sum()
+    return torch.stack([count, bad.sum(dtype=torch.float64), wsum])
+
+
+def _check_label_figures(op, target, ignore_index, n_classes, stats) -> tuple[int, float]:
+    n_valid, n_bad, weight_sum = int(stats[0]), int(stats[1]), float(stats[2])
+    if n_bad:
+        first = int(target[(target != ignore_index) & ((target < 0) | (target >= n_classes))][0])
+        raise ValueError(
+            f"{op}: every target must be in [0, {n_classes}) or equal ignore_index={ignore_index}; "
+            f"{n_bad} are not (first: {first})"
+        )
+    return n_valid, weight_sum
+
+
 def label_stats(
     op: str,
     target: torch.Tensor,
@@ -97,20 +117,36 @@ def label_stats(
     host synchronisation: the three figures come back in one transfer. Without ``weight``
     the weight sum equals the count.
     """
-    valid = target != ignore_index
-    bad = valid & ((target < 0) | (target >= n_classes))
-    safe = torch.where(valid & ~bad, target, torch.zeros((), dtype=target.dtype, device=target.device)).long()
-    count = valid.sum(dtype=torch.float64)
-    wsum = count if weight is None else (weight.double().gather(0, safe) * valid).sum()
-    stats = torch.stack([count, bad.sum(dtype=torch.float64), wsum]).tolist()
-    n_valid, n_bad, weight_sum = int(stats[0]), int(stats[1]), float(stats[2])
-    if n_bad:
-        first = int(target[bad][0])
-        raise ValueError(
-            f"{op}: every target must be in [0, {n_classes}) or equal ignore_index={ignore_index}; "
-            f"{n_bad} are not (first: {first})"
-        )
-    return n_valid, weight_sum
+    stats = _label_figures(target, ignore_index, n_classes, weight).tolist()
+    return _check_label_figures(op, target, ignore_index, n_classes, stats)
+
+
+class PendingLabelStats:
+    """`label_stats` whose host read waits until `result`: the figures travel to the host behind
+    an event, so work queued in between (GEMMs that do not read the targets) keeps the device busy
+    while the host waits for the three numbers, instead of the device idling while the host prepares
+    the first chunk after a full synchronisation. Nothing that indexes by target may run before
+    `result` has returned."""
+
+    def __init__(self, op: str, target: torch.Tensor, ignore_index: int, n_classes: int) -> None:
+        self._args = (op, target, ignore_index, n_classes)
+        stats = _label_figures(target, ignore_index, n_classes, None)
+        if stats.device.type == "cpu":
+            self._host, self._event = stats, None
+        else:
+            self._host = torch.empty(stats.shape, dtype=stats.dtype, pin_memory=True)
+            self._host.copy_(stats, non_blocking=True)
+            self._event = torch.Event(device=stats.device)
+            self._event.record()
+        self._result: tuple[int, float] | None = None
+
+    def result(self) -> tuple[int, float]:
+        """``label_stats``'s value; raises its ValueError for a target out of range."""
+        if self._result is None:
+            if self._event is not None:
+                self._event.synchronize()
+            self._result = _check_label_figures(*self._args, self._host.tolist())
+        return self._result
 
 
 def label_count(op: str, labels: torch.Tensor | None, ignore_index: int, n_rows: int) -> int:
@@ -187,6 +223,7 @@ __all__ = [
     "is_float",
     "label_count",
     "label_stats",
+    "PendingLabelStats",
 ]
 
 

@@ -317,15 +317,15 @@ def _project(x: Tensor, w: Tensor, b: Tensor | None, out: Tensor) -> None:
         torch.addmm(b.to(out.dtype), x, w.t(), out=out)
 
 
-def _chunk_logits(x_rows: list[Tensor], w: Tensor, b: Tensor | None) -> Tensor:
-    """The logits of the chunk's (chosen rows, rejected rows) in one buffer, without concatenating
-    the hidden states."""
-    n = sum(x.shape[0] for x in x_rows)
-    logits = torch.empty((n, w.shape[0]), dtype=x_rows[0].dtype, device=x_rows[0].device)
-    start = 0
-    for x in x_rows:
-        _project(x, w, b, logits[start : start + x.shape[0]])
-        start += x.shape[0]
+def _chunk_rows(x: Tensor, rows: list[slice]) -> Tensor:
+    """The chunk's chosen rows then its rejected rows as one ``(tokens, hidden)`` matrix: one copy of
+    the hidden states (small beside the logits) buys one large GEMM per product instead of two."""
+    return torch.cat([x[r].reshape(-1, x.shape[2]) for r in rows])
+
+
+def _chunk_logits(x_chunk: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    logits = torch.empty((x_chunk.shape[0], w.shape[0]), dtype=x_chunk.dtype, device=x_chunk.device)
+    _project(x_chunk, w, b, logits)
     return logits
 
 
@@ -356,10 +356,30 @@ def fused_linear_pairs(
     n_pairs = n_seq // 2
     vocab = weight.shape[0]
     dev = input.device
-    L.label_stats(op, target, ignore_index, vocab)  # one host read; raises naming the first bad target
     x = input.contiguous()
     w = weight.to(x.dtype).contiguous()
     b = bias
+    if use_ref_model:
+        rx = ref_input.contiguous()
+        rw = ref_weight.to(rx.dtype).contiguous()
+    per_chunk = pairs_per_chunk(n_pairs, seq, vocab, budget)
+
+    def chunk_rows(p0: int) -> list[slice]:
+        p1 = min(p0 + per_chunk, n_pairs)
+        return [slice(p0, p1), slice(n_pairs + p0, n_pairs + p1)]
+
+    # The first chunk's first GEMM goes in the queue before the small set-up kernels below, so the
+    # device has milliseconds of work while the host prepares (an empty queue otherwise idles it).
+    first_gemm = None
+    if n_pairs:
+        if use_ref_model:
+            with torch.no_grad():
+                first_gemm = _chunk_logits(_chunk_rows(rx, chunk_rows(0)), rw, ref_bias)
+        else:
+            x_chunk = _chunk_rows(x, chunk_rows(0))
+            first_gemm = _chunk_logits(x_chunk, w, b)
+    # The targets' range check reads three numbers on the host once that GEMM is queued.
+    labels = L.PendingLabelStats(op, target, ignore_index, vocab)
     tgt = target.contiguous()
     counts = token_counts(tgt, ignore_index)
     chosen_tokens = counts[:n_pairs].sum()
@@ -374,26 +394,28 @@ def fused_linear_pairs(
     loss = torch.zeros((), dtype=torch.float32, device=dev)
     nll_sum = torch.zeros((), dtype=torch.float32, device=dev)
     nll_coef = -nll_weight / chosen_tokens.clamp(min=1).float()
-    per_chunk = pairs_per_chunk(n_pairs, seq, vocab, budget)
-    if use_ref_model:
-        rx = ref_input.contiguous()
-        rw = ref_weight.to(rx.dtype).contiguous()
 
     for p0 in range(0, n_pairs, per_chunk):
         p1 = min(p0 + per_chunk, n_pairs)
-        rows = [slice(p0, p1), slice(n_pairs + p0, n_pairs + p1)]
+        rows = chunk_rows(p0)
         t = torch.cat([tgt[r] for r in rows]).reshape(-1)
         cnt = torch.cat([counts[r] for r in rows])
         ref_c = ref_r = None
         if use_ref_model:
             with torch.no_grad():
-                ref_logits = _chunk_logits([rx[r].reshape(-1, rx.shape[2]) for r in rows], rw, ref_bias)
+                ref_logits, first_gemm = first_gemm, None
+                if ref_logits is None:
+                    ref_logits = _chunk_logits(_chunk_rows(rx, rows), rw, ref_bias)
+                labels.result()  # raises naming the first bad target, before a kernel indexes by one
                 ref_tok, _ = kernels.forward(ref_logits, t, ignore_index)
                 del ref_logits
             ref_seq = sequence_logps(ref_tok.view(-1, seq), cnt, average_log_prob)
             ref_c, ref_r = ref_seq[: p1 - p0], ref_seq[p1 - p0 :]
-        x_rows = [x[r].reshape(-1, hidden) for r in rows]
-        logits = _chunk_logits(x_rows, w, b)
+        logits, first_gemm = first_gemm, None
+        if logits is None:
+            x_chunk = _chunk_rows(x, rows)
+            logits = _chunk_logits(x_chunk, w, b)
+        labels.result()
         tok, lse = kernels.forward(logits, t, ignore_index)
         valid = t != ignore_index
         sums = torch.where(valid, logits.sum(-1, dtype=torch.float32), 0.0).view(-1, seq).sum(-1)
@@ -423,18 +445,17 @@ def fused_linear_pairs(
                 coef[: (p1 - p0) * seq] += nll_coef
             kernels.backward(logits, t, lse, coef.contiguous(), ignore_index)
             # logits now holds d(loss)/d(logits) for the chunk.
-            start = 0
-            for r, xr in zip(rows, x_rows):
-                g = logits[start : start + xr.shape[0]]
-                start += xr.shape[0]
-                if grad_x is not None:
+            if grad_x is not None:
+                half = (p1 - p0) * seq
+                for r, g in zip(rows, (logits[:half], logits[half:])):
                     torch.mm(g, w, out=grad_x[r].view(-1, hidden))
-                if grad_w is not None:
-                    grad_w.addmm_(g.t().to(grad_w.dtype), xr.to(grad_w.dtype))
-                if grad_b is not None:
-                    grad_b += g.sum(0, dtype=torch.float32)
+            if grad_w is not None:
+                grad_w.addmm_(logits.t().to(grad_w.dtype), x_chunk.to(grad_w.dtype))
+            if grad_b is not None:
+                grad_b += logits.sum(0, dtype=torch.float32)
         del logits
 
+    labels.result()  # (no chunk ran: an empty batch still has its targets checked)
     nll = nll_sum / chosen_tokens.clamp(min=1).float()
     if nll_weight:
         loss = loss + nll_weight * nll
@@ -467,9 +488,11 @@ def needs_grads(ctx, bias: Tensor | None) -> tuple[bool, bool, bool]:
 
 
 def function_outputs(ctx, result: PairedResult, grads: tuple[Tensor | None, ...]) -> tuple[Tensor, ...]:
-    """Save the gradients computed in the forward and return the outputs, every one but the
-    loss marked non-differentiable (logged values)."""
-    ctx.save_for_backward(*grads)
+    """Keep the gradients computed in the forward for `function_grads` and return the outputs,
+    every one but the loss marked non-differentiable (logged values)."""
+    # Held on ctx, not saved tensors: backward hands them to autograd as the only reference, so
+    # autograd takes grad_weight as ``.grad`` without a copy (a saved tensor would make it clone it).
+    ctx.fused_grads = grads
     ctx.set_materialize_grads(False)
     outs = result.astuple()
     ctx.mark_non_differentiable(*outs[1:])
@@ -477,8 +500,17 @@ def function_outputs(ctx, result: PairedResult, grads: tuple[Tensor | None, ...]
 
 
 def function_grads(ctx, grad_loss: Tensor | None) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """(grad_input, grad_weight, grad_bias): the forward's gradients times the incoming one."""
+    """(grad_input, grad_weight, grad_bias): the forward's gradients times the incoming one, handed
+    over once (a second backward through the same graph raises)."""
+    grads, ctx.fused_grads = ctx.fused_grads, None
+    if grads is None:
+        raise RuntimeError(
+            "this fused loss computed its gradients in the forward and handed them to autograd already; "
+            "run the forward again for another backward (retain_graph cannot replay it)"
+        )
     if grad_loss is None:
         return None, None, None
-    scale = grad_loss.float()
-    return tuple(None if g is None else g.mul_(scale) for g in ctx.saved_tensors)
+    if not bool((grad_loss == 1).all()):  # the usual loss.backward() needs no pass over grad_weight
+        scale = grad_loss.float()
+        grads = tuple(None if g is None else g.mul_(scale) for g in grads)
+    return grads
