@@ -53,6 +53,7 @@ FAMILIES = {
         "fused_linear_cosine_similarity",
         "fused_linear_jsd_loss",
     ),
+    "embedding": ("embedding",),
 }
 CONFIG = "llama-3-8b"
 # Families whose shapes a dense model's config does not have.

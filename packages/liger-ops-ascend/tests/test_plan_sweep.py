@@ -281,3 +281,20 @@ def test_loss_plans_keep_vocab_chunks_in_the_ub(soc):
         for kind in (divergence.KL_DIV, divergence.JSD, divergence.TVD):
             p = divergence.plan_tiles(kind, tokens, vocab, dtype, torch.float32, hw)
             _check_row_plan(p, hw, tokens, vocab, f"{soc} divergence {kind} {tokens}x{vocab}")
+
+
+# -- the 1.7 ops -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
+def test_embedding_plans_fit_grid_and_ub(soc):
+    from liger_ops_ascend import embedding
+
+    hw = hardware.for_soc(soc)
+    # Up to 65536 tokens (forward) or a 262144-row vocabulary (backward) of rows up to 16384 wide.
+    for dtype, n_rows, n_cols, direction in itertools.product(
+        NORM_DTYPES, [1, 4096, 65536, 262144], [1, 33, 4096, 8192, 16384], ("forward", "backward")
+    ):
+        p = embedding.plan_embedding(direction, n_rows, n_cols, dtype, dtype, hw)
+        check(p.kernel, hw)
+        assert p.kernel.programs <= hw.vector_cores and p.block_n * p.n_col_blocks >= n_cols

@@ -299,8 +299,22 @@ def _moe_cases() -> list[dict]:
     return cases
 
 
+def _embedding_cases() -> list[dict]:
+    """embedding's gather and its segmented gradient sum (the ``while`` walk over loaded bounds),
+    at LLaMA-3-8B's hidden size."""
+    from liger_ops_xpu.embedding import plan_embedding
+
+    block_m, block_n, num_warps = plan_embedding(4096)
+    fwd = _sig("W IDX:i64 Y", "n_idx n_cols w_row_stride")
+    c = {"BLOCK_M": block_m, "BLOCK_N": block_n}
+    cases = [_case("embedding", "_embedding_forward_kernel", fwd, c, num_warps, register_heavy=False)]
+    bwd = _sig("DY ORDER:i64 ROWS:i64 STARTS:i64 COUNTS:i64 DW", "n_cols dy_row_stride dw_row_stride padding_idx")
+    cases.append(_case("embedding", "_embedding_backward_kernel", bwd, {"BLOCK_N": block_n}, 4, register_heavy=False))
+    return cases
+
+
 def _cases() -> list[dict]:
-    return _rms_norm_cases() + _norm_cases() + _activation_cases() + _loss_cases() + _moe_cases()
+    return _rms_norm_cases() + _norm_cases() + _activation_cases() + _loss_cases() + _moe_cases() + _embedding_cases()
 
 
 def test_kernels_compile_to_spirv_for_an_intel_target(tmp_path):

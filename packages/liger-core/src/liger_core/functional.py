@@ -442,6 +442,11 @@ def liger_fused_linear_jsd_loss(
     )  # fmt: skip
 
 
+def liger_embedding(weight: torch.Tensor, indices: torch.Tensor, padding_idx: int | None = None) -> torch.Tensor:
+    """``weight[indices]`` (nn.Embedding); see `liger_core.ops.embedding.embedding` for the contract."""
+    return resolve("embedding", weight.device)(weight, indices, padding_idx)
+
+
 __all__ = sorted(name for name in dir() if name.startswith("liger_"))
 
 

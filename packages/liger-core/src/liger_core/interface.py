@@ -15,6 +15,7 @@ from liger_core.op import Op, implementation_signature
 from liger_core.ops import (
     cross_entropy,
     dyt,
+    embedding,
     fused_add_rms_norm,
     fused_gate_up_swiglu,
     fused_linear_cosine_similarity,
@@ -96,6 +97,8 @@ CATALOGUE: dict[str, Op] = {
         fused_linear_kl_div.OP,
         fused_linear_cosine_similarity.OP,
         fused_linear_jsd_loss.OP,
+        # 1.7: norm-emb
+        embedding.OP,
     )
 }
 

@@ -147,3 +147,9 @@ MOE_COMBINE_BLOCK = 1024
 # fused_linear_grpo: float32 logits of whole sequences per chunk; at 2**27 elements one 1024-token
 # sequence of a 128K vocabulary (512 MiB), about what liger-kernel's one-sequence chunks hold.
 FLGRPO_CHUNK_ELEMENTS = 2**27
+
+# embedding: BLOCK_M looked-up rows x BLOCK_N columns per forward tile; the backward walks one
+# table row's positions with BLOCK_N columns.
+EMBEDDING_BLOCK_M = 16
+EMBEDDING_BLOCK_N = 512
+EMBEDDING_NUM_WARPS = 4

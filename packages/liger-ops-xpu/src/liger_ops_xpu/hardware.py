@@ -252,3 +252,9 @@ def launch_kwargs(kernel: Any, device: torch.device, num_warps: int, register_he
             raise ValueError(f"grf_mode={mode!r} allows at most {MAX_NUM_WARPS_LARGE_GRF} warps; got {num_warps}")
         kwargs["grf_mode"] = mode
     return kwargs
+
+
+# embedding: BLOCK_M looked-up rows x BLOCK_N columns per forward tile; the backward walks one
+# table row's positions with BLOCK_N columns. Untuned starting points (CUDA's sizes).
+EMBEDDING_BLOCK_M = 16
+EMBEDDING_BLOCK_N = 512
