@@ -54,6 +54,7 @@ FAMILIES = {
         "fused_linear_jsd_loss",
     ),
     "embedding": ("embedding",),
+    "modulated_rms_norm": ("modulated_rms_norm",),
 }
 CONFIG = "llama-3-8b"
 # Families whose shapes a dense model's config does not have.

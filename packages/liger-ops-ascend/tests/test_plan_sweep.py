@@ -298,3 +298,18 @@ def test_embedding_plans_fit_grid_and_ub(soc):
         p = embedding.plan_embedding(direction, n_rows, n_cols, dtype, dtype, hw)
         check(p.kernel, hw)
         assert p.kernel.programs <= hw.vector_cores and p.block_n * p.n_col_blocks >= n_cols
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
+def test_modulated_rms_norm_plans_fit_grid_and_ub(soc):
+    from liger_ops_ascend import modulated_rms_norm
+
+    hw = hardware.for_soc(soc)
+    # The modulation pass over up to 65536 rows of up to 65536 columns, fp32 modulation included.
+    for dtype, mod_dtype, n_rows, n_cols, direction in itertools.product(
+        NORM_DTYPES, (torch.float32, torch.bfloat16), [1, 4096, 65536], [1, 33, 4096, 16384, 65536],
+        ("forward", "backward"),
+    ):  # fmt: skip
+        p = modulated_rms_norm.plan_modulation(direction, n_rows, n_cols, dtype, mod_dtype, hw)
+        check(p.kernel, hw)
+        assert p.kernel.programs <= hw.vector_cores and p.block_n * p.n_col_blocks >= n_cols

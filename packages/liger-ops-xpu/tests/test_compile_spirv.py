@@ -313,8 +313,36 @@ def _embedding_cases() -> list[dict]:
     return cases
 
 
+def _modulated_rms_norm_cases() -> list[dict]:
+    """The modulation pass of modulated_rms_norm (its normalisation is rms_norm's kernels, above)."""
+    from liger_ops_xpu import hardware
+    from liger_ops_xpu._tiling import elementwise_num_warps
+
+    block_m, block_n = hardware.MODULATION_BLOCK_M, hardware.MODULATION_BLOCK_N
+    fwd = _sig("R SCALE SHIFT Y", "n_rows n_cols rows_per_modulation")
+    c = {"HAS_SHIFT": True, "BLOCK_M": block_m, "BLOCK_N": block_n}
+    warps = elementwise_num_warps(block_m * block_n)
+    cases = [_case("modulated_rms_norm", "_modulated_rms_norm_forward_kernel", fwd, c, warps, register_heavy=False)]
+    bwd = _sig("DY R SCALE G:fp32 DSCALE_PARTIAL:fp32 DSHIFT_PARTIAL:fp32")
+    bwd.update(_sig("", "n_cols dy_row_stride rows_per_modulation rows_per_chunk n_chunks"))
+    c = {"HAS_SHIFT": True, "BLOCK_N": block_n}
+    warps = elementwise_num_warps(block_n)
+    cases.append(
+        _case("modulated_rms_norm", "_modulated_rms_norm_backward_kernel", bwd, c, warps, register_heavy=False)
+    )
+    return cases
+
+
 def _cases() -> list[dict]:
-    return _rms_norm_cases() + _norm_cases() + _activation_cases() + _loss_cases() + _moe_cases() + _embedding_cases()
+    return (
+        _rms_norm_cases()
+        + _norm_cases()
+        + _activation_cases()
+        + _loss_cases()
+        + _moe_cases()
+        + _embedding_cases()
+        + _modulated_rms_norm_cases()
+    )
 
 
 def test_kernels_compile_to_spirv_for_an_intel_target(tmp_path):

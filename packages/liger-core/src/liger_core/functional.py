@@ -447,6 +447,20 @@ def liger_embedding(weight: torch.Tensor, indices: torch.Tensor, padding_idx: in
     return resolve("embedding", weight.device)(weight, indices, padding_idx)
 
 
+def liger_modulated_rms_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    scale: torch.Tensor,
+    shift: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    offset: float = 0.0,
+    casting_mode: str = "llama",
+    in_place: bool = False,
+) -> torch.Tensor:
+    """``(1 + scale) * rms_norm(x) + shift``; see `liger_core.ops.modulated_rms_norm.modulated_rms_norm`."""
+    return resolve("modulated_rms_norm", x.device)(x, weight, scale, shift, eps, offset, casting_mode, in_place)
+
+
 __all__ = sorted(name for name in dir() if name.startswith("liger_"))
 
 

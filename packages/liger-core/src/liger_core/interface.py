@@ -36,6 +36,7 @@ from liger_core.ops import (
     kl_div,
     layer_norm,
     llama4_rope,
+    modulated_rms_norm,
     poly_norm,
     qwen2vl_mrope,
     relu_squared,
@@ -99,6 +100,7 @@ CATALOGUE: dict[str, Op] = {
         fused_linear_jsd_loss.OP,
         # 1.7: norm-emb
         embedding.OP,
+        modulated_rms_norm.OP,
     )
 }
 

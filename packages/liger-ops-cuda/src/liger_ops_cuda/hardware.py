@@ -153,3 +153,11 @@ FLGRPO_CHUNK_ELEMENTS = 2**27
 EMBEDDING_BLOCK_M = 16
 EMBEDDING_BLOCK_N = 512
 EMBEDDING_NUM_WARPS = 4
+
+# modulated_rms_norm's modulation pass: BLOCK_M rows x BLOCK_N columns per forward tile; the
+# backward sums at most ROWS_PER_CHUNK rows of one modulation row per program (more programs
+# when one scale row serves a whole sequence). Untuned starting points.
+MODULATION_BLOCK_M = 4
+MODULATION_BLOCK_N = 1024
+MODULATION_NUM_WARPS = 4
+MODULATION_ROWS_PER_CHUNK = 64

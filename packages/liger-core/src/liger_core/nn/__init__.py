@@ -33,7 +33,7 @@ from liger_core.nn.mlp import (
 )
 from liger_core.nn.moe import LigerExperts
 from liger_core.nn.poly_norm import LigerPolyNorm
-from liger_core.nn.rms_norm import LigerFusedAddRMSNorm, LigerRMSNorm
+from liger_core.nn.rms_norm import LigerFusedAddRMSNorm, LigerModulatedRMSNorm, LigerRMSNorm
 from liger_core.nn.softmax import LigerSoftmax, LigerSparsemax
 
 __all__ = sorted(name for name in dir() if name.startswith("Liger"))
