@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from liger_core.op import Op, implementation_signature
 from liger_core.ops import (
+    attn_res,
     cross_entropy,
     dyt,
     fused_add_rms_norm,
@@ -96,6 +97,8 @@ CATALOGUE: dict[str, Op] = {
         fused_linear_kl_div.OP,
         fused_linear_cosine_similarity.OP,
         fused_linear_jsd_loss.OP,
+        # 1.7: residual
+        attn_res.OP,
     )
 }
 
