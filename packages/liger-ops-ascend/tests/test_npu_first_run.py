@@ -30,7 +30,7 @@ PACKAGE = Path(__file__).resolve().parents[1]
 # Kernel families as the package's modules group them: one msprof run each, through `liger bench`
 # (the op's benchmark inputs at a model's shapes; ops without a bench spec are left out).
 FAMILIES = {
-    "norms": ("rms_norm", "fused_add_rms_norm", "layer_norm", "group_norm", "poly_norm", "dyt"),
+    "norms": ("rms_norm", "fused_add_rms_norm", "layer_norm", "group_norm", "poly_norm", "dyt", "attn_res"),
     "elementwise": ("swiglu", "geglu", "relu_squared", "fused_gate_up_swiglu", "tiled_mlp"),
     "rotary": ("rope", "qwen2vl_mrope", "llama4_rope"),
     "softmax": ("softmax", "sparsemax"),

@@ -164,7 +164,7 @@ def _check_row_plan(p, hw, rows, hidden, what):
 
 @pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
 def test_norm_family_plans_fit_grid_and_ub(soc):
-    from liger_ops_ascend import dyt, layer_norm, poly_norm
+    from liger_ops_ascend import attn_res, dyt, layer_norm, poly_norm
 
     hw = hardware.for_soc(soc)
     for dtype, hidden, rows, direction in itertools.product(
@@ -178,6 +178,9 @@ def test_norm_family_plans_fit_grid_and_ub(soc):
             layer_norm.plan_tiles(direction, rows, hidden, dtype, None, None, hw),
             poly_norm.plan_tiles(direction, rows, hidden, dtype, hw),
             dyt.plan_tiles(direction, rows, hidden, dtype, torch.float32, dtype, hw),
+            # attn_res at liger-kernel's benchmark depth and at 17 blocks (a 32-lane score tile).
+            attn_res.plan_tiles(direction, rows, hidden, 8, dtype, dtype, dtype, hw),
+            attn_res.plan_tiles(direction, rows, hidden, 17, dtype, torch.float32, torch.float32, hw),
         ):
             _check_row_plan(p, hw, rows, hidden, f"{what}: {p}")
             if hidden <= 128 and hidden * dtype.itemsize % hardware.ALIGN_BYTES == 0:

@@ -162,6 +162,19 @@ def _norm_cases() -> list[dict]:
     cases.append(
         _case("dyt", "_dyt_backward_kernel", bwd, {**dp_c, "STATIC_TILES": 0}, dp.num_warps, register_heavy=False)
     )
+
+    # attn_res at liger-kernel's benchmark depth (8 blocks), LLaMA-3-8B's hidden size.
+    from liger_ops_xpu.attn_res import plan_attn_res
+
+    bm, bn, bb, warps = plan_attn_res(4096, 8)
+    ar_c = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_B": bb, "STATIC_BLOCKS": 0, "STATIC_CHUNKS": 0}
+    ints = "v_block_stride v_row_stride h_row_stride n_blocks n_rows n_cols n_chunks"
+    fwd = _sig("V W_QUERY W_NORM H SCORE:fp32 RSTD:fp32 LSE:fp32", ints, "eps")
+    cases.append(_case("attn_res", "_attn_res_forward_kernel", fwd, ar_c, warps))
+    bwd = _sig("DH V W_QUERY W_NORM SCORE:fp32 RSTD:fp32 LSE:fp32 DV PARTIAL:fp32")
+    ints = "dh_row_stride v_block_stride v_row_stride dv_block_stride dv_row_stride n_blocks n_rows n_cols n_chunks"
+    bwd.update(_sig("", ints + " tiles_per_program"))
+    cases.append(_case("attn_res", "_attn_res_backward_kernel", bwd, {**ar_c, "STATIC_TILES": 0}, warps))
     return cases
 
 

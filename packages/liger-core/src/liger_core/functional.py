@@ -547,3 +547,17 @@ def liger_fused_linear_simpo(
     return resolve("fused_linear_simpo", input.device)(
         input, weight, target, bias, ignore_index, beta, alpha, label_smoothing, compute_nll_loss, gamma
     )
+
+
+def liger_attn_res(
+    V: torch.Tensor | list[torch.Tensor] | tuple[torch.Tensor, ...],
+    w_query: torch.Tensor,
+    w_norm: torch.Tensor,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Attention Residuals: softmax attention of a pseudo-query over ``N`` stacked block outputs
+    (``V``: ``(N, ..., hidden)``, or a list of the ``N`` blocks, stacked here as liger-kernel does);
+    see `liger_core.ops.attn_res.attn_res` for the contract."""
+    if isinstance(V, (list, tuple)):
+        V = torch.stack(V)
+    return resolve("attn_res", V.device)(V, w_query, w_norm, eps)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from liger_core.op import Op, implementation_signature
 from liger_core.ops import (
+    attn_res,
     cross_entropy,
     dyt,
     embedding,
@@ -101,6 +102,8 @@ CATALOGUE: dict[str, Op] = {
         # 1.7: norm-emb
         embedding.OP,
         modulated_rms_norm.OP,
+        # 1.7: residual
+        attn_res.OP,
     )
 }
 

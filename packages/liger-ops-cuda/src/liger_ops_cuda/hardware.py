@@ -65,6 +65,10 @@ POLY_NORM_FORWARD_TILE_ELEMENTS = 4096
 POLY_NORM_FORWARD_ELEMENTS_PER_WARP = 1024
 POLY_NORM_BACKWARD_TILE_ELEMENTS = 8192
 POLY_NORM_BACKWARD_ELEMENTS_PER_WARP = 1024
+# Attention Residuals: positions x columns per tile (rows are walked in BLOCK_N-wide chunks, so
+# no row width is too wide); the per-block scores live in registers beside the tile.
+ATTN_RES_TILE_ELEMENTS = 4096
+ATTN_RES_BLOCK_N = 4096
 # Stand-in SM count where there is no GPU (the Triton interpreter on CPU): small, so that
 # tests still run several programs per grid.
 INTERPRETER_SM_COUNT = 4

@@ -49,6 +49,12 @@ ELEMENTWISE_COL_BLOCK = 1024
 # RoPE: elements of one [heads x half head_dim] tile (each program rotates one position's
 # heads in chunks of this size; 32 heads x 64 columns for LLaMA's head_dim 128).
 ROPE_TILE_ELEMENTS = 2048
+
+# Attention Residuals: positions x columns per tile (rows are walked in BLOCK_N-wide chunks, so
+# no row width is too wide); the per-block scores live in registers beside the tile.
+ATTN_RES_TILE_ELEMENTS = 4096
+ATTN_RES_BLOCK_N = 4096
+
 # Sparsemax threshold search: halvings of [max - 1, max] (fp32 resolution at unit scale), then
 # Michelot steps that make tau exact for the support found.
 SPARSEMAX_BISECTION_STEPS = 24
