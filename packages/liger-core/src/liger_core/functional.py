@@ -528,3 +528,14 @@ def liger_fused_linear_simpo(
     return resolve("fused_linear_simpo", input.device)(
         input, weight, target, bias, ignore_index, beta, alpha, label_smoothing, compute_nll_loss, gamma
     )
+
+
+def liger_fused_ce_tvd(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    target: torch.Tensor,
+    ignore_index: int = -100,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token ``(ce, tvd)`` of student logits against a teacher's, unreduced; see
+    `liger_core.ops.fused_ce_tvd.fused_ce_tvd` for the contract."""
+    return resolve("fused_ce_tvd", student_logits.device)(student_logits, teacher_logits, target, ignore_index)

@@ -19,6 +19,7 @@ from liger_core.ops import (
     fused_gate_up_swiglu,
     fused_linear_cosine_similarity,
     fused_linear_cpo,
+    fused_ce_tvd,
     fused_linear_cross_entropy,
     fused_linear_dpo,
     fused_linear_grpo,
@@ -96,6 +97,8 @@ CATALOGUE: dict[str, Op] = {
         fused_linear_kl_div.OP,
         fused_linear_cosine_similarity.OP,
         fused_linear_jsd_loss.OP,
+        # 1.7: scaled-ce (temperature-scaled fused linear cross-entropy, fused CE + TVD).
+        fused_ce_tvd.OP,
     )
 }
 
