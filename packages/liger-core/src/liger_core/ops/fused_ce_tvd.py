@@ -126,9 +126,7 @@ def samples():
 
 def _torch_fused_ce_tvd(student_logits, teacher_logits, target, ignore_index=-100):
     """The two terms as a distillation loop writes them in PyTorch."""
-    ce = torch.nn.functional.cross_entropy(
-        student_logits.float(), target, ignore_index=ignore_index, reduction="none"
-    )
+    ce = torch.nn.functional.cross_entropy(student_logits.float(), target, ignore_index=ignore_index, reduction="none")
     p = torch.softmax(student_logits.float(), -1)
     q = torch.softmax(teacher_logits.float(), -1)
     tvd = 0.5 * (p - q).abs().sum(-1) * (target != ignore_index)
