@@ -43,7 +43,7 @@ FAMILIES = {
         "fused_linear_cpo",
         "fused_linear_simpo",
     ),
-    "divergence": ("kl_div", "jsd", "tvd", "fused_linear_jsd"),
+    "divergence": ("kl_div", "jsd", "tvd", "fused_linear_jsd", "fused_ce_tvd"),
     "moe": ("fused_moe",),
     # 1.6: the GRPO and distillation losses (cross-entropy's kernels; kl_div's and jsd's for the soft terms).
     "policy_and_distillation": (

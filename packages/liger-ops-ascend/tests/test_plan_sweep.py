@@ -284,6 +284,8 @@ def test_loss_plans_keep_vocab_chunks_in_the_ub(soc):
         for kind in (divergence.KL_DIV, divergence.JSD, divergence.TVD):
             p = divergence.plan_tiles(kind, tokens, vocab, dtype, torch.float32, hw)
             _check_row_plan(p, hw, tokens, vocab, f"{soc} divergence {kind} {tokens}x{vocab}")
+        p = divergence.plan_fused_ce_tvd(direction, tokens, vocab, dtype, torch.float32, hw)
+        _check_row_plan(p, hw, tokens, vocab, f"{soc} fused_ce_tvd {direction} {tokens}x{vocab} {dtype}")
 
 
 # -- the 1.7 ops -----------------------------------------------------------------------------

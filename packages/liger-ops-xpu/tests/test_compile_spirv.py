@@ -268,6 +268,16 @@ def _loss_cases() -> list[dict]:
         bwd.update(_sig("", "dx_row_stride n_rows n_cols ignore_index", "beta eps scale"))
         cases.append(_case("divergence", "_divergence_backward_kernel", bwd, c, dp.num_warps, register_heavy=False))
 
+    # fused_ce_tvd: a 128k vocabulary (the cross-entropy's plan), both upstream gradients.
+    c = {"BLOCK_N": plan.block_n, "N_CHUNKS": plan.n_chunks}
+    fwd = _sig("S T Y:i64 CE:fp32 TVD:fp32 S_LSE:fp32 T_LSE:fp32 SIGMA:fp32", "s_row_stride t_row_stride n_cols")
+    fwd["ignore_index"] = "i32"
+    cases.append(_case("divergence", "_fused_ce_tvd_forward_kernel", fwd, c, plan.num_warps))
+    bwd = _sig("S T Y:i64 S_LSE:fp32 T_LSE:fp32 SIGMA:fp32 UP_CE:fp32 UP_TVD:fp32 DX")
+    bwd.update(_sig("", "s_row_stride t_row_stride dx_row_stride n_cols ignore_index"))
+    bc = {**c, "HAS_UP_CE": True, "HAS_UP_TVD": True}
+    cases.append(_case("divergence", "_fused_ce_tvd_backward_kernel", bwd, bc, plan.num_warps))
+
     mm = _sig("A B C:fp32", "M N K a_row_stride b_row_stride c_row_stride")
     block_m, block_n, block_k = plan_matmul(8192, 128256, 4096)  # a chunk of LLaMA-3's logits
     c = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "N_K_BLOCKS": 4096 // block_k, "UPCAST": False}

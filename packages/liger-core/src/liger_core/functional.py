@@ -561,3 +561,14 @@ def liger_attn_res(
     if isinstance(V, (list, tuple)):
         V = torch.stack(V)
     return resolve("attn_res", V.device)(V, w_query, w_norm, eps)
+
+
+def liger_fused_ce_tvd(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    target: torch.Tensor,
+    ignore_index: int = -100,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token ``(ce, tvd)`` of student logits against a teacher's, unreduced; see
+    `liger_core.ops.fused_ce_tvd.fused_ce_tvd` for the contract."""
+    return resolve("fused_ce_tvd", student_logits.device)(student_logits, teacher_logits, target, ignore_index)

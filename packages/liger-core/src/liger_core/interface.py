@@ -18,6 +18,7 @@ from liger_core.ops import (
     dyt,
     embedding,
     fused_add_rms_norm,
+    fused_ce_tvd,
     fused_gate_up_swiglu,
     fused_linear_cosine_similarity,
     fused_linear_cpo,
@@ -104,6 +105,8 @@ CATALOGUE: dict[str, Op] = {
         modulated_rms_norm.OP,
         # 1.7: residual
         attn_res.OP,
+        # 1.7: scaled-ce (temperature-scaled fused linear cross-entropy, fused CE + TVD).
+        fused_ce_tvd.OP,
     )
 }
 

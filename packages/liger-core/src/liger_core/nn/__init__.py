@@ -13,6 +13,7 @@ from liger_core.nn.grpo import LigerFusedLinearGRPOLoss
 from liger_core.nn.layer_norm import LigerLayerNorm
 from liger_core.nn.losses import (
     LigerCrossEntropyLoss,
+    LigerFusedCETVDLoss,
     LigerFusedLinearCPOLoss,
     LigerFusedLinearCrossEntropyLoss,
     LigerFusedLinearDPOLoss,
