@@ -31,6 +31,7 @@ KERNEL_PREFIX = {
     "fused_linear_cosine_similarity": "cross_entropy",
     # Two ops' kernels (str.startswith takes a tuple of prefixes).
     "fused_linear_jsd_loss": ("jsd", "cross_entropy"),
+    "modulated_rms_norm": ("rms_norm", "modulated_rms_norm"),
 }
 
 

@@ -30,7 +30,7 @@ PACKAGE = Path(__file__).resolve().parents[1]
 # Kernel families as the package's modules group them: one msprof run each, through `liger bench`
 # (the op's benchmark inputs at a model's shapes; ops without a bench spec are left out).
 FAMILIES = {
-    "norms": ("rms_norm", "fused_add_rms_norm", "layer_norm", "group_norm", "poly_norm", "dyt"),
+    "norms": ("rms_norm", "fused_add_rms_norm", "layer_norm", "group_norm", "poly_norm", "dyt", "attn_res"),
     "elementwise": ("swiglu", "geglu", "relu_squared", "fused_gate_up_swiglu", "tiled_mlp"),
     "rotary": ("rope", "qwen2vl_mrope", "llama4_rope"),
     "softmax": ("softmax", "sparsemax"),
@@ -43,7 +43,7 @@ FAMILIES = {
         "fused_linear_cpo",
         "fused_linear_simpo",
     ),
-    "divergence": ("kl_div", "jsd", "tvd", "fused_linear_jsd"),
+    "divergence": ("kl_div", "jsd", "tvd", "fused_linear_jsd", "fused_ce_tvd"),
     "moe": ("fused_moe",),
     # 1.6: the GRPO and distillation losses (cross-entropy's kernels; kl_div's and jsd's for the soft terms).
     "policy_and_distillation": (
@@ -53,6 +53,8 @@ FAMILIES = {
         "fused_linear_cosine_similarity",
         "fused_linear_jsd_loss",
     ),
+    "embedding": ("embedding",),
+    "modulated_rms_norm": ("modulated_rms_norm",),
 }
 CONFIG = "llama-3-8b"
 # Families whose shapes a dense model's config does not have.

@@ -164,7 +164,7 @@ def _check_row_plan(p, hw, rows, hidden, what):
 
 @pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
 def test_norm_family_plans_fit_grid_and_ub(soc):
-    from liger_ops_ascend import dyt, layer_norm, poly_norm
+    from liger_ops_ascend import attn_res, dyt, layer_norm, poly_norm
 
     hw = hardware.for_soc(soc)
     for dtype, hidden, rows, direction in itertools.product(
@@ -178,6 +178,9 @@ def test_norm_family_plans_fit_grid_and_ub(soc):
             layer_norm.plan_tiles(direction, rows, hidden, dtype, None, None, hw),
             poly_norm.plan_tiles(direction, rows, hidden, dtype, hw),
             dyt.plan_tiles(direction, rows, hidden, dtype, torch.float32, dtype, hw),
+            # attn_res at liger-kernel's benchmark depth and at 17 blocks (a 32-lane score tile).
+            attn_res.plan_tiles(direction, rows, hidden, 8, dtype, dtype, dtype, hw),
+            attn_res.plan_tiles(direction, rows, hidden, 17, dtype, torch.float32, torch.float32, hw),
         ):
             _check_row_plan(p, hw, rows, hidden, f"{what}: {p}")
             if hidden <= 128 and hidden * dtype.itemsize % hardware.ALIGN_BYTES == 0:
@@ -281,3 +284,37 @@ def test_loss_plans_keep_vocab_chunks_in_the_ub(soc):
         for kind in (divergence.KL_DIV, divergence.JSD, divergence.TVD):
             p = divergence.plan_tiles(kind, tokens, vocab, dtype, torch.float32, hw)
             _check_row_plan(p, hw, tokens, vocab, f"{soc} divergence {kind} {tokens}x{vocab}")
+        p = divergence.plan_fused_ce_tvd(direction, tokens, vocab, dtype, torch.float32, hw)
+        _check_row_plan(p, hw, tokens, vocab, f"{soc} fused_ce_tvd {direction} {tokens}x{vocab} {dtype}")
+
+
+# -- the 1.7 ops -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
+def test_embedding_plans_fit_grid_and_ub(soc):
+    from liger_ops_ascend import embedding
+
+    hw = hardware.for_soc(soc)
+    # Up to 65536 tokens (forward) or a 262144-row vocabulary (backward) of rows up to 16384 wide.
+    for dtype, n_rows, n_cols, direction in itertools.product(
+        NORM_DTYPES, [1, 4096, 65536, 262144], [1, 33, 4096, 8192, 16384], ("forward", "backward")
+    ):
+        p = embedding.plan_embedding(direction, n_rows, n_cols, dtype, dtype, hw)
+        check(p.kernel, hw)
+        assert p.kernel.programs <= hw.vector_cores and p.block_n * p.n_col_blocks >= n_cols
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
+def test_modulated_rms_norm_plans_fit_grid_and_ub(soc):
+    from liger_ops_ascend import modulated_rms_norm
+
+    hw = hardware.for_soc(soc)
+    # The modulation pass over up to 65536 rows of up to 65536 columns, fp32 modulation included.
+    for dtype, mod_dtype, n_rows, n_cols, direction in itertools.product(
+        NORM_DTYPES, (torch.float32, torch.bfloat16), [1, 4096, 65536], [1, 33, 4096, 16384, 65536],
+        ("forward", "backward"),
+    ):  # fmt: skip
+        p = modulated_rms_norm.plan_modulation(direction, n_rows, n_cols, dtype, mod_dtype, hw)
+        check(p.kernel, hw)
+        assert p.kernel.programs <= hw.vector_cores and p.block_n * p.n_col_blocks >= n_cols

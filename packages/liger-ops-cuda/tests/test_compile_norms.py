@@ -1,5 +1,5 @@
 """The compiled path without a GPU: build the norm-family kernels (rms_norm with and without
-the residual, layer_norm, poly_norm, dyt, group_norm, the partial sums) for an H100/H200
+the residual, layer_norm, poly_norm, dyt, attn_res, group_norm, the partial sums) for an H100/H200
 (sm_90) down to a cubin.
 
 The interpreter runs kernels as Python and never sees what only the Triton compiler checks
@@ -27,7 +27,7 @@ try:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     import torch
-    from liger_ops_cuda import _tiling, dyt, group_norm, hardware, layer_norm, poly_norm, rms_norm
+    from liger_ops_cuda import _tiling, attn_res, dyt, group_norm, hardware, layer_norm, poly_norm, rms_norm
     from liger_ops_cuda._tiling import plan_backward_tiles, plan_tiles
 except Exception as e:
     print(json.dumps({"skip": f"cannot import the compiler: {e!r}"})); sys.exit(SKIP)
@@ -104,6 +104,14 @@ for dt, n in (("bf16", 4096), ("bf16", 20000), ("fp32", 4096)):
     T = dict(DY=P(dt), X=P(dt), ALPHA=P(dt), GAMMA=P(dt), DX=P(dt), PARTIAL=P("fp32"), ALPHA_PARTIAL=P("fp32"))
     c = dict(NEED_PARTIAL=True, BLOCK_M=bm, BLOCK_N=bn)
     rows.append(variant(f"dyt bwd {tag}", dyt._dyt_backward_kernel, T, c, w))
+    # attn_res over liger-kernel's benchmark depth (8 blocks).
+    bm, bn, bb, w = attn_res.plan_attn_res(n, 8)
+    T = dict(V=P(dt), W_QUERY=P(dt), W_NORM=P(dt), H=P(dt), SCORE=P("fp32"), RSTD=P("fp32"), LSE=P("fp32"), eps="fp32")
+    c = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_B=bb)
+    rows.append(variant(f"attn_res fwd {tag}", attn_res._attn_res_forward_kernel, T, c, w))
+    T = dict(DH=P(dt), V=P(dt), W_QUERY=P(dt), W_NORM=P(dt), SCORE=P("fp32"), RSTD=P("fp32"), LSE=P("fp32"),
+             DV=P(dt), PARTIAL=P("fp32"))
+    rows.append(variant(f"attn_res bwd {tag}", attn_res._attn_res_backward_kernel, T, c, w))
 # GroupNorm at the issue's 32 x 128 x 8192 (32 groups) and a small-spatial shape, both plans.
 for dt in ("bf16", "fp32"):
     for groups, cg, hw in ((1024, 4, 8192), (64, 16, 49)):

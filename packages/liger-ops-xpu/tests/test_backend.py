@@ -26,6 +26,7 @@ _FAMILY = {
     "kl_div": "divergence",
     "jsd": "divergence",
     "tvd": "divergence",
+    "fused_ce_tvd": "divergence",
     "fused_linear_cosine_similarity": "fused_linear_distillation",
     "fused_linear_jsd_loss": "fused_linear_distillation",
 }

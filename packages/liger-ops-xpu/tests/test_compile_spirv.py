@@ -162,6 +162,19 @@ def _norm_cases() -> list[dict]:
     cases.append(
         _case("dyt", "_dyt_backward_kernel", bwd, {**dp_c, "STATIC_TILES": 0}, dp.num_warps, register_heavy=False)
     )
+
+    # attn_res at liger-kernel's benchmark depth (8 blocks), LLaMA-3-8B's hidden size.
+    from liger_ops_xpu.attn_res import plan_attn_res
+
+    bm, bn, bb, warps = plan_attn_res(4096, 8)
+    ar_c = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_B": bb, "STATIC_BLOCKS": 0, "STATIC_CHUNKS": 0}
+    ints = "v_block_stride v_row_stride h_row_stride n_blocks n_rows n_cols n_chunks"
+    fwd = _sig("V W_QUERY W_NORM H SCORE:fp32 RSTD:fp32 LSE:fp32", ints, "eps")
+    cases.append(_case("attn_res", "_attn_res_forward_kernel", fwd, ar_c, warps))
+    bwd = _sig("DH V W_QUERY W_NORM SCORE:fp32 RSTD:fp32 LSE:fp32 DV PARTIAL:fp32")
+    ints = "dh_row_stride v_block_stride v_row_stride dv_block_stride dv_row_stride n_blocks n_rows n_cols n_chunks"
+    bwd.update(_sig("", ints + " tiles_per_program"))
+    cases.append(_case("attn_res", "_attn_res_backward_kernel", bwd, {**ar_c, "STATIC_TILES": 0}, warps))
     return cases
 
 
@@ -255,6 +268,16 @@ def _loss_cases() -> list[dict]:
         bwd.update(_sig("", "dx_row_stride n_rows n_cols ignore_index", "beta eps scale"))
         cases.append(_case("divergence", "_divergence_backward_kernel", bwd, c, dp.num_warps, register_heavy=False))
 
+    # fused_ce_tvd: a 128k vocabulary (the cross-entropy's plan), both upstream gradients.
+    c = {"BLOCK_N": plan.block_n, "N_CHUNKS": plan.n_chunks}
+    fwd = _sig("S T Y:i64 CE:fp32 TVD:fp32 S_LSE:fp32 T_LSE:fp32 SIGMA:fp32", "s_row_stride t_row_stride n_cols")
+    fwd["ignore_index"] = "i32"
+    cases.append(_case("divergence", "_fused_ce_tvd_forward_kernel", fwd, c, plan.num_warps))
+    bwd = _sig("S T Y:i64 S_LSE:fp32 T_LSE:fp32 SIGMA:fp32 UP_CE:fp32 UP_TVD:fp32 DX")
+    bwd.update(_sig("", "s_row_stride t_row_stride dx_row_stride n_cols ignore_index"))
+    bc = {**c, "HAS_UP_CE": True, "HAS_UP_TVD": True}
+    cases.append(_case("divergence", "_fused_ce_tvd_backward_kernel", bwd, bc, plan.num_warps))
+
     mm = _sig("A B C:fp32", "M N K a_row_stride b_row_stride c_row_stride")
     block_m, block_n, block_k = plan_matmul(8192, 128256, 4096)  # a chunk of LLaMA-3's logits
     c = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "N_K_BLOCKS": 4096 // block_k, "UPCAST": False}
@@ -299,8 +322,50 @@ def _moe_cases() -> list[dict]:
     return cases
 
 
+def _embedding_cases() -> list[dict]:
+    """embedding's gather and its segmented gradient sum (the ``while`` walk over loaded bounds),
+    at LLaMA-3-8B's hidden size."""
+    from liger_ops_xpu.embedding import plan_embedding
+
+    block_m, block_n, num_warps = plan_embedding(4096)
+    fwd = _sig("W IDX:i64 Y", "n_idx n_cols w_row_stride")
+    c = {"BLOCK_M": block_m, "BLOCK_N": block_n}
+    cases = [_case("embedding", "_embedding_forward_kernel", fwd, c, num_warps, register_heavy=False)]
+    bwd = _sig("DY ORDER:i64 ROWS:i64 STARTS:i64 COUNTS:i64 DW", "n_cols dy_row_stride dw_row_stride padding_idx")
+    cases.append(_case("embedding", "_embedding_backward_kernel", bwd, {"BLOCK_N": block_n}, 4, register_heavy=False))
+    return cases
+
+
+def _modulated_rms_norm_cases() -> list[dict]:
+    """The modulation pass of modulated_rms_norm (its normalisation is rms_norm's kernels, above)."""
+    from liger_ops_xpu import hardware
+    from liger_ops_xpu._tiling import elementwise_num_warps
+
+    block_m, block_n = hardware.MODULATION_BLOCK_M, hardware.MODULATION_BLOCK_N
+    fwd = _sig("R SCALE SHIFT Y", "n_rows n_cols rows_per_modulation")
+    c = {"HAS_SHIFT": True, "BLOCK_M": block_m, "BLOCK_N": block_n}
+    warps = elementwise_num_warps(block_m * block_n)
+    cases = [_case("modulated_rms_norm", "_modulated_rms_norm_forward_kernel", fwd, c, warps, register_heavy=False)]
+    bwd = _sig("DY R SCALE G:fp32 DSCALE_PARTIAL:fp32 DSHIFT_PARTIAL:fp32")
+    bwd.update(_sig("", "n_cols dy_row_stride rows_per_modulation rows_per_chunk n_chunks"))
+    c = {"HAS_SHIFT": True, "BLOCK_N": block_n}
+    warps = elementwise_num_warps(block_n)
+    cases.append(
+        _case("modulated_rms_norm", "_modulated_rms_norm_backward_kernel", bwd, c, warps, register_heavy=False)
+    )
+    return cases
+
+
 def _cases() -> list[dict]:
-    return _rms_norm_cases() + _norm_cases() + _activation_cases() + _loss_cases() + _moe_cases()
+    return (
+        _rms_norm_cases()
+        + _norm_cases()
+        + _activation_cases()
+        + _loss_cases()
+        + _moe_cases()
+        + _embedding_cases()
+        + _modulated_rms_norm_cases()
+    )
 
 
 def test_kernels_compile_to_spirv_for_an_intel_target(tmp_path):

@@ -442,6 +442,25 @@ def liger_fused_linear_jsd_loss(
     )  # fmt: skip
 
 
+def liger_embedding(weight: torch.Tensor, indices: torch.Tensor, padding_idx: int | None = None) -> torch.Tensor:
+    """``weight[indices]`` (nn.Embedding); see `liger_core.ops.embedding.embedding` for the contract."""
+    return resolve("embedding", weight.device)(weight, indices, padding_idx)
+
+
+def liger_modulated_rms_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    scale: torch.Tensor,
+    shift: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    offset: float = 0.0,
+    casting_mode: str = "llama",
+    in_place: bool = False,
+) -> torch.Tensor:
+    """``(1 + scale) * rms_norm(x) + shift``; see `liger_core.ops.modulated_rms_norm.modulated_rms_norm`."""
+    return resolve("modulated_rms_norm", x.device)(x, weight, scale, shift, eps, offset, casting_mode, in_place)
+
+
 __all__ = sorted(name for name in dir() if name.startswith("liger_"))
 
 
@@ -528,3 +547,28 @@ def liger_fused_linear_simpo(
     return resolve("fused_linear_simpo", input.device)(
         input, weight, target, bias, ignore_index, beta, alpha, label_smoothing, compute_nll_loss, gamma
     )
+
+
+def liger_attn_res(
+    V: torch.Tensor | list[torch.Tensor] | tuple[torch.Tensor, ...],
+    w_query: torch.Tensor,
+    w_norm: torch.Tensor,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Attention Residuals: softmax attention of a pseudo-query over ``N`` stacked block outputs
+    (``V``: ``(N, ..., hidden)``, or a list of the ``N`` blocks, stacked here as liger-kernel does);
+    see `liger_core.ops.attn_res.attn_res` for the contract."""
+    if isinstance(V, (list, tuple)):
+        V = torch.stack(V)
+    return resolve("attn_res", V.device)(V, w_query, w_norm, eps)
+
+
+def liger_fused_ce_tvd(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    target: torch.Tensor,
+    ignore_index: int = -100,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token ``(ce, tvd)`` of student logits against a teacher's, unreduced; see
+    `liger_core.ops.fused_ce_tvd.fused_ce_tvd` for the contract."""
+    return resolve("fused_ce_tvd", student_logits.device)(student_logits, teacher_logits, target, ignore_index)

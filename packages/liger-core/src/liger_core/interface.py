@@ -13,9 +13,12 @@ from collections.abc import Callable
 
 from liger_core.op import Op, implementation_signature
 from liger_core.ops import (
+    attn_res,
     cross_entropy,
     dyt,
+    embedding,
     fused_add_rms_norm,
+    fused_ce_tvd,
     fused_gate_up_swiglu,
     fused_linear_cosine_similarity,
     fused_linear_cpo,
@@ -35,6 +38,7 @@ from liger_core.ops import (
     kl_div,
     layer_norm,
     llama4_rope,
+    modulated_rms_norm,
     poly_norm,
     qwen2vl_mrope,
     relu_squared,
@@ -96,6 +100,13 @@ CATALOGUE: dict[str, Op] = {
         fused_linear_kl_div.OP,
         fused_linear_cosine_similarity.OP,
         fused_linear_jsd_loss.OP,
+        # 1.7: norm-emb
+        embedding.OP,
+        modulated_rms_norm.OP,
+        # 1.7: residual
+        attn_res.OP,
+        # 1.7: scaled-ce (temperature-scaled fused linear cross-entropy, fused CE + TVD).
+        fused_ce_tvd.OP,
     )
 }
 

@@ -17,6 +17,11 @@ Per element, ``x`` the differentiated input, ``y`` the other:
   ``beta = 0``: ``e^y (y - x)``, grad ``-e^y``; ``beta = 1``: ``e^x (x - y)``, grad ``e^x (x - y + 1)``;
 - tvd: ``|x - y| / 2``, grad ``sign(x - y) / 2``.
 Rows whose label is ``ignore_index`` contribute nothing.
+
+fused_ce_tvd works over logits with the same row tiles: its forward walks a row block's
+vocabulary chunks twice (both rows' lse by the online step, then ``sum |p - q|`` and
+``sigma = sum p sign(p - q)``) and keeps per-row fp32 scalars; its backward walks them once more:
+``grad = grad_ce (p - [v == y]) + grad_tvd 0.5 p (sign(p - q) - sigma)``.
 """
 
 from __future__ import annotations
@@ -29,12 +34,14 @@ import triton
 import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops import _losses
+from liger_core.ops.fused_ce_tvd import check_args as check_fused_ce_tvd_args
 from liger_core.ops.jsd import check_args as check_jsd_args
 from liger_core.ops.kl_div import check_args as check_kl_div_args
 from liger_core.ops.tvd import check_args as check_tvd_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._jit import below, col_tile, row_block, tile_indices
+from liger_ops_ascend._cross_entropy import _targets, prepare_target
+from liger_ops_ascend._jit import below, col_tile, online_lse_step, row_block, tile_indices
 from liger_ops_ascend._tiling import FP32, RowPlan, dma, elem_bytes, mask, plan_rows, rows_f32, strides_of, work
 from liger_ops_ascend.launch import Tile, launch
 
@@ -250,3 +257,180 @@ class LigerTVDFunction(LigerDivergenceFunction):
         return LigerDivergenceFunction.forward(
             ctx, p, q, shift_labels, TVD, ignore_index, scale, reduction == "none", False, 0.0, torch.float32
         )
+
+
+# -- fused_ce_tvd --------------------------------------------------------------------------------
+
+
+@triton.jit
+def _fused_ce_tvd_forward_kernel(
+    S, T, Y, CE, TVD, S_LSE, T_LSE, SIGMA, s_row_stride, t_row_stride, n_rows, n_cols, n_blocks, n_chunks,
+    ignore_index, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    pid, num_programs, m_idx, _ = tile_indices(BLOCK_M, BLOCK_N)
+    for blk in range(pid, n_blocks, num_programs):
+        row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
+        keep, y = _targets(Y, rows, row_mask, ignore_index)
+        base = row0.to(tl.int64)
+        s_tile = S + base * s_row_stride + m_idx[:, None] * s_row_stride
+        t_tile = T + base * t_row_stride + m_idx[:, None] * t_row_stride
+        s_max = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+        s_sum = tl.zeros((BLOCK_M,), tl.float32)
+        t_max = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+        t_sum = tl.zeros((BLOCK_M,), tl.float32)
+        for c in range(n_chunks):
+            cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
+            s = tl.load(s_tile + cols[None, :], mask=mask, other=float("-inf")).to(tl.float32)
+            s_max, s_sum = online_lse_step(s_max, s_sum, s)
+            t = tl.load(t_tile + cols[None, :], mask=mask, other=float("-inf")).to(tl.float32)
+            t_max, t_sum = online_lse_step(t_max, t_sum, t)
+        # Rows past the end: lse 0 (never stored), not log(0).
+        s_lse = tl.where(row_mask, s_max + tl.log(tl.where(row_mask, s_sum, 1.0)), 0.0)
+        t_lse = tl.where(row_mask, t_max + tl.log(tl.where(row_mask, t_sum, 1.0)), 0.0)
+        abs_sum = tl.zeros((BLOCK_M,), tl.float32)
+        sigma = tl.zeros((BLOCK_M,), tl.float32)
+        for c in range(n_chunks):
+            cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
+            # Masked entries: -inf logits, so p = q = 0 there.
+            p = tl.exp(tl.load(s_tile + cols[None, :], mask=mask, other=float("-inf")).to(tl.float32) - s_lse[:, None])
+            q = tl.exp(tl.load(t_tile + cols[None, :], mask=mask, other=float("-inf")).to(tl.float32) - t_lse[:, None])
+            d = p - q
+            abs_sum += tl.sum(tl.abs(d), axis=1)
+            sigma += tl.sum(tl.where(d > 0, p, tl.where(d < 0, -p, 0.0)), axis=1)
+        # The target logits: one masked gather (an out-of-range target, refused on the host, reads nothing).
+        hit = keep & (y >= 0) & below(y, n_cols)
+        x_y = tl.load(S + base * s_row_stride + m_idx * s_row_stride + y, mask=hit, other=0.0).to(tl.float32)
+        tl.store(CE + rows, tl.where(keep, s_lse - x_y, 0.0), mask=row_mask)
+        tl.store(TVD + rows, tl.where(keep, 0.5 * abs_sum, 0.0), mask=row_mask)
+        tl.store(S_LSE + rows, s_lse, mask=row_mask)
+        tl.store(T_LSE + rows, t_lse, mask=row_mask)
+        tl.store(SIGMA + rows, sigma, mask=row_mask)
+
+
+@triton.jit
+def _fused_ce_tvd_backward_kernel(
+    S, T, Y, S_LSE, T_LSE, SIGMA, UP_CE, UP_TVD, G, s_row_stride, t_row_stride, n_rows, n_cols, n_blocks,
+    n_chunks, ignore_index, HAS_UP_CE: tl.constexpr, HAS_UP_TVD: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    pid, num_programs, m_idx, _ = tile_indices(BLOCK_M, BLOCK_N)
+    for blk in range(pid, n_blocks, num_programs):
+        row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
+        keep, y = _targets(Y, rows, row_mask, ignore_index)
+        s_lse = tl.load(S_LSE + rows, mask=row_mask, other=0.0)
+        t_lse = tl.load(T_LSE + rows, mask=row_mask, other=0.0)
+        sigma = tl.load(SIGMA + rows, mask=row_mask, other=0.0)
+        up_ce = tl.zeros((BLOCK_M,), tl.float32)
+        if HAS_UP_CE:
+            up_ce = tl.load(UP_CE + rows, mask=row_mask, other=0.0)
+        up_tvd = tl.zeros((BLOCK_M,), tl.float32)
+        if HAS_UP_TVD:
+            up_tvd = tl.load(UP_TVD + rows, mask=row_mask, other=0.0)
+        base = row0.to(tl.int64)
+        s_tile = S + base * s_row_stride + m_idx[:, None] * s_row_stride
+        t_tile = T + base * t_row_stride + m_idx[:, None] * t_row_stride
+        # The gradient is a dense output of this package's own making.
+        g_tile = G + base * n_cols + m_idx[:, None] * n_cols
+        for c in range(n_chunks):
+            cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
+            p = tl.exp(tl.load(s_tile + cols[None, :], mask=mask, other=0.0).to(tl.float32) - s_lse[:, None])
+            g = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+            if HAS_UP_CE:
+                g = up_ce[:, None] * tl.where(cols.to(tl.float32)[None, :] == y.to(tl.float32)[:, None], p - 1.0, p)
+            if HAS_UP_TVD:
+                q = tl.exp(tl.load(t_tile + cols[None, :], mask=mask, other=0.0).to(tl.float32) - t_lse[:, None])
+                d = p - q
+                sign = tl.where(d > 0, 1.0, tl.where(d < 0, -1.0, 0.0))
+                g += (up_tvd * 0.5)[:, None] * p * (sign - sigma[:, None])
+            g = tl.where(keep[:, None], g, 0.0)
+            tl.store(g_tile + cols[None, :], g.to(G.dtype.element_ty), mask=mask)
+
+
+def fused_ce_tvd_tiles(m: int, n: int, sb: int, tb: int, gb: int) -> tuple[Tile, ...]:
+    """The live tiles of either fused_ce_tvd kernel (the backward's are the larger: it also stores
+    the gradient), in the terms of the UB model (ub_model.md)."""
+    tiles = dma("student", m, n, sb) + dma("teacher", m, n, tb) + dma("grad", m, n, gb)
+    # Peak: s and t in fp32, p, q, p - q (or the gradient), the sign.
+    tiles += work("f32_", m, n, 6)
+    tiles += work("col_index", 1, n, 1) + work("hit", m, n, 1, 1)
+    rows = ("y", "keep", "s_max", "s_sum", "t_max", "t_sum", "s_lse", "t_lse", "abs_sum", "sigma", "up_ce", "up_tvd")
+    return tuple(tiles + mask(m, n) + rows_f32(rows, m))
+
+
+def plan_fused_ce_tvd(
+    direction: str,
+    n_rows: int,
+    n_cols: int,
+    s_dtype: torch.dtype,
+    t_dtype: torch.dtype,
+    hw: hardware.Hardware,
+    row_strides: Sequence[tuple[int, int]] | None = None,
+) -> RowPlan:
+    """The tile plan of fused_ce_tvd's ``direction`` ("forward" or "backward") over (n_rows, n_cols)."""
+    name = f"fused_ce_tvd_{direction}"
+    kernels = ((name, fused_ce_tvd_tiles),)
+    sb, tb = elem_bytes(s_dtype), elem_bytes(t_dtype)
+    sizes = {"sb": sb, "tb": tb, "gb": sb if direction == "backward" else 0}
+    strides = [(n_cols, sb), (n_cols, tb)] if row_strides is None else row_strides
+    return plan_rows(name, n_rows, n_cols, kernels, kernels, hw, sizes, strides)
+
+
+def fused_ce_tvd_forward(s, t, target, ignore_index, hw):
+    """``(ce, tvd, s_lse, t_lse, sigma)``, fp32 per row, over (rows, vocab) logits with unit column stride."""
+    n_rows, n_cols = s.shape
+    ce, tvd_, s_lse, t_lse, sigma = (torch.empty(n_rows, dtype=torch.float32, device=s.device) for _ in range(5))
+    if n_rows:
+        p = plan_fused_ce_tvd("forward", n_rows, n_cols, s.dtype, t.dtype, hw, strides_of(s, t))
+        launch(
+            _fused_ce_tvd_forward_kernel, p.kernels[0], hw, s, t, target, ce, tvd_, s_lse, t_lse, sigma,
+            s.stride(0), t.stride(0), n_rows, n_cols, p.n_blocks, p.n_chunks, int(ignore_index),
+            BLOCK_M=p.block_m, BLOCK_N=p.block_n,
+        )  # fmt: skip
+    return ce, tvd_, s_lse, t_lse, sigma
+
+
+def fused_ce_tvd_backward(s, t, target, s_lse, t_lse, sigma, up_ce, up_tvd, ignore_index, hw) -> torch.Tensor:
+    """d(loss)/d(student logits) in the student's dtype; ``up_ce`` / ``up_tvd`` the per-row
+    incoming gradients (None: that output feeds nothing)."""
+    n_rows, n_cols = s.shape
+    grad = torch.empty((n_rows, n_cols), dtype=s.dtype, device=s.device)
+    if n_rows:
+        strides = strides_of(s, t, grad)
+        p = plan_fused_ce_tvd("backward", n_rows, n_cols, s.dtype, t.dtype, hw, strides)
+        launch(
+            _fused_ce_tvd_backward_kernel, p.kernels[0], hw, s, t, target, s_lse, t_lse, sigma,
+            up_ce if up_ce is not None else s_lse, up_tvd if up_tvd is not None else s_lse, grad,
+            s.stride(0), t.stride(0), n_rows, n_cols, p.n_blocks, p.n_chunks, int(ignore_index),
+            HAS_UP_CE=up_ce is not None, HAS_UP_TVD=up_tvd is not None, BLOCK_M=p.block_m, BLOCK_N=p.block_n,
+        )  # fmt: skip
+    return grad
+
+
+def _unit_cols(x: torch.Tensor) -> torch.Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+@implements("fused_ce_tvd")
+class LigerFusedCETVDFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, student_logits, teacher_logits, target, ignore_index):
+        check_fused_ce_tvd_args(student_logits, teacher_logits, target, ignore_index)
+        _losses.label_stats("fused_ce_tvd", target, ignore_index, student_logits.shape[1])
+        hw = hardware.current(student_logits.device)
+        s, t = _unit_cols(student_logits), _unit_cols(teacher_logits)
+        target = prepare_target(target).contiguous()
+        ce, tvd_, s_lse, t_lse, sigma = fused_ce_tvd_forward(s, t, target, ignore_index, hw)
+        ctx.set_materialize_grads(False)
+        ctx.ignore_index = ignore_index
+        ctx.save_for_backward(s, t, target, s_lse, t_lse, sigma)
+        return ce, tvd_
+
+    @staticmethod
+    def backward(ctx, grad_ce, grad_tvd):
+        if (grad_ce is None and grad_tvd is None) or not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        s, t, target, s_lse, t_lse, sigma = ctx.saved_tensors
+        up_ce, up_tvd = (None if g is None else g.float().contiguous() for g in (grad_ce, grad_tvd))
+        hw = hardware.current(s.device)
+        grad = fused_ce_tvd_backward(s, t, target, s_lse, t_lse, sigma, up_ce, up_tvd, ctx.ignore_index, hw)
+        return grad, None, None, None

@@ -236,3 +236,12 @@ def for_soc(name: str) -> Hardware:
     """Hardware facts of a table SoC, without environment or device (sweeps, tests)."""
     soc = lookup_soc(name)
     return Hardware(soc.name, soc.ub_bytes, soc.vector_cores, soc.ai_cores)
+
+
+# embedding: the columns of one table row a tile holds (the gather and the gradient sum).
+EMBEDDING_BLOCK_N = 2048
+
+# modulated_rms_norm's modulation pass: the columns of one row a tile holds; the backward sums
+# at most ROWS_PER_CHUNK rows of one modulation row per unit.
+MODULATION_BLOCK_N = 2048
+MODULATION_ROWS_PER_CHUNK = 64

@@ -1,5 +1,6 @@
 """The divergences for NVIDIA GPUs: KL divergence, generalised JSD and total variation distance
-(kl_div, jsd, tvd): Triton kernels, launch and autograd Functions.
+(kl_div, jsd, tvd), and fused_ce_tvd (cross-entropy + TVD over logits): Triton kernels, launch
+and autograd Functions.
 
 One program per (row, vocabulary tile).
 
@@ -17,6 +18,10 @@ when the incoming gradient is not 1 (`scale_unless_one`, decided on the device).
   ``1 / counted rows``, a device scalar.
 - tvd: ``grad_p = 0.5 * sign(p - q)`` times the reduction's scale (a device scalar: the counted
   rows are never read on the host); "none" writes the per-element loss.
+- fused_ce_tvd: over logits, one program per row streams the vocabulary twice (both rows' lse
+  by the online step, then ``sum |p - q|`` and ``sigma = sum p sign(p - q)``) and keeps only
+  per-row fp32 scalars; backward runs on (row, vocabulary tile) programs from them:
+  ``grad = grad_ce (p - [v == y]) + grad_tvd 0.5 p (sign(p - q) - sigma)``.
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
+from liger_core.ops.fused_ce_tvd import check_args as check_fused_ce_tvd_args
 from liger_core.ops.jsd import check_args as check_jsd_args
 from liger_core.ops.kl_div import check_args as check_kl_div_args
 from liger_core.ops.tvd import check_args as check_tvd_args
 from liger_ops_cuda import hardware
-from liger_ops_cuda._jit import row_offset, vocab_tile
+from liger_ops_cuda._cross_entropy import plan_vocab_rows, target_stats
+from liger_ops_cuda._jit import online_lse_step, row_offset, vocab_tile
 from liger_ops_cuda._tiling import as_rows, contiguous, scale_unless_one
 
 MODE_FORWARD_KL, MODE_REVERSE_KL, MODE_MIXED = 0, 1, 2
@@ -291,3 +298,138 @@ class LigerTVDFunction(LigerDivergenceFunction):
         ctx.elementwise_grad = _tvd_elementwise_grad if elementwise else None
         ctx.save_for_backward(grad)
         return out if elementwise else out.sum() * scale[0]
+
+
+@triton.jit
+def _fused_ce_tvd_forward_kernel(
+    S, s_row_stride, T, t_row_stride, Y, CE, TVD, S_LSE, T_LSE, SIGMA, n_cols, ignore_index,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    # One program per row. Pass 1: both rows' lse; pass 2: sum |p - q| and sigma = sum p sign(p - q).
+    row = tl.program_id(0)
+    y = tl.load(Y + row)
+    if y == ignore_index:
+        tl.store(CE + row, 0.0)
+        tl.store(TVD + row, 0.0)
+        tl.store(S_LSE + row, 0.0)
+        tl.store(T_LSE + row, 0.0)
+        tl.store(SIGMA + row, 0.0)
+        return
+    s_row = S + row_offset(row, s_row_stride)
+    t_row = T + row_offset(row, t_row_stride)
+    offs = tl.arange(0, BLOCK_N)
+    s_max, s_sum = float("-inf"), 0.0
+    t_max, t_sum = float("-inf"), 0.0
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + offs
+        mask = cols < n_cols
+        s = tl.load(s_row + cols, mask=mask, other=float("-inf")).to(tl.float32)
+        t = tl.load(t_row + cols, mask=mask, other=float("-inf")).to(tl.float32)
+        s_max, s_sum = online_lse_step(s_max, s_sum, s)
+        t_max, t_sum = online_lse_step(t_max, t_sum, t)
+    s_lse = s_max + tl.log(s_sum)
+    t_lse = t_max + tl.log(t_sum)
+    abs_sum = 0.0
+    sigma = 0.0
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + offs
+        mask = cols < n_cols
+        # Masked lanes: -inf logits, so p = q = 0 and they add nothing.
+        p = tl.exp(tl.load(s_row + cols, mask=mask, other=float("-inf")).to(tl.float32) - s_lse)
+        q = tl.exp(tl.load(t_row + cols, mask=mask, other=float("-inf")).to(tl.float32) - t_lse)
+        d = p - q
+        abs_sum += tl.sum(tl.abs(d), axis=0)
+        sigma += tl.sum(tl.where(d > 0, p, tl.where(d < 0, -p, 0.0)), axis=0)
+    # An out-of-range target (reported by the caller after the launch) reads nothing.
+    x_y = tl.load(s_row + y, mask=(y >= 0) & (y < n_cols), other=0.0).to(tl.float32)
+    tl.store(CE + row, s_lse - x_y)
+    tl.store(TVD + row, 0.5 * abs_sum)
+    tl.store(S_LSE + row, s_lse)
+    tl.store(T_LSE + row, t_lse)
+    tl.store(SIGMA + row, sigma)
+
+
+@triton.jit
+def _fused_ce_tvd_backward_kernel(
+    S, s_row_stride, T, t_row_stride, Y, S_LSE, T_LSE, SIGMA, UP_CE, UP_TVD, G, g_row_stride, n_cols,
+    ignore_index, HAS_UP_CE: tl.constexpr, HAS_UP_TVD: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    row, tile, cols, mask = vocab_tile(n_cols, BLOCK_N)
+    g_row = G + row_offset(row, g_row_stride)
+    y = tl.load(Y + row)
+    if y == ignore_index:
+        tl.store(g_row + cols, tl.zeros((BLOCK_N,), tl.float32).to(G.dtype.element_ty), mask=mask)
+        return
+    p = tl.exp(
+        tl.load(S + row_offset(row, s_row_stride) + cols, mask=mask, other=0.0).to(tl.float32) - tl.load(S_LSE + row)
+    )
+    grad = tl.zeros((BLOCK_N,), tl.float32)
+    if HAS_UP_CE:
+        up_ce = tl.load(UP_CE + row).to(tl.float32)
+        grad = up_ce * tl.where(cols == y, p - 1.0, p)
+    if HAS_UP_TVD:
+        q = tl.exp(
+            tl.load(T + row_offset(row, t_row_stride) + cols, mask=mask, other=0.0).to(tl.float32)
+            - tl.load(T_LSE + row)
+        )
+        d = p - q
+        sign = tl.where(d > 0, 1.0, tl.where(d < 0, -1.0, 0.0))
+        grad += tl.load(UP_TVD + row).to(tl.float32) * 0.5 * p * (sign - tl.load(SIGMA + row))
+    tl.store(g_row + cols, grad.to(G.dtype.element_ty), mask=mask)
+
+
+def fused_ce_tvd_forward(s: torch.Tensor, t: torch.Tensor, target: torch.Tensor, ignore_index: int):
+    """``(ce, tvd, s_lse, t_lse, sigma)``, fp32 per row, over (rows, vocab) logits with unit column stride."""
+    n, v = s.shape
+    ce, tvd, s_lse, t_lse, sigma = (torch.empty(n, dtype=torch.float32, device=s.device) for _ in range(5))
+    if n:
+        block, warps = plan_vocab_rows(v)
+        _fused_ce_tvd_forward_kernel[(n,)](
+            s, s.stride(0), t, t.stride(0), target, ce, tvd, s_lse, t_lse, sigma, v, ignore_index,
+            BLOCK_N=block, num_warps=warps,
+        )  # fmt: skip
+    return ce, tvd, s_lse, t_lse, sigma
+
+
+def fused_ce_tvd_backward(s, t, target, s_lse, t_lse, sigma, up_ce, up_tvd, ignore_index) -> torch.Tensor:
+    """d(loss)/d(student logits) in the student's dtype; ``up_ce`` / ``up_tvd`` the per-row
+    incoming gradients (None: that output feeds nothing)."""
+    n, v = s.shape
+    grad = torch.empty((n, v), dtype=s.dtype, device=s.device)
+    if n:
+        block, n_tiles, warps = plan_divergence(v)
+        _fused_ce_tvd_backward_kernel[(n, n_tiles)](
+            s, s.stride(0), t, t.stride(0), target, s_lse, t_lse, sigma,
+            up_ce if up_ce is not None else s_lse, up_tvd if up_tvd is not None else s_lse, grad, grad.stride(0), v,
+            ignore_index, HAS_UP_CE=up_ce is not None, HAS_UP_TVD=up_tvd is not None, BLOCK_N=block, num_warps=warps,
+        )  # fmt: skip
+    return grad
+
+
+@implements("fused_ce_tvd")
+class LigerFusedCETVDFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, student_logits, teacher_logits, target, ignore_index):
+        check_fused_ce_tvd_args(student_logits, teacher_logits, target, ignore_index)
+        s, t = as_rows(student_logits), as_rows(teacher_logits)
+        target = target.contiguous()
+        _, _, check = target_stats("fused_ce_tvd", target, ignore_index, s.shape[1], None, "sum")
+        ce, tvd, s_lse, t_lse, sigma = fused_ce_tvd_forward(s, t, target, ignore_index)
+        check.raise_if_bad()
+        ctx.set_materialize_grads(False)
+        ctx.ignore_index = ignore_index
+        ctx.save_for_backward(s, t, target, s_lse, t_lse, sigma)
+        return ce, tvd
+
+    @staticmethod
+    def backward(ctx, grad_ce, grad_tvd):
+        if (grad_ce is None and grad_tvd is None) or not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        s, t, target, s_lse, t_lse, sigma = ctx.saved_tensors
+        up_ce, up_tvd = (None if g is None else g.float().contiguous() for g in (grad_ce, grad_tvd))
+        return (
+            fused_ce_tvd_backward(s, t, target, s_lse, t_lse, sigma, up_ce, up_tvd, ctx.ignore_index),
+            None,
+            None,
+            None,
+        )

@@ -65,6 +65,10 @@ POLY_NORM_FORWARD_TILE_ELEMENTS = 4096
 POLY_NORM_FORWARD_ELEMENTS_PER_WARP = 1024
 POLY_NORM_BACKWARD_TILE_ELEMENTS = 8192
 POLY_NORM_BACKWARD_ELEMENTS_PER_WARP = 1024
+# Attention Residuals: positions x columns per tile (rows are walked in BLOCK_N-wide chunks, so
+# no row width is too wide); the per-block scores live in registers beside the tile.
+ATTN_RES_TILE_ELEMENTS = 4096
+ATTN_RES_BLOCK_N = 4096
 # Stand-in SM count where there is no GPU (the Triton interpreter on CPU): small, so that
 # tests still run several programs per grid.
 INTERPRETER_SM_COUNT = 4
@@ -147,3 +151,17 @@ MOE_COMBINE_BLOCK = 1024
 # fused_linear_grpo: float32 logits of whole sequences per chunk; at 2**27 elements one 1024-token
 # sequence of a 128K vocabulary (512 MiB), about what liger-kernel's one-sequence chunks hold.
 FLGRPO_CHUNK_ELEMENTS = 2**27
+
+# embedding: BLOCK_M looked-up rows x BLOCK_N columns per forward tile; the backward walks one
+# table row's positions with BLOCK_N columns.
+EMBEDDING_BLOCK_M = 16
+EMBEDDING_BLOCK_N = 512
+EMBEDDING_NUM_WARPS = 4
+
+# modulated_rms_norm's modulation pass: BLOCK_M rows x BLOCK_N columns per forward tile; the
+# backward sums at most ROWS_PER_CHUNK rows of one modulation row per program (more programs
+# when one scale row serves a whole sequence). Untuned starting points.
+MODULATION_BLOCK_M = 4
+MODULATION_BLOCK_N = 1024
+MODULATION_NUM_WARPS = 4
+MODULATION_ROWS_PER_CHUNK = 64

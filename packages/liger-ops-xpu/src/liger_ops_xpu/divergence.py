@@ -2,7 +2,7 @@
 divergence: forward KL at beta 0, reverse KL at beta 1, the mixture otherwise) and tvd (total
 variation distance), one kernel pair with the divergence chosen by a constexpr KIND, its
 launchers (also used by fused_linear_jsd on chunks of log-probabilities) and the three ops'
-autograd Functions (the backward shared).
+autograd Functions (the backward shared); and fused_ce_tvd, cross-entropy + TVD over logits.
 
 Both kernels run on a 2-D grid of [BLOCK_M rows x BLOCK_N columns] tiles (elementwise sizes
 from hardware: these ops stream two inputs and have no row-wide reduction). The forward either
@@ -17,6 +17,12 @@ Derivatives in x (y the constant second input):
     tvd: |x - y| / 2 -> sign(x - y) / 2
     jsd: with M = b e^y + (1 - b) e^x, b e^y (y - log M) + (1 - b) e^x (x - log M)
          -> (1 - b) e^x (x - log M); b = 0: e^y (y - x) -> -e^y; b = 1: e^x (x - y) -> e^x (x - y + 1)
+
+fused_ce_tvd runs over logits with the cross-entropy's vocabulary plan (one program per row,
+N_CHUNKS blocks of BLOCK_N, per-lane running max and sum): the forward walks the row twice (both
+lse, then ``sum |p - q|`` and ``sigma = sum p sign(p - q)``) and stores per-row fp32 scalars; the
+backward walks it once more and writes
+``grad_ce (p - [v == y]) + grad_tvd 0.5 p (sign(p - q) - sigma)``.
 """
 
 from __future__ import annotations
@@ -27,9 +33,10 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops import jsd, kl_div, tvd
-from liger_core.ops._losses import label_count
+from liger_core.ops import fused_ce_tvd, jsd, kl_div, tvd
+from liger_core.ops._losses import label_count, label_stats
 
+from liger_ops_xpu._cross_entropy import plan_vocab
 from liger_ops_xpu._jit import col_tile, row_tile
 from liger_ops_xpu._tiling import launch_blocks, plan_blocks, unit_col
 
@@ -305,3 +312,150 @@ class LigerTVDFunction(LigerDivergenceFunction):
         labels = None if shift_labels is None else shift_labels.contiguous()
         div = Divergence(TVD, ignore_index=ignore_index)
         return LigerDivergenceFunction.forward_divergence(ctx, p, q, labels, div, scale[reduction], torch.float32)
+
+
+@triton.jit
+def _row_lse(x_row, n_cols, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr):
+    """The logsumexp of one row of logits in fp32 (per-lane running max and sum, then combined)."""
+    cols = tl.arange(0, BLOCK_N)
+    m = tl.full((BLOCK_N,), -float("inf"), tl.float32)
+    d = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for chunk in range(N_CHUNKS):
+        c = chunk * BLOCK_N + cols
+        x = tl.load(x_row + c, mask=c < n_cols, other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, x)
+        safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+        d = d * tl.exp(m - safe) + tl.exp(x - safe)
+        m = m_new
+    row_max = tl.max(m, axis=0)
+    return row_max + tl.log(tl.sum(d * tl.exp(m - row_max), axis=0))
+
+
+@triton.jit
+def _fused_ce_tvd_forward_kernel(
+    S, T, Y, CE, TVD, S_LSE, T_LSE, SIGMA, s_row_stride, t_row_stride, n_cols, ignore_index,
+    BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    y = tl.load(Y + row).to(tl.int64)
+    if y == ignore_index:
+        tl.store(CE + row, 0.0)
+        tl.store(TVD + row, 0.0)
+        tl.store(S_LSE + row, 0.0)
+        tl.store(T_LSE + row, 0.0)
+        tl.store(SIGMA + row, 0.0)
+        return
+    s_row = S + row * s_row_stride
+    t_row = T + row * t_row_stride
+    s_lse = _row_lse(s_row, n_cols, BLOCK_N, N_CHUNKS)
+    t_lse = _row_lse(t_row, n_cols, BLOCK_N, N_CHUNKS)
+    cols = tl.arange(0, BLOCK_N)
+    abs_sum = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    sigma = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for chunk in range(N_CHUNKS):
+        c = chunk * BLOCK_N + cols
+        mask = c < n_cols
+        # Padding: -inf logits, so p = q = 0 there.
+        p = tl.exp(tl.load(s_row + c, mask=mask, other=-float("inf")).to(tl.float32) - s_lse)
+        q = tl.exp(tl.load(t_row + c, mask=mask, other=-float("inf")).to(tl.float32) - t_lse)
+        d = p - q
+        abs_sum += tl.abs(d)
+        sigma += tl.where(d > 0, p, tl.where(d < 0, -p, 0.0))
+    # An out-of-range target (refused on the host before the launch) would read nothing.
+    x_y = tl.load(s_row + y, mask=(y >= 0) & (y < n_cols), other=0.0).to(tl.float32)
+    tl.store(CE + row, s_lse - x_y)
+    tl.store(TVD + row, 0.5 * tl.sum(abs_sum, axis=0))
+    tl.store(S_LSE + row, s_lse)
+    tl.store(T_LSE + row, t_lse)
+    tl.store(SIGMA + row, tl.sum(sigma, axis=0))
+
+
+@triton.jit
+def _fused_ce_tvd_backward_kernel(
+    S, T, Y, S_LSE, T_LSE, SIGMA, UP_CE, UP_TVD, DX, s_row_stride, t_row_stride, dx_row_stride, n_cols,
+    ignore_index, HAS_UP_CE: tl.constexpr, HAS_UP_TVD: tl.constexpr, BLOCK_N: tl.constexpr,
+    N_CHUNKS: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0).to(tl.int64)
+    y = tl.load(Y + row).to(tl.int64)
+    dx_row = DX + row * dx_row_stride
+    cols = tl.arange(0, BLOCK_N)
+    if y == ignore_index:
+        for chunk in range(N_CHUNKS):
+            c = chunk * BLOCK_N + cols
+            tl.store(dx_row + c, tl.zeros((BLOCK_N,), tl.float32).to(DX.dtype.element_ty), mask=c < n_cols)
+        return
+    s_row = S + row * s_row_stride
+    t_row = T + row * t_row_stride
+    s_lse = tl.load(S_LSE + row)
+    t_lse = tl.load(T_LSE + row)
+    sigma = tl.load(SIGMA + row)
+    up_ce = 0.0
+    if HAS_UP_CE:
+        up_ce = tl.load(UP_CE + row).to(tl.float32)
+    up_tvd = 0.0
+    if HAS_UP_TVD:
+        up_tvd = tl.load(UP_TVD + row).to(tl.float32)
+    for chunk in range(N_CHUNKS):
+        c = chunk * BLOCK_N + cols
+        mask = c < n_cols
+        p = tl.exp(tl.load(s_row + c, mask=mask, other=0.0).to(tl.float32) - s_lse)
+        g = tl.zeros((BLOCK_N,), tl.float32)
+        if HAS_UP_CE:
+            g = up_ce * tl.where(c == y, p - 1.0, p)
+        if HAS_UP_TVD:
+            q = tl.exp(tl.load(t_row + c, mask=mask, other=0.0).to(tl.float32) - t_lse)
+            d = p - q
+            g += up_tvd * 0.5 * p * (tl.where(d > 0, 1.0, tl.where(d < 0, -1.0, 0.0)) - sigma)
+        tl.store(dx_row + c, g.to(DX.dtype.element_ty), mask=mask)
+
+
+def fused_ce_tvd_forward(s: torch.Tensor, t: torch.Tensor, target: torch.Tensor, ignore_index: int):
+    """``(ce, tvd, s_lse, t_lse, sigma)``, fp32 per row, over (rows, vocab) logits with unit column stride."""
+    n_rows, n_cols = s.shape
+    ce, tvd_, s_lse, t_lse, sigma = (torch.empty(n_rows, dtype=torch.float32, device=s.device) for _ in range(5))
+    if n_rows:
+        plan_vocab(n_cols).launch(
+            _fused_ce_tvd_forward_kernel, n_rows, s.device, s, t, target, ce, tvd_, s_lse, t_lse, sigma,
+            s.stride(0), t.stride(0), n_cols, ignore_index,
+        )  # fmt: skip
+    return ce, tvd_, s_lse, t_lse, sigma
+
+
+def fused_ce_tvd_backward(s, t, target, s_lse, t_lse, sigma, up_ce, up_tvd, ignore_index) -> torch.Tensor:
+    """d(loss)/d(student logits) in the student's dtype; ``up_ce`` / ``up_tvd`` the per-row
+    incoming gradients (None: that output feeds nothing)."""
+    n_rows, n_cols = s.shape
+    dx = torch.empty((n_rows, n_cols), dtype=s.dtype, device=s.device)
+    if n_rows:
+        plan_vocab(n_cols).launch(
+            _fused_ce_tvd_backward_kernel, n_rows, s.device, s, t, target, s_lse, t_lse, sigma,
+            up_ce if up_ce is not None else s_lse, up_tvd if up_tvd is not None else s_lse, dx,
+            s.stride(0), t.stride(0), dx.stride(0), n_cols, ignore_index,
+            HAS_UP_CE=up_ce is not None, HAS_UP_TVD=up_tvd is not None,
+        )  # fmt: skip
+    return dx
+
+
+@implements("fused_ce_tvd")
+class LigerFusedCETVDFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, student_logits, teacher_logits, target, ignore_index):
+        fused_ce_tvd.check_args(student_logits, teacher_logits, target, ignore_index)
+        label_stats("fused_ce_tvd", target, ignore_index, student_logits.shape[1])
+        s, t = unit_col(student_logits), unit_col(teacher_logits)
+        target = target.contiguous()
+        ce, tvd_, s_lse, t_lse, sigma = fused_ce_tvd_forward(s, t, target, ignore_index)
+        ctx.set_materialize_grads(False)
+        ctx.ignore_index = ignore_index
+        ctx.save_for_backward(s, t, target, s_lse, t_lse, sigma)
+        return ce, tvd_
+
+    @staticmethod
+    def backward(ctx, grad_ce, grad_tvd):
+        if (grad_ce is None and grad_tvd is None) or not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        s, t, target, s_lse, t_lse, sigma = ctx.saved_tensors
+        up_ce, up_tvd = (None if g is None else g.float().contiguous() for g in (grad_ce, grad_tvd))
+        dx = fused_ce_tvd_backward(s, t, target, s_lse, t_lse, sigma, up_ce, up_tvd, ctx.ignore_index)
+        return dx, None, None, None

@@ -49,6 +49,12 @@ ELEMENTWISE_COL_BLOCK = 1024
 # RoPE: elements of one [heads x half head_dim] tile (each program rotates one position's
 # heads in chunks of this size; 32 heads x 64 columns for LLaMA's head_dim 128).
 ROPE_TILE_ELEMENTS = 2048
+
+# Attention Residuals: positions x columns per tile (rows are walked in BLOCK_N-wide chunks, so
+# no row width is too wide); the per-block scores live in registers beside the tile.
+ATTN_RES_TILE_ELEMENTS = 4096
+ATTN_RES_BLOCK_N = 4096
+
 # Sparsemax threshold search: halvings of [max - 1, max] (fp32 resolution at unit scale), then
 # Michelot steps that make tau exact for the support found.
 SPARSEMAX_BISECTION_STEPS = 24
@@ -252,3 +258,16 @@ def launch_kwargs(kernel: Any, device: torch.device, num_warps: int, register_he
             raise ValueError(f"grf_mode={mode!r} allows at most {MAX_NUM_WARPS_LARGE_GRF} warps; got {num_warps}")
         kwargs["grf_mode"] = mode
     return kwargs
+
+
+# embedding: BLOCK_M looked-up rows x BLOCK_N columns per forward tile; the backward walks one
+# table row's positions with BLOCK_N columns. Untuned starting points (CUDA's sizes).
+EMBEDDING_BLOCK_M = 16
+EMBEDDING_BLOCK_N = 512
+
+# modulated_rms_norm's modulation pass: BLOCK_M rows x BLOCK_N columns per forward tile; the
+# backward sums at most ROWS_PER_CHUNK rows of one modulation row per program. Untuned starting
+# points (CUDA's sizes).
+MODULATION_BLOCK_M = 4
+MODULATION_BLOCK_N = 1024
+MODULATION_ROWS_PER_CHUNK = 64

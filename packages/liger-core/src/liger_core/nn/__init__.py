@@ -7,11 +7,13 @@ from liger_core.nn.distillation import (
     LigerFusedLinearKLDivLoss,
 )
 from liger_core.nn.dyt import LigerDyT
+from liger_core.nn.embedding import LigerEmbedding
 from liger_core.nn.group_norm import LigerGroupNorm
 from liger_core.nn.grpo import LigerFusedLinearGRPOLoss
 from liger_core.nn.layer_norm import LigerLayerNorm
 from liger_core.nn.losses import (
     LigerCrossEntropyLoss,
+    LigerFusedCETVDLoss,
     LigerFusedLinearCPOLoss,
     LigerFusedLinearCrossEntropyLoss,
     LigerFusedLinearDPOLoss,
@@ -32,7 +34,7 @@ from liger_core.nn.mlp import (
 )
 from liger_core.nn.moe import LigerExperts
 from liger_core.nn.poly_norm import LigerPolyNorm
-from liger_core.nn.rms_norm import LigerFusedAddRMSNorm, LigerRMSNorm
+from liger_core.nn.rms_norm import LigerFusedAddRMSNorm, LigerModulatedRMSNorm, LigerRMSNorm
 from liger_core.nn.softmax import LigerSoftmax, LigerSparsemax
 
 __all__ = sorted(name for name in dir() if name.startswith("Liger"))

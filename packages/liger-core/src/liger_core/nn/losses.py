@@ -7,6 +7,7 @@ from torch import nn
 
 from liger_core.functional import (
     liger_cross_entropy,
+    liger_fused_ce_tvd,
     liger_fused_linear_cpo,
     liger_fused_linear_cross_entropy,
     liger_fused_linear_dpo,
@@ -458,3 +459,17 @@ class LigerFusedLinearSimPOLoss(nn.Module):
 
     def extra_repr(self) -> str:
         return f"beta={self.beta}, gamma={self.gamma}, alpha={self.alpha}"
+
+
+class LigerFusedCETVDLoss(nn.Module):
+    """Per-token cross-entropy and total variation distance against a teacher, unreduced;
+    ``forward(student_logits, teacher_logits, target) -> (ce, tvd)``."""
+
+    def __init__(self, ignore_index: int = -100) -> None:
+        super().__init__()
+        self.ignore_index = ignore_index
+
+    def forward(
+        self, student_logits: torch.Tensor, teacher_logits: torch.Tensor, target: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return liger_fused_ce_tvd(student_logits, teacher_logits, target, self.ignore_index)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from liger_core.functional import liger_fused_add_rms_norm, liger_rms_norm
+from liger_core.functional import liger_fused_add_rms_norm, liger_modulated_rms_norm, liger_rms_norm
 from liger_core.nn._params import init_weight
 from liger_core.ops.rms_norm import CASTING_MODES
 
@@ -80,4 +80,25 @@ class LigerFusedAddRMSNorm(LigerRMSNorm):
     def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return liger_fused_add_rms_norm(
             hidden_states, residual, self.weight, self.variance_epsilon, self.offset, self.casting_mode, self.in_place
+        )
+
+
+class LigerModulatedRMSNorm(LigerRMSNorm):
+    """RMSNorm with an adaptive scale and shift, ``(1 + scale) * RMSNorm(x) + shift`` (the AdaLN
+    norm of Diffusion-Transformer blocks), under liger-kernel's name. The constructor is
+    `LigerRMSNorm`'s; ``forward`` takes the modulation (see
+    `liger_core.ops.modulated_rms_norm.modulated_rms_norm` for how it broadcasts)."""
+
+    def forward(
+        self, hidden_states: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return liger_modulated_rms_norm(
+            hidden_states,
+            self.weight,
+            scale,
+            shift,
+            self.variance_epsilon,
+            self.offset,
+            self.casting_mode,
+            self.in_place,
         )

@@ -1,0 +1,183 @@
+"""The `embedding` op: a token-embedding lookup (``nn.Embedding``) and its weight gradient, declared once."""
+
+from __future__ import annotations
+
+import torch
+
+from liger_core.bench import spec as B
+from liger_core.op import Op, bad, on_other_device, sample
+from liger_core.ops import _samples as S
+from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device
+
+INDEX_DTYPES = frozenset((torch.int32, torch.int64))
+
+
+def embedding(weight: torch.Tensor, indices: torch.Tensor, padding_idx: int | None = None) -> torch.Tensor:
+    """Embedding lookup, ``out[..., :] = weight[indices[...], :]`` (``torch.nn.functional.embedding``
+    with ``padding_idx``, no ``max_norm``), in liger-kernel's argument order (weight first).
+
+    Args:
+        weight: ``(num_embeddings, embedding_dim)``, float32, bfloat16 or float16, any strides.
+        indices: int64 or int32 of any shape (an empty one included), every value in
+            ``[0, num_embeddings)``; the values are not checked (that would need a device sync).
+        padding_idx: None, or a row of ``weight`` (negative counts from the end, as in torch)
+            that receives no gradient; its row is looked up as any other.
+
+    Returns:
+        ``(*indices.shape, embedding_dim)`` in weight's dtype, exact copies of weight's rows.
+        Backward gives ``grad_weight`` (weight's dtype and shape): for each row, the sum in
+        float32 of the incoming gradient rows of the positions that looked it up, rounded once;
+        zero for rows no position looked up and for ``padding_idx``. ``weight`` is not modified.
+    """
+    check_args(weight, indices, padding_idx)
+    return math(weight, indices, padding_idx)
+
+
+def check_args(weight: torch.Tensor, indices: torch.Tensor, padding_idx: int | None) -> None:
+    """Raise a clear error for arguments outside the contract (one cheap predicate first)."""
+    try:
+        if (
+            weight.dtype in FLOAT_DTYPES
+            and weight.ndim == 2
+            and indices.dtype in INDEX_DTYPES
+            and weight.device == indices.device
+            and (
+                padding_idx is None or (type(padding_idx) is int and -weight.shape[0] <= padding_idx < weight.shape[0])
+            )
+        ):
+            return
+    except (AttributeError, TypeError):
+        pass
+    check_floating("weight", weight)
+    if not isinstance(indices, torch.Tensor):
+        raise TypeError(f"embedding: indices must be a torch.Tensor; got {type(indices).__name__}")
+    if indices.dtype not in INDEX_DTYPES:
+        raise TypeError(
+            f"embedding: indices must have dtype int64 or int32; got {str(indices.dtype).removeprefix('torch.')}"
+        )
+    check_same_device("embedding", weight=weight, indices=indices)
+    if weight.ndim != 2:
+        raise ValueError(
+            f"embedding: weight must be 2-D (num_embeddings, embedding_dim); got weight.shape={tuple(weight.shape)}"
+        )
+    n = weight.shape[0]
+    raise ValueError(f"embedding: padding_idx must be None or an int in [{-n}, {n}); got {padding_idx!r}")
+
+
+def math(weight: torch.Tensor, indices: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
+    """The formula, differentiable by autograd in weight, for any floating dtype (float64 for the oracle)."""
+    return torch.nn.functional.embedding(indices, weight, padding_idx)
+
+
+# -- declaration ---------------------------------------------------------------------------------
+
+
+def args(
+    device,
+    num_embeddings=50,
+    dim=16,
+    index_shape=(3, 7),
+    dtype=torch.float32,
+    index_dtype=torch.int64,
+    padding_idx=None,
+    duplicates=False,
+    strided=False,
+):
+    """weight (num_embeddings, dim) and indices of ``index_shape``; ``duplicates``: every index from
+    a handful of rows (long sums per row), ``strided``: weight a column slice of a wider table."""
+    g = S.gen(0)
+    if strided:
+        weight = S.to(device, dtype, S.normal((num_embeddings, dim + 5), g))[:, 2 : dim + 2]
+    else:
+        weight = S.to(device, dtype, S.normal((num_embeddings, dim), g))
+    high = min(4, num_embeddings) if duplicates else num_embeddings
+    indices = torch.randint(0, high, index_shape, generator=S.gen(1)).to(device=device, dtype=index_dtype)
+    if padding_idx is not None and indices.numel():
+        indices.view(-1)[0] = padding_idx % num_embeddings  # the padding row is looked up
+    return dict(weight=weight, indices=indices, padding_idx=padding_idx)
+
+
+def samples():
+    # One row and one index, odd sizes, rows wider than any vendor's single block, many positions
+    # (several programs), a 1-D and a 3-D index tensor, no index at all.
+    cases = (
+        dict(num_embeddings=1, dim=1, index_shape=(1,)),
+        dict(num_embeddings=50, dim=33, index_shape=(3, 7)),
+        dict(num_embeddings=7, dim=4099, index_shape=(5,)),
+        dict(num_embeddings=300, dim=64, index_shape=(2, 3, 150)),
+        dict(num_embeddings=20, dim=16, index_shape=(0, 4)),
+    )
+    for dtype in S.DTYPES:
+        for case in cases:
+            yield sample(args, dtype=dtype, **case)
+    # Every position on a few rows (long per-row sums), padding rows, int32 indices, a strided table.
+    yield from S.grid(args, dict(dtype=S.OPTION_DTYPES), duplicates=True, num_embeddings=40, index_shape=(257,))
+    yield from S.grid(args, dict(padding_idx=(0, 5, -1)), num_embeddings=30, dim=24, index_shape=(4, 9))
+    yield sample(args, index_dtype=torch.int32, num_embeddings=60, dim=40, index_shape=(6, 11))
+    yield sample(args, strided=True, num_embeddings=30, dim=24, index_shape=(4, 9))
+
+
+def _bench_layout(s, dt, dev, gen):
+    # liger-kernel's benchmark_embedding: input_ids (BT / 512, 512) drawn from the model's vocabulary,
+    # an (vocab, hidden) table, BT swept from 1024: here tokens = BT.
+    seq = 512 if s.tokens % 512 == 0 else s.tokens
+    return dict(
+        weight=B.normal((s.vocab, s.hidden), dt, dev, gen),
+        indices=B.targets(s.tokens, s.vocab, dev, gen).view(-1, seq),
+    )
+
+
+def _liger_kernel_embedding():
+    # liger-kernel's experimental embedding (its LigerEmbedding module owns its table; its
+    # Function takes the table and the indices).
+    from liger_kernel.ops import LigerEmbeddingFunction
+
+    return lambda weight, indices, padding_idx=None: LigerEmbeddingFunction.apply(weight, indices)
+
+
+OP = Op(
+    embedding,
+    since=(1, 7),
+    math=math,
+    grads=("weight",),
+    samples=samples,
+    smoke=(sample(args, num_embeddings=10, dim=8, index_shape=(2, 3)), sample(args, index_shape=(4, 33), dim=128)),
+    error_sample=sample(args),
+    errors=(
+        bad(
+            "int_weight",
+            TypeError,
+            r"weight must have dtype float32, bfloat16, float16; got int64",
+            weight=lambda w: w.long(),
+        ),
+        bad(
+            "float_indices",
+            TypeError,
+            r"indices must have dtype int64 or int32; got float32",
+            indices=lambda i: i.float(),
+        ),
+        bad(
+            "weight_1d",
+            ValueError,
+            r"weight must be 2-D \(num_embeddings, embedding_dim\); got weight.shape=\(50,\)",
+            weight=lambda w: w[:, 0],
+        ),
+        bad("padding_idx", ValueError, r"padding_idx must be None or an int in \[-50, 50\); got 50", padding_idx=50),
+        bad("padding_idx_type", ValueError, r"padding_idx must be None or an int .*got 1.5", padding_idx=1.5),
+        bad("mixed_devices", ValueError, r"one device.*weight is on .*indices is on", indices=on_other_device),
+    ),
+    bench=B.BenchSpec(
+        group="activations",
+        axes=("tokens", "vocab", "hidden"),
+        layouts={"ids": _bench_layout},
+        torch_fn=lambda weight, indices, padding_idx=None: torch.nn.functional.embedding(indices, weight, padding_idx),
+        # Forward reads the looked-up rows and the indices, writes the output; backward reads the
+        # incoming gradient and writes the whole table's gradient.
+        traffic=lambda s, e: (
+            2 * s.tokens * s.hidden * e + 8 * s.tokens,
+            s.tokens * s.hidden * e + s.vocab * s.hidden * e,
+        ),
+        describe=lambda s: B.dims(("tokens", s.tokens), ("vocab", s.vocab), ("hidden", s.hidden)),
+        peers={B.LIGER_KERNEL: B.Peer(_liger_kernel_embedding)},
+    ),
+)
