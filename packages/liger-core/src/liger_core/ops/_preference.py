@@ -18,6 +18,9 @@ sequence becomes a per-token coefficient ``c_t``, and the backend's gradient ker
 the logits chunk in place with ``c_t * (onehot(target_t) - softmax_t)``; two matmuls give the
 chunk's input gradient and add its weight gradient. The matmul is never recomputed and at most one
 chunk of logits (in the input's dtype) lives at a time. Nothing here needs torch.compile.
+
+`autograd_functions` builds the ops' autograd Functions over one backend's kernels (argument
+checks, `fused_linear_pairs`, the gradients' two ends); the backend registers them.
 """
 
 from __future__ import annotations
