@@ -3,8 +3,8 @@
 import pytest
 
 from liger_core.conformance.check import check, make_args
+from liger_core.ops.fused_linear_grpo import sequences_per_chunk
 from liger_ops_cuda import hardware
-from liger_ops_cuda.fused_linear_grpo import plan_sequences
 
 
 @pytest.mark.parametrize(
@@ -18,6 +18,6 @@ from liger_ops_cuda.fused_linear_grpo import plan_sequences
 )
 def test_several_chunks(backend, device, monkeypatch, options):
     monkeypatch.setattr(hardware, "FLGRPO_CHUNK_ELEMENTS", 2 * 11 * 70 + 5)
-    assert plan_sequences(7, 11, 70) == 2  # 4 chunks, the last one sequence
+    assert sequences_per_chunk(7, 11, 70, hardware.FLGRPO_CHUNK_ELEMENTS) == 2  # 4 chunks, the last one sequence
     args = make_args("fused_linear_grpo", device, shape=(7, 11, 16, 70), seed=41, **options)
     check(backend, "fused_linear_grpo", args, grad_scalar=0.5)

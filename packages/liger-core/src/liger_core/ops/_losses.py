@@ -3,6 +3,8 @@ kl_div, jsd, fused_linear_jsd, tvd), so every backend raises the same errors and
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device
@@ -119,6 +121,20 @@ def label_stats(
     """
     stats = _label_figures(target, ignore_index, n_classes, weight).tolist()
     return _check_label_figures(op, target, ignore_index, n_classes, stats)
+
+
+def take_fused_grads(ctx) -> tuple:
+    """The gradients a fused loss computed in its forward and kept as ``ctx.fused_grads``, taken
+    off ``ctx`` so that autograd holds the only reference: it then adopts grad_weight as ``.grad``
+    instead of cloning it (what a saved tensor would cost). A second backward through the same
+    graph raises: the gradients were handed over already."""
+    grads, ctx.fused_grads = ctx.fused_grads, None
+    if grads is None:
+        raise RuntimeError(
+            "this fused loss computed its gradients in the forward and handed them to autograd already; "
+            "run the forward again for another backward (retain_graph cannot replay it)"
+        )
+    return grads
 
 
 class PendingLabelStats:
@@ -249,3 +265,46 @@ def grad_scale_through(grad_out: torch.Tensor, operand: torch.Tensor) -> float:
     if grad_out.numel() == 0 or operand.numel() == 0:
         return 1.0
     return float((grad_out.abs() @ operand.abs()).max())
+
+
+def autograd_function(name: str, module: str, forward: Callable, backward: Callable) -> type[torch.autograd.Function]:
+    """A ``torch.autograd.Function`` subclass built from its two static methods: for the loss
+    factories (`_preference.autograd_functions`, ...), whose Functions a backend module registers
+    as its own. ``module`` is that backend module's name: `backend.collect_ops` takes only objects
+    defined in the module it reads. Built by ``type`` so that autograd's metaclass names the
+    backward node after ``name`` (``<name>Backward``), as a class statement would."""
+    namespace = {
+        "__module__": module,
+        "__qualname__": name,
+        "forward": staticmethod(forward),
+        "backward": staticmethod(backward),
+    }
+    return type(name, (torch.autograd.Function,), namespace)
+
+
+class LinearChunkKernels:
+    """A backend's matmul steps in the chunked fused linear losses that liger-core orchestrates
+    (fused_linear_grpo, the distillation losses): a chunk's float32 logits, the weight gradient's
+    accumulation, the final scaling by the incoming gradient. The defaults are plain torch; a
+    backend overrides what its hardware does otherwise (fp32-output GEMMs, fused accumulation)."""
+
+    def logits_weight(self, weight: torch.Tensor) -> torch.Tensor:
+        """``weight`` as `logits` takes it (once per call, e.g. upcast once for every chunk)."""
+        return weight
+
+    def logits(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """``x @ weight.T`` in float32 (``weight`` from `logits_weight`), a buffer of its own."""
+        return x.float() @ weight.float().t()
+
+    def new_weight_grad(self, weight: torch.Tensor) -> torch.Tensor:
+        """The weight gradient's buffer, in ``weight``'s dtype; `add_weight_grad` fills it."""
+        return torch.zeros_like(weight)
+
+    def add_weight_grad(self, grad_weight: torch.Tensor, grad_logits: torch.Tensor, x: torch.Tensor, first: bool):
+        """``grad_weight += grad_logits.T @ x`` (``first``: the first chunk's product; the
+        orchestration zeroes the buffer itself when there was no chunk)."""
+        grad_weight += grad_logits.t() @ x
+
+    def scale_grad(self, grad: torch.Tensor, upstream: torch.Tensor) -> torch.Tensor:
+        """``grad`` (computed in the forward) times the incoming float32 gradient, in its dtype."""
+        return (grad * upstream).to(grad.dtype)

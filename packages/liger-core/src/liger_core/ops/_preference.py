@@ -18,6 +18,9 @@ sequence becomes a per-token coefficient ``c_t``, and the backend's gradient ker
 the logits chunk in place with ``c_t * (onehot(target_t) - softmax_t)``; two matmuls give the
 chunk's input gradient and add its weight gradient. The matmul is never recomputed and at most one
 chunk of logits (in the input's dtype) lives at a time. Nothing here needs torch.compile.
+
+`autograd_functions` builds the ops' autograd Functions over one backend's kernels (argument
+checks, `fused_linear_pairs`, the gradients' two ends); the backend registers them.
 """
 
 from __future__ import annotations
@@ -490,9 +493,7 @@ def needs_grads(ctx, bias: Tensor | None) -> tuple[bool, bool, bool]:
 def function_outputs(ctx, result: PairedResult, grads: tuple[Tensor | None, ...]) -> tuple[Tensor, ...]:
     """Keep the gradients computed in the forward for `function_grads` and return the outputs,
     every one but the loss marked non-differentiable (logged values)."""
-    # Held on ctx, not saved tensors: backward hands them to autograd as the only reference, so
-    # autograd takes grad_weight as ``.grad`` without a copy (a saved tensor would make it clone it).
-    ctx.fused_grads = grads
+    ctx.fused_grads = grads  # not saved tensors: see `_losses.take_fused_grads`
     ctx.set_materialize_grads(False)
     outs = result.astuple()
     ctx.mark_non_differentiable(*outs[1:])
@@ -502,15 +503,101 @@ def function_outputs(ctx, result: PairedResult, grads: tuple[Tensor | None, ...]
 def function_grads(ctx, grad_loss: Tensor | None) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
     """(grad_input, grad_weight, grad_bias): the forward's gradients times the incoming one, handed
     over once (a second backward through the same graph raises)."""
-    grads, ctx.fused_grads = ctx.fused_grads, None
-    if grads is None:
-        raise RuntimeError(
-            "this fused loss computed its gradients in the forward and handed them to autograd already; "
-            "run the forward again for another backward (retain_graph cannot replay it)"
-        )
+    grads = L.take_fused_grads(ctx)
     if grad_loss is None:
         return None, None, None
     if not bool((grad_loss == 1).all()):  # the usual loss.backward() needs no pass over grad_weight
         scale = grad_loss.float()
         grads = tuple(None if g is None else g.mul_(scale) for g in grads)
     return grads
+
+
+# -- the autograd Functions, built over one backend's kernels -------------------------------------
+
+
+def autograd_functions(
+    kernels: TokenLogpKernels, chunk_elements: Callable[[], int], module: str
+) -> dict[str, type[torch.autograd.Function]]:
+    """The preference losses' autograd Functions over one backend's kernels, by op name
+    (``LigerFusedLinearDPOFunction`` for fused_linear_dpo, ...; the backend marks each with
+    ``implements``). Each ``forward`` takes its contract's parameters, checks them and runs
+    `fused_linear_pairs`; ``backward`` scales the gradients computed there.
+
+    ``chunk_elements`` gives the logits elements per chunk (the backend's hardware value), read
+    on every call so that tuning and tests may change it; ``module``: the backend module that
+    registers the Functions (see `_losses.autograd_function`)."""
+    # The op modules import this one: imported here, when a backend builds its Functions.
+    from liger_core.ops import fused_linear_cpo as cpo
+    from liger_core.ops import fused_linear_dpo as dpo
+    from liger_core.ops import fused_linear_orpo as orpo
+    from liger_core.ops import fused_linear_simpo as simpo
+
+    def backward_with(n_options: int) -> Callable:
+        """backward for a contract of (input, weight, target, bias, ``n_options`` more)."""
+
+        def backward(ctx, grad_loss, *unused):
+            grad_x, grad_w, grad_b = function_grads(ctx, grad_loss)
+            return (grad_x, grad_w, None, grad_b) + (None,) * n_options
+
+        return backward
+
+    def dpo_forward(
+        ctx, input, weight, target, bias, ref_input, ref_weight, ref_bias, ignore_index, beta, compute_nll_loss,
+        use_ref_model, average_log_prob, loss_type, label_smoothing, discopop_tau, alpha,
+    ):  # fmt: skip
+        dpo.check_args(
+            input, weight, target, bias, ref_input, ref_weight, ref_bias, ignore_index, beta, compute_nll_loss,
+            use_ref_model, average_log_prob, loss_type, label_smoothing, discopop_tau, alpha,
+        )  # fmt: skip
+        result, *grads = fused_linear_pairs(
+            kernels, input, weight, target, bias, ref_input, ref_weight, ref_bias, ignore_index,
+            dpo.dpo_pair_loss(loss_type, beta, label_smoothing, discopop_tau), average_log_prob,
+            alpha if compute_nll_loss else 0.0, use_ref_model, chunk_elements(), *needs_grads(ctx, bias), dpo.OP_NAME,
+        )  # fmt: skip
+        return function_outputs(ctx, result, grads)
+
+    def orpo_forward(ctx, input, weight, target, bias, ignore_index, beta, compute_nll_loss):
+        orpo.check_args(input, weight, target, bias, ignore_index, beta, compute_nll_loss)
+        result, *grads = fused_linear_pairs(
+            kernels, input, weight, target, bias, None, None, None, ignore_index, orpo.orpo_pair_loss(beta), True,
+            1.0 if compute_nll_loss else 0.0, False, chunk_elements(), *needs_grads(ctx, bias), orpo.OP_NAME,
+        )  # fmt: skip
+        return function_outputs(ctx, result, grads)
+
+    def cpo_forward(
+        ctx, input, weight, target, bias, ignore_index, beta, alpha, label_smoothing, compute_nll_loss,
+        average_log_prob, loss_type, simpo_gamma,
+    ):  # fmt: skip
+        cpo.check_args(
+            input, weight, target, bias, ignore_index, beta, alpha, label_smoothing, compute_nll_loss,
+            average_log_prob, loss_type, simpo_gamma,
+        )  # fmt: skip
+        result, *grads = fused_linear_pairs(
+            kernels, input, weight, target, bias, None, None, None, ignore_index,
+            cpo.cpo_pair_loss(loss_type, beta, label_smoothing, simpo_gamma), average_log_prob,
+            alpha if compute_nll_loss else 0.0, False, chunk_elements(), *needs_grads(ctx, bias), cpo.OP_NAME,
+        )  # fmt: skip
+        return function_outputs(ctx, result, grads)
+
+    def simpo_forward(
+        ctx, input, weight, target, bias, ignore_index, beta, alpha, label_smoothing, compute_nll_loss, gamma
+    ):
+        simpo.check_args(
+            input, weight, target, bias, ignore_index, beta, alpha, label_smoothing, compute_nll_loss, gamma
+        )
+        result, *grads = fused_linear_pairs(
+            kernels, input, weight, target, bias, None, None, None, ignore_index,
+            cpo.cpo_pair_loss("simpo", beta, label_smoothing, gamma), True, alpha if compute_nll_loss else 0.0,
+            False, chunk_elements(), *needs_grads(ctx, bias), simpo.OP_NAME,
+        )  # fmt: skip
+        return function_outputs(ctx, result, grads)
+
+    def build(name: str, forward: Callable, n_options: int) -> type[torch.autograd.Function]:
+        return L.autograd_function(name, module, forward, backward_with(n_options))
+
+    return {
+        dpo.OP_NAME: build("LigerFusedLinearDPOFunction", dpo_forward, 12),
+        orpo.OP_NAME: build("LigerFusedLinearORPOFunction", orpo_forward, 3),
+        cpo.OP_NAME: build("LigerFusedLinearCPOFunction", cpo_forward, 8),
+        simpo.OP_NAME: build("LigerFusedLinearSimPOFunction", simpo_forward, 6),
+    }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import math as _math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -865,3 +866,144 @@ OP = Op(
         peers={B.LIGER_KERNEL: _liger_kernel_grpo()},
     ),
 )
+
+
+# -- the chunked orchestration every backend runs, as an autograd Function ------------------------
+
+# The kernels' ignore_index: never a token id (every id is checked to be in [0, vocab)).
+NO_IGNORED_ID = -1
+
+
+class GRPOKernels(L.LinearChunkKernels):
+    """A backend's kernels under `autograd_functions`: its matmul steps (`L.LinearChunkKernels`)
+    and cross-entropy's row kernels, with no ignored rows (``NO_IGNORED_ID``)."""
+
+    def token_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """The flat sampled token ids as the kernels take them (once per call)."""
+        return ids
+
+    def cross_entropy_rows(self, logits: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per row of the float32 ``(rows, vocab)`` chunk: ``(-log softmax(logits)[id], lse)``."""
+        raise NotImplementedError
+
+    def cross_entropy_grad(self, logits: torch.Tensor, ids: torch.Tensor, lse: torch.Tensor, upstream: torch.Tensor):
+        """Overwrite ``logits`` with ``upstream_r * (softmax(logits_r) - onehot(id_r))`` (the
+        gradient of ``sum_r upstream_r * ce_r``; float32 ``upstream`` per row)."""
+        raise NotImplementedError
+
+
+def sequences_per_chunk(n_seq: int, seq_len: int, vocab: int, budget: int) -> int:
+    """Whole sequences per chunk: their float32 logits within ``budget`` elements, at least one."""
+    return max(1, min(n_seq, budget // max(seq_len * vocab, 1)))
+
+
+def _rows(t: torch.Tensor | None, s: int, e: int) -> torch.Tensor | None:
+    return None if t is None else t[s:e]
+
+
+def autograd_functions(
+    kernels: GRPOKernels, chunk_elements: Callable[[], int], module: str
+) -> dict[str, type[torch.autograd.Function]]:
+    """fused_linear_grpo's autograd Function over one backend's kernels, by op name
+    (``LigerFusedLinearGRPOFunction``; the backend marks it with ``implements``).
+
+    Per chunk of whole sequences (float32 logits within ``chunk_elements()``, read on every call
+    so that tuning and tests may change it): the logits (plus the bias, over the temperature),
+    cross-entropy's forward for the sampled tokens' ``-logp`` and the rows' lse, then
+    `chunk_objective` on those ``(sequences, T)`` log-probabilities gives the chunk's share of the
+    loss and metrics and, by autograd on those few values, ``dloss/dlogp``; cross-entropy's
+    gradient kernel with the per-row upstream ``-dlogp / T`` writes ``dlogp * (onehot - softmax)
+    / T`` over the chunk's logits, then ``grad_x_c = G @ W``, ``grad_W += G^T @ x_c`` and
+    ``grad_b += sum(G)``. Gradients are computed in the forward; backward scales them.
+    ``module``: the backend module that registers the Function (see `_losses.autograd_function`)."""
+
+    def forward(
+        ctx, input, weight, selected_token_ids, attention_mask, advantages, bias, ref_per_token_logps,
+        old_per_token_logps, vllm_is_ratio, num_items_in_batch, beta, epsilon_low, epsilon_high, loss_type,
+        max_completion_length, importance_sampling_level, sapo_temperature_pos, sapo_temperature_neg, temperature,
+        delta, use_bias_correction_kl, vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg,
+    ):  # fmt: skip
+        check_args(
+            input, weight, selected_token_ids, attention_mask, advantages, bias, ref_per_token_logps,
+            old_per_token_logps, vllm_is_ratio, num_items_in_batch, beta, epsilon_low, epsilon_high, loss_type,
+            max_completion_length, importance_sampling_level, sapo_temperature_pos, sapo_temperature_neg,
+            temperature, delta, use_bias_correction_kl, vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg,
+        )  # fmt: skip
+        vocab = weight.shape[0]
+        check_token_ids(selected_token_ids, vocab)
+        opts = options(
+            beta, epsilon_low, epsilon_high, loss_type, importance_sampling_level, sapo_temperature_pos,
+            sapo_temperature_neg, delta, use_bias_correction_kl, vespo_k_pos, vespo_lambda_pos, vespo_k_neg,
+            vespo_lambda_neg,
+        )  # fmt: skip
+        n_seq, seq_len, hidden = input.shape
+        x = input.reshape(n_seq * seq_len, hidden).contiguous()
+        w = weight.contiguous()
+        ids = kernels.token_ids(selected_token_ids.reshape(-1)).contiguous()
+        weights, metric_weights, seq_weight = token_weights(
+            attention_mask, loss_type, max_completion_length, num_items_in_batch, torch.float32
+        )
+        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        need_b = bias is not None and ctx.needs_input_grad[5]
+        want = need_x or need_w or need_b
+        gx = torch.empty_like(x) if need_x else None
+        gw = kernels.new_weight_grad(w) if need_w else None
+        gb = torch.zeros(vocab, dtype=torch.float32, device=x.device) if need_b else None
+        loss = torch.zeros((), dtype=torch.float32, device=x.device)
+        metrics = torch.zeros(5, dtype=torch.float32, device=x.device)
+        w_logits = kernels.logits_weight(w)
+        step = sequences_per_chunk(n_seq, seq_len, vocab, chunk_elements())
+        first = True
+        for s in range(0, n_seq, step):
+            e = min(s + step, n_seq)
+            r0, r1 = s * seq_len, e * seq_len
+            logits = kernels.logits(x[r0:r1], w_logits)
+            if bias is not None:
+                logits += bias.float()
+            if temperature != 1.0:
+                logits.div_(temperature)
+            target = ids[r0:r1]
+            row_loss, lse = kernels.cross_entropy_rows(logits, target)
+            with torch.enable_grad():
+                logp = row_loss.neg().view(e - s, seq_len).requires_grad_(want)
+                part, part_metrics = chunk_objective(
+                    logp, attention_mask[s:e], advantages[s:e], _rows(ref_per_token_logps, s, e),
+                    _rows(old_per_token_logps, s, e), _rows(vllm_is_ratio, s, e), weights[s:e],
+                    metric_weights[s:e], seq_weight, opts,
+                )  # fmt: skip
+                d_logp = torch.autograd.grad(part, logp)[0] if want else None
+            loss += part.detach()
+            metrics += part_metrics
+            if want:
+                # CE's gradient is upstream * (softmax - onehot); d(loss)/d(logits) is
+                # d_logp * (onehot - softmax) / T.
+                upstream = d_logp.reshape(-1).div(-temperature).contiguous()
+                kernels.cross_entropy_grad(logits, target, lse, upstream)
+                g = logits.to(x.dtype)
+                if need_x:
+                    torch.mm(g, w, out=gx[r0:r1])
+                if need_w:
+                    kernels.add_weight_grad(gw, g, x[r0:r1], first)
+                if need_b:
+                    gb += logits.sum(0)
+            first = False
+        if need_w and first:
+            gw.zero_()  # no sequences
+        ctx.fused_grads = (gx, gw, gb)  # not saved tensors: see `_losses.take_fused_grads`
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        ctx.input_shape = input.shape
+        ctx.mark_non_differentiable(metrics)
+        ctx.set_materialize_grads(False)
+        return loss, metrics
+
+    def backward(ctx, grad_loss, _grad_metrics=None):
+        gx, gw, gb = L.take_fused_grads(ctx)
+        if grad_loss is None:
+            return (None,) * 25
+        up = grad_loss.float()
+        gx = None if gx is None else kernels.scale_grad(gx, up).view(ctx.input_shape)
+        gw = None if gw is None else kernels.scale_grad(gw, up)
+        gb = None if gb is None else (gb * up).to(ctx.bias_dtype)
+        return (gx, gw, None, None, None, gb) + (None,) * 19
+
+    return {OP_NAME: L.autograd_function("LigerFusedLinearGRPOFunction", module, forward, backward)}
