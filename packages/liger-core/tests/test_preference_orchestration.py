@@ -1,0 +1,80 @@
+"""core's chunked preference orchestration over plain-torch kernels: the Functions
+`_preference.autograd_functions` builds give the reference's gradients, scale them by the incoming
+gradient, hand them to autograd once, and check the targets' range before any kernel reads them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from liger_core.conformance.check import make_args
+from liger_core.ops import _preference as P
+from liger_core.ops import fused_linear_dpo as dpo
+
+
+class TorchTokenLogps:
+    """`_preference.TokenLogpKernels` in plain torch (what a vendor's cross-entropy kernels do)."""
+
+    def forward(self, logits, target, ignore_index):
+        lse = torch.logsumexp(logits.float(), dim=-1)
+        valid = target != ignore_index
+        picked = logits.float().gather(1, torch.where(valid, target, 0)[:, None])[:, 0]
+        return torch.where(valid, picked - lse, 0.0), lse
+
+    def backward(self, logits, target, lse, coef, ignore_index):
+        valid = target != ignore_index
+        grad = -torch.exp(logits.float() - lse[:, None])
+        grad.scatter_add_(1, torch.where(valid, target, 0)[:, None], torch.ones_like(grad[:, :1]))
+        logits.copy_(grad * torch.where(valid, coef, 0.0)[:, None])
+
+
+FUNCTIONS = P.autograd_functions(TorchTokenLogps(), lambda: 2 * 5 * 40, __name__)  # one pair a chunk
+DPO = FUNCTIONS["fused_linear_dpo"]
+
+
+def _args():
+    args = make_args("fused_linear_dpo", "cpu", shape=(3, 5, 8, 40), dtype=torch.float32, seed=7)
+    args["bias"] = None
+    args["input"].requires_grad_(True)
+    args["weight"].requires_grad_(True)
+    return args
+
+
+NAMES = ("input", "weight", "target", "bias", "ref_input", "ref_weight", "ref_bias")
+OPTIONS = (-100, 0.1, False, True, False, "sigmoid", 0.0, 0.05, 1.0)  # the contract's defaults, in order
+
+
+def _call(args):
+    return DPO.apply(*(args.get(n) for n in NAMES), *OPTIONS)
+
+
+def test_gradients_match_the_reference_and_scale_with_the_incoming_one():
+    args = _args()
+    loss = _call(args)[0]
+    (2.5 * loss).backward()
+    ref_args = {k: (v.detach().clone().requires_grad_(v.requires_grad) if torch.is_tensor(v) else v)
+                for k, v in args.items()}  # fmt: skip
+    ref_loss = dpo.math(*(ref_args.get(n) for n in NAMES), *OPTIONS)[
+        0
+    ]  # (float32 both: the orchestration, not the precision, is under test)
+    (2.5 * ref_loss).backward()
+    torch.testing.assert_close(loss, ref_loss)
+    torch.testing.assert_close(args["input"].grad, ref_args["input"].grad)
+    torch.testing.assert_close(args["weight"].grad, ref_args["weight"].grad)
+
+
+def test_a_second_backward_through_the_graph_raises():
+    args = _args()
+    loss = _call(args)[0]
+    loss.backward(retain_graph=True)
+    first = args["weight"].grad.clone()
+    with pytest.raises(RuntimeError, match="handed them to autograd already"):
+        loss.backward()
+    torch.testing.assert_close(args["weight"].grad, first)  # nothing added twice
+
+
+def test_a_target_out_of_range_raises_before_the_loss_is_used():
+    args = _args()
+    args["target"][1, 2] = 40
+    with pytest.raises(ValueError, match=r"fused_linear_dpo: every target must be in \[0, 40\).*first: 40"):
+        _call(args)
