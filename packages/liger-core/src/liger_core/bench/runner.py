@@ -12,6 +12,7 @@ cannot run on the device gets rows that say so.
 from __future__ import annotations
 
 import datetime
+import gc
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -163,7 +164,11 @@ def _time(call, leaves, timer: str, device_type: str, rep_ms: int) -> tuple[tupl
             except Exception:  # noqa: BLE001 - best effort: nothing in the bench depends on it
                 pass
             note = f"CUDA graph capture failed ({_short(e, 120)}); timed with do_bench"
-            return timing.triton_time(call, "do_bench", leaves, rep_ms=rep_ms), "do_bench", note
+        # Outside the handler: the exception's frames hold the failed graph and its memory pool.
+        # Collect them and hand the pool's memory back, or every later provider runs short of memory.
+        gc.collect()
+        timing.free_memory(device_type)
+        return timing.triton_time(call, "do_bench", leaves, rep_ms=rep_ms), "do_bench", note
     try:
         return timing.triton_time(call, "do_bench", leaves, rep_ms=rep_ms), "do_bench", ""
     except Exception as e:  # noqa: BLE001 - a vendor Triton whose do_bench cannot drive this device
