@@ -28,8 +28,22 @@ class TorchTokenLogps:
         logits.copy_(grad * torch.where(valid, coef, 0.0)[:, None])
 
 
-FUNCTIONS = P.autograd_functions(TorchTokenLogps(), lambda: 2 * 5 * 40, __name__)  # one pair a chunk
-DPO = FUNCTIONS["fused_linear_dpo"]
+class TorchTokenLogpsScaling(TorchTokenLogps):
+    """With the optional device-side scaling hook (`function_grads` then skips its host check)."""
+
+    calls = 0
+
+    def scale_in_place(self, grad, upstream):
+        TorchTokenLogpsScaling.calls += 1
+        grad.mul_(upstream.to(grad.dtype))
+
+
+def _dpo(kernels):  # one pair a chunk: three chunks
+    return P.autograd_functions(kernels, lambda: 2 * 5 * 40, __name__)["fused_linear_dpo"]
+
+
+DPO = _dpo(TorchTokenLogps())
+DPO_SCALING = _dpo(TorchTokenLogpsScaling())
 
 
 def _args():
@@ -44,13 +58,15 @@ NAMES = ("input", "weight", "target", "bias", "ref_input", "ref_weight", "ref_bi
 OPTIONS = (-100, 0.1, False, True, False, "sigmoid", 0.0, 0.05, 1.0)  # the contract's defaults, in order
 
 
-def _call(args):
-    return DPO.apply(*(args.get(n) for n in NAMES), *OPTIONS)
+def _call(args, function=DPO):
+    return function.apply(*(args.get(n) for n in NAMES), *OPTIONS)
 
 
-def test_gradients_match_the_reference_and_scale_with_the_incoming_one():
+@pytest.mark.parametrize("function", [DPO, DPO_SCALING], ids=["host-check", "device-scaling"])
+def test_gradients_match_the_reference_and_scale_with_the_incoming_one(function):
+    calls = TorchTokenLogpsScaling.calls
     args = _args()
-    loss = _call(args)[0]
+    loss = _call(args, function)[0]
     (2.5 * loss).backward()
     ref_args = {k: (v.detach().clone().requires_grad_(v.requires_grad) if torch.is_tensor(v) else v)
                 for k, v in args.items()}  # fmt: skip
@@ -61,6 +77,7 @@ def test_gradients_match_the_reference_and_scale_with_the_incoming_one():
     torch.testing.assert_close(loss, ref_loss)
     torch.testing.assert_close(args["input"].grad, ref_args["input"].grad)
     torch.testing.assert_close(args["weight"].grad, ref_args["weight"].grad)
+    assert TorchTokenLogpsScaling.calls - calls == (2 if function is DPO_SCALING else 0)  # input and weight
 
 
 def test_a_second_backward_through_the_graph_raises():

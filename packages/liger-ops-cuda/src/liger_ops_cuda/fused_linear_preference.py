@@ -21,6 +21,7 @@ from liger_core.backend import implements
 from liger_core.ops import _preference as P
 from liger_ops_cuda import hardware
 from liger_ops_cuda._cross_entropy import cross_entropy_backward, cross_entropy_forward
+from liger_ops_cuda._tiling import scale_unless_one
 
 
 class TokenLogps:
@@ -36,6 +37,9 @@ class TokenLogps:
         cross_entropy_backward(
             logits, target, None, None, None, lse, logits, coef.neg(), ignore_index, 0.0, 0.0, None, scales
         )
+
+    def scale_in_place(self, grad, upstream):
+        scale_unless_one(grad, upstream)
 
 
 KERNELS = TokenLogps()

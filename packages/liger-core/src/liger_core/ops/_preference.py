@@ -305,6 +305,9 @@ class TokenLogpKernels(Protocol):
         ``coef`` per row; 0 on ignored rows), i.e. the gradient of ``sum_r coef_r logp_r``."""
         ...
 
+    # Optional: ``scale_in_place(grad, upstream)``, ``grad *= upstream[0]`` on the device, nothing
+    # done when it is 1 (see `function_grads`).
+
 
 def pairs_per_chunk(n_pairs: int, seq: int, vocab: int, budget: int) -> int:
     """Whole pairs per chunk: as many as keep ``2 x pairs x seq x vocab`` logits within
@@ -500,12 +503,23 @@ def function_outputs(ctx, result: PairedResult, grads: tuple[Tensor | None, ...]
     return outs
 
 
-def function_grads(ctx, grad_loss: Tensor | None) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+def function_grads(
+    ctx, grad_loss: Tensor | None, kernels: TokenLogpKernels | None = None
+) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
     """(grad_input, grad_weight, grad_bias): the forward's gradients times the incoming one, handed
-    over once (a second backward through the same graph raises)."""
+    over once (a second backward through the same graph raises). A backend whose kernels have
+    ``scale_in_place(grad, upstream)`` scales on the device, skipping the pass when the incoming
+    gradient is 1, without the host read (and drained queue) the check costs otherwise."""
     grads = L.take_fused_grads(ctx)
     if grad_loss is None:
         return None, None, None
+    scale_in_place = getattr(kernels, "scale_in_place", None)
+    if scale_in_place is not None:
+        upstream = grad_loss.float().reshape(1)
+        for g in grads:
+            if g is not None:
+                scale_in_place(g, upstream)
+        return grads
     if not bool((grad_loss == 1).all()):  # the usual loss.backward() needs no pass over grad_weight
         scale = grad_loss.float()
         grads = tuple(None if g is None else g.mul_(scale) for g in grads)
@@ -536,7 +550,7 @@ def autograd_functions(
         """backward for a contract of (input, weight, target, bias, ``n_options`` more)."""
 
         def backward(ctx, grad_loss, *unused):
-            grad_x, grad_w, grad_b = function_grads(ctx, grad_loss)
+            grad_x, grad_w, grad_b = function_grads(ctx, grad_loss, kernels)
             return (grad_x, grad_w, None, grad_b) + (None,) * n_options
 
         return backward
