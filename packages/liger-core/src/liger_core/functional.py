@@ -528,3 +528,30 @@ def liger_fused_linear_simpo(
     return resolve("fused_linear_simpo", input.device)(
         input, weight, target, bias, ignore_index, beta, alpha, label_smoothing, compute_nll_loss, gamma
     )
+
+
+def liger_fused_linear_kto(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    preference_labels: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    ref_input: torch.Tensor | None = None,
+    ref_weight: torch.Tensor | None = None,
+    ref_bias: torch.Tensor | None = None,
+    kl: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    beta: float = 0.1,
+    use_ref_model: bool = True,
+    average_log_prob: bool = False,
+    desirable_weight: float = 1.0,
+    undesirable_weight: float = 1.0,
+) -> tuple[torch.Tensor, ...]:
+    """lm_head + KTO loss over a batch of labelled (unpaired) completions, returning ``(loss,
+    chosen_logps_sum, rejected_logps_sum, chosen_logits_sum, rejected_logits_sum,
+    chosen_rewards_sum, rejected_rewards_sum)``; see `liger_core.ops.fused_linear_kto.fused_linear_kto`
+    for the contract."""
+    return resolve("fused_linear_kto", input.device)(
+        input, weight, target, preference_labels, bias, ref_input, ref_weight, ref_bias, kl, ignore_index, beta,
+        use_ref_model, average_log_prob, desirable_weight, undesirable_weight,
+    )  # fmt: skip

@@ -25,6 +25,7 @@ from liger_core.ops import (
     fused_linear_jsd,
     fused_linear_jsd_loss,
     fused_linear_kl_div,
+    fused_linear_kto,
     fused_linear_orpo,
     fused_linear_simpo,
     fused_moe,
@@ -96,6 +97,8 @@ CATALOGUE: dict[str, Op] = {
         fused_linear_kl_div.OP,
         fused_linear_cosine_similarity.OP,
         fused_linear_jsd_loss.OP,
+        # 1.7: kto
+        fused_linear_kto.OP,
     )
 }
 

@@ -126,3 +126,32 @@ class LigerFusedLinearSimPOFunction(torch.autograd.Function):
     def backward(ctx, grad_loss, *unused):
         grad_x, grad_w, grad_b = P.function_grads(ctx, grad_loss)
         return (grad_x, grad_w, None, grad_b) + (None,) * 6
+
+
+# -- fused_linear_kto: the unpaired loss (liger-core's `_preference.fused_linear_unpaired`) -------
+
+
+@implements("fused_linear_kto")
+class LigerFusedLinearKTOFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx, input, weight, target, preference_labels, bias, ref_input, ref_weight, ref_bias, kl, ignore_index, beta,
+        use_ref_model, average_log_prob, desirable_weight, undesirable_weight,
+    ):  # fmt: skip
+        # Imported here so that this op's block stays self-contained at the end of the module.
+        from liger_core.ops import fused_linear_kto as kto
+
+        args = (
+            input, weight, target, preference_labels, bias, ref_input, ref_weight, ref_bias, kl, ignore_index, beta,
+            use_ref_model, average_log_prob, desirable_weight, undesirable_weight,
+        )  # fmt: skip
+        kto.check_args(*args)
+        outs, *grads = kto.fused(
+            KERNELS, hardware.PREFERENCE_CHUNK_ELEMENTS, *P.unpaired_needs_grads(ctx, bias), *args
+        )
+        return P.unpaired_function_outputs(ctx, outs, grads)
+
+    @staticmethod
+    def backward(ctx, grad_loss, *unused):
+        grad_x, grad_w, grad_b = P.function_grads(ctx, grad_loss)
+        return (grad_x, grad_w, None, None, grad_b) + (None,) * 10
