@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from liger_core.conformance.check import check, make_args
 from liger_core.ops import _preference as P
-
 from liger_ops_cuda import hardware
 
 OPTIONS = {"bias": True, "ref_bias": True, "desirable_weight": 1.3, "undesirable_weight": 0.7}
@@ -40,6 +40,7 @@ def test_frozen_lm_head(backend, device, monkeypatch):
     args = kto_args(device, 3, 5, 8, 30, seed=44, kl=None, **OPTIONS)
     _, grads = check(backend, "fused_linear_kto", args, frozen=("weight", "bias"))
     assert set(grads) == {"input"}
+
 
 def test_row_programs(backend, device, row_programs, monkeypatch):
     monkeypatch.setattr(hardware, "PREFERENCE_CHUNK_ELEMENTS", 1)

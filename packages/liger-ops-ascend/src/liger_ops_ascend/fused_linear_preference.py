@@ -150,9 +150,7 @@ class LigerFusedLinearKTOFunction(torch.autograd.Function):
             use_ref_model, average_log_prob, desirable_weight, undesirable_weight,
         )  # fmt: skip
         kto.check_args(*args)
-        outs, *grads = kto.fused(
-            KERNELS, hardware.PREFERENCE_CHUNK_ELEMENTS, *P.unpaired_needs_grads(ctx, bias), *args
-        )
+        outs, *grads = kto.fused(KERNELS, hardware.PREFERENCE_CHUNK_ELEMENTS, *P.unpaired_needs_grads(ctx, bias), *args)
         return P.unpaired_function_outputs(ctx, outs, grads)
 
     @staticmethod

@@ -475,10 +475,18 @@ OP = Op(
             preference_labels=lambda p: p[:4],
         ),
         bad("labels_device", ValueError, r"one device.*preference_labels is on", preference_labels=on_other_device),
-        bad("kl_shape", ValueError, r"kl must hold one element \(shape \(\) or \(1,\)\); got shape \(2,\)",
-            kl=lambda k: k.reshape(1).expand(2)),  # fmt: skip
-        bad("kl_int", TypeError, r"kl must be None or a float32, bfloat16 or float16 tensor; got torch.int64",
-            kl=lambda k: k.long()),  # fmt: skip
+        bad(
+            "kl_shape",
+            ValueError,
+            r"kl must hold one element \(shape \(\) or \(1,\)\); got shape \(2,\)",
+            kl=lambda k: k.reshape(1).expand(2),
+        ),
+        bad(
+            "kl_int",
+            TypeError,
+            r"kl must be None or a float32, bfloat16 or float16 tensor; got torch.int64",
+            kl=lambda k: k.long(),
+        ),
         bad(
             "ref_batch",
             ValueError,
