@@ -25,6 +25,7 @@ KERNEL_PREFIX = {
     "fused_linear_orpo": "cross_entropy",
     "fused_linear_cpo": "cross_entropy",
     "fused_linear_simpo": "cross_entropy",
+    "fused_linear_kto": "cross_entropy",
     "fused_linear_grpo": "cross_entropy",
     "grpo_loss": "cross_entropy",
     "fused_linear_kl_div": "kl_div",

@@ -23,6 +23,7 @@ _FAMILY = {
     "fused_linear_orpo": "fused_linear_preference",
     "fused_linear_cpo": "fused_linear_preference",
     "fused_linear_simpo": "fused_linear_preference",
+    "fused_linear_kto": "fused_linear_preference",
     "kl_div": "divergence",
     "jsd": "divergence",
     "tvd": "divergence",

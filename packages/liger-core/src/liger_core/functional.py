@@ -572,3 +572,30 @@ def liger_fused_ce_tvd(
     """Per-token ``(ce, tvd)`` of student logits against a teacher's, unreduced; see
     `liger_core.ops.fused_ce_tvd.fused_ce_tvd` for the contract."""
     return resolve("fused_ce_tvd", student_logits.device)(student_logits, teacher_logits, target, ignore_index)
+
+
+def liger_fused_linear_kto(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    preference_labels: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    ref_input: torch.Tensor | None = None,
+    ref_weight: torch.Tensor | None = None,
+    ref_bias: torch.Tensor | None = None,
+    kl: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    beta: float = 0.1,
+    use_ref_model: bool = True,
+    average_log_prob: bool = False,
+    desirable_weight: float = 1.0,
+    undesirable_weight: float = 1.0,
+) -> tuple[torch.Tensor, ...]:
+    """lm_head + KTO loss over a batch of labelled (unpaired) completions, returning ``(loss,
+    chosen_logps_sum, rejected_logps_sum, chosen_logits_sum, rejected_logits_sum,
+    chosen_rewards_sum, rejected_rewards_sum)``; see `liger_core.ops.fused_linear_kto.fused_linear_kto`
+    for the contract."""
+    return resolve("fused_linear_kto", input.device)(
+        input, weight, target, preference_labels, bias, ref_input, ref_weight, ref_bias, kl, ignore_index, beta,
+        use_ref_model, average_log_prob, desirable_weight, undesirable_weight,
+    )  # fmt: skip

@@ -28,6 +28,7 @@ from liger_core.ops import (
     fused_linear_jsd,
     fused_linear_jsd_loss,
     fused_linear_kl_div,
+    fused_linear_kto,
     fused_linear_orpo,
     fused_linear_simpo,
     fused_moe,
@@ -107,6 +108,8 @@ CATALOGUE: dict[str, Op] = {
         attn_res.OP,
         # 1.7: scaled-ce (temperature-scaled fused linear cross-entropy, fused CE + TVD).
         fused_ce_tvd.OP,
+        # 1.7: kto
+        fused_linear_kto.OP,
     )
 }
 

@@ -181,3 +181,157 @@ def test_trl_dpo_trainer(tmp_path, monkeypatch):
         return DPOTrainer(model=model, ref_model=ref, args=args, train_dataset=data, processing_class=tokenizer)
 
     _compare(make_trainer, monkeypatch, fused=False, tol=DPO_LOSS_TOL)
+
+
+# -- TRL's trainers with liger-core's fused losses ----------------------------------------------------------------
+# TRL 1.16 has no liger-kernel loss path any more: its DPOTrainer, GRPOTrainer and KTOTrainer score completions with
+# their own chunked LM head (``trl.trainer.utils.add_fused_lm_head``) and compute the loss in ``_compute_loss``;
+# ``use_liger_kernel`` only applies liger-kernel's layer patches (and refuses its fused linear cross-entropy), and
+# nothing in TRL imports ``liger_kernel.chunked_loss``. So the fused losses go in the way TRL's own liger path used
+# to: a trainer whose ``_compute_loss`` takes the backbone's hidden states and the lm_head and calls the loss module
+# (our ``LigerFusedLinearDPOLoss`` / ``LigerFusedLinearGRPOLoss``), everything else (data, collation, generation and
+# rewards, optimizer, logging) TRL's. Stock and fused runs start from the same weights and seed and must log the same
+# loss at every step.
+
+
+# float32, SGD: the fused and stock runs' weights agreed to 7.5e-9 after 4 steps that moved them by up to 1e-2.
+WEIGHT_TOL = {"atol": 1e-6, "rtol": 1e-5}
+
+
+def _fused_loss_args(tmp_path) -> dict:
+    # Plain SGD: the trained weights then differ by lr x the gradients' difference. (Adam turns gradients at the
+    # noise floor, which both runs have on rarely used embedding rows, into full-size steps of random sign.)
+    # float32 throughout: TRL's configs default to bf16 autocast, which rounds the two paths differently.
+    common = _common_args(tmp_path)
+    return {**common, "gradient_accumulation_steps": 1, "optim": "sgd", "learning_rate": 0.05, "bf16": False}
+
+
+def _hidden_states(model, **kwargs) -> torch.Tensor:
+    """The backbone's last hidden states (what TRL's fused head feeds its lm_head)."""
+    return model.base_model(**kwargs).last_hidden_state
+
+
+def _lm_head(model) -> torch.nn.Module:
+    return model.get_output_embeddings()
+
+
+def _run_trainer(make_trainer, state: dict) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """Train ``STEPS`` steps from ``state``: the per-step losses the trainer logged, and the trained weights."""
+    model = build("llama", TINY, torch.float32, "cpu", state)
+    trainer = make_trainer(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # trainers' own deprecation chatter
+        trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == STEPS, trainer.state.log_history
+    return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _compare_fused_loss(make_stock, make_fused, calls: list, tol: dict, weight_tol: dict) -> None:
+    """Same logged losses and, since a loss value alone need not depend on the gradient (GRPO's on-policy loss
+    is the advantages' weighted mean whatever the log-probs), the same trained weights."""
+    state = initial_state(build("llama", TINY, torch.float32, "cpu"))
+    stock, stock_weights = _run_trainer(make_stock, state)
+    fused, fused_weights = _run_trainer(make_fused, state)
+    assert len(calls) >= STEPS, calls  # every step's loss came from the fused loss
+    torch.testing.assert_close(torch.tensor(fused), torch.tensor(stock), **tol)
+    assert len({round(x, 5) for x in stock}) > 1, stock  # the data or the model changed between steps
+    moved = max(float((stock_weights[k] - state[k]).abs().max()) for k in state)
+    assert moved > 100 * weight_tol["atol"], moved  # training moved the weights well beyond the tolerance
+    for name, want in stock_weights.items():
+        torch.testing.assert_close(fused_weights[name], want, **weight_tol, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_trl_dpo_trainer_with_fused_dpo_loss(tmp_path):
+    """DPOTrainer's steps with its loss from ``LigerFusedLinearDPOLoss`` (sigmoid DPO, reference model) against
+    its stock loss."""
+    _need("trl")
+    datasets = _need("datasets")
+    from trl import DPOConfig, DPOTrainer
+
+    from liger_core.nn import LigerFusedLinearDPOLoss
+
+    calls = []
+    beta = 0.1
+
+    class FusedDPOTrainer(DPOTrainer):
+        def _compute_loss(self, model, inputs, return_outputs=False):
+            kwargs = {k: inputs[k] for k in ("input_ids", "attention_mask")}
+            target = inputs["input_ids"].masked_fill(inputs["completion_mask"] == 0, -100)[:, 1:]
+            hidden = _hidden_states(model, **kwargs, use_cache=False)[:, :-1]
+            with torch.no_grad():
+                ref_hidden = _hidden_states(self.ref_model, **kwargs, use_cache=False)[:, :-1]
+            head, ref_head = _lm_head(model), _lm_head(self.ref_model)
+            loss_fn = LigerFusedLinearDPOLoss(beta=beta, use_ref_model=True)
+            loss, _ = loss_fn(
+                head.weight, hidden, target, head.bias, ref_hidden, ref_head.weight, ref_head.bias
+            )  # fmt: skip
+            calls.append(1)
+            return loss
+
+    tokenizer = _tokenizer()
+    prompts, chosen, rejected = (_sentences(16, seed=s) for s in (2, 3, 4))
+    data = datasets.Dataset.from_dict({"prompt": prompts, "chosen": chosen, "rejected": rejected})
+    args = DPOConfig(**_fused_loss_args(tmp_path), max_length=32, beta=beta)
+
+    def make(trainer_cls):
+        def make_trainer(model):
+            ref = copy.deepcopy(model).eval()
+            return trainer_cls(model=model, ref_model=ref, args=args, train_dataset=data, processing_class=tokenizer)
+
+        return make_trainer
+
+    _compare_fused_loss(make(DPOTrainer), make(FusedDPOTrainer), calls, LOSS_TOL, WEIGHT_TOL)
+
+
+def test_trl_grpo_trainer_with_fused_grpo_loss(tmp_path):
+    """GRPOTrainer's steps (generation by the tiny model, a reward, group advantages) with its loss from
+    ``LigerFusedLinearGRPOLoss`` (TRL's default dapo loss, on-policy) against its stock loss."""
+    _need("trl")
+    datasets = _need("datasets")
+    from trl import GRPOConfig, GRPOTrainer
+
+    from liger_core.nn import LigerFusedLinearGRPOLoss
+
+    calls = []
+
+    class FusedGRPOTrainer(GRPOTrainer):
+        def _compute_loss(self, model, inputs):
+            # One process, one micro-batch per generation batch: TRL's normaliser is num_items_in_batch alone.
+            assert self.current_gradient_accumulation_steps == 1 and self.accelerator.num_processes == 1
+            completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+            input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+            attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
+            hidden = _hidden_states(model, input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+            hidden = hidden[:, -completion_ids.shape[1] - 1 : -1]  # the positions that predict the completion
+            head = _lm_head(model)
+            loss_fn = LigerFusedLinearGRPOLoss(
+                beta=self.beta, loss_type=self.loss_type, epsilon_low=self.epsilon_low,
+                epsilon_high=self.epsilon_high, temperature=self.temperature,
+            )  # fmt: skip
+            loss, _ = loss_fn(
+                hidden, head.weight, completion_ids, completion_mask, inputs["advantages"], head.bias,
+                old_per_token_logps=inputs.get("old_per_token_logps"),
+                num_items_in_batch=float(inputs["num_items_in_batch"]),
+            )  # fmt: skip
+            calls.append(1)
+            return loss
+
+    def reward_distinct_words(completions, **_):
+        return [float(len(set(c.split()))) for c in completions]
+
+    tokenizer = _tokenizer()
+    data = datasets.Dataset.from_dict({"prompt": [" ".join(s.split()[:4]) for s in _sentences(16, seed=5)]})
+    options = {**_fused_loss_args(tmp_path), "per_device_train_batch_size": 4, "num_generations": 2}
+    args = GRPOConfig(**options, max_completion_length=6, temperature=1.0, beta=0.0, loss_type="dapo")
+
+    def make(trainer_cls):
+        def make_trainer(model):
+            return trainer_cls(
+                model=model, reward_funcs=reward_distinct_words, args=args, train_dataset=data,
+                processing_class=tokenizer,
+            )  # fmt: skip
+
+        return make_trainer
+
+    _compare_fused_loss(make(GRPOTrainer), make(FusedGRPOTrainer), calls, LOSS_TOL, WEIGHT_TOL)

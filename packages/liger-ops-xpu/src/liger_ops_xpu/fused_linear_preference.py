@@ -43,3 +43,4 @@ LigerFusedLinearDPOFunction = implements("fused_linear_dpo")(FUNCTIONS["fused_li
 LigerFusedLinearORPOFunction = implements("fused_linear_orpo")(FUNCTIONS["fused_linear_orpo"])
 LigerFusedLinearCPOFunction = implements("fused_linear_cpo")(FUNCTIONS["fused_linear_cpo"])
 LigerFusedLinearSimPOFunction = implements("fused_linear_simpo")(FUNCTIONS["fused_linear_simpo"])
+LigerFusedLinearKTOFunction = implements("fused_linear_kto")(FUNCTIONS["fused_linear_kto"])

@@ -10,6 +10,7 @@ from liger_core.nn.dyt import LigerDyT
 from liger_core.nn.embedding import LigerEmbedding
 from liger_core.nn.group_norm import LigerGroupNorm
 from liger_core.nn.grpo import LigerFusedLinearGRPOLoss
+from liger_core.nn.kto import LigerFusedLinearKTOLoss
 from liger_core.nn.layer_norm import LigerLayerNorm
 from liger_core.nn.losses import (
     LigerCrossEntropyLoss,

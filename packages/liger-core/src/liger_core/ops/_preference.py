@@ -100,8 +100,11 @@ def _what(t) -> str:
     return str(t.dtype).removeprefix("torch.") if isinstance(t, torch.Tensor) else type(t).__name__
 
 
-def check_reference(op: str, input, weight, target, ref_input, ref_weight, ref_bias, use_ref_model) -> None:
-    """The reference model's tensors: required with ``use_ref_model``, shaped as the policy's."""
+def check_reference(
+    op: str, input, weight, target, ref_input, ref_weight, ref_bias, use_ref_model, paired: bool = True
+) -> None:
+    """The reference model's tensors: required with ``use_ref_model``, shaped as the policy's
+    (``paired``: an even batch)."""
     if type(use_ref_model) is not bool:
         raise TypeError(f"{op}: use_ref_model must be True or False; got {use_ref_model!r}")
     if not use_ref_model:
@@ -110,14 +113,14 @@ def check_reference(op: str, input, weight, target, ref_input, ref_weight, ref_b
         if t is None:
             raise ValueError(f"{op}: use_ref_model=True needs {name}; got None")
     if not isinstance(ref_input, torch.Tensor) or not isinstance(ref_weight, torch.Tensor):
-        check_layout(op, ref_input, ref_weight, target, ref_bias, prefix="ref_")
+        check_layout(op, ref_input, ref_weight, target, ref_bias, paired, prefix="ref_")
     if ref_input.shape[:2] != input.shape[:2] or ref_weight.shape[:1] != weight.shape[:1]:
         raise ValueError(
             f"{op}: ref_input must have shape (batch, seq, hidden_ref) with (batch, seq) = {tuple(input.shape[:2])} "
             f"and ref_weight {weight.shape[0]} rows (the vocabulary); got ref_input {tuple(ref_input.shape)}, "
             f"ref_weight {tuple(ref_weight.shape)}"
         )
-    check_layout(op, ref_input, ref_weight, target, ref_bias, prefix="ref_")
+    check_layout(op, ref_input, ref_weight, target, ref_bias, paired, prefix="ref_")
     L.check_same_device(op, input=input, ref_input=ref_input)
 
 
@@ -543,6 +546,7 @@ def autograd_functions(
     # The op modules import this one: imported here, when a backend builds its Functions.
     from liger_core.ops import fused_linear_cpo as cpo
     from liger_core.ops import fused_linear_dpo as dpo
+    from liger_core.ops import fused_linear_kto as kto
     from liger_core.ops import fused_linear_orpo as orpo
     from liger_core.ops import fused_linear_simpo as simpo
 
@@ -606,6 +610,23 @@ def autograd_functions(
         )  # fmt: skip
         return function_outputs(ctx, result, grads)
 
+    def kto_forward(
+        ctx, input, weight, target, preference_labels, bias, ref_input, ref_weight, ref_bias, kl, ignore_index, beta,
+        use_ref_model, average_log_prob, desirable_weight, undesirable_weight,
+    ):  # fmt: skip
+        args = (
+            input, weight, target, preference_labels, bias, ref_input, ref_weight, ref_bias, kl, ignore_index, beta,
+            use_ref_model, average_log_prob, desirable_weight, undesirable_weight,
+        )  # fmt: skip
+        kto.check_args(*args)
+        outs, *grads = kto.fused(kernels, chunk_elements(), *unpaired_needs_grads(ctx, bias), *args)
+        return unpaired_function_outputs(ctx, outs, grads)
+
+    def kto_backward(ctx, grad_loss, *unused):
+        # KTO's contract puts preference_labels before the bias (liger-kernel's order).
+        grad_x, grad_w, grad_b = function_grads(ctx, grad_loss)
+        return (grad_x, grad_w, None, None, grad_b) + (None,) * 10
+
     def build(name: str, forward: Callable, n_options: int) -> type[torch.autograd.Function]:
         return L.autograd_function(name, module, forward, backward_with(n_options))
 
@@ -614,4 +635,123 @@ def autograd_functions(
         orpo.OP_NAME: build("LigerFusedLinearORPOFunction", orpo_forward, 3),
         cpo.OP_NAME: build("LigerFusedLinearCPOFunction", cpo_forward, 8),
         simpo.OP_NAME: build("LigerFusedLinearSimPOFunction", simpo_forward, 6),
+        kto.OP_NAME: L.autograd_function("LigerFusedLinearKTOFunction", module, kto_forward, kto_backward),
     }
+
+
+# -- unpaired losses (fused_linear_kto): one sequence at a time -----------------------------------
+
+SequenceLoss = Callable[[Tensor, Tensor | None, slice], tuple[Tensor, Tensor]]
+"""``(logps, ref_logps, rows) -> (per-sequence loss, rewards)`` for the sequences ``rows`` of the
+batch (``logps`` and ``ref_logps`` theirs, ``ref_logps`` None without a reference model). The op's
+loss is the per-sequence loss summed over the batch, divided by the number of sequences."""
+
+
+def sequences_per_chunk(n_seq: int, seq: int, vocab: int, budget: int) -> int:
+    """Whole sequences per chunk: as many as keep ``sequences x seq x vocab`` logits within
+    ``budget`` elements, at least one."""
+    return max(1, min(n_seq, budget // max(1, seq * vocab)))
+
+
+def fused_linear_unpaired(
+    kernels: TokenLogpKernels,
+    input: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    bias: Tensor | None,
+    ref_input: Tensor | None,
+    ref_weight: Tensor | None,
+    ref_bias: Tensor | None,
+    ignore_index: int,
+    sequence_loss: SequenceLoss,
+    average_log_prob: bool,
+    use_ref_model: bool,
+    budget: int,
+    need_input: bool,
+    need_weight: bool,
+    need_bias: bool,
+    op: str,
+) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor], Tensor | None, Tensor | None, Tensor | None]:
+    """The unpaired sibling of `fused_linear_pairs`: each sequence's loss depends on that sequence
+    alone (its label and batch-wide constants the caller closes over), so chunks are runs of whole
+    sequences. Returns ``((loss, logps, rewards, logit_sums), grad_input, grad_weight, grad_bias)``:
+    the float32 scalar loss, per sequence its log-prob, reward and the sum of its logits over the
+    vocabulary and its counted tokens, and the gradients asked for (in their tensors' dtypes)."""
+    n_seq, seq, hidden = input.shape
+    dev = input.device
+    L.label_stats(op, target, ignore_index, weight.shape[0])  # one host read; raises naming the first bad target
+    x = input.contiguous()
+    w = weight.to(x.dtype).contiguous()
+    tgt = target.contiguous()
+    counts = token_counts(tgt, ignore_index)
+    any_grad = need_input or need_weight or need_bias
+    grad_x = torch.empty_like(x) if need_input else None
+    grad_w = torch.zeros(weight.shape, dtype=weight.dtype, device=dev) if need_weight else None
+    grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=dev) if need_bias else None
+    logps = torch.zeros(n_seq, dtype=torch.float32, device=dev)
+    rewards = torch.zeros(n_seq, dtype=torch.float32, device=dev)
+    logit_sums = torch.zeros(n_seq, dtype=torch.float32, device=dev)
+    loss = torch.zeros((), dtype=torch.float32, device=dev)
+    per_chunk = sequences_per_chunk(n_seq, seq, weight.shape[0], budget)
+    if use_ref_model:
+        rx = ref_input.contiguous()
+        rw = ref_weight.to(rx.dtype).contiguous()
+
+    for s0 in range(0, n_seq, per_chunk):
+        rows = slice(s0, min(s0 + per_chunk, n_seq))
+        t = tgt[rows].reshape(-1)
+        cnt = counts[rows]
+        ref_logps = None
+        if use_ref_model:
+            with torch.no_grad():
+                ref_logits = _chunk_logits(rx[rows].reshape(-1, rx.shape[2]), rw, ref_bias)
+                ref_tok, _ = kernels.forward(ref_logits, t, ignore_index)
+                del ref_logits
+            ref_logps = sequence_logps(ref_tok.view(-1, seq), cnt, average_log_prob)
+        x_rows = x[rows].reshape(-1, hidden)
+        logits = _chunk_logits(x_rows, w, bias)
+        tok, lse = kernels.forward(logits, t, ignore_index)
+        valid = t != ignore_index
+        logit_sums[rows] = torch.where(valid, logits.sum(-1, dtype=torch.float32), 0.0).view(-1, seq).sum(-1)
+        chunk_logps = sequence_logps(tok.view(-1, seq), cnt, average_log_prob)
+        with torch.enable_grad():
+            lp = chunk_logps.detach().requires_grad_(any_grad)
+            per_seq, chunk_rewards = sequence_loss(lp, ref_logps, rows)
+            part = per_seq.float().sum() / n_seq
+            coef = torch.autograd.grad(part, lp)[0] if any_grad and part.requires_grad else None
+        loss += part.detach()
+        logps[rows] = chunk_logps
+        rewards[rows] = chunk_rewards.detach().float()
+        if any_grad:
+            coef = torch.zeros_like(lp) if coef is None else coef
+            if average_log_prob:
+                coef = coef / cnt.clamp(min=1).float()
+            coef = coef.float().repeat_interleave(seq).contiguous()
+            kernels.backward(logits, t, lse, coef, ignore_index)
+            # logits now holds d(loss)/d(logits) for the chunk.
+            if grad_x is not None:
+                torch.mm(logits, w, out=grad_x[rows].view(-1, hidden))
+            if grad_w is not None:
+                grad_w.addmm_(logits.t().to(grad_w.dtype), x_rows.to(grad_w.dtype))
+            if grad_b is not None:
+                grad_b += logits.sum(0, dtype=torch.float32)
+        del logits
+
+    if grad_b is not None:
+        grad_b = grad_b.to(bias.dtype)
+    return (loss, logps, rewards, logit_sums), grad_x, grad_w, grad_b
+
+
+def unpaired_needs_grads(ctx, bias: Tensor | None) -> tuple[bool, bool, bool]:
+    """(input, weight, bias) gradients wanted when, as in liger-kernel's unpaired losses, the
+    labels come before the bias: autograd's flags for argument slots 0, 1, 4."""
+    need = ctx.needs_input_grad
+    return need[0], need[1], bias is not None and need[4]
+
+
+def unpaired_function_outputs(ctx, outs: tuple[Tensor, ...], grads: tuple[Tensor | None, ...]) -> tuple[Tensor, ...]:
+    """As `function_outputs`, for a tuple of outputs: the loss first, the rest logged values."""
+    ctx.fused_grads = grads  # not saved tensors: see `_losses.take_fused_grads`
+    ctx.set_materialize_grads(False)
+    ctx.mark_non_differentiable(*outs[1:])
+    return outs
