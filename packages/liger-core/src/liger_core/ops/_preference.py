@@ -624,7 +624,7 @@ def autograd_functions(
 
     def kto_backward(ctx, grad_loss, *unused):
         # KTO's contract puts preference_labels before the bias (liger-kernel's order).
-        grad_x, grad_w, grad_b = function_grads(ctx, grad_loss)
+        grad_x, grad_w, grad_b = function_grads(ctx, grad_loss, kernels)
         return (grad_x, grad_w, None, None, grad_b) + (None,) * 10
 
     def build(name: str, forward: Callable, n_options: int) -> type[torch.autograd.Function]:
