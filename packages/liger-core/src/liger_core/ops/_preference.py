@@ -377,6 +377,9 @@ def fused_linear_pairs(
         p1 = min(p0 + per_chunk, n_pairs)
         return [slice(p0, p1), slice(n_pairs + p0, n_pairs + p1)]
 
+    # The targets' range check: three figures copied to the host behind an event, queued first so
+    # they are there when the first kernel that indexes by target needs them (no host wait then).
+    labels = L.PendingLabelStats(op, target, ignore_index, vocab)
     # The first chunk's first GEMM goes in the queue before the small set-up kernels below, so the
     # device has milliseconds of work while the host prepares (an empty queue otherwise idles it).
     first_gemm = None
@@ -387,8 +390,6 @@ def fused_linear_pairs(
         else:
             x_chunk = _chunk_rows(x, chunk_rows(0))
             first_gemm = _chunk_logits(x_chunk, w, b)
-    # The targets' range check reads three numbers on the host once that GEMM is queued.
-    labels = L.PendingLabelStats(op, target, ignore_index, vocab)
     tgt = target.contiguous()
     counts = token_counts(tgt, ignore_index)
     chosen_tokens = counts[:n_pairs].sum()
