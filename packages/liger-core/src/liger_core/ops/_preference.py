@@ -395,7 +395,10 @@ def fused_linear_pairs(
     chosen_tokens = counts[:n_pairs].sum()
     any_grad = need_input or need_weight or need_bias
     grad_x = torch.empty_like(x) if need_input else None
-    grad_w = torch.zeros(weight.shape, dtype=weight.dtype, device=dev) if need_weight else None
+    # The first chunk's product writes grad_w, the others add to it: no zero fill, no read of zeros.
+    grad_w = None
+    if need_weight:
+        grad_w = (torch.empty if n_pairs else torch.zeros)(weight.shape, dtype=weight.dtype, device=dev)
     grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=dev) if need_bias else None
 
     logps = torch.zeros(n_seq, dtype=torch.float32, device=dev)
@@ -460,7 +463,10 @@ def fused_linear_pairs(
                 for r, g in zip(rows, (logits[:half], logits[half:])):
                     torch.mm(g, w, out=grad_x[r].view(-1, hidden))
             if grad_w is not None:
-                grad_w.addmm_(logits.t().to(grad_w.dtype), x_chunk.to(grad_w.dtype))
+                if p0 == 0:
+                    torch.mm(logits.t().to(grad_w.dtype), x_chunk.to(grad_w.dtype), out=grad_w)
+                else:
+                    grad_w.addmm_(logits.t().to(grad_w.dtype), x_chunk.to(grad_w.dtype))
             if grad_b is not None:
                 grad_b += logits.sum(0, dtype=torch.float32)
         del logits
