@@ -1,14 +1,10 @@
-"""liger-kernel's chunked distillation losses for NVIDIA GPUs, fused linear: the cosine-similarity
-loss (fused_linear_cosine_similarity) and the JSD loss with its hard term (fused_linear_jsd_loss).
-
-Token chunks; per chunk the student's and teacher's logits as float32 products of the inputs
-(plus biases), the soft term's rows and its gradient in the student's logits (written over the
-teacher's buffer: the cosine from liger-core's shared row formula, the JSD through `divergence`'s
-kernel on the tempered log-probabilities and the chain through log-softmax), the hard term through
-cross-entropy's kernels (loss rows, and its gradient written over the student's logits in the same
-pass), the two gradients summed, then ``grad_x_c = G @ W``, ``grad_W += G^T @ x_c`` and
-``grad_b += sum(G)``. Gradients are computed in the forward; backward rescales them only if the
-incoming gradient is not 1 (decided on the device).
+"""liger-kernel's chunked distillation losses for NVIDIA GPUs, fused linear (fused_linear_cosine_similarity
+and fused_linear_jsd_loss): liger-core's chunk loop (`liger_core.ops._distillation.autograd_functions`)
+over this module's kernel adapter: the logits' and weight gradient's matmuls (`LinearChunks`), token
+chunks of at most ``hardware.FLJSD_CHUNK_ELEMENTS`` float32 logits, the hard term through
+`_cross_entropy`'s kernels (loss rows, and its gradient written over the student's logits in the
+same pass), the JSD's soft term through `divergence`'s kernel (its gradient written over the
+teacher's log-probabilities). This module registers the Functions.
 """
 
 from __future__ import annotations
@@ -16,143 +12,43 @@ from __future__ import annotations
 import torch
 
 from liger_core.backend import implements
-from liger_core.ops import _losses as L
-from liger_core.ops import fused_linear_cosine_similarity as cosine
-from liger_core.ops import fused_linear_jsd_loss as jsd_loss
+from liger_core.ops import _distillation as D
 from liger_ops_cuda import hardware
 from liger_ops_cuda._cross_entropy import cross_entropy_forward
-from liger_ops_cuda._tiling import accumulate_weight_grad, plan_chunks, scale_unless_one
+from liger_ops_cuda._tiling import plan_chunks
 from liger_ops_cuda.divergence import jsd_forward
-from liger_ops_cuda.fused_linear_jsd import _logits_fp32
+from liger_ops_cuda.fused_linear_grpo import LinearChunks
 
 
-def distillation_forward(
-    ctx, op, student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias, teacher_bias,
-    weight_hard_loss, weight_soft_loss, ignore_index, soft_rows,
-):  # fmt: skip
-    """The chunk loop both losses share: ``soft_rows(s, t, labels, coef)`` returns the chunk's
-    summed soft term and, with ``coef`` (the soft term's weight over the counted rows, a float),
-    writes ``coef * d(soft)/ds`` over ``t``. Returns ``(loss, soft_loss, hard_loss)``."""
-    xs, ws = student_input.contiguous(), student_weight.contiguous()
-    xt, wt = teacher_input.contiguous(), teacher_weight.contiguous()
-    labels = true_labels.contiguous()
-    n, vocab = xs.shape[0], ws.shape[0]
-    n_valid, _ = L.label_stats(op, labels, ignore_index, vocab)
-    scale = 1.0 / max(n_valid, 1)
-    need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-    need_b = student_bias is not None and ctx.needs_input_grad[5]
-    want = need_x or need_w or need_b
-    gx = torch.empty_like(xs) if need_x else None
-    gw = torch.empty_like(ws) if need_w else None
-    gb = torch.zeros(vocab, dtype=torch.float32, device=xs.device) if need_b else None
-    soft = torch.zeros((), dtype=torch.float32, device=xs.device)
-    hard = torch.zeros_like(soft)
-    # The hard term's gradient scale, and cross-entropy's [loss, z-loss] scales.
-    hard_up = torch.full((1,), weight_hard_loss * scale, dtype=torch.float32, device=xs.device)
-    scales = torch.tensor([1.0, 0.0], dtype=torch.float32, device=xs.device)
-    c = plan_chunks(n, vocab, hardware.FLJSD_CHUNK_ELEMENTS)
-    first = True
-    for s0 in range(0, n, c):
-        e = min(s0 + c, n)
-        s = _logits_fp32(xs[s0:e], ws)
-        t = _logits_fp32(xt[s0:e], wt)
-        if student_bias is not None:
-            s += student_bias.float()
-        if teacher_bias is not None:
-            t += teacher_bias.float()
-        lab = labels[s0:e]
-        soft += soft_rows(s, t, lab, weight_soft_loss * scale if want else None)
-        rows = cross_entropy_forward(
-            s, lab, None, None, None, ignore_index, 0.0, 0.0, None, grad_out=s if want else None,
-            upstream=hard_up if want else None, scales=scales if want else None, want_z=False,
-        )  # fmt: skip
-        hard += rows.loss.sum()
-        if want:
-            g = s.add_(t)  # the hard term's gradient (in place by the kernel) plus the soft term's
-            g_in = g.to(xs.dtype)
-            if need_x:
-                torch.mm(g_in, ws, out=gx[s0:e])
-            if need_w:
-                accumulate_weight_grad(gw, g_in, xs[s0:e], first)
-            if need_b:
-                gb += g.sum(0)
-        first = False
-    if need_w and first:
-        gw.zero_()
-    soft, hard = soft * scale, hard * scale
-    ctx.save_for_backward(gx, gw, gb)
-    ctx.bias_dtype = None if student_bias is None else student_bias.dtype
-    ctx.mark_non_differentiable(soft, hard)
-    ctx.set_materialize_grads(False)
-    return weight_hard_loss * hard + weight_soft_loss * soft, soft, hard
+class DistillationKernels(LinearChunks, D.DistillationKernels):
+    """`_distillation.DistillationKernels` on the cross-entropy and divergence kernels."""
+
+    def chunk_rows(self, n_rows, hidden, vocab):
+        return plan_chunks(n_rows, vocab, hardware.FLJSD_CHUNK_ELEMENTS)
+
+    def hard_cross_entropy(self, ignore_index, upstream, device):
+        # [loss, z-loss] scales: the upstream carries the whole factor, no z-loss.
+        scales = None if upstream is None else torch.tensor([1.0, 0.0], dtype=torch.float32, device=device)
+
+        def rows(logits, labels):
+            return cross_entropy_forward(
+                logits, labels, None, None, None, ignore_index, 0.0, 0.0, None,
+                grad_out=logits if upstream is not None else None, upstream=upstream, scales=scales, want_z=False,
+            ).loss  # fmt: skip
+
+        return rows
+
+    def jsd_rows(self, x, y, labels, beta, ignore_index, coef):
+        scale = torch.full((1,), 0.0 if coef is None else coef, dtype=torch.float32, device=x.device)
+        grad = y if coef is not None else None  # the kernel reads y's row before it writes over it
+        part = jsd_forward(x, y, labels, beta, ignore_index, scale, grad=grad)
+        return part.sum(), grad
 
 
-def distillation_backward(ctx, grad_loss):
-    if grad_loss is None:
-        return (None,) * 12
-    gx, gw, gb = ctx.saved_tensors
-    up = grad_loss.float().reshape(1)
-    scale_unless_one(gx, up)
-    scale_unless_one(gw, up)
-    gb = None if gb is None else (gb * up).to(ctx.bias_dtype)
-    return (gx, gw, None, None, None, gb) + (None,) * 6
+KERNELS = DistillationKernels()
+FUNCTIONS = D.autograd_functions(KERNELS, __name__)
 
-
-@implements("fused_linear_cosine_similarity")
-class LigerFusedLinearCosineSimilarityFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(
-        ctx, student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias, teacher_bias,
-        weight_hard_loss, weight_soft_loss, beta, ignore_index, temperature,
-    ):  # fmt: skip
-        args = (student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias, teacher_bias)
-        cosine.check_args(*args, weight_hard_loss, weight_soft_loss, beta, ignore_index, temperature)
-        temperature = float(temperature)
-
-        def soft_rows(s, t, labels, coef):
-            counted = (labels != ignore_index).float()
-            rows = cosine.cosine_rows(s, t, temperature, None if coef is None else counted * (coef * beta))
-            return (rows * counted).sum() * beta
-
-        return distillation_forward(
-            ctx, cosine.OP_NAME, *args, weight_hard_loss, weight_soft_loss, ignore_index, soft_rows
-        )
-
-    @staticmethod
-    def backward(ctx, grad_loss, _grad_soft=None, _grad_hard=None):
-        return distillation_backward(ctx, grad_loss)
-
-
-@implements("fused_linear_jsd_loss")
-class LigerFusedLinearJSDLossFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(
-        ctx, student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias, teacher_bias,
-        weight_hard_loss, weight_soft_loss, beta, ignore_index, temperature,
-    ):  # fmt: skip
-        args = (student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias, teacher_bias)
-        jsd_loss.check_args(*args, weight_hard_loss, weight_soft_loss, beta, ignore_index, temperature)
-        temperature = float(temperature)
-
-        def soft_rows(s, t, labels, coef):
-            # The tempered log-probabilities: the student's in a buffer of its own (s stays for the
-            # hard term), the teacher's in place.
-            x = s / temperature
-            x = x.sub_(x.logsumexp(-1, keepdim=True))
-            y = t.div_(temperature)
-            y = y.sub_(y.logsumexp(-1, keepdim=True))
-            scale = torch.full((1,), 0.0 if coef is None else coef, dtype=torch.float32, device=s.device)
-            part = jsd_forward(x, y, labels, beta, ignore_index, scale, grad=t if coef is not None else None)
-            if coef is not None:
-                # Through log-softmax and the temperature: (d - softmax * rowsum(d)) / T, over t.
-                rowsum = t.sum(-1, keepdim=True)
-                t.sub_(x.exp_().mul_(rowsum)).div_(temperature)
-            return part.sum()
-
-        return distillation_forward(
-            ctx, jsd_loss.OP_NAME, *args, weight_hard_loss, weight_soft_loss, ignore_index, soft_rows
-        )
-
-    @staticmethod
-    def backward(ctx, grad_loss, _grad_soft=None, _grad_hard=None):
-        return distillation_backward(ctx, grad_loss)
+LigerFusedLinearCosineSimilarityFunction = implements("fused_linear_cosine_similarity")(
+    FUNCTIONS["fused_linear_cosine_similarity"]
+)
+LigerFusedLinearJSDLossFunction = implements("fused_linear_jsd_loss")(FUNCTIONS["fused_linear_jsd_loss"])

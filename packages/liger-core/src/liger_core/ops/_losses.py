@@ -308,3 +308,53 @@ class LinearChunkKernels:
     def scale_grad(self, grad: torch.Tensor, upstream: torch.Tensor) -> torch.Tensor:
         """``grad`` (computed in the forward) times the incoming float32 gradient, in its dtype."""
         return (grad * upstream).to(grad.dtype)
+
+
+def fused_grad_buffers(
+    kernels: LinearChunkKernels, x: torch.Tensor, weight: torch.Tensor, need_x: bool, need_w: bool, need_b: bool
+) -> tuple:
+    """``(grad_x, grad_weight, grad_bias)`` buffers for a chunked fused loss that computes its
+    gradients in the forward (None where not needed): ``x``'s shape and dtype, the weight's from
+    `kernels.new_weight_grad`, a float32 bias gradient of the weight's rows (zeroed)."""
+    gx = torch.empty_like(x) if need_x else None
+    gw = kernels.new_weight_grad(weight) if need_w else None
+    gb = torch.zeros(weight.shape[0], dtype=torch.float32, device=x.device) if need_b else None
+    return gx, gw, gb
+
+
+def add_chunk_grads(
+    kernels: LinearChunkKernels,
+    grad_logits: torch.Tensor,
+    rows: slice,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    grad_x: torch.Tensor | None,
+    grad_weight: torch.Tensor | None,
+    grad_bias: torch.Tensor | None,
+    first: bool,
+) -> None:
+    """A chunk's float32 logits gradient ``G`` (the ``rows`` of the flat input ``x``) carried to
+    the linear layer's operands in the chunked fused losses: ``grad_x[rows] = G @ weight``,
+    ``grad_weight += G^T @ x[rows]`` (`kernels.add_weight_grad`; ``first``: the first chunk) and
+    ``grad_bias += sum(G)`` (float32); each skipped where its buffer is None."""
+    g = grad_logits.to(x.dtype)
+    if grad_x is not None:
+        torch.mm(g, weight, out=grad_x[rows])
+    if grad_weight is not None:
+        kernels.add_weight_grad(grad_weight, g, x[rows], first)
+    if grad_bias is not None:
+        grad_bias += grad_logits.sum(0)
+
+
+def scale_fused_grads(
+    kernels: LinearChunkKernels, grads: tuple, grad_loss: torch.Tensor, bias_dtype: torch.dtype | None
+) -> tuple:
+    """``(grad_x, grad_weight, grad_bias)`` computed in the forward (None where not wanted) times
+    the incoming gradient: the first two by `kernels.scale_grad`, the float32 bias gradient into
+    ``bias_dtype``."""
+    gx, gw, gb = grads
+    up = grad_loss.float()
+    gx = None if gx is None else kernels.scale_grad(gx, up)
+    gw = None if gw is None else kernels.scale_grad(gw, up)
+    gb = None if gb is None else (gb * up).to(bias_dtype)
+    return gx, gw, gb

@@ -946,9 +946,7 @@ def autograd_functions(
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         need_b = bias is not None and ctx.needs_input_grad[5]
         want = need_x or need_w or need_b
-        gx = torch.empty_like(x) if need_x else None
-        gw = kernels.new_weight_grad(w) if need_w else None
-        gb = torch.zeros(vocab, dtype=torch.float32, device=x.device) if need_b else None
+        gx, gw, gb = L.fused_grad_buffers(kernels, x, w, need_x, need_w, need_b)
         loss = torch.zeros((), dtype=torch.float32, device=x.device)
         metrics = torch.zeros(5, dtype=torch.float32, device=x.device)
         w_logits = kernels.logits_weight(w)
@@ -979,13 +977,7 @@ def autograd_functions(
                 # d_logp * (onehot - softmax) / T.
                 upstream = d_logp.reshape(-1).div(-temperature).contiguous()
                 kernels.cross_entropy_grad(logits, target, lse, upstream)
-                g = logits.to(x.dtype)
-                if need_x:
-                    torch.mm(g, w, out=gx[r0:r1])
-                if need_w:
-                    kernels.add_weight_grad(gw, g, x[r0:r1], first)
-                if need_b:
-                    gb += logits.sum(0)
+                L.add_chunk_grads(kernels, logits, slice(r0, r1), x, w, gx, gw, gb, first)
             first = False
         if need_w and first:
             gw.zero_()  # no sequences
@@ -997,13 +989,11 @@ def autograd_functions(
         return loss, metrics
 
     def backward(ctx, grad_loss, _grad_metrics=None):
-        gx, gw, gb = L.take_fused_grads(ctx)
+        grads = L.take_fused_grads(ctx)
         if grad_loss is None:
             return (None,) * 25
-        up = grad_loss.float()
-        gx = None if gx is None else kernels.scale_grad(gx, up).view(ctx.input_shape)
-        gw = None if gw is None else kernels.scale_grad(gw, up)
-        gb = None if gb is None else (gb * up).to(ctx.bias_dtype)
+        gx, gw, gb = L.scale_fused_grads(kernels, grads, grad_loss, ctx.bias_dtype)
+        gx = None if gx is None else gx.view(ctx.input_shape)
         return (gx, gw, None, None, None, gb) + (None,) * 19
 
     return {OP_NAME: L.autograd_function("LigerFusedLinearGRPOFunction", module, forward, backward)}
