@@ -1,6 +1,6 @@
 """The compiled path without a GPU: build the norm-family kernels (rms_norm with and without
-the residual, layer_norm, poly_norm, dyt, attn_res, group_norm, the partial sums) for an H100/H200
-(sm_90) down to a cubin.
+the residual, modulated_rms_norm, layer_norm, poly_norm, dyt, attn_res, group_norm, the partial
+sums) for an H100/H200 (sm_90) down to a cubin.
 
 The interpreter runs kernels as Python and never sees what only the Triton compiler checks
 (loop-carried types, constexpr branches). A subprocess without TRITON_INTERPRET compiles
@@ -28,6 +28,7 @@ try:
     from triton.compiler import ASTSource
     import torch
     from liger_ops_cuda import _tiling, attn_res, dyt, group_norm, hardware, layer_norm, poly_norm, rms_norm
+    from liger_ops_cuda import modulated_rms_norm
     from liger_ops_cuda._tiling import plan_backward_tiles, plan_tiles
 except Exception as e:
     print(json.dumps({"skip": f"cannot import the compiler: {e!r}"})); sys.exit(SKIP)
@@ -88,6 +89,21 @@ for dt, n in (("bf16", 4096), ("bf16", 20000), ("fp32", 4096)):
     bp = plan_backward_tiles(n, hardware.FUSED_ADD_RMS_NORM_BACKWARD_TILE_ELEMENTS)
     c.update(HAS_DRES=True, WRITE_DR=dt != "fp32", BLOCK_M=bp.block_m, BLOCK_N=bp.block_n, CHUNKED=bp.chunked)
     rows.append(variant(f"fused_add bwd {tag}", k, T, c, bp.num_warps))
+    # modulated_rms_norm: rms_norm's forward plan; backward tiles for a sequence per modulation
+    # row (fp32 partial slots) and for one modulation row per token (slots in scale's dtype).
+    T = dict(X=P(dt), W=P(dt), SCALE=P(dt), SHIFT=P(dt), Y=P(dt), RSTD=P("fp32"), eps="fp32", offset="fp32")
+    c = dict(HAS_WEIGHT=True, HAS_SHIFT=True, ROUND_X_HAT=True, BLOCK_M=fp.block_m, BLOCK_N=fp.block_n,
+             CHUNKED=fp.chunked)
+    rows.append(variant(f"modulated fwd {tag}", modulated_rms_norm._modulated_rms_norm_forward_kernel, T, c,
+                        fp.num_warps))
+    for per, slot in ((512, "fp32"), (1, dt)):
+        mp = modulated_rms_norm.plan_backward_tiles(n, per)
+        T = dict(DY=P(dt), X=P(dt), W=P(dt), SCALE=P(dt), RSTD=P("fp32"), DX=P(dt), DW_PARTIAL=P("fp32"),
+                 DSCALE=P(slot), DSHIFT=P(slot), offset="fp32")
+        c = dict(HAS_WEIGHT=True, NEED_DW=True, HAS_SHIFT=True, ROUND_X_HAT=dt != "fp32", BLOCK_M=mp.block_m,
+                 BLOCK_N=mp.block_n, CHUNKED=mp.chunked)
+        rows.append(variant(f"modulated bwd per={per} {tag}", modulated_rms_norm._modulated_rms_norm_backward_kernel,
+                            T, c, mp.num_warps))
     T = dict(X=P(dt), W=P("fp32"), B=P("fp32"), Y=P(dt), RSTD=P("fp32"), eps="fp32")
     pf = poly_norm.plan_forward(n)
     c = dict(BLOCK_M=pf.block_m, BLOCK_N=pf.block_n, CHUNKED=pf.chunked)

@@ -337,22 +337,33 @@ def _embedding_cases() -> list[dict]:
 
 
 def _modulated_rms_norm_cases() -> list[dict]:
-    """The modulation pass of modulated_rms_norm (its normalisation is rms_norm's kernels, above)."""
-    from liger_ops_xpu import hardware
-    from liger_ops_xpu._tiling import elementwise_num_warps
+    """modulated_rms_norm's fused kernels at the LLaMA hidden size and a chunked width: the
+    forward at the norms' plan; the backward for a sequence per modulation row (fp32 partial
+    slots) and for one modulation row per token (slots in scale's dtype)."""
+    import torch
 
-    block_m, block_n = hardware.MODULATION_BLOCK_M, hardware.MODULATION_BLOCK_N
-    fwd = _sig("R SCALE SHIFT Y", "n_rows n_cols rows_per_modulation")
-    c = {"HAS_SHIFT": True, "BLOCK_M": block_m, "BLOCK_N": block_n}
-    warps = elementwise_num_warps(block_m * block_n)
-    cases = [_case("modulated_rms_norm", "_modulated_rms_norm_forward_kernel", fwd, c, warps, register_heavy=False)]
-    bwd = _sig("DY R SCALE G:fp32 DSCALE_PARTIAL:fp32 DSHIFT_PARTIAL:fp32")
-    bwd.update(_sig("", "n_cols dy_row_stride rows_per_modulation rows_per_chunk n_chunks"))
-    c = {"HAS_SHIFT": True, "BLOCK_N": block_n}
-    warps = elementwise_num_warps(block_n)
-    cases.append(
-        _case("modulated_rms_norm", "_modulated_rms_norm_backward_kernel", bwd, c, warps, register_heavy=False)
-    )
+    from liger_ops_xpu._tiling import plan_tiles
+    from liger_ops_xpu.modulated_rms_norm import _modulated_rms_norm_backward_kernel, plan_backward_tiles
+
+    cases = []
+    for n_cols in (4096, 20000):
+        plan = plan_tiles(n_cols)
+        fwd = _sig("X W:fp32 SCALE SHIFT Y RSTD:fp32", "x_row_stride y_row_stride n_rows n_cols rows_per_modulation")
+        fwd.update({"eps": "fp32", "offset": "fp32"})
+        c = {"HAS_WEIGHT": True, "HAS_SHIFT": True, "ROUND_X_HAT": True, "BLOCK_M": plan.block_m}
+        c.update({"BLOCK_N": plan.block_n, "N_CHUNKS": plan.n_chunks})
+        cases.append(_case("modulated_rms_norm", "_modulated_rms_norm_forward_kernel", fwd, c, plan.num_warps))
+        for per, slot in ((512, "fp32"), (1, "bf16")):
+            plan = plan_backward_tiles(n_cols, per, torch.device("cpu"))
+            bwd = _sig(f"DY X W:fp32 SCALE RSTD:fp32 DX DW_PARTIAL:fp32 DSCALE:{slot} DSHIFT:{slot}")
+            strides = "dy_row_stride x_row_stride dx_row_stride n_mod_rows n_cols"
+            bwd.update(_sig("", f"{strides} rows_per_modulation rows_per_chunk n_chunks mod_rows_per_unit"))
+            bwd["offset"] = "fp32"
+            # In the kernel's argument order (offset sits between the ints).
+            bwd = {a: bwd[a] for a in _modulated_rms_norm_backward_kernel.arg_names if a in bwd}
+            c = {"HAS_WEIGHT": True, "HAS_SHIFT": True, "ROUND_X_HAT": True, "BLOCK_M": plan.block_m}
+            c.update({"BLOCK_N": plan.block_n, "N_CHUNKS": plan.n_chunks})
+            cases.append(_case("modulated_rms_norm", "_modulated_rms_norm_backward_kernel", bwd, c, plan.num_warps))
     return cases
 
 

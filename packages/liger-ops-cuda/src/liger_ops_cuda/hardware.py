@@ -158,10 +158,8 @@ EMBEDDING_BLOCK_M = 16
 EMBEDDING_BLOCK_N = 512
 EMBEDDING_NUM_WARPS = 4
 
-# modulated_rms_norm's modulation pass: BLOCK_M rows x BLOCK_N columns per forward tile; the
-# backward sums at most ROWS_PER_CHUNK rows of one modulation row per program (more programs
-# when one scale row serves a whole sequence). Untuned starting points.
-MODULATION_BLOCK_M = 4
-MODULATION_BLOCK_N = 1024
-MODULATION_NUM_WARPS = 4
-MODULATION_ROWS_PER_CHUNK = 64
+# modulated_rms_norm's backward: rms_norm's backward tile halved, and fewer elements per warp
+# (three more fp32 accumulator rows, and x_hat and the modulated gradient live beside the tile:
+# rms_norm's sizes spill). Untuned: chosen so that sm_90 spills no more than rms_norm's backward.
+MODULATED_RMS_NORM_BACKWARD_TILE_ELEMENTS = 8192
+MODULATED_RMS_NORM_BACKWARD_ELEMENTS_PER_WARP = 512
