@@ -528,3 +528,20 @@ def liger_fused_linear_simpo(
     return resolve("fused_linear_simpo", input.device)(
         input, weight, target, bias, ignore_index, beta, alpha, label_smoothing, compute_nll_loss, gamma
     )
+
+
+def liger_multi_token_attention(
+    scores: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    stride: int = 1,
+    padding: int = 0,
+    dilation: int = 1,
+    groups: int = 1,
+    sparse: bool = False,
+) -> torch.Tensor:
+    """Multi-token attention's convolution over causal softmax (or sparsemax) probabilities; see
+    `liger_core.ops.multi_token_attention.multi_token_attention` for the contract."""
+    return resolve("multi_token_attention", scores.device)(
+        scores, weight, bias, stride, padding, dilation, groups, sparse
+    )

@@ -35,6 +35,7 @@ from liger_core.ops import (
     kl_div,
     layer_norm,
     llama4_rope,
+    multi_token_attention,
     poly_norm,
     qwen2vl_mrope,
     relu_squared,
@@ -96,6 +97,8 @@ CATALOGUE: dict[str, Op] = {
         fused_linear_kl_div.OP,
         fused_linear_cosine_similarity.OP,
         fused_linear_jsd_loss.OP,
+        # 1.7: attention
+        multi_token_attention.OP,
     )
 }
 
