@@ -31,6 +31,7 @@ KERNEL_PREFIX = {
     "fused_linear_cosine_similarity": "cross_entropy",
     # Two ops' kernels (str.startswith takes a tuple of prefixes).
     "fused_linear_jsd_loss": ("jsd", "cross_entropy"),
+    "multi_token_attention": ("multi_token_attention", "softmax", "sparsemax"),
 }
 
 

@@ -53,6 +53,8 @@ FAMILIES = {
         "fused_linear_cosine_similarity",
         "fused_linear_jsd_loss",
     ),
+    # 1.7: attention (the causal fill; softmax's and sparsemax's row kernels).
+    "attention": ("multi_token_attention",),
 }
 CONFIG = "llama-3-8b"
 # Families whose shapes a dense model's config does not have.
