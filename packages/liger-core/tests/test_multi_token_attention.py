@@ -22,7 +22,9 @@ def _liger_kernel_formula(scores, weight, bias, stride, padding, dilation, group
 
 
 @pytest.mark.parametrize("sparse", [False, True])
-@pytest.mark.parametrize("options", [dict(padding=1), dict(padding=1, stride=2, seq=9), dict(dilation=2, seq=10)])
+@pytest.mark.parametrize(
+    "options", [dict(padding=1), dict(padding=1, stride=2, shape=(2, 4, 9, 9)), dict(dilation=2, shape=(2, 4, 10, 10))]
+)
 def test_reference_matches_liger_kernel_formula(sparse, options):
     a = mta.args("cpu", **options, sparse=sparse)
     a = {k: v.double().requires_grad_() if isinstance(v, torch.Tensor) else v for k, v in a.items()}

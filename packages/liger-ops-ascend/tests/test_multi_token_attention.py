@@ -24,7 +24,7 @@ def test_chunked_rows(monkeypatch, few_cores, backend, device, current_hw, spars
     check(
         backend,
         "multi_token_attention",
-        mta_op.args(device, batch=1, channels=(2, 2), seq=70, padding=1, sparse=sparse),
+        mta_op.args(device, shape=(1, 2, 70, 70), out_channels=2, padding=1, sparse=sparse),
     )
 
 

@@ -13,5 +13,5 @@ def test_chunked_rows(backend, device, softmax_chunks, sparse):
     check(
         backend,
         "multi_token_attention",
-        make_args("multi_token_attention", device, batch=1, channels=(1, 2), seq=70, padding=1, sparse=sparse),
+        make_args("multi_token_attention", device, shape=(1, 1, 70, 70), out_channels=2, padding=1, sparse=sparse),
     )

@@ -14,5 +14,5 @@ from liger_ops_xpu._tiling import plan_tiles
 def test_chunked_rows(small_chunks, device, sparse):
     plan = plan_tiles(70)
     assert plan.chunked and plan.block_m == 4
-    args = multi_token_attention.args(device, batch=1, channels=(1, 2), seq=70, padding=1, sparse=sparse)
+    args = multi_token_attention.args(device, shape=(1, 1, 70, 70), out_channels=2, padding=1, sparse=sparse)
     check(BACKEND, "multi_token_attention", args)

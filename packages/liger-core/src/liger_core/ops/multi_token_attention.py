@@ -191,27 +191,27 @@ def math(
 
 def args(
     device,
-    batch=2,
-    channels=(4, 4),
-    seq=7,
+    shape=(2, 4, 7, 7),
+    out_channels=4,
     kernel=(3, 3),
     dtype=torch.float32,
     bias=True,
     strided=False,
     **options,
 ):
-    """Logits of spread 2 (softmax rows neither flat nor one-hot; sparsemax supports of one to
-    several entries), a conv weight of unit-scale taps per input channel and a small bias."""
+    """Scores of ``shape`` (batch, in_channels, seq, seq), logits of spread 2 (softmax rows
+    neither flat nor one-hot; sparsemax supports of one to several entries), a conv weight of
+    unit-scale taps per input channel and a small bias."""
     g = S.gen(0)
-    c_in, c_out = channels
+    batch, c_in, seq, _ = shape
     groups = options.get("groups", 1)
-    shape = (batch, c_in, seq, seq + 3 if strided else seq)
-    scores = S.to(device, dtype, S.normal(shape, g, 2.0))
+    stored = (batch, c_in, seq, seq + 3) if strided else shape
+    scores = S.to(device, dtype, S.normal(stored, g, 2.0))
     if strided:  # a view into wider rows (a padded key dimension)
         scores = scores[..., :seq]
     fan_in = c_in // groups * kernel[0] * kernel[1]
-    weight = S.to(device, dtype, S.normal((c_out, c_in // groups, *kernel), g, fan_in**-0.5))
-    b = S.to(device, dtype, S.normal(c_out, g, 0.1)) if bias else None
+    weight = S.to(device, dtype, S.normal((out_channels, c_in // groups, *kernel), g, fan_in**-0.5))
+    b = S.to(device, dtype, S.normal(out_channels, g, 0.1)) if bias else None
     return dict(scores=scores, weight=weight, bias=b, **options)
 
 
@@ -220,19 +220,19 @@ def samples():
     yield from S.grid(args, dict(dtype=S.DTYPES, sparse=(False, True)), padding=1)
     # One token; more channels out than in, grouped; a rectangular kernel (an output wider than
     # tall: its mask is not square); stride 2; dilation 2 with no padding (a smaller output).
-    yield sample(args, seq=1, padding=1)
-    yield sample(args, channels=(4, 6), groups=2, seq=9, padding=1, sparse=True)
-    yield sample(args, kernel=(3, 1), seq=6, padding=1)
-    yield sample(args, seq=11, padding=1, stride=2, sparse=True)
-    yield sample(args, channels=(2, 3), seq=10, kernel=(3, 3), dilation=2)
+    yield sample(args, shape=(2, 4, 1, 1), padding=1)
+    yield sample(args, shape=(2, 4, 9, 9), out_channels=6, groups=2, padding=1, sparse=True)
+    yield sample(args, shape=(2, 4, 6, 6), kernel=(3, 1), padding=1)
+    yield sample(args, shape=(2, 4, 11, 11), padding=1, stride=2, sparse=True)
+    yield sample(args, shape=(2, 2, 10, 10), out_channels=3, dilation=2)
     yield from S.grid(
-        args, dict(sparse=(False, True)), bias=False, batch=1, channels=(3, 2), seq=5, kernel=(5, 5), padding=2
+        args, dict(sparse=(False, True)), shape=(1, 3, 5, 5), out_channels=2, kernel=(5, 5), bias=False, padding=2
     )
     # Several programs' worth of rows, rows longer than a short tile.
-    yield sample(args, batch=3, seq=70, padding=1)
-    yield sample(args, batch=1, seq=70, padding=1, sparse=True, dtype=torch.bfloat16)
+    yield sample(args, shape=(3, 4, 70, 70), padding=1)
+    yield sample(args, shape=(1, 4, 70, 70), padding=1, sparse=True, dtype=torch.bfloat16)
     yield sample(args, strided=True, padding=1)
-    yield sample(args, batch=0, padding=1)
+    yield sample(args, shape=(0, 4, 7, 7), padding=1)
 
 
 def _mixed_devices(t: torch.Tensor) -> torch.Tensor:
@@ -296,7 +296,7 @@ OP = Op(
     math=math,
     grads=("scores", "weight", "bias"),
     samples=samples,
-    smoke=(sample(args, padding=1), sample(args, seq=40, padding=1, sparse=True)),
+    smoke=(sample(args, shape=(2, 4, 7, 7), padding=1), sample(args, shape=(2, 4, 40, 40), padding=1, sparse=True)),
     error_sample=sample(args, padding=1),
     errors=(
         bad(
