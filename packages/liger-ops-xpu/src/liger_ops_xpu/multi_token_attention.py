@@ -18,27 +18,42 @@ import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops.multi_token_attention import check_args
 
-from liger_ops_xpu._tiling import launch_flat, plan_tiles
+from liger_ops_xpu._tiling import launch_flat, plan_flat, plan_tiles
 from liger_ops_xpu.softmax import softmax_backward, softmax_forward
 from liger_ops_xpu.sparsemax import sparsemax_backward, sparsemax_forward
+
+# The lanes' positions inside a (seq, seq) plane are int32: a plane plus one block must stay
+# below 2**31.
+INT32_LIMIT = 2**31
 
 
 @triton.jit
 def _causal_fill_kernel(X, Y, n_queries, n_keys, fill, n_elements, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n_elements
-    # Element [.., query, key] of contiguous (..., n_queries, n_keys) planes.
-    key = offs % n_keys
-    query = (offs // n_keys) % n_queries
-    x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(Y + offs, tl.where(key > query, fill, x).to(Y.dtype.element_ty), mask=mask)
+    start = tl.program_id(0).to(tl.int64) * BLOCK
+    idx = tl.arange(0, BLOCK)
+    mask = idx < n_elements - start
+    # Element [.., query, key] of contiguous (..., n_queries, n_keys) planes: the block's first
+    # position in its plane once (int64), the lanes' in int32 (int64 division is slow).
+    plane = n_queries * n_keys
+    pos = ((start % plane).to(tl.int32) + idx) % plane
+    key = pos % n_keys
+    query = pos // n_keys
+    x = tl.load(X + start + idx, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + start + idx, tl.where(key > query, fill, x).to(Y.dtype.element_ty), mask=mask)
 
 
 def causal_fill(x: torch.Tensor, fill: float, out: torch.Tensor | None = None) -> torch.Tensor:
     """Contiguous ``x`` with every entry ``[..., i, j]``, ``j > i``, set to ``fill``, written to
     ``out`` (a new tensor by default; ``x`` itself for in place)."""
     out = torch.empty_like(x) if out is None else out
-    launch_flat(_causal_fill_kernel, x.numel(), x.device, x, out, x.shape[-2], x.shape[-1], fill)
+    n_queries, n_keys = x.shape[-2:]
+    block = plan_flat(x.numel()).block
+    if n_queries * n_keys + block >= INT32_LIMIT:
+        raise ValueError(
+            f"multi_token_attention: a ({n_queries}, {n_keys}) plane plus a block of {block} must hold "
+            f"fewer than 2**31 elements (int32 lane positions); got {n_queries * n_keys + block}"
+        )
+    launch_flat(_causal_fill_kernel, x.numel(), x.device, x, out, n_queries, n_keys, fill)
     return out
 
 
