@@ -33,6 +33,7 @@ KERNEL_PREFIX = {
     # Two ops' kernels (str.startswith takes a tuple of prefixes).
     "fused_linear_jsd_loss": ("jsd", "cross_entropy"),
     "modulated_rms_norm": ("rms_norm", "modulated_rms_norm"),
+    "multi_token_attention": ("multi_token_attention", "softmax", "sparsemax"),
 }
 
 

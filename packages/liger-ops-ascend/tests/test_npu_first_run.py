@@ -56,6 +56,8 @@ FAMILIES = {
     ),
     "embedding": ("embedding",),
     "modulated_rms_norm": ("modulated_rms_norm",),
+    # 1.7: attention (the causal fill; softmax's and sparsemax's row kernels).
+    "attention": ("multi_token_attention",),
 }
 CONFIG = "llama-3-8b"
 # Families whose shapes a dense model's config does not have.

@@ -318,3 +318,20 @@ def test_modulated_rms_norm_plans_fit_grid_and_ub(soc):
         p = modulated_rms_norm.plan_modulation(direction, n_rows, n_cols, dtype, mod_dtype, hw)
         check(p.kernel, hw)
         assert p.kernel.programs <= hw.vector_cores and p.block_n * p.n_col_blocks >= n_cols
+
+
+# -- 1.7: attention -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
+def test_multi_token_attention_fill_plans_fit_grid_and_ub(soc):
+    # The causal fill over (batch, channels, seq, seq): one 32-token plane up to liger-kernel's
+    # benchmark (2 x 4 x 512^2) and 8 x 32 heads at 8192 tokens; the row plans are softmax's and
+    # sparsemax's (swept above) at seq columns.
+    from liger_ops_ascend import multi_token_attention
+
+    hw = hardware.for_soc(soc)
+    for dtype, n in itertools.product(NORM_DTYPES, [1, 32 * 32, 2 * 4 * 512 * 512, 8 * 32 * 8192 * 8192]):
+        p = multi_token_attention.plan_tiles(n, dtype, hw)
+        check(p.kernels[0], hw)
+        assert p.programs <= hw.vector_cores and p.programs * p.n_iters * p.block >= n

@@ -204,6 +204,9 @@ def _activation_cases() -> list[dict]:
     c = {"BLOCK": flat.block}
     cases.append(_case("relu_squared", "_relu_squared_forward_kernel", _sig("X Y", "n"), c, flat.num_warps, False))
     cases.append(_case("relu_squared", "_relu_squared_backward_kernel", _sig("DY X DX", "n"), c, flat.num_warps, False))
+    # multi_token_attention (1.7): the causal fill, its arguments in the kernel's order.
+    fill = {**_sig("X Y", "n_queries n_keys"), **_sig("", "", "fill"), **_sig("", "n_elements")}
+    cases.append(_case("multi_token_attention", "_causal_fill_kernel", fill, c, flat.num_warps, False))
 
     strides = " ".join(f"{t}_s{a}" for t in ("q", "k", "qo", "ko") for a in "bhs")
     rotary = _sig("Q K QO KO COS:fp32 SIN:fp32", f"{strides} c_saxis c_sb c_ss seq n_qh n_kh half sec0 sec1")

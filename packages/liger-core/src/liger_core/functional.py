@@ -599,3 +599,20 @@ def liger_fused_linear_kto(
         input, weight, target, preference_labels, bias, ref_input, ref_weight, ref_bias, kl, ignore_index, beta,
         use_ref_model, average_log_prob, desirable_weight, undesirable_weight,
     )  # fmt: skip
+
+
+def liger_multi_token_attention(
+    scores: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    stride: int = 1,
+    padding: int = 0,
+    dilation: int = 1,
+    groups: int = 1,
+    sparse: bool = False,
+) -> torch.Tensor:
+    """Multi-token attention's convolution over causal softmax (or sparsemax) probabilities; see
+    `liger_core.ops.multi_token_attention.multi_token_attention` for the contract."""
+    return resolve("multi_token_attention", scores.device)(
+        scores, weight, bias, stride, padding, dilation, groups, sparse
+    )

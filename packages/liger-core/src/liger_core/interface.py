@@ -40,6 +40,7 @@ from liger_core.ops import (
     layer_norm,
     llama4_rope,
     modulated_rms_norm,
+    multi_token_attention,
     poly_norm,
     qwen2vl_mrope,
     relu_squared,
@@ -110,6 +111,8 @@ CATALOGUE: dict[str, Op] = {
         fused_ce_tvd.OP,
         # 1.7: kto
         fused_linear_kto.OP,
+        # 1.7: attention
+        multi_token_attention.OP,
     )
 }
 

@@ -30,7 +30,7 @@ from liger_core.bench.configs import MOE_AXES, ModelShape
 Kwargs = dict[str, Any]
 Builder = Callable[[ModelShape, torch.dtype, torch.device, torch.Generator], Kwargs]
 MODES = ("forward", "backward", "full")
-GROUPS = ("norms", "activations", "losses", "moe")
+GROUPS = ("norms", "activations", "losses", "moe", "attention")
 
 LIGER_KERNEL = "liger-kernel"
 CUT_CROSS_ENTROPY = "cut-cross-entropy"
@@ -77,7 +77,7 @@ class BenchSpec:
     """An op's benchmark.
 
     Attributes:
-        group: ``norms``, ``activations``, ``losses`` or ``moe`` (``liger bench --ops <group>``).
+        group: ``norms``, ``activations``, ``losses``, ``moe`` or ``attention`` (``liger bench --ops <group>``).
         axes: the ModelShape fields the input shapes depend on (what a sweep can vary).
         layouts: layout name -> builder ``(shape, dtype, device, generator) -> the op's keyword
             arguments``, every random input drawn from the generator. The first is the layout the
