@@ -572,3 +572,15 @@ def liger_fused_ce_tvd(
     """Per-token ``(ce, tvd)`` of student logits against a teacher's, unreduced; see
     `liger_core.ops.fused_ce_tvd.fused_ce_tvd` for the contract."""
     return resolve("fused_ce_tvd", student_logits.device)(student_logits, teacher_logits, target, ignore_index)
+
+
+def liger_fused_linear_scaled_cross_entropy(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    temperature: float = 1.0,
+    ignore_index: int = -100,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token ``(nll, entropy)`` of ``softmax(input @ weight.T / temperature)``, unreduced, without
+    the logits; see `liger_core.ops.fused_linear_scaled_cross_entropy` for the contract."""
+    return resolve("fused_linear_scaled_cross_entropy", input.device)(input, weight, target, temperature, ignore_index)

@@ -29,6 +29,7 @@ from liger_core.ops import (
     fused_linear_jsd_loss,
     fused_linear_kl_div,
     fused_linear_orpo,
+    fused_linear_scaled_cross_entropy,
     fused_linear_simpo,
     fused_moe,
     geglu,
@@ -107,6 +108,8 @@ CATALOGUE: dict[str, Op] = {
         attn_res.OP,
         # 1.7: scaled-ce (temperature-scaled fused linear cross-entropy, fused CE + TVD).
         fused_ce_tvd.OP,
+        # 1.7: scaled-ce2
+        fused_linear_scaled_cross_entropy.OP,
     )
 }
 
