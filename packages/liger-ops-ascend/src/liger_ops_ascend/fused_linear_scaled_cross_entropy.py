@@ -50,18 +50,21 @@ def _fused_linear_scaled_cross_entropy_forward_kernel(
         for c in range(n_chunks):
             cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
             z = tl.load(x_tile + cols[None, :], mask=mask, other=float("-inf")).to(tl.float32) * inv_temperature
-            new_max = tl.maximum(run_max, tl.max(z, axis=1))
+            new_max = tl.maximum(run_max, tl.max(z, axis=1), propagate_nan=tl.PropagateNan.ALL)
             # Rows of a block past the end stay at -inf: keep their rescale finite.
             safe = tl.where(new_max == float("-inf"), 0.0, new_max)
             rescale = tl.exp(run_max - safe)
             e = tl.exp(z - safe[:, None])  # 0 on masked entries
             run_sum = run_sum * rescale + tl.sum(e, axis=1)
-            # Masked entries weigh 0: 0 * -inf would be NaN.
-            run_zsum = run_zsum * rescale + tl.sum(e * tl.where(mask, z, 0.0), axis=1)
+            # Masked entries (e == 0) weigh 0: 0 * -inf would be NaN. An fp32 compare, not the
+            # integer mask (`_jit.below`'s reason); an entry whose e underflowed adds 0 either way.
+            run_zsum = run_zsum * rescale + tl.sum(e * tl.where(e > 0.0, z, 0.0), axis=1)
             run_max = new_max
-        live_sum = tl.where(row_mask, run_sum, 1.0)
-        # Rows past the end: lse 0 (never stored), not log(0).
-        lse = tl.where(row_mask, run_max + tl.log(live_sum), 0.0)
+        # Rows past the end (no sum) get lse 0, finite (their stores are masked off); a live
+        # row's sum is at least 1.
+        live = run_sum > 0.0
+        live_sum = tl.where(live, run_sum, 1.0)
+        lse = tl.where(live, run_max + tl.log(live_sum), 0.0)
         # The target logits: one masked gather (an out-of-range target, refused on the host, reads nothing).
         hit = keep & (y >= 0) & below(y, n_cols)
         z_y = tl.load(X + base * x_row_stride + m_idx * x_row_stride + y, mask=hit, other=0.0).to(tl.float32)
@@ -80,18 +83,19 @@ def _fused_linear_scaled_cross_entropy_backward_kernel(
     for blk in range(pid, n_blocks, num_programs):
         row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         keep, y = _targets(Y, rows, row_mask, ignore_index)
-        lse = tl.load(LSE + rows, mask=row_mask, other=0.0)
-        entropy = tl.load(ENTROPY + rows, mask=row_mask, other=0.0)
+        lse = tl.load(LSE + rows, mask=row_mask, care_padding=False)
+        entropy = tl.load(ENTROPY + rows, mask=row_mask, care_padding=False)
         up_nll = tl.zeros((BLOCK_M,), tl.float32)
         if HAS_UP_NLL:
-            up_nll = tl.load(UP_NLL + rows, mask=row_mask, other=0.0)
+            up_nll = tl.load(UP_NLL + rows, mask=row_mask, care_padding=False)
         up_entropy = tl.zeros((BLOCK_M,), tl.float32)
         if HAS_UP_ENTROPY:
-            up_entropy = tl.load(UP_ENTROPY + rows, mask=row_mask, other=0.0)
+            up_entropy = tl.load(UP_ENTROPY + rows, mask=row_mask, care_padding=False)
         x_tile = X + row0.to(tl.int64) * x_row_stride + m_idx[:, None] * x_row_stride
         for c in range(n_chunks):
             cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
-            z = tl.load(x_tile + cols[None, :], mask=mask, other=0.0).to(tl.float32) * inv_temperature
+            # Padded entries only reach masked-off stores: no fill.
+            z = tl.load(x_tile + cols[None, :], mask=mask, care_padding=False).to(tl.float32) * inv_temperature
             p = tl.exp(z - lse[:, None])
             g = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
             if HAS_UP_NLL:
