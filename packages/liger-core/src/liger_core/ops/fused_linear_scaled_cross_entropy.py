@@ -235,8 +235,9 @@ OP = Op(
         atol_scales=_scales,
         tolerance_from={name: ("input", "weight") for name in ("nll", "entropy", "grad_input", "grad_weight")},
     ),
-    # liger-kernel's benchmark (benchmark_fused_linear_scaled_cross_entropy.py) runs hidden 4096,
-    # vocab 131072, 4096 tokens, bf16: `--shape` with those; default the model configs'.
+    # liger-kernel's benchmark runs hidden 4096, vocab 131072, 4096 tokens in bf16:
+    # `liger bench --ops fused_linear_scaled_cross_entropy --tokens 4096 --hidden 4096 --vocab 131072`;
+    # by default the model configs' shapes.
     bench=B.BenchSpec(
         group="losses",
         axes=("tokens", "hidden", "vocab"),
