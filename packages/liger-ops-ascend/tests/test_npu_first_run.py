@@ -43,6 +43,7 @@ FAMILIES = {
         "fused_linear_cpo",
         "fused_linear_simpo",
         "fused_linear_kto",
+        "fused_linear_scaled_cross_entropy",
     ),
     "divergence": ("kl_div", "jsd", "tvd", "fused_linear_jsd", "fused_ce_tvd"),
     "moe": ("fused_moe",),

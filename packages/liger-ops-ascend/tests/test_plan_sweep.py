@@ -268,7 +268,7 @@ def test_activation_plans_fit_grid_and_ub(soc):
 
 @pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
 def test_loss_plans_keep_vocab_chunks_in_the_ub(soc):
-    from liger_ops_ascend import _cross_entropy, divergence
+    from liger_ops_ascend import _cross_entropy, divergence, fused_linear_scaled_cross_entropy
 
     hw = hardware.for_soc(soc)
     vocabs = [2, 1000, 32000, 32768, 50257, 128256, 151936, 152064, 256000, 262144]
@@ -286,6 +286,11 @@ def test_loss_plans_keep_vocab_chunks_in_the_ub(soc):
             _check_row_plan(p, hw, tokens, vocab, f"{soc} divergence {kind} {tokens}x{vocab}")
         p = divergence.plan_fused_ce_tvd(direction, tokens, vocab, dtype, torch.float32, hw)
         _check_row_plan(p, hw, tokens, vocab, f"{soc} fused_ce_tvd {direction} {tokens}x{vocab} {dtype}")
+        p = fused_linear_scaled_cross_entropy.plan_fused_linear_scaled_cross_entropy(
+            direction, tokens, vocab, dtype, hw
+        )
+        what = f"{soc} fused_linear_scaled_cross_entropy {direction} {tokens}x{vocab} {dtype}"
+        _check_row_plan(p, hw, tokens, vocab, what)
 
 
 # -- the 1.7 ops -----------------------------------------------------------------------------

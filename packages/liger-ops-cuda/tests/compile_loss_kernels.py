@@ -34,6 +34,7 @@ def main() -> int:
         from liger_ops_cuda import _tiling
         from liger_ops_cuda import divergence as D
         from liger_ops_cuda import fused_linear_cross_entropy as F
+        from liger_ops_cuda import fused_linear_scaled_cross_entropy as SCE
     except Exception as e:  # noqa: BLE001 - any import failure means: cannot check here
         print(f"no Triton compiler: {e!r}", file=sys.stderr)
         return SKIP
@@ -97,6 +98,14 @@ def main() -> int:
         tv = dict(rows, P=f"*{xdt}", Q=f"*{xdt}", G=f"*{xdt}", OUT="*fp32", LABELS="*i64", SCALE="*fp32")
         for hl, el, wg in combos(3):
             jobs.append((D._tvd_forward_kernel, tv, dict(HAS_LABELS=hl, ELEMENTWISE=el, WRITE_GRAD=wg, BLOCK_N=4096)))
+        # fused_linear_scaled_cross_entropy: the row forward and the in-place gradient, both upstreams.
+        sce = {n: "*fp32" for n in ("NLL", "ENTROPY", "LSE", "UP_NLL", "UP_ENTROPY")}
+        sce.update(X=f"*{xdt}", Y="*i64", x_row_stride="i32", n_cols="i32", ignore_index="i32")
+        sce.update(inv_temperature="fp32")
+        jobs.append((SCE._fused_linear_scaled_cross_entropy_forward_kernel, sce, {"BLOCK_N": 8192}))
+        for up_nll, up_entropy in ((True, True), (True, False), (False, True)):
+            flags = dict(HAS_UP_NLL=up_nll, HAS_UP_ENTROPY=up_entropy, BLOCK_N=4096)
+            jobs.append((SCE._fused_linear_scaled_cross_entropy_backward_kernel, sce, flags))
     try:
         compile_kernel(*jobs[0])
     except Exception as e:  # noqa: BLE001 - the backend itself cannot run here

@@ -281,6 +281,30 @@ def _loss_cases() -> list[dict]:
     bc = {**c, "HAS_UP_CE": True, "HAS_UP_TVD": True}
     cases.append(_case("divergence", "_fused_ce_tvd_backward_kernel", bwd, bc, plan.num_warps))
 
+    # fused_linear_scaled_cross_entropy: a 128k vocabulary (the cross-entropy's plan), both upstream gradients.
+    fwd = _sig("X Y:i64 NLL:fp32 ENTROPY:fp32 LSE:fp32", "x_row_stride n_cols ignore_index", "inv_temperature")
+    cases.append(
+        _case(
+            "fused_linear_scaled_cross_entropy",
+            "_fused_linear_scaled_cross_entropy_forward_kernel",
+            fwd,
+            c,
+            plan.num_warps,
+        )
+    )
+    bwd = _sig("X Y:i64 LSE:fp32 ENTROPY:fp32 UP_NLL:fp32 UP_ENTROPY:fp32", "x_row_stride n_cols ignore_index")
+    bwd.update(_sig("", "", "inv_temperature"))
+    bc = {**c, "HAS_UP_NLL": True, "HAS_UP_ENTROPY": True}
+    cases.append(
+        _case(
+            "fused_linear_scaled_cross_entropy",
+            "_fused_linear_scaled_cross_entropy_backward_kernel",
+            bwd,
+            bc,
+            plan.num_warps,
+        )
+    )
+
     mm = _sig("A B C:fp32", "M N K a_row_stride b_row_stride c_row_stride")
     block_m, block_n, block_k = plan_matmul(8192, 128256, 4096)  # a chunk of LLaMA-3's logits
     c = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "N_K_BLOCKS": 4096 // block_k, "UPCAST": False}

@@ -616,3 +616,15 @@ def liger_multi_token_attention(
     return resolve("multi_token_attention", scores.device)(
         scores, weight, bias, stride, padding, dilation, groups, sparse
     )
+
+
+def liger_fused_linear_scaled_cross_entropy(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    temperature: float = 1.0,
+    ignore_index: int = -100,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token ``(nll, entropy)`` of ``softmax(input @ weight.T / temperature)``, unreduced, without
+    the logits; see `liger_core.ops.fused_linear_scaled_cross_entropy` for the contract."""
+    return resolve("fused_linear_scaled_cross_entropy", input.device)(input, weight, target, temperature, ignore_index)

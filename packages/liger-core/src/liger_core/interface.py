@@ -30,6 +30,7 @@ from liger_core.ops import (
     fused_linear_kl_div,
     fused_linear_kto,
     fused_linear_orpo,
+    fused_linear_scaled_cross_entropy,
     fused_linear_simpo,
     fused_moe,
     geglu,
@@ -113,6 +114,8 @@ CATALOGUE: dict[str, Op] = {
         fused_linear_kto.OP,
         # 1.7: attention
         multi_token_attention.OP,
+        # 1.7: scaled-ce2
+        fused_linear_scaled_cross_entropy.OP,
     )
 }
 
