@@ -38,6 +38,7 @@ from liger_core.ops import (
     kl_div,
     layer_norm,
     llama4_rope,
+    mhc_coeffs,
     modulated_rms_norm,
     poly_norm,
     qwen2vl_mrope,
@@ -107,6 +108,8 @@ CATALOGUE: dict[str, Op] = {
         attn_res.OP,
         # 1.7: scaled-ce (temperature-scaled fused linear cross-entropy, fused CE + TVD).
         fused_ce_tvd.OP,
+        # 1.7: mhc
+        mhc_coeffs.OP,
     )
 }
 
