@@ -165,3 +165,7 @@ MODULATION_BLOCK_M = 4
 MODULATION_BLOCK_N = 1024
 MODULATION_NUM_WARPS = 4
 MODULATION_ROWS_PER_CHUNK = 64
+# mHC coefficients: tokens x HC x HC elements per Sinkhorn tile (HC padded to a power of two);
+# a token's matrix is tiny, so a program takes as many tokens as fill the tile.
+MHC_TILE_ELEMENTS = 2048
+MHC_NUM_WARPS = 4
