@@ -51,7 +51,7 @@ def _res_softmax(MIX, BIAS, alpha_res, t3, rows3, cols3, mask3, hc, n_mix):
     """Row softmax of the residual logits ``alpha_res * mix_res + b_res``, 0 on padded lanes."""
     res = 2 * hc + rows3 * hc + cols3
     mix = tl.load(MIX + t3 * n_mix + res, mask=mask3, other=0.0)
-    bias = tl.load(BIAS + res, mask=mask3, other=0.0).to(tl.float32)
+    bias = tl.load(BIAS + res, mask=(rows3 < hc) & (cols3 < hc), other=0.0).to(tl.float32)
     logits = tl.where(mask3, mix * alpha_res + bias, _PAD_LOGIT)
     exps = tl.exp(logits - tl.max(logits, axis=2)[:, :, None])
     exps = tl.where(mask3, exps, 0.0)
@@ -142,7 +142,7 @@ def _mhc_coeffs_backward_kernel(
     square = hc * hc
     grad = tl.load(D_RES + t3 * square + rows3 * hc + cols3, mask=mask3, other=0.0)
     hist = HIST + t3 * ((TMAX - 1) * square) + rows3 * hc + cols3
-    for back in range(0, TMAX - 1):
+    for back in range(TMAX - 1):
         entering = tl.load(hist + (TMAX - 2 - back) * square, mask=mask3, other=0.0)
         row_sum = tl.sum(entering, axis=2)[:, :, None] + sinkhorn_eps
         row_normed = entering / row_sum

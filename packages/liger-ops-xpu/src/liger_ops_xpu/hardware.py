@@ -271,3 +271,8 @@ EMBEDDING_BLOCK_N = 512
 MODULATION_BLOCK_M = 4
 MODULATION_BLOCK_N = 1024
 MODULATION_ROWS_PER_CHUNK = 64
+# mHC coefficients: tokens x HC x HC elements per Sinkhorn tile (HC padded to a power of two).
+# A few fp32 tiles of this size are live at once: well inside the default 128-GRF mode, which
+# keeps more threads resident to hide the loads.
+MHC_TILE_ELEMENTS = 2048
+MHC_NUM_WARPS = 4
