@@ -32,6 +32,7 @@ KERNEL_PREFIX = {
     # Two ops' kernels (str.startswith takes a tuple of prefixes).
     "fused_linear_jsd_loss": ("jsd", "cross_entropy"),
     "modulated_rms_norm": ("rms_norm", "modulated_rms_norm"),
+    "mhc_coeffs": "_mhc_coeffs",
 }
 
 
