@@ -29,7 +29,7 @@ from liger_ops_ascend import hardware
 from liger_ops_ascend.launch import KernelPlan, Tile, launch
 
 # Stands in for -inf on padded logits: finite, so a fully padded row's max does not make NaNs.
-_PAD_LOGIT = -1.0e30
+_PAD_LOGIT: tl.constexpr = tl.constexpr(-1.0e30)  # a global a kernel reads must be constexpr
 
 
 @triton.jit

@@ -26,7 +26,7 @@ from liger_core.ops.mhc_coeffs import check_args
 from liger_ops_cuda import hardware
 
 # Stands in for -inf on padded logits: finite, so a fully padded row's max does not make NaNs.
-_PAD_LOGIT = -1.0e30
+_PAD_LOGIT: tl.constexpr = tl.constexpr(-1.0e30)  # a global a kernel reads must be constexpr
 
 
 @triton.jit
