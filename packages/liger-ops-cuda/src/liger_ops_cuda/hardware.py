@@ -163,13 +163,6 @@ EMBEDDING_NUM_WARPS = 4
 # rms_norm's sizes spill). Untuned: chosen so that sm_90 spills no more than rms_norm's backward.
 MODULATED_RMS_NORM_BACKWARD_TILE_ELEMENTS = 8192
 MODULATED_RMS_NORM_BACKWARD_ELEMENTS_PER_WARP = 512
-# modulated_rms_norm's modulation pass: BLOCK_M rows x BLOCK_N columns per forward tile; the
-# backward sums at most ROWS_PER_CHUNK rows of one modulation row per program (more programs
-# when one scale row serves a whole sequence). Untuned starting points.
-MODULATION_BLOCK_M = 4
-MODULATION_BLOCK_N = 1024
-MODULATION_NUM_WARPS = 4
-MODULATION_ROWS_PER_CHUNK = 64
 # mHC coefficients: tokens x HC x HC elements per Sinkhorn tile (HC padded to a power of two);
 # a token's matrix is tiny, so a program takes as many tokens as fill the tile.
 MHC_TILE_ELEMENTS = 2048

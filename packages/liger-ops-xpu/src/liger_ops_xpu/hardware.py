@@ -265,12 +265,6 @@ def launch_kwargs(kernel: Any, device: torch.device, num_warps: int, register_he
 EMBEDDING_BLOCK_M = 16
 EMBEDDING_BLOCK_N = 512
 
-# modulated_rms_norm's modulation pass: BLOCK_M rows x BLOCK_N columns per forward tile; the
-# backward sums at most ROWS_PER_CHUNK rows of one modulation row per program. Untuned starting
-# points (CUDA's sizes).
-MODULATION_BLOCK_M = 4
-MODULATION_BLOCK_N = 1024
-MODULATION_ROWS_PER_CHUNK = 64
 # mHC coefficients: tokens x HC x HC elements per Sinkhorn tile (HC padded to a power of two).
 # A few fp32 tiles of this size are live at once: well inside the default 128-GRF mode, which
 # keeps more threads resident to hide the loads.
