@@ -284,9 +284,10 @@ def _fused_ce_tvd_forward_kernel(
             s_max, s_sum = online_lse_step(s_max, s_sum, s)
             t = tl.load(t_tile + cols[None, :], mask=mask, other=float("-inf")).to(tl.float32)
             t_max, t_sum = online_lse_step(t_max, t_sum, t)
-        # Rows past the end: lse 0 (never stored), not log(0).
-        s_lse = tl.where(row_mask, s_max + tl.log(tl.where(row_mask, s_sum, 1.0)), 0.0)
-        t_lse = tl.where(row_mask, t_max + tl.log(tl.where(row_mask, t_sum, 1.0)), 0.0)
+        # Rows past the end: lse 0 (never stored), not log(0); the row test in fp32 (below()).
+        live = below(m_idx, n_rows - row0)
+        s_lse = tl.where(live, s_max + tl.log(tl.where(live, s_sum, 1.0)), 0.0)
+        t_lse = tl.where(live, t_max + tl.log(tl.where(live, t_sum, 1.0)), 0.0)
         abs_sum = tl.zeros((BLOCK_M,), tl.float32)
         sigma = tl.zeros((BLOCK_M,), tl.float32)
         for c in range(n_chunks):
@@ -317,15 +318,15 @@ def _fused_ce_tvd_backward_kernel(
     for blk in range(pid, n_blocks, num_programs):
         row0, rows, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         keep, y = _targets(Y, rows, row_mask, ignore_index)
-        s_lse = tl.load(S_LSE + rows, mask=row_mask, other=0.0)
-        t_lse = tl.load(T_LSE + rows, mask=row_mask, other=0.0)
-        sigma = tl.load(SIGMA + rows, mask=row_mask, other=0.0)
+        s_lse = tl.load(S_LSE + rows, mask=row_mask, care_padding=False)
+        t_lse = tl.load(T_LSE + rows, mask=row_mask, care_padding=False)
+        sigma = tl.load(SIGMA + rows, mask=row_mask, care_padding=False)
         up_ce = tl.zeros((BLOCK_M,), tl.float32)
         if HAS_UP_CE:
-            up_ce = tl.load(UP_CE + rows, mask=row_mask, other=0.0)
+            up_ce = tl.load(UP_CE + rows, mask=row_mask, care_padding=False)
         up_tvd = tl.zeros((BLOCK_M,), tl.float32)
         if HAS_UP_TVD:
-            up_tvd = tl.load(UP_TVD + rows, mask=row_mask, other=0.0)
+            up_tvd = tl.load(UP_TVD + rows, mask=row_mask, care_padding=False)
         base = row0.to(tl.int64)
         s_tile = S + base * s_row_stride + m_idx[:, None] * s_row_stride
         t_tile = T + base * t_row_stride + m_idx[:, None] * t_row_stride
@@ -333,12 +334,13 @@ def _fused_ce_tvd_backward_kernel(
         g_tile = G + base * n_cols + m_idx[:, None] * n_cols
         for c in range(n_chunks):
             cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)
-            p = tl.exp(tl.load(s_tile + cols[None, :], mask=mask, other=0.0).to(tl.float32) - s_lse[:, None])
+            p = tl.exp(tl.load(s_tile + cols[None, :], mask=mask, care_padding=False).to(tl.float32) - s_lse[:, None])
             g = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
             if HAS_UP_CE:
                 g = up_ce[:, None] * tl.where(cols.to(tl.float32)[None, :] == y.to(tl.float32)[:, None], p - 1.0, p)
             if HAS_UP_TVD:
-                q = tl.exp(tl.load(t_tile + cols[None, :], mask=mask, other=0.0).to(tl.float32) - t_lse[:, None])
+                t = tl.load(t_tile + cols[None, :], mask=mask, care_padding=False).to(tl.float32)
+                q = tl.exp(t - t_lse[:, None])
                 d = p - q
                 sign = tl.where(d > 0, 1.0, tl.where(d < 0, -1.0, 0.0))
                 g += (up_tvd * 0.5)[:, None] * p * (sign - sigma[:, None])

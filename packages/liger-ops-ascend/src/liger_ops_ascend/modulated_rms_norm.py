@@ -44,11 +44,11 @@ def _modulated_rms_norm_forward_kernel(
         mod_row = row // rows_per_modulation
         cols = (unit % n_col_blocks) * BLOCK_N + idx
         col_mask = cols < n_cols
-        r = tl.load(R + row * n_cols + cols, mask=col_mask, other=0.0).to(tl.float32)
-        scale = tl.load(SCALE + mod_row * n_cols + cols, mask=col_mask, other=0.0).to(tl.float32)
+        r = tl.load(R + row * n_cols + cols, mask=col_mask, care_padding=False).to(tl.float32)
+        scale = tl.load(SCALE + mod_row * n_cols + cols, mask=col_mask, care_padding=False).to(tl.float32)
         y = r * (1.0 + scale)
         if HAS_SHIFT:
-            y += tl.load(SHIFT + mod_row * n_cols + cols, mask=col_mask, other=0.0).to(tl.float32)
+            y += tl.load(SHIFT + mod_row * n_cols + cols, mask=col_mask, care_padding=False).to(tl.float32)
         tl.store(Y + row * n_cols + cols, y.to(Y.dtype.element_ty), mask=col_mask)
 
 
@@ -66,12 +66,13 @@ def _modulated_rms_norm_backward_kernel(
         col_mask = cols < n_cols
         row = mod_row * rows_per_modulation + (chunk_unit % n_chunks) * rows_per_chunk
         end = tl.minimum(row + rows_per_chunk, (mod_row + 1) * rows_per_modulation)
-        one_plus_scale = 1.0 + tl.load(SCALE + mod_row * n_cols + cols, mask=col_mask, other=0.0).to(tl.float32)
+        scale = tl.load(SCALE + mod_row * n_cols + cols, mask=col_mask, care_padding=False).to(tl.float32)
+        one_plus_scale = 1.0 + scale
         dscale = tl.zeros((BLOCK_N,), dtype=tl.float32)
         dshift = tl.zeros((BLOCK_N,), dtype=tl.float32)
         while row < end:
-            dy = tl.load(DY + row * dy_row_stride + cols, mask=col_mask, other=0.0).to(tl.float32)
-            r = tl.load(R + row * n_cols + cols, mask=col_mask, other=0.0).to(tl.float32)
+            dy = tl.load(DY + row * dy_row_stride + cols, mask=col_mask, care_padding=False).to(tl.float32)
+            r = tl.load(R + row * n_cols + cols, mask=col_mask, care_padding=False).to(tl.float32)
             tl.store(G + row * n_cols + cols, dy * one_plus_scale, mask=col_mask)
             dscale += dy * r
             dshift += dy
