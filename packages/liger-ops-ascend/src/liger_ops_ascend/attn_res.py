@@ -29,7 +29,7 @@ from liger_core.backend import implements
 from liger_core.ops.attn_res import check_args
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._jit import row_block, tile_indices, tile_ptrs
+from liger_ops_ascend._jit import below, row_block, tile_indices, tile_ptrs
 from liger_ops_ascend._tiling import (
     FP32,
     MAX_ROW_STRIDE,
@@ -49,9 +49,10 @@ from liger_ops_ascend.launch import Tile, launch
 
 
 @triton.jit
-def _block_lane(tile, lanes, i):
-    """Column ``i`` of a (BLOCK_M, BLOCK_B) per-block tile, as a (BLOCK_M,) vector."""
-    return tl.sum(tl.where(lanes[None, :] == i, tile, 0.0), axis=1)
+def _block_lane(tile, lanes_f, i):
+    """Column ``i`` of a (BLOCK_M, BLOCK_B) per-block tile, as a (BLOCK_M,) vector. ``lanes_f``: the
+    tile's column indices in fp32 (an exact fp32 compare: A2/A3 have no int vector compare)."""
+    return tl.sum(tl.where(lanes_f[None, :] == i, tile, 0.0), axis=1)
 
 
 @triton.jit
@@ -79,6 +80,9 @@ def _attn_res_forward_kernel(
     pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     lanes = tl.arange(0, BLOCK_B)
     block_mask = lanes < n_blocks
+    # The lanes in fp32 for the selects (exact: BLOCK_B < 2**24); fp32 compares, one vector op each.
+    lanes_f = lanes.to(tl.float32)
+    block_live = below(lanes, n_blocks)
     for blk in range(pid, n_row_blocks, num_programs):
         row0, _, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
         base = row0.to(tl.int64)
@@ -101,10 +105,10 @@ def _attn_res_forward_kernel(
                 dot += tl.sum(v * u[None, :], axis=1)
             block += v_block_stride
             rstd = 1.0 / tl.sqrt(sum_sq / n_cols + eps)
-            scores = tl.where(lanes[None, :] == i, (dot * rstd)[:, None], scores)
-            rstds = tl.where(lanes[None, :] == i, rstd[:, None], rstds)
+            scores = tl.where(lanes_f[None, :] == i, (dot * rstd)[:, None], scores)
+            rstds = tl.where(lanes_f[None, :] == i, rstd[:, None], rstds)
         # Softmax over the blocks (lanes past N are -inf: weight 0).
-        scores_m = tl.where(block_mask[None, :], scores, float("-inf"))
+        scores_m = tl.where(block_live[None, :], scores, float("-inf"))
         score_max = tl.max(scores_m, axis=1)
         exps = tl.exp(scores_m - score_max[:, None])
         exp_sum = tl.sum(exps, axis=1)
@@ -120,8 +124,8 @@ def _attn_res_forward_kernel(
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             block = V
             for i in range(n_blocks):
-                v = tl.load(tile_ptrs(block, base, m_idx, v_row_stride, cols), mask=mask, other=0.0)
-                acc += _block_lane(alphas, lanes, i)[:, None] * v.to(tl.float32)
+                v = tl.load(tile_ptrs(block, base, m_idx, v_row_stride, cols), mask=mask, care_padding=False)
+                acc += _block_lane(alphas, lanes_f, i)[:, None] * v.to(tl.float32)
                 block += v_block_stride
             tl.store(tile_ptrs(H, base, m_idx, h_row_stride, cols), acc.to(H.dtype.element_ty), mask=mask)
 
@@ -155,6 +159,9 @@ def _attn_res_backward_kernel(
     pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     lanes = tl.arange(0, BLOCK_B)
     block_mask = lanes < n_blocks
+    # The lanes in fp32 for the selects (exact: BLOCK_B < 2**24); fp32 compares, one vector op each.
+    lanes_f = lanes.to(tl.float32)
+    block_live = below(lanes, n_blocks)
     partial = PARTIAL + pid.to(tl.int64) * n_cols
     for blk in range(pid, n_row_blocks, num_programs):
         row0, _, row_mask = row_block(blk, pid, n_rows, BLOCK_M)
@@ -162,7 +169,8 @@ def _attn_res_backward_kernel(
         stats_mask = row_mask[:, None] & block_mask[None, :]
         lse = tl.load(LSE + base + m_idx, mask=row_mask, other=0.0)
         scores = tl.load(tile_ptrs(SCORE, base, m_idx, n_blocks, lanes), mask=stats_mask, other=0.0)
-        alphas = tl.where(stats_mask, tl.exp(scores - lse[:, None]), 0.0)
+        live = below(m_idx, n_rows - row0)[:, None] & block_live[None, :]
+        alphas = tl.where(live, tl.exp(scores - lse[:, None]), 0.0)
         rstds = tl.load(tile_ptrs(RSTD, base, m_idx, n_blocks, lanes), mask=stats_mask, other=0.0)
         # Pass 1: d_alpha_i = sum(dh * v_i), chunk-outer so dh is read once.
         d_alphas = tl.zeros((BLOCK_M, BLOCK_B), dtype=tl.float32)
@@ -174,7 +182,7 @@ def _attn_res_backward_kernel(
             for i in range(n_blocks):
                 v = tl.load(tile_ptrs(block, base, m_idx, v_row_stride, cols), mask=mask, other=0.0)
                 d_alpha = tl.sum(dh * v.to(tl.float32), axis=1)
-                d_alphas = tl.where(lanes[None, :] == i, d_alphas + d_alpha[:, None], d_alphas)
+                d_alphas = tl.where(lanes_f[None, :] == i, d_alphas + d_alpha[:, None], d_alphas)
                 block += v_block_stride
         # Softmax backward.
         d_scores = alphas * (d_alphas - tl.sum(alphas * d_alphas, axis=1)[:, None])
@@ -183,17 +191,17 @@ def _attn_res_backward_kernel(
             cols = c * BLOCK_N + n_idx
             col_mask = cols < n_cols
             mask = row_mask[:, None] & col_mask[None, :]
-            dh = tl.load(tile_ptrs(DH, base, m_idx, dh_row_stride, cols), mask=mask, other=0.0).to(tl.float32)
-            u = tl.load(W_QUERY + cols, mask=col_mask, other=0.0).to(tl.float32)
-            u *= tl.load(W_NORM + cols, mask=col_mask, other=0.0).to(tl.float32)
+            dh = tl.load(tile_ptrs(DH, base, m_idx, dh_row_stride, cols), mask=mask, care_padding=False).to(tl.float32)
+            u = tl.load(W_QUERY + cols, mask=col_mask, care_padding=False).to(tl.float32)
+            u *= tl.load(W_NORM + cols, mask=col_mask, care_padding=False).to(tl.float32)
             g = tl.zeros((BLOCK_N,), dtype=tl.float32)
             block = V
             dv_block = DV
             for i in range(n_blocks):
-                alpha = _block_lane(alphas, lanes, i)
-                d_score = _block_lane(d_scores, lanes, i)
-                rstd = _block_lane(rstds, lanes, i)
-                score = _block_lane(scores, lanes, i)
+                alpha = _block_lane(alphas, lanes_f, i)
+                d_score = _block_lane(d_scores, lanes_f, i)
+                rstd = _block_lane(rstds, lanes_f, i)
+                score = _block_lane(scores, lanes_f, i)
                 v = tl.load(tile_ptrs(block, base, m_idx, v_row_stride, cols), mask=mask, other=0.0).to(tl.float32)
                 # d score_i / d v_i = rstd u - (score rstd^2 / hidden) v  (RMSNorm's Jacobian on u).
                 dv = alpha[:, None] * dh + (d_score * rstd)[:, None] * u[None, :]
@@ -203,7 +211,7 @@ def _attn_res_backward_kernel(
                 block += v_block_stride
                 dv_block += dv_block_stride
             # The program's own row: no other program touches it.
-            tl.store(partial + cols, tl.load(partial + cols, mask=col_mask, other=0.0) + g, mask=col_mask)
+            tl.store(partial + cols, tl.load(partial + cols, mask=col_mask, care_padding=False) + g, mask=col_mask)
 
 
 # -- tile plans ------------------------------------------------------------------------------
