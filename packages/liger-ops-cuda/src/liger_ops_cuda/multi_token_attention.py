@@ -58,6 +58,20 @@ def causal_fill(x: torch.Tensor, fill: float, out: torch.Tensor | None = None) -
     return out
 
 
+def _exact_fp32_convolutions():
+    """cuDNN's convolutions with TF32 off: by default they run float32 inputs at TF32 precision
+    (about 1e-3 relative), which float32's contract (rtol 1e-4 against the float64 reference)
+    does not allow. Half-precision inputs are unaffected."""
+    cudnn = torch.backends.cudnn
+    return cudnn.flags(
+        enabled=cudnn.enabled,
+        benchmark=cudnn.benchmark,
+        benchmark_limit=cudnn.benchmark_limit,
+        deterministic=cudnn.deterministic,
+        allow_tf32=False,
+    )
+
+
 @implements("multi_token_attention")
 class LigerMultiTokenAttentionFunction(torch.autograd.Function):
     @staticmethod
@@ -73,7 +87,8 @@ class LigerMultiTokenAttentionFunction(torch.autograd.Function):
             probs = softmax_forward(masked.view(-1, seq), plan)
             ctx.save_for_backward(probs, weight)
         probs = probs.view(scores.shape)
-        out = F.conv2d(probs, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
+        with _exact_fp32_convolutions():
+            out = F.conv2d(probs, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
         ctx.conv = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
         ctx.sparse, ctx.plan, ctx.shape = sparse, plan, scores.shape
         return causal_fill(out, 0.0, out=out)
@@ -85,7 +100,8 @@ class LigerMultiTokenAttentionFunction(torch.autograd.Function):
         grad_conv = causal_fill(grad_out.contiguous(), 0.0)
         grad_scores = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
-            grad_probs = torch.nn.grad.conv2d_input(ctx.shape, weight, grad_conv, **ctx.conv).view(-1, seq)
+            with _exact_fp32_convolutions():
+                grad_probs = torch.nn.grad.conv2d_input(ctx.shape, weight, grad_conv, **ctx.conv).view(-1, seq)
             if ctx.sparse:
                 masked, tau = sparse_saved
                 grad_scores = sparsemax_backward(grad_probs, masked.view(-1, seq), tau, ctx.plan)
@@ -93,7 +109,8 @@ class LigerMultiTokenAttentionFunction(torch.autograd.Function):
                 grad_scores = softmax_backward(grad_probs, probs, ctx.plan)
             grad_scores = grad_scores.view(ctx.shape)
         if ctx.needs_input_grad[1]:
-            grad_weight = torch.nn.grad.conv2d_weight(probs.view(ctx.shape), weight.shape, grad_conv, **ctx.conv)
+            with _exact_fp32_convolutions():
+                grad_weight = torch.nn.grad.conv2d_weight(probs.view(ctx.shape), weight.shape, grad_conv, **ctx.conv)
         if ctx.needs_input_grad[2]:
             grad_bias = grad_conv.sum((0, 2, 3))
         return grad_scores, grad_weight, grad_bias, None, None, None, None, None
