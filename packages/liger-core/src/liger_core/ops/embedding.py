@@ -76,14 +76,14 @@ def args(
     device,
     num_embeddings=50,
     dim=16,
-    index_shape=(3, 7),
+    shape=(3, 7),
     dtype=torch.float32,
     index_dtype=torch.int64,
     padding_idx=None,
     duplicates=False,
     strided=False,
 ):
-    """weight (num_embeddings, dim) and indices of ``index_shape``; ``duplicates``: every index from
+    """weight (num_embeddings, dim) and indices of ``shape``; ``duplicates``: every index from
     a handful of rows (long sums per row), ``strided``: weight a column slice of a wider table."""
     g = S.gen(0)
     if strided:
@@ -91,7 +91,7 @@ def args(
     else:
         weight = S.to(device, dtype, S.normal((num_embeddings, dim), g))
     high = min(4, num_embeddings) if duplicates else num_embeddings
-    indices = torch.randint(0, high, index_shape, generator=S.gen(1)).to(device=device, dtype=index_dtype)
+    indices = torch.randint(0, high, shape, generator=S.gen(1)).to(device=device, dtype=index_dtype)
     if padding_idx is not None and indices.numel():
         indices.view(-1)[0] = padding_idx % num_embeddings  # the padding row is looked up
     return dict(weight=weight, indices=indices, padding_idx=padding_idx)
@@ -101,20 +101,20 @@ def samples():
     # One row and one index, odd sizes, rows wider than any vendor's single block, many positions
     # (several programs), a 1-D and a 3-D index tensor, no index at all.
     cases = (
-        dict(num_embeddings=1, dim=1, index_shape=(1,)),
-        dict(num_embeddings=50, dim=33, index_shape=(3, 7)),
-        dict(num_embeddings=7, dim=4099, index_shape=(5,)),
-        dict(num_embeddings=300, dim=64, index_shape=(2, 3, 150)),
-        dict(num_embeddings=20, dim=16, index_shape=(0, 4)),
+        dict(num_embeddings=1, dim=1, shape=(1,)),
+        dict(num_embeddings=50, dim=33, shape=(3, 7)),
+        dict(num_embeddings=7, dim=4099, shape=(5,)),
+        dict(num_embeddings=300, dim=64, shape=(2, 3, 150)),
+        dict(num_embeddings=20, dim=16, shape=(0, 4)),
     )
     for dtype in S.DTYPES:
         for case in cases:
             yield sample(args, dtype=dtype, **case)
     # Every position on a few rows (long per-row sums), padding rows, int32 indices, a strided table.
-    yield from S.grid(args, dict(dtype=S.OPTION_DTYPES), duplicates=True, num_embeddings=40, index_shape=(257,))
-    yield from S.grid(args, dict(padding_idx=(0, 5, -1)), num_embeddings=30, dim=24, index_shape=(4, 9))
-    yield sample(args, index_dtype=torch.int32, num_embeddings=60, dim=40, index_shape=(6, 11))
-    yield sample(args, strided=True, num_embeddings=30, dim=24, index_shape=(4, 9))
+    yield from S.grid(args, dict(dtype=S.OPTION_DTYPES), duplicates=True, num_embeddings=40, shape=(257,))
+    yield from S.grid(args, dict(padding_idx=(0, 5, -1)), num_embeddings=30, dim=24, shape=(4, 9))
+    yield sample(args, index_dtype=torch.int32, num_embeddings=60, dim=40, shape=(6, 11))
+    yield sample(args, strided=True, num_embeddings=30, dim=24, shape=(4, 9))
 
 
 def _bench_layout(s, dt, dev, gen):
@@ -141,7 +141,7 @@ OP = Op(
     math=math,
     grads=("weight",),
     samples=samples,
-    smoke=(sample(args, num_embeddings=10, dim=8, index_shape=(2, 3)), sample(args, index_shape=(4, 33), dim=128)),
+    smoke=(sample(args, num_embeddings=10, dim=8, shape=(2, 3)), sample(args, shape=(4, 33), dim=128)),
     error_sample=sample(args),
     errors=(
         bad(
