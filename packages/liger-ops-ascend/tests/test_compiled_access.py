@@ -23,8 +23,14 @@ from liger_core.interface import CATALOGUE
 from perf_rules import SRC, collect, package_paths
 
 # Kernels whose scalarised accesses are by design: one target logit, class weight and gradient
-# element per row, gathered or scattered by the target index.
-GATHERS = {"_cross_entropy_forward_kernel", "_cross_entropy_backward_kernel"}
+# element per row, gathered or scattered by the target index (fused_ce_tvd's and the scaled fused
+# linear cross-entropy's forwards read their rows' target logits the same way).
+GATHERS = {
+    "_cross_entropy_forward_kernel",
+    "_cross_entropy_backward_kernel",
+    "_fused_ce_tvd_forward_kernel",
+    "_fused_linear_scaled_cross_entropy_forward_kernel",
+}
 # Ops whose kernels have no chunked variant for the small-UB pass to reach, and whose smallest
 # tiles an 8 KiB UB cannot hold (fused_moe's GEMMs: their tile shrinks, its code does not).
 NO_SMALL_UB = {"fused_moe"}
