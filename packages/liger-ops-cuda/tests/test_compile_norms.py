@@ -1,6 +1,6 @@
 """The compiled path without a GPU: build the norm-family kernels (rms_norm with and without
 the residual, modulated_rms_norm, layer_norm, poly_norm, dyt, attn_res, group_norm, the partial
-sums) for an H100/H200 (sm_90) down to a cubin.
+sums, embedding) for an H100/H200 (sm_90) down to a cubin.
 
 The interpreter runs kernels as Python and never sees what only the Triton compiler checks
 (loop-carried types, constexpr branches). A subprocess without TRITON_INTERPRET compiles
@@ -28,7 +28,7 @@ try:
     from triton.compiler import ASTSource
     import torch
     from liger_ops_cuda import _tiling, attn_res, dyt, group_norm, hardware, layer_norm, poly_norm, rms_norm
-    from liger_ops_cuda import modulated_rms_norm
+    from liger_ops_cuda import embedding, modulated_rms_norm
     from liger_ops_cuda._tiling import plan_backward_tiles, plan_tiles
 except Exception as e:
     print(json.dumps({"skip": f"cannot import the compiler: {e!r}"})); sys.exit(SKIP)
@@ -156,6 +156,15 @@ for dt in ("bf16", "fp32"):
             T = dict(X=P(dt), DY=P(dt), W=P(dt), MEAN=P("fp32"), RSTD=P("fp32"), GSUMS=P("fp32"), DX=P(dt))
             rows.append(variant(f"gn split grad apply {tag}", group_norm._group_norm_split_grad_apply_kernel, T,
                                 dict(HAS_WEIGHT=True, **tiles, CHUNKS_P2=cp2), p.num_warps))
+# embedding's gather and its one-pass backward (a `while` over a loaded trip count) at 4096 wide.
+for dt in ("bf16", "fp32"):
+    T = dict(W=P(dt), IDX=P("i64"), Y=P(dt))
+    c = dict(BLOCK_M=hardware.EMBEDDING_BLOCK_M, BLOCK_N=hardware.EMBEDDING_BLOCK_N)
+    rows.append(variant(f"embedding fwd {dt}", embedding._embedding_forward_kernel, T, c, hardware.EMBEDDING_NUM_WARPS))
+    bm, bn = embedding.plan_embedding_backward(4096)
+    T = dict(DY=P(dt), ORDER=P("i64"), STARTS=P("i64"), DW=P(dt))
+    rows.append(variant(f"embedding bwd {dt}", embedding._embedding_backward_kernel, T, dict(BLOCK_M=bm, BLOCK_N=bn),
+                        hardware.EMBEDDING_BACKWARD_NUM_WARPS))
 T = dict(PARTIAL=P("fp32"), OUT0=P("bf16"), OUT1=P("fp32"))
 rows.append(variant("sum_partials", _tiling._sum_partials_kernel, T,
                     dict(HAS_OUT0=True, HAS_OUT1=True, BLOCK_P=hardware.REDUCE_ROWS, BLOCK=hardware.REDUCE_BLOCK), 4))

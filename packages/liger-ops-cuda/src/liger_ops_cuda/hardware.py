@@ -152,11 +152,16 @@ MOE_COMBINE_BLOCK = 1024
 # sequence of a 128K vocabulary (512 MiB), about what liger-kernel's one-sequence chunks hold.
 FLGRPO_CHUNK_ELEMENTS = 2**27
 
-# embedding: BLOCK_M looked-up rows x BLOCK_N columns per forward tile; the backward walks one
-# table row's positions with BLOCK_N columns.
+# embedding: BLOCK_M looked-up rows x BLOCK_N columns per forward tile. The backward's tile is
+# BLOCK_N columns of TILE_ELEMENTS // BLOCK_N table rows (16 at full width, at most MAX_BLOCK_M):
+# 16 KiB of bf16 stored per program, mostly zeros; 8 warps keep the fp32 tile at 32 registers
+# a thread. Untuned (no GPU at hand when written).
 EMBEDDING_BLOCK_M = 16
 EMBEDDING_BLOCK_N = 512
 EMBEDDING_NUM_WARPS = 4
+EMBEDDING_BACKWARD_TILE_ELEMENTS = 8192
+EMBEDDING_BACKWARD_MAX_BLOCK_M = 256
+EMBEDDING_BACKWARD_NUM_WARPS = 8
 
 # modulated_rms_norm's backward: rms_norm's backward tile halved, and fewer elements per warp
 # (three more fp32 accumulator rows, and x_hat and the modulated gradient live beside the tile:
