@@ -20,7 +20,7 @@ table's shapes, and the kernel reads the segment bounds on the device (the loop'
 a value loaded there); nothing calls ``.item()``, ``unique`` or a data-sized allocation.
 
 The segment walk is a ``while`` loop: its bounds are values loaded from memory, and a ``range``
-over it makes the interpreter convert an array to an int (an error from NumPy 2.4).
+over them makes the interpreter convert an array to an int (an error from NumPy 2.4).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _embedding_backward_kernel(
     # STARTS[row0 + block_rows] - STARTS[row0] positions in all: most tiles have none and only
     # store zeros.
     if tl.load(STARTS + row0 + block_rows) > tl.load(STARTS + row0):
-        for m in range(0, BLOCK_M):
+        for m in range(BLOCK_M):
             row = row0 + m
             if m < block_rows:
                 i = tl.load(STARTS + row)

@@ -260,7 +260,10 @@ def launch_kwargs(kernel: Any, device: torch.device, num_warps: int, register_he
     return kwargs
 
 
-# embedding: BLOCK_M looked-up rows x BLOCK_N columns per forward tile; the backward walks one
-# table row's positions with BLOCK_N columns. Untuned starting points (CUDA's sizes).
+# embedding: BLOCK_M looked-up rows x BLOCK_N columns per forward tile. The backward's tile is
+# BLOCK_N columns of TILE_ELEMENTS // BLOCK_N table rows (at most MAX_BLOCK_M), mostly stored
+# zeros. Untuned starting points (CUDA's sizes).
 EMBEDDING_BLOCK_M = 16
 EMBEDDING_BLOCK_N = 512
+EMBEDDING_BACKWARD_TILE_ELEMENTS = 8192
+EMBEDDING_BACKWARD_MAX_BLOCK_M = 256
