@@ -220,7 +220,7 @@ def _activation_cases() -> list[dict]:
     }
     c.update(N_Q_CHUNKS=rp.n_q_chunks, N_K_CHUNKS=rp.n_k_chunks)
     cases.append(_case("rotary", "_rotary_kernel", rotary, c, rp.num_warps, register_heavy=False))
-    # llama4_rope: interleaved pairs, one table value per pair.
+    # llama4_rope: interleaved pairs (whole-head tiles, the partner d ^ 1 a second load), one table value per pair.
     c = {**c, "MROPE": False, "INTERLEAVED": True}
     cases.append(_case("rotary", "_rotary_kernel", rotary, c, rp.num_warps, register_heavy=False))
 

@@ -1,11 +1,12 @@
 """XPU-specific paths of the rotary kernel (rotary.py): heads in several chunks for rope (both
-layouts, a per-batch table) and qwen2vl_mrope, an output that feeds nothing. The tile is
+layouts, a per-batch table), qwen2vl_mrope and llama4_rope (whole-head tiles with masked
+columns), an output that feeds nothing. The tile is
 lowered so shapes stay small; checked against the declarations' float64 oracles."""
 
 import pytest
 import torch
 from liger_core.conformance.check import check
-from liger_core.ops import qwen2vl_mrope, rope
+from liger_core.ops import llama4_rope, qwen2vl_mrope, rope
 
 from liger_ops_xpu import BACKEND, hardware
 from liger_ops_xpu.rotary import plan_rotary
@@ -25,6 +26,17 @@ def test_mrope_heads_in_several_chunks(monkeypatch, device):
     monkeypatch.setattr(hardware, "ROPE_TILE_ELEMENTS", 16)
     args = qwen2vl_mrope.args(device, shape=(2, 4, 3, 3, 16), dtype=torch.bfloat16, section=[2, 3, 3])
     check(BACKEND, "qwen2vl_mrope", args)
+
+
+def test_llama4_rope_heads_in_several_chunks(monkeypatch, device):
+    # head_dim 12: 6 pairs in an 8-column half block, so the 16-column whole-head tile of the
+    # interleaved form has 4 masked columns; 16-element tiles: 2 heads per chunk, 5 q heads -> 3
+    # chunks (the last one half empty), 3 k heads -> 2.
+    monkeypatch.setattr(hardware, "ROPE_TILE_ELEMENTS", 16)
+    plan = plan_rotary(5, 3, 12)
+    assert (plan.half_block, plan.heads_block, plan.n_q_chunks, plan.n_k_chunks) == (8, 2, 3, 2)
+    args = llama4_rope.args(device, shape=(2, 3, 5, 3, 12), dtype=torch.bfloat16, freqs_batch=2)
+    check(BACKEND, "llama4_rope", args)
 
 
 def test_rope_gradient_through_q_only(device):

@@ -61,6 +61,7 @@ def _rotate_heads(
     in int32 (a head index times the stride would not be bounded)."""
     # Pair j of a head: (x[j], x[j + half]) rotate-half, (x[2j], x[2j + 1]) interleaved (Llama 4).
     if INTERLEAVED:
+        # Stride-2 halves, not CUDA/XPU's partner load (cols ^ 1): the adapter scalarises that gather.
         x_col = cols * 2
         pair = 1
     else:

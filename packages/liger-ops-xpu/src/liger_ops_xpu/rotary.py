@@ -7,6 +7,8 @@ One program per (batch, position) rotates every q head and every k head of that 
 its cos/sin row is loaded once and reused across heads (GQA included), and each head is
 read as two halves so rotate_half is a swap of registers, not a gather. Tiles of
 [HEADS_BLOCK heads x HALF_BLOCK columns] are walked in N_Q_CHUNKS / N_K_CHUNKS head chunks.
+Interleaved (Llama 4) tiles span the whole head (2 HALF_BLOCK columns): each element's pair
+partner (column d ^ 1) is a second load of the same cache lines, not two stride-2 loads.
 
 Forward, with halves (x1, x2), (c1, c2), (s1, s2):  o1 = x1 c1 - x2 s1,  o2 = x2 c2 + x1 s2.
 Backward (the transpose):                         g1 = d1 c1 + d2 s2,  g2 = d2 c2 - d1 s1.
@@ -48,38 +50,34 @@ def _rotate_heads(
     c2,
     s1,
     s2,
-    BACKWARD: tl.constexpr,
+    cols,
+    col_mask,
     HEADS_BLOCK: tl.constexpr,
-    HALF_BLOCK: tl.constexpr,
     N_CHUNKS: tl.constexpr,
     INTERLEAVED: tl.constexpr,
 ):
-    cols = tl.arange(0, HALF_BLOCK)
-    col_mask = cols < half
     # Pair j of a head: (x[j], x[j + half]) rotate-half, (x[2j], x[2j + 1]) interleaved (Llama 4).
-    if INTERLEAVED:
-        x_col = cols * 2
-        pair = 1
-    else:
-        x_col = cols
-        pair = half
     x_base = X + b.to(tl.int64) * sb + s.to(tl.int64) * ss
     o_base = XO + b.to(tl.int64) * osb + s.to(tl.int64) * oss
     for chunk in range(N_CHUNKS):
         heads = chunk * HEADS_BLOCK + tl.arange(0, HEADS_BLOCK)
         mask = (heads < n_heads)[:, None] & col_mask[None, :]
-        x_ptrs = x_base + heads.to(tl.int64)[:, None] * sh + x_col[None, :]
-        o_ptrs = o_base + heads.to(tl.int64)[:, None] * osh + x_col[None, :]
-        x1 = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
-        x2 = tl.load(x_ptrs + pair, mask=mask, other=0.0).to(tl.float32)
-        if BACKWARD:
-            o1 = x1 * c1[None, :] + x2 * s2[None, :]
-            o2 = x2 * c2[None, :] - x1 * s1[None, :]
+        x_ptrs = x_base + heads.to(tl.int64)[:, None] * sh + cols[None, :]
+        o_ptrs = o_base + heads.to(tl.int64)[:, None] * osh + cols[None, :]
+        if INTERLEAVED:
+            # cols spans the whole head; each element's partner (2j <-> 2j + 1) is a second load of
+            # the same cache lines, so memory traffic stays one read and one write per element.
+            x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
+            partner = tl.load(x_ptrs + ((cols ^ 1) - cols)[None, :], mask=mask, other=0.0).to(tl.float32)
+            tl.store(o_ptrs, (x * c1[None, :] + partner * s1[None, :]).to(XO.dtype.element_ty), mask=mask)
         else:
+            x1 = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
+            x2 = tl.load(x_ptrs + half, mask=mask, other=0.0).to(tl.float32)
+            # [x1, x2] * [c1, c2] + [-x2, x1] * [s1, s2]
             o1 = x1 * c1[None, :] - x2 * s1[None, :]
             o2 = x2 * c2[None, :] + x1 * s2[None, :]
-        tl.store(o_ptrs, o1.to(XO.dtype.element_ty), mask=mask)
-        tl.store(o_ptrs + pair, o2.to(XO.dtype.element_ty), mask=mask)
+            tl.store(o_ptrs, o1.to(XO.dtype.element_ty), mask=mask)
+            tl.store(o_ptrs + half, o2.to(XO.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -133,26 +131,38 @@ def _rotary_kernel(
     pid = tl.program_id(0)
     b = pid // seq
     s = pid % seq
-    cols = tl.arange(0, HALF_BLOCK)
-    col_mask = cols < half
-    # c_sb is 0 when one table serves every batch row.
-    base = b.to(tl.int64) * c_sb + s.to(tl.int64) * c_ss
-    c1 = _load_table_half(COS, base, c_saxis, cols, 0, col_mask, sec0, sec1, MROPE)
-    s1 = _load_table_half(SIN, base, c_saxis, cols, 0, col_mask, sec0, sec1, MROPE)
     if INTERLEAVED:
-        # Llama 4: cos/sin are the real and imaginary parts of freqs_cis, one value per pair.
+        # Every element of the head; element d takes pair d // 2's cos/sin.
+        cols = tl.arange(0, 2 * HALF_BLOCK)
+        col_mask = cols < 2 * half
+        table_cols = cols // 2
+    else:
+        cols = tl.arange(0, HALF_BLOCK)
+        col_mask = cols < half
+        table_cols = cols
+    # cos/sin of this position, both halves (c_sb is 0 when one table serves every batch row).
+    base = b.to(tl.int64) * c_sb + s.to(tl.int64) * c_ss
+    c1 = _load_table_half(COS, base, c_saxis, table_cols, 0, col_mask, sec0, sec1, MROPE)
+    s1 = _load_table_half(SIN, base, c_saxis, table_cols, 0, col_mask, sec0, sec1, MROPE)
+    if INTERLEAVED:
+        # Llama 4: cos/sin are the real and imaginary parts of freqs_cis, one value per pair;
+        # out[2j] = x[2j] c - x[2j+1] s, out[2j+1] = x[2j+1] c + x[2j] s: the sign goes with d's parity.
+        s1 = tl.where(cols % 2 == 0, -s1, s1)
         c2 = c1
         s2 = s1
     else:
-        c2 = _load_table_half(COS, base, c_saxis, cols, half, col_mask, sec0, sec1, MROPE)
-        s2 = _load_table_half(SIN, base, c_saxis, cols, half, col_mask, sec0, sec1, MROPE)
+        c2 = _load_table_half(COS, base, c_saxis, table_cols, half, col_mask, sec0, sec1, MROPE)
+        s2 = _load_table_half(SIN, base, c_saxis, table_cols, half, col_mask, sec0, sec1, MROPE)
+    if BACKWARD:
+        # The rotation's transpose: [g1, g2] -> [g1 c1 + g2 s2, g2 c2 - g1 s1].
+        s1, s2 = -s2, -s1
     _rotate_heads(
         Q, QO, b, s, q_sb, q_sh, q_ss, qo_sb, qo_sh, qo_ss, n_qh, half, c1, c2, s1, s2,
-        BACKWARD, HEADS_BLOCK, HALF_BLOCK, N_Q_CHUNKS, INTERLEAVED,
+        cols, col_mask, HEADS_BLOCK, N_Q_CHUNKS, INTERLEAVED,
     )  # fmt: skip
     _rotate_heads(
         K, KO, b, s, k_sb, k_sh, k_ss, ko_sb, ko_sh, ko_ss, n_kh, half, c1, c2, s1, s2,
-        BACKWARD, HEADS_BLOCK, HALF_BLOCK, N_K_CHUNKS, INTERLEAVED,
+        cols, col_mask, HEADS_BLOCK, N_K_CHUNKS, INTERLEAVED,
     )  # fmt: skip
 
 
