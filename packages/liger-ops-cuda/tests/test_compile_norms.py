@@ -156,15 +156,19 @@ for dt in ("bf16", "fp32"):
             T = dict(X=P(dt), DY=P(dt), W=P(dt), MEAN=P("fp32"), RSTD=P("fp32"), GSUMS=P("fp32"), DX=P(dt))
             rows.append(variant(f"gn split grad apply {tag}", group_norm._group_norm_split_grad_apply_kernel, T,
                                 dict(HAS_WEIGHT=True, **tiles, CHUNKS_P2=cp2), p.num_warps))
-# embedding's gather and its one-pass backward (a `while` over a loaded trip count) at 4096 wide.
+# embedding's gather and its backward's two kernels (the segment sums' `while` over a run whose
+# end is loaded) at 4096 wide.
 for dt in ("bf16", "fp32"):
     T = dict(W=P(dt), IDX=P("i64"), Y=P(dt))
     c = dict(BLOCK_M=hardware.EMBEDDING_BLOCK_M, BLOCK_N=hardware.EMBEDDING_BLOCK_N)
     rows.append(variant(f"embedding fwd {dt}", embedding._embedding_forward_kernel, T, c, hardware.EMBEDDING_NUM_WARPS))
-    bm, bn = embedding.plan_embedding_backward(4096)
-    T = dict(DY=P(dt), ORDER=P("i64"), STARTS=P("i64"), DW=P(dt))
-    rows.append(variant(f"embedding bwd {dt}", embedding._embedding_backward_kernel, T, dict(BLOCK_M=bm, BLOCK_N=bn),
-                        hardware.EMBEDDING_BACKWARD_NUM_WARPS))
+    bm, bn = embedding.plan_zero_rows(4096)
+    T = dict(LOOKED_UP=P("i8"), DW=P(dt))
+    rows.append(variant(f"embedding bwd zero rows {dt}", embedding._zero_unused_rows, T, dict(BLOCK_M=bm, BLOCK_N=bn),
+                        hardware.EMBEDDING_ZERO_NUM_WARPS))
+    T = dict(DY=P(dt), SORTED_IDX=P("i64"), ORDER=P("i64"), DW=P(dt))
+    rows.append(variant(f"embedding bwd segment sums {dt}", embedding._segment_sums, T,
+                        dict(BLOCK_N=embedding.plan_segment_sums(4096)), hardware.EMBEDDING_SEGMENT_NUM_WARPS))
 T = dict(PARTIAL=P("fp32"), OUT0=P("bf16"), OUT1=P("fp32"))
 rows.append(variant("sum_partials", _tiling._sum_partials_kernel, T,
                     dict(HAS_OUT0=True, HAS_OUT1=True, BLOCK_P=hardware.REDUCE_ROWS, BLOCK=hardware.REDUCE_BLOCK), 4))
