@@ -350,18 +350,21 @@ def _moe_cases() -> list[dict]:
 
 
 def _embedding_cases() -> list[dict]:
-    """embedding's gather and its one-pass gradient over every table row (the ``while`` walk over
-    loaded bounds), at LLaMA-3-8B's hidden size."""
-    from liger_ops_xpu.embedding import plan_embedding, plan_embedding_backward
+    """embedding's gather and its backward's two kernels (the zero fill of unused rows, the
+    segment sums' ``while`` over a run whose end is loaded), at LLaMA-3-8B's hidden size."""
+    from liger_ops_xpu.embedding import plan_embedding, plan_segment_sums, plan_zero_rows
 
     block_m, block_n, num_warps = plan_embedding(4096)
     fwd = _sig("W IDX:i64 Y", "n_idx n_cols w_row_stride")
     c = {"BLOCK_M": block_m, "BLOCK_N": block_n}
     cases = [_case("embedding", "_embedding_forward_kernel", fwd, c, num_warps, register_heavy=False)]
-    block_m, block_n, num_warps = plan_embedding_backward(4096)
-    bwd = _sig("DY ORDER:i64 STARTS:i64 DW", "n_rows n_cols dy_row_stride dw_row_stride padding_idx")
+    block_m, block_n, num_warps = plan_zero_rows(4096)
+    zero = _sig("LOOKED_UP:i8 DW", "n_rows n_cols dw_row_stride padding_idx")
     c = {"BLOCK_M": block_m, "BLOCK_N": block_n}
-    cases.append(_case("embedding", "_embedding_backward_kernel", bwd, c, num_warps, register_heavy=False))
+    cases.append(_case("embedding", "_zero_unused_rows", zero, c, num_warps, register_heavy=False))
+    block_n, num_warps = plan_segment_sums(4096)
+    sums = _sig("DY SORTED_IDX:i64 ORDER:i64 DW", "n_idx n_cols dy_row_stride dw_row_stride padding_idx")
+    cases.append(_case("embedding", "_segment_sums", sums, {"BLOCK_N": block_n}, num_warps, register_heavy=False))
     return cases
 
 

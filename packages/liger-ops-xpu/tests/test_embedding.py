@@ -1,7 +1,8 @@
 """embedding.py's backward paths, on tiles shrunk so that small tables reach them: several row
-blocks and column blocks with ragged last ones, repeated indices, padding_idx, one row looked up
-by more positions than a tile has rows, no index at all; every element of grad_weight written by
-the kernel (the buffer starts as garbage), and a grid that depends on the shapes alone."""
+blocks and column blocks with ragged last ones, repeated indices, padding_idx (looked up or not),
+long runs of one row, the last sorted position starting or ending a run, no index at all; every
+element of grad_weight written by the kernels (the buffer starts as garbage), and grids that
+depend on the shapes alone."""
 
 import pytest
 import torch
@@ -12,10 +13,11 @@ from liger_ops_xpu import embedding, hardware
 
 @pytest.fixture
 def small_tiles(monkeypatch):
-    """Backward tiles of 4 table rows x 16 columns."""
-    monkeypatch.setattr(hardware, "EMBEDDING_BLOCK_N", 16)
-    monkeypatch.setattr(hardware, "EMBEDDING_BACKWARD_TILE_ELEMENTS", 64)
-    assert embedding.plan_embedding_backward(37)[:2] == (4, 16)
+    """Zero-fill tiles of 4 table rows x 16 columns, segment sums 16 columns a program."""
+    monkeypatch.setattr(hardware, "EMBEDDING_ZERO_BLOCK_N", 16)
+    monkeypatch.setattr(hardware, "EMBEDDING_ZERO_TILE_ELEMENTS", 64)
+    monkeypatch.setattr(hardware, "EMBEDDING_SEGMENT_BLOCK_N", 16)
+    assert embedding.plan_zero_rows(37)[:2] == (4, 16) and embedding.plan_segment_sums(37)[0] == 16
 
 
 @pytest.fixture
@@ -59,19 +61,31 @@ def test_no_index(conformance_backend, device, poisoned_empty):
     check(conformance_backend, "embedding", args)
 
 
-def test_backward_grid_depends_on_shapes_only(device, small_tiles, monkeypatch):
+def test_last_position_alone_or_ending_a_run(conformance_backend, device, small_tiles, poisoned_empty):
+    # The largest row looked up once (a run of one at the last sorted position), then three times.
+    for values in ([3, 0, 22, 3, 7], [22, 3, 22, 0, 22]):
+        args = make_args("embedding", device, num_embeddings=23, dim=37, shape=(5,))
+        args["indices"] = torch.tensor(values, device=device)
+        check(conformance_backend, "embedding", args)
+
+
+def test_backward_grids_depend_on_shapes_only(device, small_tiles, monkeypatch):
     grids = []
-    real = embedding._embedding_backward_kernel
 
     class Recorder:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
         def __getitem__(self, grid):
             grids.append(grid)
-            return real[grid]
+            return self.kernel[grid]
 
-    monkeypatch.setattr(embedding, "_embedding_backward_kernel", Recorder())
+    for name in ("_zero_unused_rows", "_segment_sums"):
+        monkeypatch.setattr(embedding, name, Recorder(getattr(embedding, name)))
     dy = torch.randn(12, 37, device=device)
     for values in ([0] * 12, list(range(12)), [22, 3] * 6):
         idx = torch.tensor(values, device=device)
         dw = embedding.embedding_backward(dy, idx, 23, torch.float32, None)
         torch.testing.assert_close(dw, torch.zeros_like(dw).index_add_(0, idx, dy))
-    assert grids == [(6, 3)] * 3
+    # 6 row blocks x 3 column blocks of zeros, 12 positions x 3 column blocks of sums.
+    assert grids == [(6, 3), (12, 3)] * 3

@@ -3,24 +3,14 @@
 Forward gathers rows: each program copies BLOCK_M looked-up rows x BLOCK_N columns of the table
 into the output (memory-bound, exact copies, default register file).
 
-Backward writes every element of ``grad_weight`` exactly once, with no zero fill before it, no
-atomics and no host sync. The positions are sorted by the row they looked up (a stable sort on
-the device, so each row's positions keep their order: the sums are deterministic), and
-``torch.searchsorted`` of every table row in the sorted indices gives row r's segment
-``order[starts[r]:starts[r + 1]]``. The kernel's grid covers ALL table rows (row blocks x column
-blocks: it depends on the shapes only, so graphs capture it); each program adds the
-segments of its BLOCK_M rows in fp32 (row by row, one position's BLOCK_N columns a step: few
-registers, so many programs stay resident to hide the loads' latency), and stores the
-BLOCK_M x BLOCK_N tile once: the sums, zeros for rows nobody looked up and for ``padding_idx``.
-Most rows of a large vocabulary have empty segments, so most programs skip the loop and only
-store a tile of zeros (contiguous columns: wide, coalesced stores).
-
-No host sync: sort, arange and searchsorted produce tensors whose sizes are the indices' and the
-table's shapes, and the kernel reads the segment bounds on the device (the loop's trip count is
-a value loaded there); nothing calls ``.item()``, ``unique`` or a data-sized allocation.
-
-The segment walk is a ``while`` loop: its bounds are values loaded from memory, and a ``range``
-over them makes the interpreter convert an array to an int (an error from NumPy 2.4).
+Backward writes every element of ``grad_weight`` exactly once (no zero fill before it), with no
+atomics and no host sync, in two kernels whose grids depend on the shapes alone (graphs capture
+them). A flag per table row marks the rows looked up (``index_fill_`` on the device).
+``_zero_unused_rows`` stores zeros to the rows nobody looked up and to ``padding_idx`` (row tiles,
+a row mask from the flags). ``_segment_sums`` runs one program per position of the
+stably sorted indices: the first position of each run of equal rows (not ``padding_idx``) adds
+the run's incoming gradient rows in fp32, in their original order (deterministic), and stores
+the row once. The run is walked with a ``while`` loop: its end is found on the device.
 """
 
 from __future__ import annotations
@@ -47,34 +37,40 @@ def _embedding_forward_kernel(W, IDX, Y, n_idx, n_cols, w_row_stride, BLOCK_M: t
 
 
 @triton.jit
-def _embedding_backward_kernel(
-    DY, ORDER, STARTS, DW, n_rows, n_cols, dy_row_stride, dw_row_stride, padding_idx,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def _zero_unused_rows(
+    LOOKED_UP, DW, n_rows, n_cols, dw_row_stride, padding_idx, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
 ):  # fmt: skip
-    row0 = tl.program_id(0).to(tl.int64) * BLOCK_M
-    m_idx = tl.arange(0, BLOCK_M)
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_mask = rows < n_rows
+    looked_up = tl.load(LOOKED_UP + rows, mask=row_mask, other=1)
+    unused = (looked_up == 0) | (rows == padding_idx)
+    mask = (row_mask & unused)[:, None] & (cols < n_cols)[None, :]
+    zeros = tl.zeros((BLOCK_M, BLOCK_N), dtype=DW.dtype.element_ty)
+    tl.store(DW + rows[:, None] * dw_row_stride + cols[None, :], zeros, mask=mask)
+
+
+@triton.jit
+def _segment_sums(
+    DY, SORTED_IDX, ORDER, DW, n_idx, n_cols, dy_row_stride, dw_row_stride, padding_idx, BLOCK_N: tl.constexpr
+):  # fmt: skip
+    i = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
-    block_rows = tl.minimum(n_rows - row0, BLOCK_M)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # Row r's positions are ORDER[STARTS[r]:STARTS[r + 1]], so the tile's rows have
-    # STARTS[row0 + block_rows] - STARTS[row0] positions in all: most tiles have none and only
-    # store zeros.
-    if tl.load(STARTS + row0 + block_rows) > tl.load(STARTS + row0):
-        for m in range(BLOCK_M):
-            row = row0 + m
-            if m < block_rows:
-                i = tl.load(STARTS + row)
-                end = tl.load(STARTS + row + 1)
-                if (end > i) & (row != padding_idx):
-                    row_sum = tl.zeros((BLOCK_N,), dtype=tl.float32)
-                    while i < end:
-                        pos = tl.load(ORDER + i).to(tl.int64)
-                        row_sum += tl.load(DY + pos * dy_row_stride + cols, mask=col_mask, other=0.0).to(tl.float32)
-                        i += 1
-                    acc += tl.where(m_idx[:, None] == m, row_sum[None, :], 0.0)
-    dw_ptrs = DW + row0 * dw_row_stride + m_idx[:, None] * dw_row_stride + cols[None, :]
-    tl.store(dw_ptrs, acc.to(DW.dtype.element_ty), mask=(m_idx < block_rows)[:, None] & col_mask[None, :])
+    row = tl.load(SORTED_IDX + i)
+    prev = tl.load(SORTED_IDX + tl.maximum(i - 1, 0))
+    # Only the first position of a run writes the row (the others store nothing).
+    if ((i == 0) | (row != prev)) & (row != padding_idx):
+        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        j = i
+        in_run = i < n_idx
+        while in_run:
+            pos = tl.load(ORDER + j).to(tl.int64)
+            acc += tl.load(DY + pos * dy_row_stride + cols, mask=col_mask, other=0.0).to(tl.float32)
+            j += 1
+            # The clamped load stays in bounds; past the end the run stops anyway.
+            in_run = (j < n_idx) & (tl.load(SORTED_IDX + tl.minimum(j, n_idx - 1)) == row)
+        tl.store(DW + row.to(tl.int64) * dw_row_stride + cols, acc.to(DW.dtype.element_ty), mask=col_mask)
 
 
 def plan_embedding(n_cols: int) -> tuple[int, int, int]:
@@ -82,15 +78,6 @@ def plan_embedding(n_cols: int) -> tuple[int, int, int]:
     (``EMBEDDING_BLOCK_N`` at most), with sub-groups for a BLOCK_M x BLOCK_N tile."""
     block_n = min(hardware.EMBEDDING_BLOCK_N, triton.next_power_of_2(n_cols))
     block_m = hardware.EMBEDDING_BLOCK_M
-    return block_m, block_n, elementwise_num_warps(block_m * block_n)
-
-
-def plan_embedding_backward(n_cols: int) -> tuple[int, int, int]:
-    """``(block_m, block_n, num_warps)``: table rows x columns per backward tile, about
-    ``EMBEDDING_BACKWARD_TILE_ELEMENTS`` (more rows when the rows are narrow), with sub-groups
-    for the tile."""
-    block_n = min(hardware.EMBEDDING_BLOCK_N, triton.next_power_of_2(n_cols))
-    block_m = min(hardware.EMBEDDING_BACKWARD_MAX_BLOCK_M, hardware.EMBEDDING_BACKWARD_TILE_ELEMENTS // block_n)
     return block_m, block_n, elementwise_num_warps(block_m * block_n)
 
 
@@ -111,38 +98,54 @@ def embedding_forward(weight: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return y
 
 
-def row_segments(idx: torch.Tensor, num_embeddings: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(order, starts)``: the positions sorted by the row they looked up (stable, so each row's
-    positions keep their order), and for every table row ``r`` where its positions are,
-    ``order[starts[r]:starts[r + 1]]`` (empty for a row nobody looked up). Device-side: sizes
-    depend on the shapes only, no value is read on the host."""
-    sorted_idx, order = torch.sort(idx, stable=True)
-    table_rows = torch.arange(num_embeddings + 1, dtype=sorted_idx.dtype, device=idx.device)
-    return order, torch.searchsorted(sorted_idx, table_rows)
+def plan_zero_rows(n_cols: int) -> tuple[int, int, int]:
+    """``(block_m, block_n, num_warps)``: table rows x columns per zero-fill tile, about
+    ``EMBEDDING_ZERO_TILE_ELEMENTS`` (whole rows up to ``EMBEDDING_ZERO_BLOCK_N`` wide, more rows
+    when the rows are narrow), with sub-groups for the tile."""
+    block_n = min(hardware.EMBEDDING_ZERO_BLOCK_N, triton.next_power_of_2(n_cols))
+    block_m = min(hardware.EMBEDDING_ZERO_MAX_BLOCK_M, max(1, hardware.EMBEDDING_ZERO_TILE_ELEMENTS // block_n))
+    return block_m, block_n, elementwise_num_warps(block_m * block_n)
+
+
+def plan_segment_sums(n_cols: int) -> tuple[int, int]:
+    """``(block_n, num_warps)``: the columns of one table row a segment-sum program adds, with
+    sub-groups for them."""
+    block_n = min(hardware.EMBEDDING_SEGMENT_BLOCK_N, triton.next_power_of_2(n_cols))
+    return block_n, elementwise_num_warps(block_n)
+
+
+def looked_up_rows(idx: torch.Tensor, num_embeddings: int) -> torch.Tensor:
+    """An int8 flag per table row, 1 where some position looked it up (device-side, no sync)."""
+    flags = torch.zeros(num_embeddings, dtype=torch.int8, device=idx.device)
+    return flags.index_fill_(0, idx.long(), 1)
 
 
 def embedding_backward(
     dy: torch.Tensor, idx: torch.Tensor, num_embeddings: int, dtype: torch.dtype, padding_idx: int | None
 ) -> torch.Tensor:
     """``grad_weight`` from the incoming gradient rows ``dy`` of the flat positions ``idx``:
-    every element written once, by the kernel (no zero fill first)."""
-    n_cols = dy.shape[1]
-    if idx.numel() == 0:
+    every element written once, by the two kernels (no zero fill first)."""
+    n_idx, n_cols = idx.numel(), dy.shape[1]
+    if n_idx == 0:
         return torch.zeros((num_embeddings, n_cols), dtype=dtype, device=dy.device)
     dw = torch.empty((num_embeddings, n_cols), dtype=dtype, device=dy.device)
     if num_embeddings == 0 or n_cols == 0:
         return dw
     if dy.stride(1) != 1:
         dy = dy.contiguous()
-    order, starts = row_segments(idx, num_embeddings)
-    block_m, block_n, num_warps = plan_embedding_backward(n_cols)
     padding = -1 if padding_idx is None else padding_idx % num_embeddings
-    # Every table row, whatever the indices' values: the grid depends on the shapes alone.
-    grid = (triton.cdiv(num_embeddings, block_m), triton.cdiv(n_cols, block_n))
-    _embedding_backward_kernel[grid](
-        dy, order, starts, dw, num_embeddings, n_cols, dy.stride(0), dw.stride(0), padding,
+    block_m, block_n, num_warps = plan_zero_rows(n_cols)
+    # Every table row and every position, whatever the indices' values: grids from shapes alone.
+    _zero_unused_rows[(triton.cdiv(num_embeddings, block_m), triton.cdiv(n_cols, block_n))](
+        looked_up_rows(idx, num_embeddings), dw, num_embeddings, n_cols, dw.stride(0), padding,
         BLOCK_M=block_m, BLOCK_N=block_n,
-        **hardware.launch_kwargs(_embedding_backward_kernel, dy.device, num_warps, register_heavy=False),
+        **hardware.launch_kwargs(_zero_unused_rows, dw.device, num_warps, register_heavy=False),
+    )  # fmt: skip
+    sorted_idx, order = torch.sort(idx, stable=True)
+    block_n, num_warps = plan_segment_sums(n_cols)
+    _segment_sums[(n_idx, triton.cdiv(n_cols, block_n))](
+        dy, sorted_idx, order, dw, n_idx, n_cols, dy.stride(0), dw.stride(0), padding,
+        BLOCK_N=block_n, **hardware.launch_kwargs(_segment_sums, dy.device, num_warps, register_heavy=False),
     )  # fmt: skip
     return dw
 

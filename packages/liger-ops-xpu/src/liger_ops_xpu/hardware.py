@@ -260,10 +260,13 @@ def launch_kwargs(kernel: Any, device: torch.device, num_warps: int, register_he
     return kwargs
 
 
-# embedding: BLOCK_M looked-up rows x BLOCK_N columns per forward tile. The backward's tile is
-# BLOCK_N columns of TILE_ELEMENTS // BLOCK_N table rows (at most MAX_BLOCK_M), mostly stored
-# zeros. Untuned starting points (CUDA's sizes).
+# embedding: BLOCK_M looked-up rows x BLOCK_N columns per forward tile. Backward: the zero fill
+# of unused rows stores tiles of ZERO_TILE_ELEMENTS (whole rows up to ZERO_BLOCK_N wide, at most
+# ZERO_MAX_BLOCK_M rows), the segment sums SEGMENT_BLOCK_N columns a program. Untuned starting
+# points (CUDA's sizes, measured on the H100).
 EMBEDDING_BLOCK_M = 16
 EMBEDDING_BLOCK_N = 512
-EMBEDDING_BACKWARD_TILE_ELEMENTS = 8192
-EMBEDDING_BACKWARD_MAX_BLOCK_M = 256
+EMBEDDING_ZERO_TILE_ELEMENTS = 8192
+EMBEDDING_ZERO_BLOCK_N = 4096
+EMBEDDING_ZERO_MAX_BLOCK_M = 256
+EMBEDDING_SEGMENT_BLOCK_N = 1024
