@@ -87,7 +87,13 @@ def _adapter() -> Path | None:
 
 def _type(value) -> str | None:
     if isinstance(value, torch.Tensor):
-        names = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int32: "i32"}
+        names = {
+            torch.float32: "fp32",
+            torch.bfloat16: "bf16",
+            torch.float16: "fp16",
+            torch.int32: "i32",
+            torch.int8: "i8",
+        }
         return "*" + names.get(value.dtype, "i64")
     if isinstance(value, bool):
         return "i1"

@@ -1,7 +1,8 @@
 """embedding.py's backward paths, on tiles shrunk so that small tables reach them: several row
-blocks and column blocks with ragged last ones, repeated indices, padding_idx, one row looked up
-by more positions than a tile has rows, no index at all; every element of grad_weight written by
-the kernel (the buffer starts as garbage), and a grid that depends on the shapes alone."""
+blocks and column blocks with ragged last ones, repeated indices, padding_idx (looked up or not),
+long runs of one row, the last sorted position starting or ending a run, no index at all; every
+element of grad_weight written by the kernels (the buffer starts as garbage), and work that
+depends on the shapes alone."""
 
 import pytest
 import torch
@@ -12,9 +13,10 @@ from liger_ops_ascend import embedding, hardware
 
 @pytest.fixture
 def small_tiles(monkeypatch):
-    """Backward tiles of 4 table rows x 32 columns over 48-wide (32-byte aligned) rows."""
+    """Zero tiles of 4 table rows x 32 columns over 48-wide (32-byte aligned) rows, segment sums
+    32 columns a unit."""
     monkeypatch.setattr(hardware, "EMBEDDING_BLOCK_N", 32)
-    monkeypatch.setattr(hardware, "EMBEDDING_BACKWARD_TILE_ELEMENTS", 128)
+    monkeypatch.setattr(hardware, "EMBEDDING_ZERO_TILE_ELEMENTS", 128)
     embedding._plan.cache_clear()
     for dtype in (torch.float32, torch.bfloat16):
         p = embedding.plan_embedding("backward", 23, 48, dtype, dtype, hardware.for_soc("Ascend910B4"))
@@ -64,12 +66,21 @@ def test_no_index(backend, device, poisoned_empty):
     check(backend, "embedding", args)
 
 
+def test_last_position_alone_or_ending_a_run(backend, device, small_tiles, poisoned_empty):
+    # The largest row looked up once (a run of one at the last sorted position), then three times.
+    for values in ([3, 0, 22, 3, 7], [22, 3, 22, 0, 22]):
+        args = make_args("embedding", device, num_embeddings=23, dim=48, shape=(5,))
+        args["indices"] = torch.tensor(values, device=device)
+        check(backend, "embedding", args)
+
+
 def test_backward_work_depends_on_shapes_only(device, small_tiles, monkeypatch):
     launches = []
     real = embedding.launch
 
     def record(kernel, plan, hw, *args, **kwargs):
-        launches.append((plan.grid, args[4], kwargs))
+        # The grid, the unit count and the constexprs of each launch.
+        launches.append((plan.kernel, plan.grid, args[2] if plan.kernel.endswith("rows") else args[4], kwargs))
         return real(kernel, plan, hw, *args, **kwargs)
 
     monkeypatch.setattr(embedding, "launch", record)
@@ -79,5 +90,7 @@ def test_backward_work_depends_on_shapes_only(device, small_tiles, monkeypatch):
         idx = torch.tensor(values, device=device)
         dw = embedding.embedding_backward(dy, idx, 23, torch.float32, None, hw)
         torch.testing.assert_close(dw, torch.zeros_like(dw).index_add_(0, idx, dy))
-    # 6 row blocks x 2 column blocks, whatever the indices' values.
-    assert len(launches) == 3 and all(entry == launches[0] for entry in launches) and launches[0][1] == 12
+    # 6 row blocks x 2 column blocks of zeros, 12 positions x 2 column blocks of sums, whatever
+    # the indices' values.
+    assert len(launches) == 6 and launches[:2] * 3 == launches
+    assert [entry[2] for entry in launches[:2]] == [12, 24]

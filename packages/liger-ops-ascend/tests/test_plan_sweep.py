@@ -301,13 +301,16 @@ def test_embedding_plans_fit_grid_and_ub(soc):
     from liger_ops_ascend import embedding
 
     hw = hardware.for_soc(soc)
-    # Up to 65536 tokens (forward) or a 262144-row vocabulary (backward) of rows up to 16384 wide.
+    # Up to 65536 tokens (forward; the backward's segment sums) or a 262144-row vocabulary (the
+    # backward's zero fill) of rows up to 16384 wide.
     for dtype, n_rows, n_cols, direction in itertools.product(
         NORM_DTYPES, [1, 4096, 65536, 262144], [1, 33, 4096, 8192, 16384], ("forward", "backward")
     ):
-        p = embedding.plan_embedding(direction, n_rows, n_cols, dtype, dtype, hw)
-        check(p.kernel, hw)
-        assert p.kernel.programs <= hw.vector_cores and p.block_n * p.n_col_blocks >= n_cols
+        p = embedding.plan_embedding(direction, n_rows, n_cols, dtype, dtype, hw, n_positions=65536)
+        for kernel in (p.kernel, p.segments) if direction == "backward" else (p.kernel,):
+            check(kernel, hw)
+            assert kernel.programs <= hw.vector_cores
+        assert p.block_n * p.n_col_blocks >= n_cols
 
 
 @pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])

@@ -80,7 +80,7 @@ def test_backward_grids_depend_on_shapes_only(device, small_tiles, monkeypatch):
             grids.append(grid)
             return self.kernel[grid]
 
-    for name in ("_zero_unused_rows", "_segment_sums"):
+    for name in ("_embedding_zero_unused_rows_kernel", "_embedding_segment_sums_kernel"):
         monkeypatch.setattr(embedding, name, Recorder(getattr(embedding, name)))
     dy = torch.randn(12, 37, device=device)
     for values in ([0] * 12, list(range(12)), [22, 3] * 6):

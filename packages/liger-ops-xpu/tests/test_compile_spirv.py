@@ -361,10 +361,14 @@ def _embedding_cases() -> list[dict]:
     block_m, block_n, num_warps = plan_zero_rows(4096)
     zero = _sig("LOOKED_UP:i8 DW", "n_rows n_cols dw_row_stride padding_idx")
     c = {"BLOCK_M": block_m, "BLOCK_N": block_n}
-    cases.append(_case("embedding", "_zero_unused_rows", zero, c, num_warps, register_heavy=False))
+    cases.append(_case("embedding", "_embedding_zero_unused_rows_kernel", zero, c, num_warps, register_heavy=False))
     block_n, num_warps = plan_segment_sums(4096)
     sums = _sig("DY SORTED_IDX:i64 ORDER:i64 DW", "n_idx n_cols dy_row_stride dw_row_stride padding_idx")
-    cases.append(_case("embedding", "_segment_sums", sums, {"BLOCK_N": block_n}, num_warps, register_heavy=False))
+    cases.append(
+        _case(
+            "embedding", "_embedding_segment_sums_kernel", sums, {"BLOCK_N": block_n}, num_warps, register_heavy=False
+        )
+    )
     return cases
 
 

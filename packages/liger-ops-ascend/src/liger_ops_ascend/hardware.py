@@ -238,10 +238,11 @@ def for_soc(name: str) -> Hardware:
     return Hardware(soc.name, soc.ub_bytes, soc.vector_cores, soc.ai_cores)
 
 
-# embedding: the columns of one table row a tile holds (the gather and the gradient sum); the
-# backward's tile holds up to TILE_ELEMENTS (several table rows where rows are 32-byte aligned).
+# embedding: the columns of one table row a tile holds (the gather and the backward's segment
+# sums); the backward's zero tile holds up to ZERO_TILE_ELEMENTS (several table rows where rows
+# are 32-byte aligned). Untuned.
 EMBEDDING_BLOCK_N = 2048
-EMBEDDING_BACKWARD_TILE_ELEMENTS = 4096
+EMBEDDING_ZERO_TILE_ELEMENTS = 4096
 
 # modulated_rms_norm's modulation pass: the columns of one row a tile holds; the backward sums
 # at most ROWS_PER_CHUNK rows of one modulation row per unit.

@@ -4,13 +4,13 @@ Forward gathers rows: each program copies BLOCK_M looked-up rows x BLOCK_N colum
 into the output (memory-bound, exact copies).
 
 Backward writes every element of ``grad_weight`` exactly once (no zero fill before it), with no
-atomics and no host sync, in two kernels whose grids depend on the shapes alone (CUDA graphs
-capture them). A flag per table row marks the rows looked up (``index_fill_`` on the device).
-``_zero_unused_rows`` stores zeros to the rows nobody looked up and to ``padding_idx`` (row tiles,
-a row mask from the flags). ``_segment_sums`` runs one program per position of the
-stably sorted indices: the first position of each run of equal rows (not ``padding_idx``) adds
-the run's incoming gradient rows in fp32, in their original order (deterministic), and stores
-the row once. The run is walked with a ``while`` loop: its end is found on the device.
+atomics and no host sync, in two kernels whose grids depend on the shapes alone (CUDA graphs capture them).
+A flag per table row marks the rows looked up (``index_fill_`` on the device). The zero-fill
+kernel stores zeros to the rows nobody looked up and to ``padding_idx`` (row tiles, a row mask
+from the flags). The segment-sum kernel runs one program per position of the stably sorted
+indices: the first position of each run of equal rows (not ``padding_idx``) adds the run's
+incoming gradient rows in fp32, in their original order (deterministic), and stores the row
+once. The run is walked with a ``while`` loop: its end is found on the device.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _embedding_forward_kernel(W, IDX, Y, n_idx, n_cols, w_row_stride, BLOCK_M: t
 
 
 @triton.jit
-def _zero_unused_rows(
+def _embedding_zero_unused_rows_kernel(
     LOOKED_UP, DW, n_rows, n_cols, dw_row_stride, padding_idx, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
 ):  # fmt: skip
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -50,7 +50,7 @@ def _zero_unused_rows(
 
 
 @triton.jit
-def _segment_sums(
+def _embedding_segment_sums_kernel(
     DY, SORTED_IDX, ORDER, DW, n_idx, n_cols, dy_row_stride, dw_row_stride, padding_idx, BLOCK_N: tl.constexpr
 ):  # fmt: skip
     i = tl.program_id(0)
@@ -125,13 +125,13 @@ def embedding_backward(
     padding = -1 if padding_idx is None else padding_idx % num_embeddings
     block_m, block_n = plan_zero_rows(n_cols)
     # Every table row and every position, whatever the indices' values: grids from shapes alone.
-    _zero_unused_rows[(triton.cdiv(num_embeddings, block_m), triton.cdiv(n_cols, block_n))](
+    _embedding_zero_unused_rows_kernel[(triton.cdiv(num_embeddings, block_m), triton.cdiv(n_cols, block_n))](
         looked_up_rows(idx, num_embeddings), dw, num_embeddings, n_cols, dw.stride(0), padding,
         BLOCK_M=block_m, BLOCK_N=block_n, num_warps=hardware.EMBEDDING_ZERO_NUM_WARPS,
     )  # fmt: skip
     sorted_idx, order = torch.sort(idx, stable=True)
     block_n = plan_segment_sums(n_cols)
-    _segment_sums[(n_idx, triton.cdiv(n_cols, block_n))](
+    _embedding_segment_sums_kernel[(n_idx, triton.cdiv(n_cols, block_n))](
         dy, sorted_idx, order, dw, n_idx, n_cols, dy.stride(0), dw.stride(0), padding,
         BLOCK_N=block_n, num_warps=hardware.EMBEDDING_SEGMENT_NUM_WARPS,
     )  # fmt: skip
