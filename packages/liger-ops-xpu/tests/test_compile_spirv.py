@@ -394,6 +394,22 @@ def _modulated_rms_norm_cases() -> list[dict]:
     return cases
 
 
+def _mhc_cases() -> list[dict]:
+    """mhc_coeffs' Sinkhorn kernels at the paper's 4 streams and liger-kernel's 20 iterations."""
+    from liger_ops_xpu.mhc import plan_mhc
+
+    block_t, block_hc, warps = plan_mhc(4, 8192)
+    c = {"TMAX": 20, "BLOCK_T": block_t, "BLOCK_HC": block_hc}
+    fwd = _sig("MIX:fp32 BIAS:fp32 ALPHAS:fp32 H_PRE:fp32 H_POST:fp32 H_RES:fp32 HIST:fp32", "n_tokens hc")
+    fwd.update(_sig("", "", "pre_eps sinkhorn_eps post_mult"))
+    bwd = _sig("MIX:fp32 BIAS:fp32 ALPHAS:fp32 HIST:fp32 D_PRE:fp32 D_POST:fp32 D_RES:fp32 D_LOGITS:fp32")
+    bwd.update(_sig("", "n_tokens hc", "sinkhorn_eps post_mult"))
+    return [
+        _case("mhc", "_mhc_coeffs_forward_kernel", fwd, {**c, "STORE_HIST": True}, warps, register_heavy=False),
+        _case("mhc", "_mhc_coeffs_backward_kernel", bwd, c, warps, register_heavy=False),
+    ]
+
+
 def _cases() -> list[dict]:
     return (
         _rms_norm_cases()
@@ -403,6 +419,7 @@ def _cases() -> list[dict]:
         + _moe_cases()
         + _embedding_cases()
         + _modulated_rms_norm_cases()
+        + _mhc_cases()
     )
 
 

@@ -628,3 +628,24 @@ def liger_fused_linear_scaled_cross_entropy(
     """Per-token ``(nll, entropy)`` of ``softmax(input @ weight.T / temperature)``, unreduced, without
     the logits; see `liger_core.ops.fused_linear_scaled_cross_entropy` for the contract."""
     return resolve("fused_linear_scaled_cross_entropy", input.device)(input, weight, target, temperature, ignore_index)
+
+
+def liger_mhc_coeffs(
+    x: torch.Tensor,
+    phi: torch.Tensor,
+    b: torch.Tensor,
+    alpha_pre: torch.Tensor,
+    alpha_post: torch.Tensor,
+    alpha_res: torch.Tensor,
+    tmax: int = 20,
+    rms_eps: float = 1e-6,
+    pre_eps: float = 0.0,
+    sinkhorn_eps: float = 1e-6,
+    post_mult: float = 2.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """mHC routing coefficients ``(h_pre, h_post, h_res)`` of ``HC`` residual streams ``x``
+    (``(..., HC, C)``): sigmoid maps and the Sinkhorn-normalised mixing matrix; see
+    `liger_core.ops.mhc_coeffs.mhc_coeffs` for the contract."""
+    return resolve("mhc_coeffs", x.device)(
+        x, phi, b, alpha_pre, alpha_post, alpha_res, tmax, rms_eps, pre_eps, sinkhorn_eps, post_mult
+    )

@@ -40,6 +40,7 @@ from liger_core.ops import (
     kl_div,
     layer_norm,
     llama4_rope,
+    mhc_coeffs,
     modulated_rms_norm,
     multi_token_attention,
     poly_norm,
@@ -116,6 +117,8 @@ CATALOGUE: dict[str, Op] = {
         multi_token_attention.OP,
         # 1.7: scaled-ce2
         fused_linear_scaled_cross_entropy.OP,
+        # 1.7: mhc
+        mhc_coeffs.OP,
     )
 }
 

@@ -245,3 +245,6 @@ EMBEDDING_BLOCK_N = 2048
 # at most ROWS_PER_CHUNK rows of one modulation row per unit.
 MODULATION_BLOCK_N = 2048
 MODULATION_ROWS_PER_CHUNK = 64
+# mHC coefficients: at most this many tokens x HC x HC lanes per Sinkhorn tile; the UB plan
+# (mhc.plan_mhc) halves the tokens per tile until the live tiles fit the budget.
+MHC_TILE_ELEMENTS = 2048

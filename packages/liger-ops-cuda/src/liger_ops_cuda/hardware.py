@@ -163,3 +163,7 @@ EMBEDDING_NUM_WARPS = 4
 # rms_norm's sizes spill). Untuned: chosen so that sm_90 spills no more than rms_norm's backward.
 MODULATED_RMS_NORM_BACKWARD_TILE_ELEMENTS = 8192
 MODULATED_RMS_NORM_BACKWARD_ELEMENTS_PER_WARP = 512
+# mHC coefficients: tokens x HC x HC elements per Sinkhorn tile (HC padded to a power of two);
+# a token's matrix is tiny, so a program takes as many tokens as fill the tile.
+MHC_TILE_ELEMENTS = 2048
+MHC_NUM_WARPS = 4

@@ -264,3 +264,9 @@ def launch_kwargs(kernel: Any, device: torch.device, num_warps: int, register_he
 # table row's positions with BLOCK_N columns. Untuned starting points (CUDA's sizes).
 EMBEDDING_BLOCK_M = 16
 EMBEDDING_BLOCK_N = 512
+
+# mHC coefficients: tokens x HC x HC elements per Sinkhorn tile (HC padded to a power of two).
+# A few fp32 tiles of this size are live at once: well inside the default 128-GRF mode, which
+# keeps more threads resident to hide the loads.
+MHC_TILE_ELEMENTS = 2048
+MHC_NUM_WARPS = 4
