@@ -26,6 +26,7 @@ from liger_core.backend import implements
 from liger_core.ops.mhc_coeffs import check_args
 
 from liger_ops_ascend import hardware
+from liger_ops_ascend._jit import below
 from liger_ops_ascend.launch import KernelPlan, Tile, launch
 
 # Stands in for -inf on padded logits: finite, so a fully padded row's max does not make NaNs.
@@ -33,32 +34,39 @@ _PAD_LOGIT: tl.constexpr = tl.constexpr(-1.0e30)  # a global a kernel reads must
 
 
 @triton.jit
-def _token_tiles(pid, n_tokens, hc, BLOCK_T: tl.constexpr, BLOCK_HC: tl.constexpr):
-    """The program's tokens and lanes: ``(t2, mask2, lanes, t3, rows3, cols3, mask3)``, tokens in
-    int64 as the first axis of a (BLOCK_T, BLOCK_HC) and a (BLOCK_T, BLOCK_HC, BLOCK_HC) tile."""
-    tokens = pid * BLOCK_T + tl.arange(0, BLOCK_T)
-    token_mask = tokens < n_tokens
+def _token_tiles(tile, pid, n_tokens, hc, BLOCK_T: tl.constexpr, BLOCK_HC: tl.constexpr):
+    """The program's tokens and lanes: ``(t0, m2, mask2, lanes, m3, rows3, cols3, mask3)``.
+
+    ``t0``: the tile's first token, an int64 scalar base (the offsets inside the tile stay int32:
+    int64 vector arithmetic runs as scalar code); ``m2``/``m3``: the tile's token indices as the
+    first axis of a (BLOCK_T, BLOCK_HC) and a (BLOCK_T, BLOCK_HC, BLOCK_HC) tile. The masks come
+    from fp32 compares (``_jit.below``): they also select padded lanes in ``tl.where``, and the
+    vector units have no integer compare. ``pid * 0 + tile``: the interpreter's loop variable is
+    a Python int."""
+    t0 = (pid * 0 + tile).to(tl.int64) * BLOCK_T
+    tokens = tl.arange(0, BLOCK_T)
+    token_ok = below(tokens, n_tokens - t0)
     lanes = tl.arange(0, BLOCK_HC)
-    lane_mask = lanes < hc
-    t2 = tokens.to(tl.int64)[:, None]
-    mask2 = token_mask[:, None] & lane_mask[None, :]
-    t3 = tokens.to(tl.int64)[:, None, None]
+    lane_ok = below(lanes, hc)
+    m2 = tokens[:, None]
+    mask2 = token_ok[:, None] & lane_ok[None, :]
+    m3 = tokens[:, None, None]
     rows3 = lanes[None, :, None]
     cols3 = lanes[None, None, :]
-    mask3 = token_mask[:, None, None] & lane_mask[None, :, None] & lane_mask[None, None, :]
-    return t2, mask2, lanes, t3, rows3, cols3, mask3
+    mask3 = token_ok[:, None, None] & lane_ok[None, :, None] & lane_ok[None, None, :]
+    return t0, m2, mask2, lanes, m3, rows3, cols3, mask3
 
 
 @triton.jit
-def _res_softmax(MIX, BIAS, alpha_res, t3, rows3, cols3, mask3, hc, n_mix):
+def _res_softmax(MIX, BIAS, alpha_res, t0, m3, rows3, cols3, mask3, hc, n_mix):
     """Row softmax of the residual logits ``alpha_res * mix_res + b_res``, 0 on padded lanes."""
     res = 2 * hc + rows3 * hc + cols3
-    mix = tl.load(MIX + t3 * n_mix + res, mask=mask3, other=0.0)
+    mix = tl.load(MIX + t0 * n_mix + m3 * n_mix + res, mask=mask3, other=0.0)
     bias = tl.load(BIAS + res, mask=(rows3 < hc) & (cols3 < hc), other=0.0).to(tl.float32)
     logits = tl.where(mask3, mix * alpha_res + bias, _PAD_LOGIT)
     exps = tl.exp(logits - tl.max(logits, axis=2)[:, :, None])
     exps = tl.where(mask3, exps, 0.0)
-    return exps / tl.maximum(tl.sum(exps, axis=2)[:, :, None], 1e-30)
+    return exps / tl.maximum(tl.sum(exps, axis=2)[:, :, None], 1e-30, propagate_nan=tl.PropagateNan.ALL)
 
 
 @triton.jit
@@ -82,34 +90,38 @@ def _mhc_coeffs_forward_kernel(
     BLOCK_HC: tl.constexpr,
 ):
     for tile in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-        t2, mask2, lanes, t3, rows3, cols3, mask3 = _token_tiles(tile, n_tokens, hc, BLOCK_T, BLOCK_HC)
+        t0, m2, mask2, lanes, m3, rows3, cols3, mask3 = _token_tiles(
+            tile, tl.program_id(0), n_tokens, hc, BLOCK_T, BLOCK_HC
+        )
         n_mix = hc * hc + 2 * hc
         alpha_pre = tl.load(ALPHAS)
         alpha_post = tl.load(ALPHAS + 1)
         alpha_res = tl.load(ALPHAS + 2)
         # The two sigmoid maps (columns [0, HC) and [HC, 2 HC) of mix).
-        mix_pre = tl.load(MIX + t2 * n_mix + lanes[None, :], mask=mask2, other=0.0)
-        mix_post = tl.load(MIX + t2 * n_mix + hc + lanes[None, :], mask=mask2, other=0.0)
+        mix_pre = tl.load(MIX + t0 * n_mix + m2 * n_mix + lanes[None, :], mask=mask2, care_padding=False)
+        mix_post = tl.load(MIX + t0 * n_mix + m2 * n_mix + hc + lanes[None, :], mask=mask2, care_padding=False)
         b_pre = tl.load(BIAS + lanes, mask=lanes < hc, other=0.0).to(tl.float32)
         b_post = tl.load(BIAS + hc + lanes, mask=lanes < hc, other=0.0).to(tl.float32)
         tl.store(
-            H_PRE + t2 * hc + lanes[None, :], tl.sigmoid(mix_pre * alpha_pre + b_pre[None, :]) + pre_eps, mask=mask2
+            H_PRE + t0 * hc + m2 * hc + lanes[None, :],
+            tl.sigmoid(mix_pre * alpha_pre + b_pre[None, :]) + pre_eps,
+            mask=mask2,
         )
         h_post = tl.sigmoid(mix_post * alpha_post + b_post[None, :]) * post_mult
-        tl.store(H_POST + t2 * hc + lanes[None, :], h_post, mask=mask2)
+        tl.store(H_POST + t0 * hc + m2 * hc + lanes[None, :], h_post, mask=mask2)
         # Sinkhorn: the softmax step with its column normalisation, then TMAX - 1 row/column pairs.
         mat = tl.where(
-            mask3, _res_softmax(MIX, BIAS, alpha_res, t3, rows3, cols3, mask3, hc, n_mix) + sinkhorn_eps, 0.0
+            mask3, _res_softmax(MIX, BIAS, alpha_res, t0, m3, rows3, cols3, mask3, hc, n_mix) + sinkhorn_eps, 0.0
         )
         mat = mat / (tl.sum(mat, axis=1)[:, None, :] + sinkhorn_eps)
         square = hc * hc
-        hist = HIST + t3 * ((TMAX - 1) * square) + rows3 * hc + cols3
+        hist = HIST + t0 * ((TMAX - 1) * square) + m3 * ((TMAX - 1) * square) + rows3 * hc + cols3
         for step in range(1, TMAX):
             if STORE_HIST:
                 tl.store(hist + (step - 1) * square, mat, mask=mask3)
             mat = mat / (tl.sum(mat, axis=2)[:, :, None] + sinkhorn_eps)
             mat = mat / (tl.sum(mat, axis=1)[:, None, :] + sinkhorn_eps)
-        tl.store(H_RES + t3 * square + rows3 * hc + cols3, mat, mask=mask3)
+        tl.store(H_RES + t0 * square + m3 * square + rows3 * hc + cols3, mat, mask=mask3)
 
 
 @triton.jit
@@ -133,26 +145,28 @@ def _mhc_coeffs_backward_kernel(
 ):
     # D_LOGITS: (tokens, HC * HC + 2 * HC) float32, the gradient of each logit (before its alpha).
     for tile in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-        t2, mask2, lanes, t3, rows3, cols3, mask3 = _token_tiles(tile, n_tokens, hc, BLOCK_T, BLOCK_HC)
+        t0, m2, mask2, lanes, m3, rows3, cols3, mask3 = _token_tiles(
+            tile, tl.program_id(0), n_tokens, hc, BLOCK_T, BLOCK_HC
+        )
         n_mix = hc * hc + 2 * hc
         alpha_pre = tl.load(ALPHAS)
         alpha_post = tl.load(ALPHAS + 1)
         alpha_res = tl.load(ALPHAS + 2)
-        mix_pre = tl.load(MIX + t2 * n_mix + lanes[None, :], mask=mask2, other=0.0)
-        mix_post = tl.load(MIX + t2 * n_mix + hc + lanes[None, :], mask=mask2, other=0.0)
+        mix_pre = tl.load(MIX + t0 * n_mix + m2 * n_mix + lanes[None, :], mask=mask2, care_padding=False)
+        mix_post = tl.load(MIX + t0 * n_mix + m2 * n_mix + hc + lanes[None, :], mask=mask2, care_padding=False)
         b_pre = tl.load(BIAS + lanes, mask=lanes < hc, other=0.0).to(tl.float32)
         b_post = tl.load(BIAS + hc + lanes, mask=lanes < hc, other=0.0).to(tl.float32)
         s_pre = tl.sigmoid(mix_pre * alpha_pre + b_pre[None, :])
         s_post = tl.sigmoid(mix_post * alpha_post + b_post[None, :])
-        d_pre = tl.load(D_PRE + t2 * hc + lanes[None, :], mask=mask2, other=0.0)
-        d_post = tl.load(D_POST + t2 * hc + lanes[None, :], mask=mask2, other=0.0)
-        tl.store(D_LOGITS + t2 * n_mix + lanes[None, :], d_pre * s_pre * (1.0 - s_pre), mask=mask2)
+        d_pre = tl.load(D_PRE + t0 * hc + m2 * hc + lanes[None, :], mask=mask2, care_padding=False)
+        d_post = tl.load(D_POST + t0 * hc + m2 * hc + lanes[None, :], mask=mask2, care_padding=False)
+        tl.store(D_LOGITS + t0 * n_mix + m2 * n_mix + lanes[None, :], d_pre * s_pre * (1.0 - s_pre), mask=mask2)
         d_post_logits = d_post * post_mult * s_post * (1.0 - s_post)
-        tl.store(D_LOGITS + t2 * n_mix + hc + lanes[None, :], d_post_logits, mask=mask2)
+        tl.store(D_LOGITS + t0 * n_mix + m2 * n_mix + hc + lanes[None, :], d_post_logits, mask=mask2)
         # Sinkhorn in reverse: the iterations TMAX - 1 .. 1, each from the matrix that entered it.
         square = hc * hc
-        grad = tl.load(D_RES + t3 * square + rows3 * hc + cols3, mask=mask3, other=0.0)
-        hist = HIST + t3 * ((TMAX - 1) * square) + rows3 * hc + cols3
+        grad = tl.load(D_RES + t0 * square + m3 * square + rows3 * hc + cols3, mask=mask3, other=0.0)
+        hist = HIST + t0 * ((TMAX - 1) * square) + m3 * ((TMAX - 1) * square) + rows3 * hc + cols3
         for back in range(TMAX - 1):
             entering = tl.load(hist + (TMAX - 2 - back) * square, mask=mask3, other=0.0)
             row_sum = tl.sum(entering, axis=2)[:, :, None] + sinkhorn_eps
@@ -163,12 +177,12 @@ def _mhc_coeffs_backward_kernel(
             grad = (d_row_normed - tl.sum(d_row_normed * row_normed, axis=2)[:, :, None]) / row_sum
             grad = tl.where(mask3, grad, 0.0)
         # The softmax step: P = softmax(L) + eps, A0 = P / (colsum(P) + eps).
-        probs = _res_softmax(MIX, BIAS, alpha_res, t3, rows3, cols3, mask3, hc, n_mix)
+        probs = _res_softmax(MIX, BIAS, alpha_res, t0, m3, rows3, cols3, mask3, hc, n_mix)
         shifted = tl.where(mask3, probs + sinkhorn_eps, 0.0)
         col_sum = tl.sum(shifted, axis=1)[:, None, :] + sinkhorn_eps
         d_shifted = (grad - tl.sum(grad * (shifted / col_sum), axis=1)[:, None, :]) / col_sum
         d_logits = probs * (d_shifted - tl.sum(d_shifted * probs, axis=2)[:, :, None])
-        tl.store(D_LOGITS + t3 * n_mix + 2 * hc + rows3 * hc + cols3, d_logits, mask=mask3)
+        tl.store(D_LOGITS + t0 * n_mix + m3 * n_mix + 2 * hc + rows3 * hc + cols3, d_logits, mask=mask3)
 
 
 def _tiles(direction: str, block_t: int, block_hc: int) -> tuple[Tile, ...]:
