@@ -1,4 +1,4 @@
-"""mhc.py's own paths: several programs of a few tokens each, the last one masked."""
+"""mhc.py's own paths: several programs of a few tokens each, the last one masked; the mixes' channel walk."""
 
 import torch
 
@@ -12,3 +12,13 @@ def test_several_programs(backend, device, monkeypatch):
     check(backend, "mhc_coeffs", make_args("mhc_coeffs", device, shape=(2, 7, 4, 8), tmax=5))
     args = make_args("mhc_coeffs", device, shape=(7, 5, 6), dtype=torch.bfloat16, tmax=3)
     check(backend, "mhc_coeffs", args)
+
+
+def test_mixes_over_several_programs_and_channel_blocks(backend, device, monkeypatch):
+    # 64-element tiles, 8 channels a block: the pre-mix takes 2 tokens per program at HC = 4, the
+    # post-mix 1 (its 4 x 4 matrix); 21 channels make 3 blocks, the last masked.
+    monkeypatch.setattr(hardware, "MHC_MIX_TILE_ELEMENTS", 64)
+    monkeypatch.setattr(hardware, "MHC_MIX_BLOCK_C", 8)
+    for op in ("mhc_pre", "mhc_post_res"):
+        check(backend, op, make_args(op, device, shape=(2, 5, 4, 21)))
+        check(backend, op, make_args(op, device, shape=(7, 3, 21), dtype=torch.bfloat16))

@@ -649,3 +649,15 @@ def liger_mhc_coeffs(
     return resolve("mhc_coeffs", x.device)(
         x, phi, b, alpha_pre, alpha_post, alpha_res, tmax, rms_eps, pre_eps, sinkhorn_eps, post_mult
     )
+
+
+def liger_mhc_pre(x: torch.Tensor, h_pre: torch.Tensor) -> torch.Tensor:
+    """mHC pre-mix: the wrapped layer's input ``sum_s h_pre[..., s] * x[..., s, :]`` of ``HC``
+    residual streams ``x`` (``(..., HC, C)``); see `liger_core.ops.mhc_pre.mhc_pre` for the contract."""
+    return resolve("mhc_pre", x.device)(x, h_pre)
+
+
+def liger_mhc_post_res(x: torch.Tensor, f_out: torch.Tensor, h_post: torch.Tensor, h_res: torch.Tensor) -> torch.Tensor:
+    """mHC post + residual mix: ``h_res @ x + h_post * f_out`` per token, back to ``HC`` streams;
+    see `liger_core.ops.mhc_post_res.mhc_post_res` for the contract."""
+    return resolve("mhc_post_res", x.device)(x, f_out, h_post, h_res)

@@ -41,6 +41,8 @@ from liger_core.ops import (
     layer_norm,
     llama4_rope,
     mhc_coeffs,
+    mhc_post_res,
+    mhc_pre,
     modulated_rms_norm,
     multi_token_attention,
     poly_norm,
@@ -119,6 +121,9 @@ CATALOGUE: dict[str, Op] = {
         fused_linear_scaled_cross_entropy.OP,
         # 1.7: mhc
         mhc_coeffs.OP,
+        # 1.8: mhc (the pre-mix and the post + residual mix)
+        mhc_pre.OP,
+        mhc_post_res.OP,
     )
 }
 
