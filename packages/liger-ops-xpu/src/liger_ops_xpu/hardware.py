@@ -270,3 +270,10 @@ EMBEDDING_BLOCK_N = 512
 # keeps more threads resident to hide the loads.
 MHC_TILE_ELEMENTS = 2048
 MHC_NUM_WARPS = 4
+# mHC's pre-mix and post + residual mix: memory-bound sums over the stream axis. A program takes
+# BLOCK_T tokens and walks their channels BLOCK_C at a time; its largest register tile (tokens x
+# streams x channels, x streams again for the post-mix's HC x HC matrix) holds at most
+# MHC_MIX_TILE_ELEMENTS. Untuned starting points.
+MHC_MIX_TILE_ELEMENTS = 4096
+MHC_MIX_BLOCK_C = 128
+MHC_MIX_NUM_WARPS = 4

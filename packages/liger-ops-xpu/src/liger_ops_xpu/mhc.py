@@ -1,4 +1,5 @@
-"""mHC routing coefficients for Intel GPUs: Triton kernels, launch plan and autograd Function.
+"""mHC for Intel GPUs: the routing coefficients, the pre-mix and the post + residual mix (Triton
+kernels, launch plans and autograd Functions).
 
 The projection ``mix = (v @ phi) * rstd`` (``v``: a token's HC streams flattened, ``rstd =
 rsqrt(mean(v^2) + rms_eps)``) is one float32 GEMM over the tokens plus a row reduction, left to
@@ -13,6 +14,11 @@ Backward of one iteration (``B = A / (rowsum(A) + eps)``, ``A' = B / (colsum(B) 
 ``G`` the gradient of ``A'``: ``dB = (G - colsum(G * A')) / (colsum(B) + eps)``, ``dA = (dB -
 rowsum(dB * B)) / (rowsum(A) + eps)``; the first iteration's input is ``softmax(L) + eps``,
 recomputed from the logits, and the softmax's backward closes the walk.
+
+The two mixes are memory-bound sums over the stream axis: a program takes BLOCK_T tokens and
+walks their channels BLOCK_C at a time, reading each stream element once per pass and
+accumulating in float32; the per-token map gradients (sums over the channels) stay in registers
+across the walk, so no program writes another's tokens (no atomics).
 """
 
 from __future__ import annotations
@@ -22,8 +28,11 @@ import triton
 import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops.mhc_coeffs import check_args
+from liger_core.ops.mhc_post_res import check_args as check_post_res_args
+from liger_core.ops.mhc_pre import check_args as check_pre_args
 
 from liger_ops_xpu import hardware
+from liger_ops_xpu._tiling import static_trips
 
 # Stands in for -inf on padded logits: finite, so a fully padded row's max does not make NaNs.
 _PAD_LOGIT: tl.constexpr = tl.constexpr(-1.0e30)  # a global a kernel reads must be constexpr
@@ -276,3 +285,298 @@ class LigerMHCCoeffsFunction(torch.autograd.Function):
         d_v -= v * ((d_mix * mix).sum(-1) * rstd.square() / v.shape[1])[:, None]
         d_x = d_v.to(x_dtype).view(x_shape)
         return d_x, d_phi, d_logits.sum(0).to(b.dtype), *d_alphas, None, None, None, None, None
+
+
+# -- the pre-mix and the post + residual mix -----------------------------------------------------
+
+
+@triton.jit
+def _mix_tokens(pid, n_tokens, hc, BLOCK_T: tl.constexpr, BLOCK_HC: tl.constexpr):
+    """``(t2, token_mask, streams, map_mask)``: the program's tokens (int64, a (BLOCK_T, 1)
+    column), their mask, the stream lanes and the (BLOCK_T, BLOCK_HC) mask of the per-token maps."""
+    tokens = pid * BLOCK_T + tl.arange(0, BLOCK_T)
+    streams = tl.arange(0, BLOCK_HC)
+    t2 = tokens.to(tl.int64)[:, None]
+    token_mask = (tokens < n_tokens)[:, None]
+    return t2, token_mask, streams, token_mask & (streams < hc)[None, :]
+
+
+@triton.jit
+def _mhc_pre_forward_kernel(
+    X,
+    H_PRE,
+    OUT,
+    n_tokens,
+    hc,
+    n_channels,
+    n_chunks,
+    BLOCK_T: tl.constexpr,
+    BLOCK_HC: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    STATIC_CHUNKS: tl.constexpr,
+):
+    # X: (tokens, HC, C) contiguous; H_PRE: (tokens, HC); OUT: (tokens, C) in x's dtype.
+    t2, token_mask, streams, map_mask = _mix_tokens(tl.program_id(0), n_tokens, hc, BLOCK_T, BLOCK_HC)
+    h_pre = tl.load(H_PRE + t2 * hc + streams[None, :], mask=map_mask, other=0.0).to(tl.float32)
+    x_rows = X + ((t2 * hc + streams[None, :]) * n_channels)[:, :, None]
+    for chunk in range(STATIC_CHUNKS if STATIC_CHUNKS > 0 else n_chunks):
+        cols = chunk * BLOCK_C + tl.arange(0, BLOCK_C)
+        col_mask = cols < n_channels
+        x_mask = map_mask[:, :, None] & col_mask[None, None, :]
+        x = tl.load(x_rows + cols[None, None, :], mask=x_mask, other=0.0).to(tl.float32)
+        x_in = tl.sum(x * h_pre[:, :, None], axis=1)
+        out_mask = token_mask & col_mask[None, :]
+        tl.store(OUT + t2 * n_channels + cols[None, :], x_in.to(OUT.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit
+def _mhc_pre_backward_kernel(
+    X,
+    H_PRE,
+    D_OUT,
+    D_X,
+    D_H_PRE,
+    n_tokens,
+    hc,
+    n_channels,
+    n_chunks,
+    BLOCK_T: tl.constexpr,
+    BLOCK_HC: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    STATIC_CHUNKS: tl.constexpr,
+):
+    # D_X: (tokens, HC, C) in x's dtype; D_H_PRE: (tokens, HC) float32, the sums over the channels.
+    t2, token_mask, streams, map_mask = _mix_tokens(tl.program_id(0), n_tokens, hc, BLOCK_T, BLOCK_HC)
+    h_pre = tl.load(H_PRE + t2 * hc + streams[None, :], mask=map_mask, other=0.0).to(tl.float32)
+    stream_rows = ((t2 * hc + streams[None, :]) * n_channels)[:, :, None]
+    d_h_pre = tl.zeros((BLOCK_T, BLOCK_HC), dtype=tl.float32)
+    for chunk in range(STATIC_CHUNKS if STATIC_CHUNKS > 0 else n_chunks):
+        cols = chunk * BLOCK_C + tl.arange(0, BLOCK_C)
+        col_mask = cols < n_channels
+        x_mask = map_mask[:, :, None] & col_mask[None, None, :]
+        d_out = tl.load(D_OUT + t2 * n_channels + cols[None, :], mask=token_mask & col_mask[None, :], other=0.0)
+        d_out = d_out.to(tl.float32)[:, None, :]
+        x = tl.load(X + stream_rows + cols[None, None, :], mask=x_mask, other=0.0).to(tl.float32)
+        d_x = d_out * h_pre[:, :, None]
+        tl.store(D_X + stream_rows + cols[None, None, :], d_x.to(D_X.dtype.element_ty), mask=x_mask)
+        d_h_pre += tl.sum(d_out * x, axis=2)
+    tl.store(D_H_PRE + t2 * hc + streams[None, :], d_h_pre, mask=map_mask)
+
+
+@triton.jit
+def _mhc_post_res_forward_kernel(
+    X,
+    F_OUT,
+    H_POST,
+    H_RES,
+    OUT,
+    n_tokens,
+    hc,
+    n_channels,
+    n_chunks,
+    BLOCK_T: tl.constexpr,
+    BLOCK_HC: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    STATIC_CHUNKS: tl.constexpr,
+):
+    # X, OUT: (tokens, HC, C) contiguous, OUT in x's dtype; F_OUT: (tokens, C); H_POST: (tokens,
+    # HC); H_RES: (tokens, HC, HC), rows the output stream. The mix is a (tokens, out stream, in
+    # stream, channels) tile summed over the in streams.
+    t2, token_mask, streams, map_mask = _mix_tokens(tl.program_id(0), n_tokens, hc, BLOCK_T, BLOCK_HC)
+    h_post = tl.load(H_POST + t2 * hc + streams[None, :], mask=map_mask, other=0.0).to(tl.float32)
+    res_mask = map_mask[:, :, None] & (streams < hc)[None, None, :]
+    res_offsets = ((t2 * hc + streams[None, :]) * hc)[:, :, None] + streams[None, None, :]
+    h_res = tl.load(H_RES + res_offsets, mask=res_mask, other=0.0).to(tl.float32)
+    stream_rows = ((t2 * hc + streams[None, :]) * n_channels)[:, :, None]
+    for chunk in range(STATIC_CHUNKS if STATIC_CHUNKS > 0 else n_chunks):
+        cols = chunk * BLOCK_C + tl.arange(0, BLOCK_C)
+        col_mask = cols < n_channels
+        x_mask = map_mask[:, :, None] & col_mask[None, None, :]
+        x = tl.load(X + stream_rows + cols[None, None, :], mask=x_mask, other=0.0).to(tl.float32)
+        f_out = tl.load(F_OUT + t2 * n_channels + cols[None, :], mask=token_mask & col_mask[None, :], other=0.0)
+        mixed = tl.sum(h_res[:, :, :, None] * x[:, None, :, :], axis=2)
+        out = mixed + h_post[:, :, None] * f_out.to(tl.float32)[:, None, :]
+        tl.store(OUT + stream_rows + cols[None, None, :], out.to(OUT.dtype.element_ty), mask=x_mask)
+
+
+@triton.jit
+def _mhc_post_res_backward_kernel(
+    X,
+    F_OUT,
+    H_POST,
+    H_RES,
+    D_OUT,
+    D_X,
+    D_F_OUT,
+    D_H_POST,
+    D_H_RES,
+    n_tokens,
+    hc,
+    n_channels,
+    n_chunks,
+    BLOCK_T: tl.constexpr,
+    BLOCK_HC: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    STATIC_CHUNKS: tl.constexpr,
+):
+    # D_X, D_F_OUT in their inputs' dtypes; D_H_POST, D_H_RES float32, the sums over the channels.
+    t2, token_mask, streams, map_mask = _mix_tokens(tl.program_id(0), n_tokens, hc, BLOCK_T, BLOCK_HC)
+    h_post = tl.load(H_POST + t2 * hc + streams[None, :], mask=map_mask, other=0.0).to(tl.float32)
+    res_mask = map_mask[:, :, None] & (streams < hc)[None, None, :]
+    res_offsets = ((t2 * hc + streams[None, :]) * hc)[:, :, None] + streams[None, None, :]
+    h_res = tl.load(H_RES + res_offsets, mask=res_mask, other=0.0).to(tl.float32)
+    stream_rows = ((t2 * hc + streams[None, :]) * n_channels)[:, :, None]
+    d_h_post = tl.zeros((BLOCK_T, BLOCK_HC), dtype=tl.float32)
+    d_h_res = tl.zeros((BLOCK_T, BLOCK_HC, BLOCK_HC), dtype=tl.float32)
+    for chunk in range(STATIC_CHUNKS if STATIC_CHUNKS > 0 else n_chunks):
+        cols = chunk * BLOCK_C + tl.arange(0, BLOCK_C)
+        col_mask = cols < n_channels
+        x_mask = map_mask[:, :, None] & col_mask[None, None, :]
+        row_mask = token_mask & col_mask[None, :]
+        d_out = tl.load(D_OUT + stream_rows + cols[None, None, :], mask=x_mask, other=0.0).to(tl.float32)
+        x = tl.load(X + stream_rows + cols[None, None, :], mask=x_mask, other=0.0).to(tl.float32)
+        f_out = tl.load(F_OUT + t2 * n_channels + cols[None, :], mask=row_mask, other=0.0).to(tl.float32)
+        d_f_out = tl.sum(d_out * h_post[:, :, None], axis=1)
+        tl.store(D_F_OUT + t2 * n_channels + cols[None, :], d_f_out.to(D_F_OUT.dtype.element_ty), mask=row_mask)
+        d_h_post += tl.sum(d_out * f_out[:, None, :], axis=2)
+        # (tokens, out stream, in stream, channels): grad_x sums the out streams, grad_h_res the channels.
+        d_x = tl.sum(h_res[:, :, :, None] * d_out[:, :, None, :], axis=1)
+        tl.store(D_X + stream_rows + cols[None, None, :], d_x.to(D_X.dtype.element_ty), mask=x_mask)
+        d_h_res += tl.sum(d_out[:, :, None, :] * x[:, None, :, :], axis=3)
+    tl.store(D_H_POST + t2 * hc + streams[None, :], d_h_post, mask=map_mask)
+    tl.store(D_H_RES + res_offsets, d_h_res, mask=res_mask)
+
+
+def plan_mix(hc: int, n_tokens: int, n_channels: int, square: bool) -> tuple[int, int, int, int]:
+    """(BLOCK_T, BLOCK_HC, BLOCK_C, num_warps) of a mix: the largest tile (BLOCK_T x BLOCK_HC x
+    BLOCK_C, times BLOCK_HC again when ``square``: the post-mix's matrix) within
+    MHC_MIX_TILE_ELEMENTS, the channels first (contiguous), then as many tokens as fit."""
+    block_hc = triton.next_power_of_2(hc)
+    lanes = block_hc * block_hc if square else block_hc
+    block_c = min(
+        triton.next_power_of_2(max(n_channels, 1)),
+        hardware.MHC_MIX_BLOCK_C,
+        max(1, hardware.MHC_MIX_TILE_ELEMENTS // lanes),
+    )
+    block_t = max(1, hardware.MHC_MIX_TILE_ELEMENTS // (lanes * block_c))
+    block_t = min(block_t, triton.next_power_of_2(max(n_tokens, 1)))
+    return block_t, block_hc, block_c, hardware.MHC_MIX_NUM_WARPS
+
+
+def pre_forward(x, h_pre):
+    """x_in (tokens, C) in x's dtype from x (tokens, HC, C) and h_pre (tokens, HC), contiguous."""
+    n_tokens, hc, n_channels = x.shape
+    out = torch.empty((n_tokens, n_channels), dtype=x.dtype, device=x.device)
+    if n_tokens and n_channels:
+        block_t, block_hc, block_c, warps = plan_mix(hc, n_tokens, n_channels, square=False)
+        n_chunks = triton.cdiv(n_channels, block_c)
+        _mhc_pre_forward_kernel[(triton.cdiv(n_tokens, block_t),)](
+            x, h_pre, out, n_tokens, hc, n_channels, n_chunks, BLOCK_T=block_t, BLOCK_HC=block_hc, BLOCK_C=block_c,
+            STATIC_CHUNKS=static_trips(_mhc_pre_forward_kernel, n_chunks), num_warps=warps,
+        )  # fmt: skip
+    return out
+
+
+def pre_backward(x, h_pre, d_out):
+    """(grad_x in x's dtype, grad_h_pre float32)."""
+    n_tokens, hc, n_channels = x.shape
+    d_x = torch.empty_like(x)
+    d_h_pre = torch.zeros((n_tokens, hc), dtype=torch.float32, device=x.device)
+    if n_tokens and n_channels:
+        block_t, block_hc, block_c, warps = plan_mix(hc, n_tokens, n_channels, square=False)
+        n_chunks = triton.cdiv(n_channels, block_c)
+        _mhc_pre_backward_kernel[(triton.cdiv(n_tokens, block_t),)](
+            x, h_pre, d_out, d_x, d_h_pre, n_tokens, hc, n_channels, n_chunks, BLOCK_T=block_t, BLOCK_HC=block_hc,
+            BLOCK_C=block_c, STATIC_CHUNKS=static_trips(_mhc_pre_backward_kernel, n_chunks), num_warps=warps,
+        )  # fmt: skip
+    return d_x, d_h_pre
+
+
+def post_res_forward(x, f_out, h_post, h_res):
+    """x_out (tokens, HC, C) in x's dtype; every input contiguous, flattened over the tokens."""
+    n_tokens, hc, n_channels = x.shape
+    out = torch.empty_like(x)
+    if n_tokens and n_channels:
+        block_t, block_hc, block_c, warps = plan_mix(hc, n_tokens, n_channels, square=True)
+        n_chunks = triton.cdiv(n_channels, block_c)
+        _mhc_post_res_forward_kernel[(triton.cdiv(n_tokens, block_t),)](
+            x, f_out, h_post, h_res, out, n_tokens, hc, n_channels, n_chunks, BLOCK_T=block_t, BLOCK_HC=block_hc,
+            BLOCK_C=block_c, STATIC_CHUNKS=static_trips(_mhc_post_res_forward_kernel, n_chunks), num_warps=warps,
+        )  # fmt: skip
+    return out
+
+
+def post_res_backward(x, f_out, h_post, h_res, d_out):
+    """(grad_x, grad_f_out) in their inputs' dtypes, (grad_h_post, grad_h_res) float32."""
+    n_tokens, hc, n_channels = x.shape
+    d_x = torch.empty_like(x)
+    d_f_out = torch.empty_like(f_out)
+    d_h_post = torch.zeros((n_tokens, hc), dtype=torch.float32, device=x.device)
+    d_h_res = torch.zeros((n_tokens, hc, hc), dtype=torch.float32, device=x.device)
+    if n_tokens and n_channels:
+        block_t, block_hc, block_c, warps = plan_mix(hc, n_tokens, n_channels, square=True)
+        n_chunks = triton.cdiv(n_channels, block_c)
+        _mhc_post_res_backward_kernel[(triton.cdiv(n_tokens, block_t),)](
+            x, f_out, h_post, h_res, d_out, d_x, d_f_out, d_h_post, d_h_res, n_tokens, hc, n_channels, n_chunks,
+            BLOCK_T=block_t, BLOCK_HC=block_hc, BLOCK_C=block_c,
+            STATIC_CHUNKS=static_trips(_mhc_post_res_backward_kernel, n_chunks), num_warps=warps,
+        )  # fmt: skip
+    return d_x, d_f_out, d_h_post, d_h_res
+
+
+def _tokens(t, shape):
+    # The kernels index dense token-major tensors: flatten the leading dims, copy only if strided.
+    return t.reshape(shape).contiguous()
+
+
+@implements("mhc_pre")
+class LigerMHCPreFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, h_pre):
+        check_pre_args(x, h_pre)
+        hc, n_channels = x.shape[-2], x.shape[-1]
+        x_flat = _tokens(x, (-1, hc, n_channels))
+        h_flat = _tokens(h_pre, (-1, hc))
+        out = pre_forward(x_flat, h_flat)
+        ctx.save_for_backward(x_flat, h_flat)
+        ctx.meta = (x.shape, h_pre.dtype)
+        return out.view(*x.shape[:-2], n_channels)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        x_flat, h_flat = ctx.saved_tensors
+        x_shape, h_dtype = ctx.meta
+        d_x, d_h_pre = pre_backward(x_flat, h_flat, _tokens(d_out, (-1, x_shape[-1])))
+        return d_x.view(x_shape), d_h_pre.to(h_dtype).view(x_shape[:-1])
+
+
+@implements("mhc_post_res")
+class LigerMHCPostResFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, f_out, h_post, h_res):
+        check_post_res_args(x, f_out, h_post, h_res)
+        hc, n_channels = x.shape[-2], x.shape[-1]
+        flat = (
+            _tokens(x, (-1, hc, n_channels)),
+            _tokens(f_out, (-1, n_channels)),
+            _tokens(h_post, (-1, hc)),
+            _tokens(h_res, (-1, hc, hc)),
+        )
+        out = post_res_forward(*flat)
+        ctx.save_for_backward(*flat)
+        ctx.meta = (x.shape, h_post.dtype, h_res.dtype)
+        return out.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        x_flat, f_flat, h_post_flat, h_res_flat = ctx.saved_tensors
+        x_shape, h_post_dtype, h_res_dtype = ctx.meta
+        d_out = _tokens(d_out, x_flat.shape)
+        d_x, d_f_out, d_h_post, d_h_res = post_res_backward(x_flat, f_flat, h_post_flat, h_res_flat, d_out)
+        lead = x_shape[:-2]
+        return (
+            d_x.view(x_shape),
+            d_f_out.view(*lead, x_shape[-1]),
+            d_h_post.to(h_post_dtype).view(*lead, x_shape[-2]),
+            d_h_res.to(h_res_dtype).view(*lead, x_shape[-2], x_shape[-2]),
+        )
