@@ -35,6 +35,8 @@ KERNEL_PREFIX = {
     "modulated_rms_norm": ("rms_norm", "modulated_rms_norm"),
     "multi_token_attention": ("multi_token_attention", "softmax", "sparsemax"),
     "mhc_coeffs": "_mhc_coeffs",
+    "mhc_pre": "_mhc_pre",
+    "mhc_post_res": "_mhc_post_res",
 }
 
 
