@@ -49,17 +49,21 @@ def _token_tiles(tile, pid, n_tokens, hc, BLOCK_T: tl.constexpr, BLOCK_HC: tl.co
 
     ``t0``: the tile's first token, an int64 scalar base (the offsets inside the tile stay int32:
     int64 vector arithmetic runs as scalar code); ``m2``/``m3``: the tile's token indices as the
-    first axis of a (BLOCK_T, BLOCK_HC) and a (BLOCK_T, BLOCK_HC, BLOCK_HC) tile. The masks come
-    from fp32 compares (``_jit.below``): they also select padded lanes in ``tl.where``, and the
-    vector units have no integer compare. ``pid * 0 + tile``: the interpreter's loop variable is
-    a Python int."""
+    first axis of a (BLOCK_T, BLOCK_HC) and a (BLOCK_T, BLOCK_HC, BLOCK_HC) tile. ``mask3`` comes
+    from fp32 compares (``_jit.below``): it also selects padded lanes in ``tl.where``, and the
+    vector units have no integer compare. ``mask2`` only masks loads and stores, some without a
+    padding fill: integer compares against int32 bounds, which the compiler turns into DMA
+    lengths (triton-ascend 3.2.0's DiscreteMaskAccessConversion aborts on a fill-less load whose
+    mask comes from fp32 compares). ``pid * 0 + tile``: the interpreter's loop variable is a
+    Python int."""
     t0 = (pid * 0 + tile).to(tl.int64) * BLOCK_T
     tokens = tl.arange(0, BLOCK_T)
     token_ok = below(tokens, n_tokens - t0)
     lanes = tl.arange(0, BLOCK_HC)
     lane_ok = below(lanes, hc)
     m2 = tokens[:, None]
-    mask2 = token_ok[:, None] & lane_ok[None, :]
+    tokens_left = tl.minimum(n_tokens - t0, BLOCK_T).to(tl.int32)
+    mask2 = (tokens < tokens_left)[:, None] & (lanes < hc)[None, :]
     m3 = tokens[:, None, None]
     rows3 = lanes[None, :, None]
     cols3 = lanes[None, None, :]
@@ -348,13 +352,15 @@ class LigerMHCCoeffsFunction(torch.autograd.Function):
 def _mix_tokens(tile, pid, n_tokens, hc, BLOCK_T: tl.constexpr, BLOCK_HC: tl.constexpr):
     """``(t0, m2, token_mask, streams, map_mask)``: the tile's first token (an int64 scalar base),
     its token indices (a (BLOCK_T, 1) column, int32), their mask, the stream lanes and the
-    (BLOCK_T, BLOCK_HC) mask of the per-token maps (fp32 compares: ``_jit.below``).
-    ``pid * 0 + tile``: the interpreter's loop variable is a Python int."""
+    (BLOCK_T, BLOCK_HC) mask of the per-token maps. The masks only mask loads and stores (no
+    ``tl.where``): integer compares against int32 bounds, which the compiler turns into DMA
+    lengths (see ``_token_tiles``). ``pid * 0 + tile``: the interpreter's loop variable is a
+    Python int."""
     t0 = (pid * 0 + tile).to(tl.int64) * BLOCK_T
     tokens = tl.arange(0, BLOCK_T)
     streams = tl.arange(0, BLOCK_HC)
-    token_mask = below(tokens, n_tokens - t0)[:, None]
-    return t0, tokens[:, None], token_mask, streams, token_mask & below(streams, hc)[None, :]
+    token_mask = (tokens < tl.minimum(n_tokens - t0, BLOCK_T).to(tl.int32))[:, None]
+    return t0, tokens[:, None], token_mask, streams, token_mask & (streams < hc)[None, :]
 
 
 @triton.jit
@@ -381,7 +387,7 @@ def _mhc_pre_forward_kernel(
         out_rows = OUT + t0 * pitch + m2 * pitch
         for c0 in range(0, n_channels, BLOCK_C):
             cols = c0 + tl.arange(0, BLOCK_C)
-            col_mask = below(cols, n_channels)
+            col_mask = cols < n_channels
             x_mask = map_mask[:, :, None] & col_mask[None, None, :]
             x = tl.load(x_rows + cols[None, None, :], mask=x_mask, other=0.0).to(tl.float32)
             x_in = tl.sum(x * h_pre[:, :, None], axis=1)
@@ -414,7 +420,7 @@ def _mhc_pre_backward_kernel(
         d_h_pre = tl.zeros((BLOCK_T, BLOCK_HC), dtype=tl.float32)
         for c0 in range(0, n_channels, BLOCK_C):
             cols = c0 + tl.arange(0, BLOCK_C)
-            col_mask = below(cols, n_channels)
+            col_mask = cols < n_channels
             x_mask = map_mask[:, :, None] & col_mask[None, None, :]
             d_out = tl.load(out_rows + cols[None, :], mask=token_mask & col_mask[None, :], other=0.0)
             d_out = d_out.to(tl.float32)[:, None, :]
@@ -449,14 +455,14 @@ def _mhc_post_res_forward_kernel(
         h_post = tl.load(H_POST + t0 * hc + m2 * hc + streams[None, :], mask=map_mask, care_padding=False).to(
             tl.float32
         )
-        res_mask = map_mask[:, :, None] & below(streams, hc)[None, None, :]
+        res_mask = map_mask[:, :, None] & (streams < hc)[None, None, :]
         res = t0 * (hc * hc) + ((m2 * hc + streams[None, :]) * hc)[:, :, None] + streams[None, None, :]
         h_res = tl.load(H_RES + res, mask=res_mask, other=0.0).to(tl.float32)
         stream_rows = t0 * (hc * pitch) + ((m2 * hc + streams[None, :]) * pitch)[:, :, None]
         f_rows = F_OUT + t0 * pitch + m2 * pitch
         for c0 in range(0, n_channels, BLOCK_C):
             cols = c0 + tl.arange(0, BLOCK_C)
-            col_mask = below(cols, n_channels)
+            col_mask = cols < n_channels
             x_mask = map_mask[:, :, None] & col_mask[None, None, :]
             x = tl.load(X + stream_rows + cols[None, None, :], mask=x_mask, other=0.0).to(tl.float32)
             f_out = tl.load(f_rows + cols[None, :], mask=token_mask & col_mask[None, :], care_padding=False)
@@ -490,7 +496,7 @@ def _mhc_post_res_backward_kernel(
         t0, m2, token_mask, streams, map_mask = _mix_tokens(tile, tl.program_id(0), n_tokens, hc, BLOCK_T, BLOCK_HC)
         maps = t0 * hc + m2 * hc + streams[None, :]
         h_post = tl.load(H_POST + maps, mask=map_mask, other=0.0).to(tl.float32)
-        res_mask = map_mask[:, :, None] & below(streams, hc)[None, None, :]
+        res_mask = map_mask[:, :, None] & (streams < hc)[None, None, :]
         res = t0 * (hc * hc) + ((m2 * hc + streams[None, :]) * hc)[:, :, None] + streams[None, None, :]
         h_res = tl.load(H_RES + res, mask=res_mask, other=0.0).to(tl.float32)
         stream_rows = t0 * (hc * pitch) + ((m2 * hc + streams[None, :]) * pitch)[:, :, None]
@@ -499,7 +505,7 @@ def _mhc_post_res_backward_kernel(
         d_h_res = tl.zeros((BLOCK_T, BLOCK_HC, BLOCK_HC), dtype=tl.float32)
         for c0 in range(0, n_channels, BLOCK_C):
             cols = c0 + tl.arange(0, BLOCK_C)
-            col_mask = below(cols, n_channels)
+            col_mask = cols < n_channels
             x_mask = map_mask[:, :, None] & col_mask[None, None, :]
             row_mask = token_mask & col_mask[None, :]
             d_out = tl.load(D_OUT + stream_rows + cols[None, None, :], mask=x_mask, other=0.0).to(tl.float32)
