@@ -5,8 +5,9 @@ Op boundary: liger-kernel's mHC is three functions, coefficients -> pre-mix -> (
 -> post + residual mix. The layer runs between the pre-mix and the post-mix, so one op cannot
 own all three; the coefficients are the part with a kernel's worth of work (the RMS-normalised
 projection and the Sinkhorn iterations over an ``HC x HC`` matrix per token, whose backward
-walks the iterations in reverse). The pre-mix and post-mix are per-token weighted sums of the
-streams, which ``torch.einsum`` expresses directly; they are not declared here.
+walks the iterations in reverse). The pre-mix and the post + residual mix are the ops `mhc_pre`
+and `mhc_post_res` (memory-bound sums over the stream axis); `liger_core.nn.LigerMHC` composes
+the three.
 """
 
 from __future__ import annotations
