@@ -35,6 +35,9 @@ MODULE_OF = {
     "fused_ce_tvd": "divergence",
     "fused_linear_cosine_similarity": "fused_linear_distillation",
     "fused_linear_jsd_loss": "fused_linear_distillation",
+    "mhc_coeffs": "mhc",
+    "mhc_pre": "mhc",
+    "mhc_post_res": "mhc",
 }
 
 

@@ -34,6 +34,9 @@ KERNEL_PREFIX = {
     "fused_linear_jsd_loss": ("jsd", "cross_entropy"),
     "modulated_rms_norm": ("rms_norm", "modulated_rms_norm"),
     "multi_token_attention": ("multi_token_attention", "softmax", "sparsemax"),
+    "mhc_coeffs": "_mhc_coeffs",
+    "mhc_pre": "_mhc_pre",
+    "mhc_post_res": "_mhc_post_res",
 }
 
 

@@ -30,6 +30,9 @@ _FAMILY = {
     "fused_ce_tvd": "divergence",
     "fused_linear_cosine_similarity": "fused_linear_distillation",
     "fused_linear_jsd_loss": "fused_linear_distillation",
+    "mhc_coeffs": "mhc",
+    "mhc_pre": "mhc",
+    "mhc_post_res": "mhc",
 }
 
 

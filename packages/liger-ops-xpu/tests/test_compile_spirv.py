@@ -403,6 +403,40 @@ def _modulated_rms_norm_cases() -> list[dict]:
     return cases
 
 
+def _mhc_cases() -> list[dict]:
+    """mhc_coeffs' Sinkhorn kernels at the paper's 4 streams and liger-kernel's 20 iterations."""
+    from liger_ops_xpu.mhc import plan_mhc
+
+    block_t, block_hc, warps = plan_mhc(4, 8192)
+    c = {"TMAX": 20, "BLOCK_T": block_t, "BLOCK_HC": block_hc}
+    fwd = _sig("MIX:fp32 BIAS:fp32 ALPHAS:fp32 H_PRE:fp32 H_POST:fp32 H_RES:fp32 HIST:fp32", "n_tokens hc")
+    fwd.update(_sig("", "", "pre_eps sinkhorn_eps post_mult"))
+    bwd = _sig("MIX:fp32 BIAS:fp32 ALPHAS:fp32 HIST:fp32 D_PRE:fp32 D_POST:fp32 D_RES:fp32 D_LOGITS:fp32")
+    bwd.update(_sig("", "n_tokens hc", "sinkhorn_eps post_mult"))
+    return [
+        _case("mhc", "_mhc_coeffs_forward_kernel", fwd, {**c, "STORE_HIST": True}, warps, register_heavy=False),
+        _case("mhc", "_mhc_coeffs_backward_kernel", bwd, c, warps, register_heavy=False),
+    ] + _mhc_mix_cases()
+
+
+def _mhc_mix_cases() -> list[dict]:
+    """mhc_pre's and mhc_post_res's stream mixes at 4 streams of Llama-3-8B's 4096 channels, bf16
+    streams and float32 maps (as mhc_coeffs returns them)."""
+    from liger_ops_xpu.mhc import plan_mix
+
+    cases = []
+    for module_ops, square in ((("pre", "X H_PRE:fp32 OUT", "X H_PRE:fp32 D_OUT D_X D_H_PRE:fp32"), False),
+                               (("post_res", "X F_OUT H_POST:fp32 H_RES:fp32 OUT",
+                                 "X F_OUT H_POST:fp32 H_RES:fp32 D_OUT D_X D_F_OUT D_H_POST:fp32 D_H_RES:fp32"), True)):  # fmt: skip
+        name, fwd, bwd = module_ops
+        block_t, block_hc, block_c, warps = plan_mix(4, 8192, 4096, square=square)
+        c = {"BLOCK_T": block_t, "BLOCK_HC": block_hc, "BLOCK_C": block_c, "STATIC_CHUNKS": 0}
+        for direction, pointers in (("forward", fwd), ("backward", bwd)):
+            sig = _sig(pointers, "n_tokens hc n_channels n_chunks")
+            cases.append(_case("mhc", f"_mhc_{name}_{direction}_kernel", sig, c, warps, register_heavy=False))
+    return cases
+
+
 def _cases() -> list[dict]:
     return (
         _rms_norm_cases()
@@ -412,6 +446,7 @@ def _cases() -> list[dict]:
         + _moe_cases()
         + _embedding_cases()
         + _modulated_rms_norm_cases()
+        + _mhc_cases()
     )
 
 

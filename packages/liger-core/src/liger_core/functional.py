@@ -628,3 +628,36 @@ def liger_fused_linear_scaled_cross_entropy(
     """Per-token ``(nll, entropy)`` of ``softmax(input @ weight.T / temperature)``, unreduced, without
     the logits; see `liger_core.ops.fused_linear_scaled_cross_entropy` for the contract."""
     return resolve("fused_linear_scaled_cross_entropy", input.device)(input, weight, target, temperature, ignore_index)
+
+
+def liger_mhc_coeffs(
+    x: torch.Tensor,
+    phi: torch.Tensor,
+    b: torch.Tensor,
+    alpha_pre: torch.Tensor,
+    alpha_post: torch.Tensor,
+    alpha_res: torch.Tensor,
+    tmax: int = 20,
+    rms_eps: float = 1e-6,
+    pre_eps: float = 0.0,
+    sinkhorn_eps: float = 1e-6,
+    post_mult: float = 2.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """mHC routing coefficients ``(h_pre, h_post, h_res)`` of ``HC`` residual streams ``x``
+    (``(..., HC, C)``): sigmoid maps and the Sinkhorn-normalised mixing matrix; see
+    `liger_core.ops.mhc_coeffs.mhc_coeffs` for the contract."""
+    return resolve("mhc_coeffs", x.device)(
+        x, phi, b, alpha_pre, alpha_post, alpha_res, tmax, rms_eps, pre_eps, sinkhorn_eps, post_mult
+    )
+
+
+def liger_mhc_pre(x: torch.Tensor, h_pre: torch.Tensor) -> torch.Tensor:
+    """mHC pre-mix: the wrapped layer's input ``sum_s h_pre[..., s] * x[..., s, :]`` of ``HC``
+    residual streams ``x`` (``(..., HC, C)``); see `liger_core.ops.mhc_pre.mhc_pre` for the contract."""
+    return resolve("mhc_pre", x.device)(x, h_pre)
+
+
+def liger_mhc_post_res(x: torch.Tensor, f_out: torch.Tensor, h_post: torch.Tensor, h_res: torch.Tensor) -> torch.Tensor:
+    """mHC post + residual mix: ``h_res @ x + h_post * f_out`` per token, back to ``HC`` streams;
+    see `liger_core.ops.mhc_post_res.mhc_post_res` for the contract."""
+    return resolve("mhc_post_res", x.device)(x, f_out, h_post, h_res)

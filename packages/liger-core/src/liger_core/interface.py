@@ -40,6 +40,9 @@ from liger_core.ops import (
     kl_div,
     layer_norm,
     llama4_rope,
+    mhc_coeffs,
+    mhc_post_res,
+    mhc_pre,
     modulated_rms_norm,
     multi_token_attention,
     poly_norm,
@@ -116,6 +119,11 @@ CATALOGUE: dict[str, Op] = {
         multi_token_attention.OP,
         # 1.7: scaled-ce2
         fused_linear_scaled_cross_entropy.OP,
+        # 1.7: mhc
+        mhc_coeffs.OP,
+        # 1.8: mhc (the pre-mix and the post + residual mix)
+        mhc_pre.OP,
+        mhc_post_res.OP,
     )
 }
 

@@ -248,3 +248,12 @@ EMBEDDING_ZERO_TILE_ELEMENTS = 4096
 # at most ROWS_PER_CHUNK rows of one modulation row per unit.
 MODULATION_BLOCK_N = 2048
 MODULATION_ROWS_PER_CHUNK = 64
+# mHC coefficients: at most this many tokens x HC x HC lanes per Sinkhorn tile; the UB plan
+# (mhc.plan_mhc) halves the tokens per tile until the live tiles fit the budget.
+MHC_TILE_ELEMENTS = 2048
+# mHC's pre-mix and post + residual mix: a program's largest tile (tokens x streams x channels, x
+# streams again for the post-mix's HC x HC matrix) holds at most MHC_MIX_TILE_ELEMENTS, the
+# channels at most MHC_MIX_BLOCK_C; the UB plan (mhc.plan_mix) halves the tokens, then the
+# channels, until the live tiles fit the budget.
+MHC_MIX_TILE_ELEMENTS = 4096
+MHC_MIX_BLOCK_C = 256

@@ -171,3 +171,14 @@ EMBEDDING_SEGMENT_NUM_WARPS = 4
 # rms_norm's sizes spill). Untuned: chosen so that sm_90 spills no more than rms_norm's backward.
 MODULATED_RMS_NORM_BACKWARD_TILE_ELEMENTS = 8192
 MODULATED_RMS_NORM_BACKWARD_ELEMENTS_PER_WARP = 512
+# mHC coefficients: tokens x HC x HC elements per Sinkhorn tile (HC padded to a power of two);
+# a token's matrix is tiny, so a program takes as many tokens as fill the tile.
+MHC_TILE_ELEMENTS = 2048
+MHC_NUM_WARPS = 4
+# mHC's pre-mix and post + residual mix: memory-bound sums over the stream axis. A program takes
+# BLOCK_T tokens and walks their channels BLOCK_C at a time; its largest register tile (tokens x
+# streams x channels, x streams again for the post-mix's HC x HC matrix) holds at most
+# MHC_MIX_TILE_ELEMENTS. Untuned starting points.
+MHC_MIX_TILE_ELEMENTS = 4096
+MHC_MIX_BLOCK_C = 128
+MHC_MIX_NUM_WARPS = 4

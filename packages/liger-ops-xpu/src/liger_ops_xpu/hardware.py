@@ -270,3 +270,16 @@ EMBEDDING_ZERO_TILE_ELEMENTS = 8192
 EMBEDDING_ZERO_BLOCK_N = 4096
 EMBEDDING_ZERO_MAX_BLOCK_M = 256
 EMBEDDING_SEGMENT_BLOCK_N = 1024
+
+# mHC coefficients: tokens x HC x HC elements per Sinkhorn tile (HC padded to a power of two).
+# A few fp32 tiles of this size are live at once: well inside the default 128-GRF mode, which
+# keeps more threads resident to hide the loads.
+MHC_TILE_ELEMENTS = 2048
+MHC_NUM_WARPS = 4
+# mHC's pre-mix and post + residual mix: memory-bound sums over the stream axis. A program takes
+# BLOCK_T tokens and walks their channels BLOCK_C at a time; its largest register tile (tokens x
+# streams x channels, x streams again for the post-mix's HC x HC matrix) holds at most
+# MHC_MIX_TILE_ELEMENTS. Untuned starting points.
+MHC_MIX_TILE_ELEMENTS = 4096
+MHC_MIX_BLOCK_C = 128
+MHC_MIX_NUM_WARPS = 4

@@ -27,6 +27,7 @@ from liger_core.nn.losses import (
     LigerTVDLoss,
     LigerVocabParallelCrossEntropy,
 )
+from liger_core.nn.mhc import LigerMHC
 from liger_core.nn.mlp import (
     LigerGEGLUMLP,
     LigerPhi3SwiGLUMLP,
