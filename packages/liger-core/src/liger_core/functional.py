@@ -628,3 +628,17 @@ def liger_fused_linear_scaled_cross_entropy(
     """Per-token ``(nll, entropy)`` of ``softmax(input @ weight.T / temperature)``, unreduced, without
     the logits; see `liger_core.ops.fused_linear_scaled_cross_entropy` for the contract."""
     return resolve("fused_linear_scaled_cross_entropy", input.device)(input, weight, target, temperature, ignore_index)
+
+
+def liger_fused_neighborhood_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    kernel_size: int = 7,
+    dilation: int = 1,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Softmax attention over a sliding window of ``kernel_size`` keys (spaced by ``dilation``)
+    around each query, ``(batch, heads, seq, head_dim)``; see
+    `liger_core.ops.fused_neighborhood_attention` for the contract."""
+    return resolve("fused_neighborhood_attention", query.device)(query, key, value, kernel_size, dilation, scale)

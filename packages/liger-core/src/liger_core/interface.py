@@ -33,6 +33,7 @@ from liger_core.ops import (
     fused_linear_scaled_cross_entropy,
     fused_linear_simpo,
     fused_moe,
+    fused_neighborhood_attention,
     geglu,
     group_norm,
     grpo_loss,
@@ -116,6 +117,8 @@ CATALOGUE: dict[str, Op] = {
         multi_token_attention.OP,
         # 1.7: scaled-ce2
         fused_linear_scaled_cross_entropy.OP,
+        # 1.8: neighborhood attention
+        fused_neighborhood_attention.OP,
     )
 }
 
