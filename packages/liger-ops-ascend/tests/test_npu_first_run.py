@@ -59,6 +59,8 @@ FAMILIES = {
     "modulated_rms_norm": ("modulated_rms_norm",),
     # 1.7: attention (the causal fill; softmax's and sparsemax's row kernels).
     "attention": ("multi_token_attention",),
+    # 1.8: neighborhood attention (banded flash-style kernels on the cube units).
+    "neighborhood_attention": ("fused_neighborhood_attention",),
 }
 CONFIG = "llama-3-8b"
 # Families whose shapes a dense model's config does not have.
