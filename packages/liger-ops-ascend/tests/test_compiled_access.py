@@ -32,8 +32,9 @@ GATHERS = {
     "_fused_linear_scaled_cross_entropy_forward_kernel",
 }
 # Ops whose kernels have no chunked variant for the small-UB pass to reach, and whose smallest
-# tiles an 8 KiB UB cannot hold (fused_moe's GEMMs: their tile shrinks, its code does not).
-NO_SMALL_UB = {"fused_moe"}
+# tiles an 8 KiB UB cannot hold (fused_moe's GEMMs, fused_neighborhood_attention's banded
+# products: their tile shrinks to tl.dot's 16, their code does not).
+NO_SMALL_UB = {"fused_moe", "fused_neighborhood_attention"}
 
 _COMPILE = r"""
 import json, os, subprocess, sys, tempfile, importlib

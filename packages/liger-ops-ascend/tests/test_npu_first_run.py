@@ -61,6 +61,8 @@ FAMILIES = {
     "attention": ("multi_token_attention",),
     # 1.8: mhc (the Sinkhorn coefficients and the two stream mixes).
     "mhc": ("mhc_coeffs", "mhc_pre", "mhc_post_res"),
+    # 1.8: neighborhood attention (banded flash-style kernels on the cube units).
+    "neighborhood_attention": ("fused_neighborhood_attention",),
 }
 CONFIG = "llama-3-8b"
 # Families whose shapes a dense model's config does not have.

@@ -14,6 +14,7 @@ import itertools
 
 import pytest
 import torch
+import triton
 
 from liger_ops_ascend import hardware, rms_norm
 from liger_ops_ascend.launch import check
@@ -343,3 +344,22 @@ def test_multi_token_attention_fill_plans_fit_grid_and_ub(soc):
         p = multi_token_attention.plan_tiles(n, dtype, hw)
         check(p.kernels[0], hw)
         assert p.programs <= hw.vector_cores and p.programs * p.n_iters * p.block >= n
+
+
+# -- 1.8: neighborhood attention ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B4", "Ascend950"])
+def test_fused_neighborhood_attention_plans_fit_grid_and_ub(soc):
+    # Every kernel's tiles at the models' head dims (64 to 256) in every dtype, over batch 8 x 32
+    # heads x 65536 tokens (the persistent grid never passes the AI cores).
+    from liger_ops_ascend import fused_neighborhood_attention as nat
+
+    hw = hardware.for_soc(soc)
+    for dtype, head_dim in itertools.product(NORM_DTYPES, [64, 80, 96, 128, 256]):
+        plan = nat.plan_fused_neighborhood_attention(head_dim, dtype, hw)
+        items = 8 * 32 * triton.cdiv(65536, plan.block)
+        pitch = 32 * head_dim * dtype.itemsize  # (batch, seq, heads, head_dim) projections viewed per head
+        for name in nat.KERNEL_TILES:
+            check(plan.kernel(name, items, (pitch,), plan.block * 32 * head_dim + plan.block_d), hw)
+            assert plan.kernel(name, items, (pitch,), 0).programs <= hw.ai_cores

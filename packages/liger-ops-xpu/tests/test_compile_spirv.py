@@ -437,6 +437,39 @@ def _mhc_mix_cases() -> list[dict]:
     return cases
 
 
+def _neighborhood_attention_cases() -> list[dict]:
+    """fused_neighborhood_attention (1.8): the forward, dQ and dK/dV kernels at the bf16 plan for
+    head_dim 64 (the bench's) and 256 (smaller row blocks), runtime band trip counts."""
+    import torch
+
+    from liger_ops_xpu import fused_neighborhood_attention as nat
+
+    kernels = (
+        "_fused_neighborhood_attention_forward_kernel",
+        "_fused_neighborhood_attention_backward_dq_kernel",
+        "_fused_neighborhood_attention_backward_dkdv_kernel",
+    )
+    cases = []
+    for head_dim in (64, 256):
+        plan = nat.plan_fused_neighborhood_attention(4096, head_dim, torch.bfloat16, torch.device("xpu"))
+        c = {"BLOCK_M": plan.block_m, "BLOCK_N": plan.block_n, "BLOCK_D": plan.block_d}
+        c.update(PRECISION=plan.precision, UPCAST=False, STATIC_STEPS=0)
+        for name in kernels:
+            kernel = getattr(nat, name)
+            sig = {}
+            for arg in kernel.arg_names:
+                if arg in c:
+                    continue
+                if arg in ("LSE", "DELTA"):
+                    sig[arg] = "*fp32"
+                elif arg.isupper():
+                    sig[arg] = "*bf16"
+                else:
+                    sig[arg] = "fp32" if arg == "scale" else "i32"
+            cases.append(_case("fused_neighborhood_attention", name, sig, c, plan.launch["num_warps"]))
+    return cases
+
+
 def _cases() -> list[dict]:
     return (
         _rms_norm_cases()
@@ -447,6 +480,7 @@ def _cases() -> list[dict]:
         + _embedding_cases()
         + _modulated_rms_norm_cases()
         + _mhc_cases()
+        + _neighborhood_attention_cases()
     )
 
 

@@ -661,3 +661,17 @@ def liger_mhc_post_res(x: torch.Tensor, f_out: torch.Tensor, h_post: torch.Tenso
     """mHC post + residual mix: ``h_res @ x + h_post * f_out`` per token, back to ``HC`` streams;
     see `liger_core.ops.mhc_post_res.mhc_post_res` for the contract."""
     return resolve("mhc_post_res", x.device)(x, f_out, h_post, h_res)
+
+
+def liger_fused_neighborhood_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    kernel_size: int = 7,
+    dilation: int = 1,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Softmax attention over a sliding window of ``kernel_size`` keys (spaced by ``dilation``)
+    around each query, ``(batch, heads, seq, head_dim)``; see
+    `liger_core.ops.fused_neighborhood_attention` for the contract."""
+    return resolve("fused_neighborhood_attention", query.device)(query, key, value, kernel_size, dilation, scale)

@@ -33,6 +33,7 @@ from liger_core.ops import (
     fused_linear_scaled_cross_entropy,
     fused_linear_simpo,
     fused_moe,
+    fused_neighborhood_attention,
     geglu,
     group_norm,
     grpo_loss,
@@ -124,6 +125,8 @@ CATALOGUE: dict[str, Op] = {
         # 1.8: mhc (the pre-mix and the post + residual mix)
         mhc_pre.OP,
         mhc_post_res.OP,
+        # 1.8: neighborhood attention
+        fused_neighborhood_attention.OP,
     )
 }
 

@@ -67,6 +67,10 @@ MOE_BLOCK_N = 256
 MOE_BLOCK_K = 64
 MOE_MIN_BLOCK = 16
 MOE_COMBINE_BLOCK = 8192
+# fused_neighborhood_attention: rows of a query and a key block, halved from NAT_BLOCK until every
+# kernel's tiles fit the UB; NAT_MIN_BLOCK is tl.dot's smallest tile. Untuned starting point.
+NAT_BLOCK = 64
+NAT_MIN_BLOCK = 16
 # fused_linear_grpo: float32 logits of whole sequences per chunk (HBM, not UB; at least one
 # sequence): 256 MiB.
 FLGRPO_CHUNK_ELEMENTS = 1 << 26

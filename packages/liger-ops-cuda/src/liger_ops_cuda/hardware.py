@@ -69,6 +69,16 @@ POLY_NORM_BACKWARD_ELEMENTS_PER_WARP = 1024
 # no row width is too wide); the per-block scores live in registers beside the tile.
 ATTN_RES_TILE_ELEMENTS = 4096
 ATTN_RES_BLOCK_N = 4096
+# Neighborhood attention (flash-style banded kernels): query and key rows per block; heads wider
+# than NAT_WIDE_HEAD_DIM take NAT_WIDE_HEAD_BLOCK rows (the fp32 accumulators are rows x
+# head_dim); NAT_MIN_BLOCK is tl.dot's smallest tile side. Untuned starting points (flash
+# attention's usual 64 x 64 tiles at 4 warps).
+NAT_BLOCK = 64
+NAT_WIDE_HEAD_DIM = 128
+NAT_WIDE_HEAD_BLOCK = 32
+NAT_MIN_BLOCK = 16
+NAT_NUM_WARPS = 4
+NAT_NUM_STAGES = 2
 # Stand-in SM count where there is no GPU (the Triton interpreter on CPU): small, so that
 # tests still run several programs per grid.
 INTERPRETER_SM_COUNT = 4

@@ -90,6 +90,14 @@ MOE_BLOCK_K = 32
 MOE_NUM_WARPS = 16
 MOE_COMBINE_BLOCK = 1024
 
+# fused_neighborhood_attention's banded kernels: query and key rows per block; heads wider than
+# NAT_WIDE_HEAD_DIM take NAT_WIDE_HEAD_BLOCK rows (the fp32 accumulators are rows x head_dim).
+# Untuned starting points (CUDA's sizes, on the large register file).
+NAT_BLOCK = 64
+NAT_WIDE_HEAD_DIM = 128
+NAT_WIDE_HEAD_BLOCK = 32
+NAT_NUM_WARPS = 8
+
 # --- threads and sub-groups ------------------------------------------------------------------
 # Triton's default sub-group width on XPU; every Intel GPU Triton targets supports it.
 DEFAULT_SUB_GROUP_SIZE = 32

@@ -1,7 +1,11 @@
 """Drop-in `torch.nn.Module`s over the functional API."""
 
 from liger_core.nn.activation import LigerReLUSquared
-from liger_core.nn.attention import LigerMultiTokenAttention
+from liger_core.nn.attention import (
+    LigerFusedNeighborhoodAttention,
+    LigerFusedNeighborhoodAttentionLayer,
+    LigerMultiTokenAttention,
+)
 from liger_core.nn.distillation import (
     LigerFusedLinearCosineSimilarityLoss,
     LigerFusedLinearJSDLoss,
