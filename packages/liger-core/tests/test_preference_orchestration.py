@@ -10,6 +10,7 @@ import torch
 from liger_core.conformance.check import make_args
 from liger_core.ops import _preference as P
 from liger_core.ops import fused_linear_dpo as dpo
+from liger_core.ops import fused_linear_kto as kto
 
 
 class TorchTokenLogps:
@@ -95,3 +96,36 @@ def test_a_target_out_of_range_raises_before_the_loss_is_used():
     args["target"][1, 2] = 40
     with pytest.raises(ValueError, match=r"fused_linear_dpo: every target must be in \[0, 40\).*first: 40"):
         _call(args)
+
+
+# KTO runs the same chunk step over runs of whole sequences: one sequence a chunk, five chunks.
+KTO = P.autograd_functions(TorchTokenLogps(), lambda: 5 * 40, __name__)["fused_linear_kto"]
+KTO_NAMES = ("input", "weight", "target", "preference_labels", "bias", "ref_input", "ref_weight", "ref_bias", "kl")
+KTO_OPTIONS = (-100, 0.5, True, False, 1.3, 0.7)  # ignore_index ... undesirable_weight, in order
+
+
+def _kto_args():
+    args = make_args("fused_linear_kto", "cpu", shape=(5, 5, 8, 40), dtype=torch.float32, seed=7, bias=True)
+    for name in ("input", "weight", "bias"):
+        args[name].requires_grad_(True)
+    return args
+
+
+def test_kto_gradients_over_several_chunks_match_the_reference():
+    args = _kto_args()
+    loss = KTO.apply(*(args.get(n) for n in KTO_NAMES), *KTO_OPTIONS)[0]
+    (0.5 * loss).backward()
+    ref_args = {k: (v.detach().clone().requires_grad_(v.requires_grad) if torch.is_tensor(v) else v)
+                for k, v in args.items()}  # fmt: skip
+    ref_loss = kto.math(*(ref_args.get(n) for n in KTO_NAMES), *KTO_OPTIONS)[0]
+    (0.5 * ref_loss).backward()
+    torch.testing.assert_close(loss, ref_loss)
+    for name in ("input", "weight", "bias"):
+        torch.testing.assert_close(args[name].grad, ref_args[name].grad)
+
+
+def test_kto_target_out_of_range_raises():
+    args = _kto_args()
+    args["target"][3, 4] = -1
+    with pytest.raises(ValueError, match=r"fused_linear_kto: every target must be in \[0, 40\).*first: -1"):
+        KTO.apply(*(args.get(n) for n in KTO_NAMES), *KTO_OPTIONS)

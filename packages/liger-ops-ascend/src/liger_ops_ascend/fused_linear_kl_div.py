@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 from liger_core.backend import implements
+from liger_core.ops._losses import take_fused_grads
 from liger_core.ops.fused_linear_kl_div import check_args, counted_rows, reduction_scale
 
 from liger_ops_ascend import hardware
@@ -54,14 +55,15 @@ class LigerFusedLinearKLDivFunction(torch.autograd.Function):
                 g /= temperature
                 gx[start:end] = (g @ s_w32).to(gx.dtype)
                 gw += g.t() @ x_c
-        ctx.save_for_backward(gx, gw)
+        ctx.fused_grads = (gx, gw)  # not saved tensors: see `_losses.take_fused_grads`
         ctx.w_dtype = student_weight.dtype
         return total
 
     @staticmethod
     def backward(ctx, d_loss):
-        gx, gw = ctx.saved_tensors
+        gx, gw = take_fused_grads(ctx)
         if gx is None:
             return (None,) * 8
         go = d_loss.float()
-        return (gx.float() * go).to(gx.dtype), (gw * go).to(ctx.w_dtype), None, None, None, None, None, None
+        # In place (the float32 grad_weight buffer converted for a 16-bit weight): autograd adopts them.
+        return gx.mul_(go), gw.mul_(go).to(ctx.w_dtype), None, None, None, None, None, None

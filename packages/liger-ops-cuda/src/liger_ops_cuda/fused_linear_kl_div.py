@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from liger_core.backend import implements
+from liger_core.ops._losses import take_fused_grads
 from liger_core.ops.fused_linear_kl_div import check_args, counted_rows, reduction_scale
 from liger_ops_cuda import hardware
 from liger_ops_cuda._tiling import accumulate_weight_grad, contiguous, plan_chunks, scale_unless_one
@@ -59,12 +60,12 @@ class LigerFusedLinearKLDivFunction(torch.autograd.Function):
             first = False
         if need_w and first:
             gw.zero_()
-        ctx.save_for_backward(gx, gw)
+        ctx.fused_grads = (gx, gw)  # not saved tensors: see `_losses.take_fused_grads`
         return total * scale
 
     @staticmethod
     def backward(ctx, grad_output):
-        gx, gw = ctx.saved_tensors
+        gx, gw = take_fused_grads(ctx)
         up = grad_output.float().reshape(1)
         scale_unless_one(gx, up)
         scale_unless_one(gw, up)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 from liger_core.backend import implements
-from liger_core.ops._losses import label_count
+from liger_core.ops._losses import label_count, take_fused_grads
 from liger_core.ops.fused_linear_jsd import check_args
 
 from liger_ops_xpu._matmul import matmul_nt_f32
@@ -71,12 +71,12 @@ class LigerFusedLinearJSDFunction(torch.autograd.Function):
                 torch.mm(ds, ws, out=dxs[start:end])
             if want_dw:
                 dws += ds.t() @ xs_c
-        ctx.grads = (dxs, dws)
+        ctx.fused_grads = (dxs, dws)  # not saved tensors: see `_losses.take_fused_grads`
         return total / max(n, 1)
 
     @staticmethod
     def backward(ctx, grad_loss):
+        grads = take_fused_grads(ctx)
         g = grad_loss.to(torch.float32)
-        dxs, dws = (None if t is None else (t * g).to(t.dtype) for t in ctx.grads)
-        ctx.grads = None
+        dxs, dws = (None if t is None else t.mul_(g) for t in grads)  # in place: autograd adopts them
         return dxs, dws, None, None, None, None, None, None

@@ -17,7 +17,9 @@ the pair formula (a few scalars per pair, by autograd in torch); its derivative 
 sequence becomes a per-token coefficient ``c_t``, and the backend's gradient kernel overwrites
 the logits chunk in place with ``c_t * (onehot(target_t) - softmax_t)``; two matmuls give the
 chunk's input gradient and add its weight gradient. The matmul is never recomputed and at most one
-chunk of logits (in the input's dtype) lives at a time. Nothing here needs torch.compile.
+chunk of logits (in the input's dtype) lives at a time. Nothing here needs torch.compile. The
+unpaired losses (`fused_linear_unpaired`, KTO) run the same chunk step (`ChunkStep`) over runs of
+whole sequences.
 
 `autograd_functions` builds the ops' autograd Functions over one backend's kernels (argument
 checks, `fused_linear_pairs`, the gradients' two ends); the backend registers them.
@@ -327,8 +329,11 @@ def _project(x: Tensor, w: Tensor, b: Tensor | None, out: Tensor) -> None:
 
 
 def _chunk_rows(x: Tensor, rows: list[slice]) -> Tensor:
-    """The chunk's chosen rows then its rejected rows as one ``(tokens, hidden)`` matrix: one copy of
-    the hidden states (small beside the logits) buys one large GEMM per product instead of two."""
+    """The chunk's sequences (``rows``: runs of whole sequences, e.g. a pair chunk's chosen then its
+    rejected ones) as one ``(tokens, hidden)`` matrix: one copy of the hidden states (small beside the
+    logits) buys one large GEMM per product instead of one per run; a single run is a view."""
+    if len(rows) == 1:
+        return x[rows[0]].reshape(-1, x.shape[2])
     return torch.cat([x[r].reshape(-1, x.shape[2]) for r in rows])
 
 
@@ -336,6 +341,168 @@ def _chunk_logits(x_chunk: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
     logits = torch.empty((x_chunk.shape[0], w.shape[0]), dtype=x_chunk.dtype, device=x_chunk.device)
     _project(x_chunk, w, b, logits)
     return logits
+
+
+ChunkLoss = Callable[[Tensor, Tensor | None], tuple[Tensor, Tensor]]
+"""``(logps, ref_logps) -> (loss part, rewards)`` for one chunk's sequences, in the chunk's row
+order: ``logps`` (float32, a leaf that may require grad) and ``ref_logps`` (None without a
+reference model) theirs; the part is the chunk's float32 share of the op's loss."""
+
+
+@dataclass
+class ChunkResult:
+    """What `ChunkStep.run` gives back per chunk, per sequence in the chunk's row order."""
+
+    loss: Tensor  # the chunk's share of the loss (a detached float32 scalar)
+    token_logps: Tensor  # (tokens,) float32, 0 on ignored tokens
+    logps: Tensor  # (sequences,) float32
+    rewards: Tensor  # (sequences,) float32
+    logit_sums: Tensor  # (sequences,) float32: logits summed over the vocabulary and the counted tokens
+
+
+class ChunkStep:
+    """One chunk of whole sequences, the step both loops (`fused_linear_pairs`,
+    `fused_linear_unpaired`) run: the chunk's logits by one GEMM, per-token log-probs through the
+    backend's forward kernel, the chunk's loss and its per-sequence coefficients by autograd, the
+    backend's gradient kernel over the logits, then the GEMMs grad_input and grad_weight (the first
+    chunk writes grad_weight, the others add: no zero fill) and grad_bias. Construct it before any
+    other set-up: it queues the targets' range check (`_losses.PendingLabelStats`) and then the first
+    chunk's first GEMM, so the device works while the host prepares; `finish` hands the gradients
+    over."""
+
+    def __init__(
+        self,
+        kernels: TokenLogpKernels,
+        input: Tensor,
+        weight: Tensor,
+        target: Tensor,
+        bias: Tensor | None,
+        ref_input: Tensor | None,
+        ref_weight: Tensor | None,
+        ref_bias: Tensor | None,
+        ignore_index: int,
+        average_log_prob: bool,
+        use_ref_model: bool,
+        need_input: bool,
+        need_weight: bool,
+        need_bias: bool,
+        op: str,
+        first_rows: list[slice] | None,
+    ) -> None:
+        """``first_rows``: the first chunk's runs of sequences (None: no chunk will run)."""
+        self.kernels, self.bias, self.ref_bias = kernels, bias, ref_bias
+        self.ignore_index, self.average_log_prob, self.use_ref_model = ignore_index, average_log_prob, use_ref_model
+        self.seq, self.hidden = input.shape[1], input.shape[2]
+        dev = input.device
+        self.x = input.contiguous()
+        self.w = weight.to(self.x.dtype).contiguous()
+        if use_ref_model:
+            self.rx = ref_input.contiguous()
+            self.rw = ref_weight.to(self.rx.dtype).contiguous()
+        # The targets' range check: three figures copied to the host behind an event, queued first so
+        # they are there when the first kernel that indexes by target needs them (no host wait then).
+        self.labels = L.PendingLabelStats(op, target, ignore_index, weight.shape[0])
+        # The first chunk's first GEMM goes in the queue before the small set-up kernels that follow
+        # (the caller's too), so the device has milliseconds of work while the host prepares (an
+        # empty queue otherwise idles it). With a reference model its GEMM comes first.
+        self._prefetched = self._prefetched_x = None
+        if first_rows is not None:
+            if use_ref_model:
+                with torch.no_grad():
+                    self._prefetched = _chunk_logits(_chunk_rows(self.rx, first_rows), self.rw, ref_bias)
+            else:
+                self._prefetched_x = _chunk_rows(self.x, first_rows)  # kept for the chunk's grad_weight
+                self._prefetched = _chunk_logits(self._prefetched_x, self.w, bias)
+        self.any_grad = need_input or need_weight or need_bias
+        self.grad_x = torch.empty_like(self.x) if need_input else None
+        self.grad_w = None
+        if need_weight:
+            self.grad_w = (torch.empty if first_rows is not None else torch.zeros)(
+                weight.shape, dtype=weight.dtype, device=dev
+            )
+        self.grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=dev) if need_bias else None
+        self._first = True
+
+    def _take_prefetched(self) -> Tensor | None:
+        logits, self._prefetched = self._prefetched, None
+        return logits
+
+    def run(
+        self,
+        rows: list[slice],
+        target: Tensor,
+        counts: Tensor,
+        chunk_loss: ChunkLoss,
+        lead_coef: tuple[int, Tensor] | None = None,
+    ) -> ChunkResult:
+        """The chunk of the sequences ``rows`` (runs of whole sequences, in this order), ``target``
+        and ``counts`` theirs (flat ``(tokens,)``; ``(sequences,)``). ``lead_coef`` = ``(n, c)``: a
+        float32 ``c`` added to the first ``n`` tokens' gradient coefficients (a term linear in their
+        log-probs, e.g. the paired losses' NLL on the chosen rows)."""
+        k, seq, ignore_index = self.kernels, self.seq, self.ignore_index
+        ref_logps = None
+        if self.use_ref_model:
+            with torch.no_grad():
+                ref_logits = self._take_prefetched()
+                if ref_logits is None:
+                    ref_logits = _chunk_logits(_chunk_rows(self.rx, rows), self.rw, self.ref_bias)
+                self.labels.result()  # raises naming the first bad target, before a kernel indexes by one
+                ref_tok, _ = k.forward(ref_logits, target, ignore_index)
+                del ref_logits
+            ref_logps = sequence_logps(ref_tok.view(-1, seq), counts, self.average_log_prob)
+        x_chunk, self._prefetched_x = self._prefetched_x, None
+        logits = self._take_prefetched()
+        if logits is None:
+            x_chunk = _chunk_rows(self.x, rows)
+            logits = _chunk_logits(x_chunk, self.w, self.bias)
+        self.labels.result()
+        tok, lse = k.forward(logits, target, ignore_index)
+        valid = target != ignore_index
+        sums = torch.where(valid, logits.sum(-1, dtype=torch.float32), 0.0).view(-1, seq).sum(-1)
+        logps = sequence_logps(tok.view(-1, seq), counts, self.average_log_prob)
+        with torch.enable_grad():
+            lp = logps.detach().requires_grad_(self.any_grad)
+            part, rewards = chunk_loss(lp, ref_logps)
+            coef = None
+            if self.any_grad and part.requires_grad:
+                (coef,) = torch.autograd.grad(part, lp, allow_unused=True)
+        if self.any_grad:
+            coef = torch.zeros_like(lp) if coef is None else coef
+            if self.average_log_prob:
+                coef = coef / counts.clamp(min=1).float()
+            coef = coef.float().repeat_interleave(seq)
+            if lead_coef is not None:
+                coef[: lead_coef[0]] += lead_coef[1]
+            k.backward(logits, target, lse, coef.contiguous(), ignore_index)
+            self._add_grads(logits, rows, x_chunk)
+        del logits
+        return ChunkResult(part.detach(), tok, logps, rewards.detach().float(), sums)
+
+    def _add_grads(self, grad_logits: Tensor, rows: list[slice], x_chunk: Tensor | None) -> None:
+        """The chunk's logits gradient carried to the linear layer's operands."""
+        if self.grad_x is not None:
+            start = 0
+            for r in rows:
+                n = (r.stop - r.start) * self.seq
+                torch.mm(grad_logits[start : start + n], self.w, out=self.grad_x[r].view(-1, self.hidden))
+                start += n
+        if self.grad_w is not None:
+            g, xc = grad_logits.t().to(self.grad_w.dtype), x_chunk.to(self.grad_w.dtype)
+            if self._first:
+                torch.mm(g, xc, out=self.grad_w)
+            else:
+                self.grad_w.addmm_(g, xc)
+        if self.grad_b is not None:
+            self.grad_b += grad_logits.sum(0, dtype=torch.float32)
+        self._first = False
+
+    def finish(self) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        """``(grad_input, grad_weight, grad_bias)`` (those asked for, in their tensors' dtypes),
+        after the targets' range check (an empty batch, where no chunk ran, has its targets checked
+        too)."""
+        self.labels.result()
+        grad_b = None if self.grad_b is None else self.grad_b.to(self.bias.dtype)
+        return self.grad_x, self.grad_w, grad_b
 
 
 def fused_linear_pairs(
@@ -360,47 +527,25 @@ def fused_linear_pairs(
 ) -> tuple[PairedResult, Tensor | None, Tensor | None, Tensor | None]:
     """The loss, its metrics and the gradients of the loss w.r.t. input, weight and bias (those
     asked for; float32 loss, gradients in their tensors' dtypes), one chunk of whole pairs at a
-    time (see the module docstring). ``budget``: logits elements per chunk (the backend's)."""
-    n_seq, seq, hidden = input.shape
+    time (see the module docstring; each chunk a `ChunkStep` over its chosen then its rejected
+    sequences). ``budget``: logits elements per chunk (the backend's)."""
+    n_seq, seq, _ = input.shape
     n_pairs = n_seq // 2
     vocab = weight.shape[0]
     dev = input.device
-    x = input.contiguous()
-    w = weight.to(x.dtype).contiguous()
-    b = bias
-    if use_ref_model:
-        rx = ref_input.contiguous()
-        rw = ref_weight.to(rx.dtype).contiguous()
     per_chunk = pairs_per_chunk(n_pairs, seq, vocab, budget)
 
     def chunk_rows(p0: int) -> list[slice]:
         p1 = min(p0 + per_chunk, n_pairs)
         return [slice(p0, p1), slice(n_pairs + p0, n_pairs + p1)]
 
-    # The targets' range check: three figures copied to the host behind an event, queued first so
-    # they are there when the first kernel that indexes by target needs them (no host wait then).
-    labels = L.PendingLabelStats(op, target, ignore_index, vocab)
-    # The first chunk's first GEMM goes in the queue before the small set-up kernels below, so the
-    # device has milliseconds of work while the host prepares (an empty queue otherwise idles it).
-    first_gemm = None
-    if n_pairs:
-        if use_ref_model:
-            with torch.no_grad():
-                first_gemm = _chunk_logits(_chunk_rows(rx, chunk_rows(0)), rw, ref_bias)
-        else:
-            x_chunk = _chunk_rows(x, chunk_rows(0))
-            first_gemm = _chunk_logits(x_chunk, w, b)
+    step = ChunkStep(
+        kernels, input, weight, target, bias, ref_input, ref_weight, ref_bias, ignore_index, average_log_prob,
+        use_ref_model, need_input, need_weight, need_bias, op, chunk_rows(0) if n_pairs else None,
+    )  # fmt: skip
     tgt = target.contiguous()
     counts = token_counts(tgt, ignore_index)
     chosen_tokens = counts[:n_pairs].sum()
-    any_grad = need_input or need_weight or need_bias
-    grad_x = torch.empty_like(x) if need_input else None
-    # The first chunk's product writes grad_w, the others add to it: no zero fill, no read of zeros.
-    grad_w = None
-    if need_weight:
-        grad_w = (torch.empty if n_pairs else torch.zeros)(weight.shape, dtype=weight.dtype, device=dev)
-    grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=dev) if need_bias else None
-
     logps = torch.zeros(n_seq, dtype=torch.float32, device=dev)
     rewards = torch.zeros(n_seq, dtype=torch.float32, device=dev)
     logit_sums = torch.zeros(n_seq, dtype=torch.float32, device=dev)
@@ -409,69 +554,28 @@ def fused_linear_pairs(
     nll_coef = -nll_weight / chosen_tokens.clamp(min=1).float()
 
     for p0 in range(0, n_pairs, per_chunk):
-        p1 = min(p0 + per_chunk, n_pairs)
+        n = min(p0 + per_chunk, n_pairs) - p0
         rows = chunk_rows(p0)
-        t = torch.cat([tgt[r] for r in rows]).reshape(-1)
-        cnt = torch.cat([counts[r] for r in rows])
-        ref_c = ref_r = None
-        if use_ref_model:
-            with torch.no_grad():
-                ref_logits, first_gemm = first_gemm, None
-                if ref_logits is None:
-                    ref_logits = _chunk_logits(_chunk_rows(rx, rows), rw, ref_bias)
-                labels.result()  # raises naming the first bad target, before a kernel indexes by one
-                ref_tok, _ = kernels.forward(ref_logits, t, ignore_index)
-                del ref_logits
-            ref_seq = sequence_logps(ref_tok.view(-1, seq), cnt, average_log_prob)
-            ref_c, ref_r = ref_seq[: p1 - p0], ref_seq[p1 - p0 :]
-        logits, first_gemm = first_gemm, None
-        if logits is None:
-            x_chunk = _chunk_rows(x, rows)
-            logits = _chunk_logits(x_chunk, w, b)
-        labels.result()
-        tok, lse = kernels.forward(logits, t, ignore_index)
-        valid = t != ignore_index
-        sums = torch.where(valid, logits.sum(-1, dtype=torch.float32), 0.0).view(-1, seq).sum(-1)
-        seq_logps = sequence_logps(tok.view(-1, seq), cnt, average_log_prob)
-        with torch.enable_grad():
-            c = seq_logps[: p1 - p0].detach().requires_grad_(any_grad)
-            r = seq_logps[p1 - p0 :].detach().requires_grad_(any_grad)
-            per_pair, c_rewards, r_rewards = pair_loss(c, r, ref_c, ref_r)
-            part = per_pair.float().sum() / n_pairs
-            coef_c = coef_r = None
-            if any_grad:
-                coef_c, coef_r = torch.autograd.grad(part, (c, r), allow_unused=True)
-        loss += part.detach()
-        chosen_tok = tok[: (p1 - p0) * seq]
-        nll_sum -= chosen_tok.sum()
-        for dst, src in ((logps, seq_logps), (rewards, torch.cat([c_rewards, r_rewards]).detach().float())):
-            dst[rows[0]] = src[: p1 - p0]
-            dst[rows[1]] = src[p1 - p0 :]
-        logit_sums[rows[0]] = sums[: p1 - p0]
-        logit_sums[rows[1]] = sums[p1 - p0 :]
-        if any_grad:
-            coef = torch.cat([_zero_if_none(coef_c, c), _zero_if_none(coef_r, r)])
-            if average_log_prob:
-                coef = coef / cnt.clamp(min=1).float()
-            coef = coef.float().repeat_interleave(seq)
-            if nll_weight:
-                coef[: (p1 - p0) * seq] += nll_coef
-            kernels.backward(logits, t, lse, coef.contiguous(), ignore_index)
-            # logits now holds d(loss)/d(logits) for the chunk.
-            if grad_x is not None:
-                half = (p1 - p0) * seq
-                for r, g in zip(rows, (logits[:half], logits[half:])):
-                    torch.mm(g, w, out=grad_x[r].view(-1, hidden))
-            if grad_w is not None:
-                if p0 == 0:
-                    torch.mm(logits.t().to(grad_w.dtype), x_chunk.to(grad_w.dtype), out=grad_w)
-                else:
-                    grad_w.addmm_(logits.t().to(grad_w.dtype), x_chunk.to(grad_w.dtype))
-            if grad_b is not None:
-                grad_b += logits.sum(0, dtype=torch.float32)
-        del logits
 
-    labels.result()  # (no chunk ran: an empty batch still has its targets checked)
+        def chunk_loss(lp: Tensor, ref: Tensor | None) -> tuple[Tensor, Tensor]:
+            ref_c, ref_r = (None, None) if ref is None else (ref[:n], ref[n:])
+            per_pair, c_rewards, r_rewards = pair_loss(lp[:n], lp[n:], ref_c, ref_r)
+            return per_pair.float().sum() / n_pairs, torch.cat([c_rewards, r_rewards])
+
+        out = step.run(
+            rows,
+            torch.cat([tgt[r] for r in rows]).reshape(-1),
+            torch.cat([counts[r] for r in rows]),
+            chunk_loss,
+            (n * seq, nll_coef) if nll_weight else None,
+        )
+        loss += out.loss
+        nll_sum -= out.token_logps[: n * seq].sum()
+        for dst, src in ((logps, out.logps), (rewards, out.rewards), (logit_sums, out.logit_sums)):
+            dst[rows[0]] = src[:n]
+            dst[rows[1]] = src[n:]
+
+    grad_x, grad_w, grad_b = step.finish()
     nll = nll_sum / chosen_tokens.clamp(min=1).float()
     if nll_weight:
         loss = loss + nll_weight * nll
@@ -485,13 +589,7 @@ def fused_linear_pairs(
         rewards[:n_pairs],
         rewards[n_pairs:],
     )
-    if grad_b is not None:
-        grad_b = grad_b.to(bias.dtype)
     return result, grad_x, grad_w, grad_b
-
-
-def _zero_if_none(g: Tensor | None, like: Tensor) -> Tensor:
-    return torch.zeros_like(like) if g is None else g
 
 
 # -- the autograd Function's two ends (every backend's) ------------------------------------------
@@ -681,72 +779,38 @@ def fused_linear_unpaired(
 ) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor], Tensor | None, Tensor | None, Tensor | None]:
     """The unpaired sibling of `fused_linear_pairs`: each sequence's loss depends on that sequence
     alone (its label and batch-wide constants the caller closes over), so chunks are runs of whole
-    sequences. Returns ``((loss, logps, rewards, logit_sums), grad_input, grad_weight, grad_bias)``:
-    the float32 scalar loss, per sequence its log-prob, reward and the sum of its logits over the
-    vocabulary and its counted tokens, and the gradients asked for (in their tensors' dtypes)."""
-    n_seq, seq, hidden = input.shape
+    sequences, each a `ChunkStep`. Returns ``((loss, logps, rewards, logit_sums), grad_input,
+    grad_weight, grad_bias)``: the float32 scalar loss, per sequence its log-prob, reward and the
+    sum of its logits over the vocabulary and its counted tokens, and the gradients asked for (in
+    their tensors' dtypes)."""
+    n_seq, seq, _ = input.shape
     dev = input.device
-    L.label_stats(op, target, ignore_index, weight.shape[0])  # one host read; raises naming the first bad target
-    x = input.contiguous()
-    w = weight.to(x.dtype).contiguous()
+    per_chunk = sequences_per_chunk(n_seq, seq, weight.shape[0], budget)
+    step = ChunkStep(
+        kernels, input, weight, target, bias, ref_input, ref_weight, ref_bias, ignore_index, average_log_prob,
+        use_ref_model, need_input, need_weight, need_bias, op, [slice(0, per_chunk)] if n_seq else None,
+    )  # fmt: skip
     tgt = target.contiguous()
     counts = token_counts(tgt, ignore_index)
-    any_grad = need_input or need_weight or need_bias
-    grad_x = torch.empty_like(x) if need_input else None
-    grad_w = torch.zeros(weight.shape, dtype=weight.dtype, device=dev) if need_weight else None
-    grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=dev) if need_bias else None
     logps = torch.zeros(n_seq, dtype=torch.float32, device=dev)
     rewards = torch.zeros(n_seq, dtype=torch.float32, device=dev)
     logit_sums = torch.zeros(n_seq, dtype=torch.float32, device=dev)
     loss = torch.zeros((), dtype=torch.float32, device=dev)
-    per_chunk = sequences_per_chunk(n_seq, seq, weight.shape[0], budget)
-    if use_ref_model:
-        rx = ref_input.contiguous()
-        rw = ref_weight.to(rx.dtype).contiguous()
 
     for s0 in range(0, n_seq, per_chunk):
         rows = slice(s0, min(s0 + per_chunk, n_seq))
-        t = tgt[rows].reshape(-1)
-        cnt = counts[rows]
-        ref_logps = None
-        if use_ref_model:
-            with torch.no_grad():
-                ref_logits = _chunk_logits(rx[rows].reshape(-1, rx.shape[2]), rw, ref_bias)
-                ref_tok, _ = kernels.forward(ref_logits, t, ignore_index)
-                del ref_logits
-            ref_logps = sequence_logps(ref_tok.view(-1, seq), cnt, average_log_prob)
-        x_rows = x[rows].reshape(-1, hidden)
-        logits = _chunk_logits(x_rows, w, bias)
-        tok, lse = kernels.forward(logits, t, ignore_index)
-        valid = t != ignore_index
-        logit_sums[rows] = torch.where(valid, logits.sum(-1, dtype=torch.float32), 0.0).view(-1, seq).sum(-1)
-        chunk_logps = sequence_logps(tok.view(-1, seq), cnt, average_log_prob)
-        with torch.enable_grad():
-            lp = chunk_logps.detach().requires_grad_(any_grad)
-            per_seq, chunk_rewards = sequence_loss(lp, ref_logps, rows)
-            part = per_seq.float().sum() / n_seq
-            coef = torch.autograd.grad(part, lp)[0] if any_grad and part.requires_grad else None
-        loss += part.detach()
-        logps[rows] = chunk_logps
-        rewards[rows] = chunk_rewards.detach().float()
-        if any_grad:
-            coef = torch.zeros_like(lp) if coef is None else coef
-            if average_log_prob:
-                coef = coef / cnt.clamp(min=1).float()
-            coef = coef.float().repeat_interleave(seq).contiguous()
-            kernels.backward(logits, t, lse, coef, ignore_index)
-            # logits now holds d(loss)/d(logits) for the chunk.
-            if grad_x is not None:
-                torch.mm(logits, w, out=grad_x[rows].view(-1, hidden))
-            if grad_w is not None:
-                grad_w.addmm_(logits.t().to(grad_w.dtype), x_rows.to(grad_w.dtype))
-            if grad_b is not None:
-                grad_b += logits.sum(0, dtype=torch.float32)
-        del logits
 
-    if grad_b is not None:
-        grad_b = grad_b.to(bias.dtype)
-    return (loss, logps, rewards, logit_sums), grad_x, grad_w, grad_b
+        def chunk_loss(lp: Tensor, ref: Tensor | None, rows: slice = rows) -> tuple[Tensor, Tensor]:
+            per_seq, chunk_rewards = sequence_loss(lp, ref, rows)
+            return per_seq.float().sum() / n_seq, chunk_rewards
+
+        out = step.run([rows], tgt[rows].reshape(-1), counts[rows], chunk_loss)
+        loss += out.loss
+        logps[rows] = out.logps
+        rewards[rows] = out.rewards
+        logit_sums[rows] = out.logit_sums
+
+    return (loss, logps, rewards, logit_sums), *step.finish()
 
 
 def unpaired_needs_grads(ctx, bias: Tensor | None) -> tuple[bool, bool, bool]:
