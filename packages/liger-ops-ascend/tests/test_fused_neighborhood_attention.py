@@ -38,7 +38,7 @@ def test_block_from_the_ub_budget(current_hw):
     narrow = nat.plan_fused_neighborhood_attention(64, torch.bfloat16, hw)
     assert hardware.NAT_MIN_BLOCK <= wide.block <= narrow.block <= hardware.NAT_BLOCK
     for plan in (wide, narrow):
-        for tiles in nat.KERNEL_TILES.values():
+        for tiles in nat.UB_TILES.values():
             assert sum(t.nbytes for t in tiles(plan.block, plan.block_d, 2)) <= hw.ub_budget
 
 

@@ -360,6 +360,6 @@ def test_fused_neighborhood_attention_plans_fit_grid_and_ub(soc):
         plan = nat.plan_fused_neighborhood_attention(head_dim, dtype, hw)
         items = 8 * 32 * triton.cdiv(65536, plan.block)
         pitch = 32 * head_dim * dtype.itemsize  # (batch, seq, heads, head_dim) projections viewed per head
-        for name in nat.KERNEL_TILES:
+        for name in nat.UB_TILES:
             check(plan.kernel(name, items, (pitch,), plan.block * 32 * head_dim + plan.block_d), hw)
             assert plan.kernel(name, items, (pitch,), 0).programs <= hw.ai_cores

@@ -291,7 +291,7 @@ def backward_dkdv_tiles(m: int, d: int, b: int) -> tuple[Tile, ...]:
     return tuple(tiles + mask(m, m) + mask(m, d))
 
 
-KERNEL_TILES = {
+UB_TILES = {
     "fused_neighborhood_attention_forward": forward_tiles,
     "fused_neighborhood_attention_backward_dq": backward_dq_tiles,
     "fused_neighborhood_attention_backward_dkdv": backward_dkdv_tiles,
@@ -323,7 +323,7 @@ class NeighborhoodPlan:
     def kernel(self, name: str, items: int, pitches: tuple[int, ...], extent: int) -> KernelPlan:
         """The launch of kernel ``name`` over ``items`` blocks: one program per AI core (never
         more than items), its tiles, rows of the given byte pitches, int32 extent."""
-        tiles = KERNEL_TILES[name](self.block, self.block_d, self.elem_bytes)
+        tiles = UB_TILES[name](self.block, self.block_d, self.elem_bytes)
         return KernelPlan(name, (max(1, min(items, self.hw.ai_cores)),), tiles, self.block, pitches, extent)
 
 
@@ -337,7 +337,7 @@ def plan_fused_neighborhood_attention(
     block_d = max(hardware.NAT_MIN_BLOCK, triton.next_power_of_2(max(head_dim, 1)))
 
     def fits(m: int) -> bool:
-        return all(sum(t.nbytes for t in tiles(m, block_d, b)) <= hw.ub_budget for tiles in KERNEL_TILES.values())
+        return all(sum(t.nbytes for t in tiles(m, block_d, b)) <= hw.ub_budget for tiles in UB_TILES.values())
 
     if block is None:
         block = hardware.NAT_BLOCK
