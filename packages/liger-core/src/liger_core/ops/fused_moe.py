@@ -244,14 +244,12 @@ def route(top_k_index: torch.Tensor, n_experts: int, block_m: int) -> tuple[Rout
     bad_ids = _bad_ids(ids, n_experts)
     pending = PendingExpertIds(ids, n_experts, bad_ids.sum())
     safe = torch.where(bad_ids, torch.zeros((), dtype=ids.dtype, device=device), ids)
-    counts = torch.bincount(safe, minlength=n_experts)
-    tiles_per_expert = (counts + block_m - 1) // block_m
+    # Each expert's rows from the sorted ids (bincount would read their maximum on the host).
+    sorted_ids, slot_of_row = torch.sort(safe, stable=True)
+    offsets = torch.searchsorted(sorted_ids, torch.arange(n_experts + 1, device=device))
+    tiles_per_expert = (offsets.diff() + block_m - 1) // block_m
     tile_ends = torch.cumsum(tiles_per_expert, 0)
-    slot_of_row = torch.sort(safe, stable=True).indices
-    row_of_slot = torch.empty_like(slot_of_row)
-    row_of_slot[slot_of_row] = torch.arange(n_slots, device=device)
-    offsets = torch.zeros(n_experts + 1, dtype=torch.long, device=device)
-    offsets[1:] = torch.cumsum(counts, 0)
+    row_of_slot = torch.empty_like(slot_of_row).scatter_(0, slot_of_row, torch.arange(n_slots, device=device))
     # Tile t belongs to the first expert whose cumulative tile count passes t (empty experts
     # end where their predecessor does, so none is picked); tiles past the count get the last
     # expert, clamped, and start at its end: every row masked.
