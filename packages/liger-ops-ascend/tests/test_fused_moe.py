@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 import torch
 from liger_core.conformance.check import check, make_args
-from liger_core.ops.fused_moe import Routing
+from liger_core.ops.fused_moe import Routing, max_tiles
 
 from liger_ops_ascend import fused_moe, hardware
 from liger_ops_ascend.launch import check as guard_check
@@ -19,7 +19,10 @@ from liger_ops_ascend.launch import check as guard_check
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 def test_fused_moe_small_tiles_on_two_cores(monkeypatch, backend, device, dtype):
-    for name, size in (("MOE_BLOCK_M", 16), ("MOE_BLOCK_N", 16), ("MOE_BLOCK_K", 16), ("MOE_COMBINE_BLOCK", 16)):
+    # The weight gradient's tiles differ from the routed rows' (tuned apart): 32 weight rows.
+    small = {"MOE_ROWS_BLOCK_M": 16, "MOE_ROWS_BLOCK_N": 16, "MOE_ROWS_BLOCK_K": 16, "MOE_COMBINE_BLOCK": 16}
+    small.update(MOE_WGRAD_BLOCK_M=32, MOE_WGRAD_BLOCK_N=16, MOE_WGRAD_BLOCK_K=16)
+    for name, size in small.items():
         monkeypatch.setattr(hardware, name, size)
     current = hardware.current
     monkeypatch.setattr(hardware, "current", lambda dev=None: dataclasses.replace(current(dev), ai_cores=2))
@@ -35,7 +38,7 @@ MODEL_SHAPES = [(4096, 2048, 768, 128, 8), (4096, 4096, 14336, 8, 2)]
 
 def _meta_routing(n_tokens: int, top_k: int, n_experts: int, block_m: int) -> Routing:
     n_slots = n_tokens * top_k
-    n_tiles = n_slots // block_m + n_experts  # the most tiles any routing of these slots makes
+    n_tiles = max_tiles(n_slots, n_experts, block_m)  # the grids' bound (the count stays on the device)
     i32 = {"dtype": torch.int32, "device": "meta"}
     return Routing(
         token_of_row=torch.empty(n_slots, **i32),
@@ -44,6 +47,7 @@ def _meta_routing(n_tokens: int, top_k: int, n_experts: int, block_m: int) -> Ro
         expert_offsets=torch.empty(n_experts + 1, **i32),
         tile_expert=torch.empty(n_tiles, **i32),
         tile_row_start=torch.empty(n_tiles, **i32),
+        n_tiles=torch.empty(1, **i32),
     )
 
 

@@ -320,10 +320,10 @@ def _moe_cases() -> list[dict]:
     from liger_ops_xpu.fused_moe import plan_moe
 
     plan = plan_moe(torch.bfloat16, torch.device("xpu"))
-    gemm = {"BLOCK_M": plan.block_m, "BLOCK_N": plan.block_n, "BLOCK_K": plan.block_k}
+    gemm = {"BLOCK_M": plan.rows.block_m, "BLOCK_N": plan.rows.block_n, "BLOCK_K": plan.rows.block_k}
     gemm.update(PRECISION=plan.precision, UPCAST=False, K_STEPS=0)
-    warps = plan.launch["num_warps"]
-    routing = "TILE_EXPERT:i32 TILE_ROW_START:i32 EXPERT_OFFSETS:i32"
+    warps = plan.rows.launch["num_warps"]
+    routing = "TILE_EXPERT:i32 TILE_ROW_START:i32 EXPERT_OFFSETS:i32 N_TILES:i32"
     cases = []
     gate_up = _sig(f"X W TOKEN_OF_ROW:i32 {routing} PRE ACT")
     gate_up.update(
@@ -340,9 +340,11 @@ def _moe_cases() -> list[dict]:
     cases.append(_case("fused_moe", "_fused_moe_down_backward_kernel", down_bwd, gemm, warps))
     dw = _sig("P Q TOKEN_OF_ROW:i32 EXPERT_OFFSETS:i32 DW")
     dw.update(_sig("", "m_dim n_dim p_row_stride q_row_stride dw_expert_stride dw_row_stride"))
+    wgrad = {"BLOCK_M": plan.wgrad.block_m, "BLOCK_N": plan.wgrad.block_n, "BLOCK_K": plan.wgrad.block_k}
+    wgrad.update(PRECISION=plan.precision, UPCAST=False, K_STEPS=0)
     for p_by_token in (True, False):
-        c = {**gemm, "P_BY_TOKEN": p_by_token, "Q_BY_TOKEN": not p_by_token}
-        cases.append(_case("fused_moe", "_fused_moe_weight_grad_kernel", dw, c, warps))
+        c = {**wgrad, "P_BY_TOKEN": p_by_token, "Q_BY_TOKEN": not p_by_token}
+        cases.append(_case("fused_moe", "_fused_moe_weight_grad_kernel", dw, c, plan.wgrad.launch["num_warps"]))
     combine = _sig("Y WEIGHTS ROW_OF_SLOT:i32 OUT", "n_cols y_row_stride out_row_stride")
     c = {"TOP_K": 8, "WEIGHTED": True, "BLOCK_N": plan.combine_block}
     cases.append(_case("fused_moe", "_fused_moe_combine_kernel", combine, c, 4, register_heavy=False))

@@ -2,13 +2,16 @@
 kernels over the selections sorted by expert, UB plan and autograd Function.
 
 The work is the CUDA package's (`liger_core.ops.fused_moe.route` sorts the selections by expert
-and cuts tiles of BLOCK_M rows that never span two experts; gate-up GEMM with the SwiGLU
+and cuts tiles of BLOCK_M rows that never span two experts, with no host synchronisation: the
+tile count is a device value, which bounds the routed kernels' work loops, and the launch plans
+use its upper bound; gate-up GEMM with the SwiGLU
 epilogue, down GEMM, a deterministic gather-sum; backward with the SwiGLU backward and the
 routing weights' gradient in one epilogue, per-expert weight-gradient GEMMs), shaped for the NPU:
 
 - Every kernel is persistent: one program per AI core (the GEMMs run on the cube units, their
   epilogues on the vector units) or per vector core (the gather-sum), walking its work items
-  ``pid, pid + programs, ...``, so no grid reaches the 65536 limit at any token count.
+  ``pid, pid + programs, ...``, so no grid reaches the 65536 limit at any token count. The
+  routed kernels walk ``n_tiles * n_col_blocks`` items, ``n_tiles`` read from the device.
 - Tile sizes come from the UB model (ub_model.md): each kernel's live tiles in its terms, the
   GEMM operands counted as multi-buffered DMA tiles as if staged through the UB (an upper bound:
   on the cube path they go through L1), and the widest column block (then reduction step) that
@@ -81,7 +84,7 @@ def _fused_moe_matmul_tile(
 def _fused_moe_gate_up_kernel(
     X, W, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, PRE, ACT,
     hidden, intermediate, x_row_stride, w_expert_stride, w_row_stride, pre_row_stride, act_row_stride,
-    n_items, n_col_blocks,
+    N_TILES, n_col_blocks,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     """Per sorted row r (expert e; X holds the token rows in sorted order): gate, up = W[e] @ X[r]
@@ -89,6 +92,8 @@ def _fused_moe_gate_up_kernel(
     pid = tl.program_id(0)
     n_idx = tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
+    # The routing's tiles only (the launch is sized for their upper bound).
+    n_items = tl.load(N_TILES) * n_col_blocks
     for item in range(pid, n_items, tl.num_programs(0)):
         expert, row0, m_idx, row_mask, col0 = _fused_moe_tile(
             item, n_col_blocks, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M, BLOCK_N
@@ -125,13 +130,14 @@ def _fused_moe_gate_up_kernel(
 @triton.jit
 def _fused_moe_expert_matmul_kernel(
     A, W, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, OUT,
-    n_cols, k_dim, a_row_stride, w_expert_stride, w_col_stride, w_k_stride, out_row_stride, n_items, n_col_blocks,
+    n_cols, k_dim, a_row_stride, w_expert_stride, w_col_stride, w_k_stride, out_row_stride, N_TILES, n_col_blocks,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     """OUT[r, cols] = sum_k A[r, k] W[e][col, k] over sorted rows r of expert e; the weight's
     strides say its layout (down_proj[e] (H, I) forward, gate_up_proj[e] (2I, H) backward)."""
     pid = tl.program_id(0)
     n_idx = tl.arange(0, BLOCK_N)
+    n_items = tl.load(N_TILES) * n_col_blocks
     for item in range(pid, n_items, tl.num_programs(0)):
         expert, row0, m_idx, row_mask, col0 = _fused_moe_tile(
             item, n_col_blocks, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M, BLOCK_N
@@ -151,7 +157,7 @@ def _fused_moe_down_backward_kernel(
     DY, W, WEIGHTS, PRE, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS,
     DPRE, WACT, DS_PARTIAL,
     hidden, intermediate, dy_row_stride, w_expert_stride, w_row_stride, pre_row_stride, dpre_row_stride,
-    wact_row_stride, n_rows, n_items, n_col_blocks,
+    wact_row_stride, n_rows, N_TILES, n_col_blocks,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     """Per sorted row r (DY and WEIGHTS in sorted order: the row's token's incoming gradient and
@@ -159,6 +165,7 @@ def _fused_moe_down_backward_kernel(
     backward of s * d_act into DPRE; and s * act (WACT, for down_proj's gradient)."""
     pid = tl.program_id(0)
     n_idx = tl.arange(0, BLOCK_N)
+    n_items = tl.load(N_TILES) * n_col_blocks
     for item in range(pid, n_items, tl.num_programs(0)):
         expert, row0, m_idx, row_mask, col0 = _fused_moe_tile(
             item, n_col_blocks, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M, BLOCK_N
@@ -298,13 +305,13 @@ GEMM_TILES = {
 
 @dataclass(frozen=True)
 class MoEPlan:
-    """Rows of a routed tile, each GEMM kernel's (output columns, reduction step), the
-    gather-sum's column block, the fp32 dot precision, ``upcast`` (the interpreter's bf16
-    ``tl.dot`` is garbage: there bf16 tiles are upcast to fp32 first, the same products
-    accumulated in fp32 as on the device) and the hardware the tiles were sized for."""
+    """Rows of a routed tile (the token-row GEMMs' BLOCK_M), each GEMM kernel's (rows, output
+    columns, reduction step), the gather-sum's column block, the fp32 dot precision, ``upcast``
+    (the interpreter's bf16 ``tl.dot`` is garbage: there bf16 tiles are upcast to fp32 first, the
+    same products accumulated in fp32 as on the device) and the hardware the tiles were sized for."""
 
     block_m: int
-    blocks: dict[str, tuple[int, int]]
+    blocks: dict[str, tuple[int, int, int]]
     combine_block: int
     precision: str
     upcast: bool
@@ -312,33 +319,44 @@ class MoEPlan:
     hw: hardware.Hardware
 
     def block_n(self, name: str) -> int:
-        return self.blocks[name][0]
+        return self.blocks[name][1]
 
     def gemm(self, name: str) -> dict:
-        n, k = self.blocks[name]
-        return {"BLOCK_M": self.block_m, "BLOCK_N": n, "BLOCK_K": k, "PRECISION": self.precision, "UPCAST": self.upcast}
+        m, n, k = self.blocks[name]
+        return {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "PRECISION": self.precision, "UPCAST": self.upcast}
 
     def kernel(self, name: str, items: int, pitches: tuple[int, ...], extent: int) -> KernelPlan:
-        """The launch of GEMM kernel ``name`` over ``items`` work items: one program per AI core
-        (never more than items), its tiles, rows of the given byte pitches, int32 extent."""
-        tiles = GEMM_TILES[name](self.block_m, *self.blocks[name], self.elem_bytes)
+        """The launch of GEMM kernel ``name`` over at most ``items`` work items: one program per AI
+        core (never more than items), its tiles, rows of the given byte pitches, int32 extent."""
+        tiles = GEMM_TILES[name](*self.blocks[name], self.elem_bytes)
         programs = max(1, min(items, self.hw.ai_cores))
-        return KernelPlan(name, (programs,), tiles, self.block_m, pitches, extent)
+        return KernelPlan(name, (programs,), tiles, self.blocks[name][0], pitches, extent)
 
     def combine(self, items: int, extent: int) -> KernelPlan:
         tiles = combine_tiles(self.combine_block, self.elem_bytes)
         return KernelPlan("fused_moe_combine", (max(1, min(items, self.hw.vector_cores)),), tiles, 1, (), extent)
 
 
-def _gemm_blocks(name: str, m: int, b: int, hw: hardware.Hardware) -> tuple[int, int]:
-    """Kernel ``name``'s widest column block, then longest reduction step, from the caps in
-    `hardware` whose tiles fit the UB budget."""
+# Each GEMM kernel's tile caps (rows, output columns, reduction step) in `hardware`: the weight
+# gradient's apart from the token-row GEMMs'.
+WGRAD_KERNELS = frozenset({"fused_moe_weight_grad"})
+
+
+def _caps(name: str) -> tuple[int, int, int]:
+    if name in WGRAD_KERNELS:
+        return hardware.MOE_WGRAD_BLOCK_M, hardware.MOE_WGRAD_BLOCK_N, hardware.MOE_WGRAD_BLOCK_K
+    return hardware.MOE_ROWS_BLOCK_M, hardware.MOE_ROWS_BLOCK_N, hardware.MOE_ROWS_BLOCK_K
+
+
+def _gemm_blocks(name: str, b: int, hw: hardware.Hardware) -> tuple[int, int, int]:
+    """Kernel ``name``'s rows, then widest column block, then longest reduction step, from its
+    caps in `hardware` (`_caps`) whose tiles fit the UB budget."""
     tiles = GEMM_TILES[name]
+    m, n, k = _caps(name)
 
     def fits(n: int, k: int) -> bool:
         return sum(t.nbytes for t in tiles(m, n, k, b)) <= hw.ub_budget
 
-    n, k = hardware.MOE_BLOCK_N, hardware.MOE_BLOCK_K
     while not fits(n, k) and n > hardware.MOE_MIN_BLOCK:
         n //= 2
     while not fits(n, k) and k > hardware.MOE_MIN_BLOCK:
@@ -347,20 +365,19 @@ def _gemm_blocks(name: str, m: int, b: int, hw: hardware.Hardware) -> tuple[int,
         raise AscendLaunchError(
             f"liger-ops-ascend {name}: even {m}x{n}x{k} GEMM tiles overflow the UB; {hw.describe_budget()}"
         )
-    return n, k
+    return m, n, k
 
 
 def plan_moe(dtype: torch.dtype, hw: hardware.Hardware) -> MoEPlan:
     """Each GEMM kernel's tile from the UB budget (`_gemm_blocks`), never from the token count.
     fp32 dots in IEEE precision (HF32 would miss the contract's fp32 tolerance)."""
     b = dtype.itemsize
-    m = hardware.MOE_BLOCK_M
-    blocks = {name: _gemm_blocks(name, m, b, hw) for name in GEMM_TILES}
+    blocks = {name: _gemm_blocks(name, b, hw) for name in GEMM_TILES}
     combine = hardware.MOE_COMBINE_BLOCK
     while sum(t.nbytes for t in combine_tiles(combine, b)) > hw.ub_budget:
         combine //= 2
     upcast = dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1"
-    return MoEPlan(m, blocks, combine, "ieee", upcast, b, hw)
+    return MoEPlan(hardware.MOE_ROWS_BLOCK_M, blocks, combine, "ieee", upcast, b, hw)
 
 
 # -- launch ---------------------------------------------------------------------------------------
@@ -417,29 +434,29 @@ def fused_moe_forward(
     act = padded_empty((n_slots, intermediate), x.dtype, x.device)
     y = padded_empty((n_slots, hidden), x.dtype, x.device)
     out = x.new_empty(x.shape)
-    if r.n_tiles:
+    if r.max_tiles:
         routing = (r.tile_expert, r.tile_row_start, r.expert_offsets)
         name = "fused_moe_gate_up"
         n_col_blocks = triton.cdiv(intermediate, plan.block_n(name))
-        items = r.n_tiles * n_col_blocks
+        items = r.max_tiles * n_col_blocks
         pitches = (_pitch(x_sorted), _pitch(w_gate_up), _pitch(pre), _pitch(act))
         extent = max(plan.block_m * x_sorted.stride(0), w_gate_up.stride(0), plan.block_m * pre.stride(0))
         launch(
             _fused_moe_gate_up_kernel, plan.kernel(name, items, pitches, extent), plan.hw,
             x_sorted, w_gate_up, *routing, pre, act,
             hidden, intermediate, x_sorted.stride(0), w_gate_up.stride(0), w_gate_up.stride(1), pre.stride(0), act.stride(0),
-            items, n_col_blocks, **plan.gemm(name),
+            r.n_tiles, n_col_blocks, **plan.gemm(name),
         )  # fmt: skip
         name = "fused_moe_expert_matmul"
         n_col_blocks = triton.cdiv(hidden, plan.block_n(name))
-        items = r.n_tiles * n_col_blocks
+        items = r.max_tiles * n_col_blocks
         pitches = (_pitch(act), _pitch(w_down), _pitch(y))
         extent = max(plan.block_m * act.stride(0), w_down.stride(0), plan.block_m * y.stride(0))
         launch(
             _fused_moe_expert_matmul_kernel, plan.kernel(name, items, pitches, extent), plan.hw,
             act, w_down, *routing, y,
             hidden, intermediate, act.stride(0), w_down.stride(0), w_down.stride(1), 1, y.stride(0),
-            items, n_col_blocks, **plan.gemm(name),
+            r.n_tiles, n_col_blocks, **plan.gemm(name),
         )  # fmt: skip
     _combine(y, weights, r, out, plan)
     return out, pre
@@ -467,8 +484,8 @@ def fused_moe_backward(
     dx_rows = padded_empty((n_slots, hidden), x.dtype, x.device)
     dx = x.new_empty(x.shape)
     routing = (r.tile_expert, r.tile_row_start, r.expert_offsets)
-    if r.n_tiles:
-        items = r.n_tiles * col_blocks
+    if r.max_tiles:
+        items = r.max_tiles * col_blocks
         pitches = (_pitch(dy_sorted), _pitch(w_down), _pitch(pre), _pitch(dpre), _pitch(wact))
         extent = max(plan.block_m * dy_sorted.stride(0), plan.block_m * dpre.stride(0), w_down.stride(0))
         name = "fused_moe_down_backward"
@@ -476,19 +493,19 @@ def fused_moe_backward(
             _fused_moe_down_backward_kernel, plan.kernel(name, items, pitches, extent), plan.hw,
             dy_sorted, w_down, weights_sorted, pre, *routing, dpre, wact, ds_partial,
             hidden, intermediate, dy_sorted.stride(0), w_down.stride(0), w_down.stride(1), pre.stride(0), dpre.stride(0),
-            wact.stride(0), n_slots, items, col_blocks, **plan.gemm(name),
+            wact.stride(0), n_slots, r.n_tiles, col_blocks, **plan.gemm(name),
         )  # fmt: skip
         # gate_up_proj[e] is (2I, H): column h of the product is column h of the weight, k runs over 2I.
         name = "fused_moe_expert_matmul"
         n_col_blocks = triton.cdiv(hidden, plan.block_n(name))
-        items = r.n_tiles * n_col_blocks
+        items = r.max_tiles * n_col_blocks
         pitches = (_pitch(dpre), _pitch(w_gate_up), _pitch(dx_rows))
         extent = max(plan.block_m * dpre.stride(0), w_gate_up.stride(0), plan.block_m * dx_rows.stride(0))
         launch(
             _fused_moe_expert_matmul_kernel, plan.kernel(name, items, pitches, extent), plan.hw,
             dpre, w_gate_up, *routing, dx_rows,
             hidden, 2 * intermediate, dpre.stride(0), w_gate_up.stride(0), 1, w_gate_up.stride(1), dx_rows.stride(0),
-            items, n_col_blocks, **plan.gemm(name),
+            r.n_tiles, n_col_blocks, **plan.gemm(name),
         )  # fmt: skip
     _combine(dx_rows, None, r, dx, plan)
     # grad_down[e] (H, I) = sum_r dy[t_r] (x) s_r act_r; grad_gate_up[e] (2I, H) = sum_r dpre_r (x) x[t_r].
@@ -497,10 +514,10 @@ def fused_moe_backward(
     for dw, p, q in ((d_down, dy_sorted, wact), (d_gate_up, dpre, x_sorted)):
         m_dim, n_dim = dw.shape[1], dw.shape[2]
         name = "fused_moe_weight_grad"
-        m_blocks, n_blocks = triton.cdiv(m_dim, plan.block_m), triton.cdiv(n_dim, plan.block_n(name))
+        m_blocks, n_blocks = triton.cdiv(m_dim, plan.blocks[name][0]), triton.cdiv(n_dim, plan.block_n(name))
         items = n_experts * m_blocks * n_blocks
         pitches = (_pitch(p), _pitch(q), _pitch(dw))
-        block_k = plan.blocks[name][1]
+        block_k = plan.blocks[name][2]
         extent = max(block_k * p.stride(0), block_k * q.stride(0), dw.stride(0))
         launch(
             _fused_moe_weight_grad_kernel, plan.kernel(name, items, pitches, extent), plan.hw,
@@ -520,11 +537,13 @@ class LigerFusedMoEFunction(torch.autograd.Function):
         check_args(hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights)
         hw = hardware.current(hidden_states.device)
         plan = plan_moe(hidden_states.dtype, hw)
-        r = route(top_k_index, gate_up_proj.shape[0], plan.block_m)
+        r, expert_ids = route(top_k_index, gate_up_proj.shape[0], plan.block_m)
         x = hidden_states
         w_gate_up, w_down = aligned_rows(gate_up_proj), aligned_rows(down_proj)
         weights = top_k_weights.contiguous()
         out, pre = fused_moe_forward(x, w_gate_up, w_down, weights, r, plan)
+        # The bad-id count reached the host behind the kernels just queued (no idle device).
+        expert_ids.check()
         ctx.save_for_backward(x, w_gate_up, w_down, weights, pre, *vars(r).values())
         ctx.plan = plan
         return out

@@ -57,14 +57,20 @@ SPARSEMAX_REFINE_STEPS = 3
 # Fused linear preference losses: whole pairs per chunk, as many as keep one chunk's logits
 # within this many elements (at least one pair).
 PREFERENCE_CHUNK_ELEMENTS = 1 << 26
-# fused_moe's grouped GEMMs: rows of a routed tile (one expert's sorted selections; the cube
-# unit's 16-row fractals four times), and the caps of each kernel's output columns and reduction
-# step, which its plan halves (columns first) until its tiles fit the UB budget, never below
-# MOE_MIN_BLOCK (tl.dot's smallest tile); the gather-sum's column block cap. Untuned starting
-# points: benchmarks/results/tuning-ascend.md.
-MOE_BLOCK_M = 64
-MOE_BLOCK_N = 256
-MOE_BLOCK_K = 64
+# fused_moe's grouped GEMMs, tuned apart: the token-row GEMMs (gate-up, down, grad of the
+# input, down backward) take ROWS tiles, whose BLOCK_M is also the routing tile (one expert's
+# sorted selections; the cube unit's 16-row fractals four times); the weight-gradient GEMM takes
+# WGRAD tiles (BLOCK_M rows of the weight, BLOCK_K sorted rows per reduction step). BLOCK_M is
+# fixed; BLOCK_N and BLOCK_K are caps of each kernel's output columns and reduction step, which
+# its plan halves (columns first) until its tiles fit the UB budget, never below MOE_MIN_BLOCK
+# (tl.dot's smallest tile); the gather-sum's column block cap. Untuned starting points:
+# benchmarks/results/tuning-ascend.md.
+MOE_ROWS_BLOCK_M = 64
+MOE_ROWS_BLOCK_N = 256
+MOE_ROWS_BLOCK_K = 64
+MOE_WGRAD_BLOCK_M = 64
+MOE_WGRAD_BLOCK_N = 256
+MOE_WGRAD_BLOCK_K = 64
 MOE_MIN_BLOCK = 16
 MOE_COMBINE_BLOCK = 8192
 # fused_neighborhood_attention: rows of a query and a key block, halved from NAT_BLOCK until every

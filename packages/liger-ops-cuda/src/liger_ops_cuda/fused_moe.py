@@ -2,8 +2,9 @@
 kernels over the selections sorted by expert, launch plan and autograd Function.
 
 The selections ``(token, k)`` are sorted by expert on the device (`liger_core.ops.fused_moe.route`,
-one host synchronisation for the tile count) and cut into tiles of BLOCK_M rows that never span
-two experts. Forward: the gate-up GEMM gathers its token rows and applies SiLU(gate) * up in its
+no host synchronisation) and cut into tiles of BLOCK_M rows that never span two experts; the
+routed grids launch the tile count's upper bound and the programs past the real count (a device
+value) exit at once. Forward: the gate-up GEMM gathers its token rows and applies SiLU(gate) * up in its
 epilogue (saving gate and up for the backward), the down GEMM writes each selection's output, and
 a gather-sum (one program per token: deterministic, no atomics) weights and adds the K
 selections in fp32. Backward: grad_out @ down_proj[e] per selection, the SwiGLU backward and the
@@ -60,12 +61,14 @@ def _fused_moe_matmul_tile(
 
 @triton.jit
 def _fused_moe_gate_up_kernel(
-    X, W, TOKEN_OF_ROW, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, PRE, ACT,
+    X, W, TOKEN_OF_ROW, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, N_TILES, PRE, ACT,
     hidden, intermediate, x_row_stride, w_expert_stride, w_row_stride, pre_row_stride, act_row_stride,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     """Per sorted row r (token t, expert e): gate, up = W[e] @ x[t] for this program's columns
     of each half; stores them (PRE, for the backward) and silu(gate) * up (ACT)."""
+    if tl.program_id(0) >= tl.load(N_TILES):  # past the routing's tiles (the grid's upper bound)
+        return
     expert, rows, row_mask = _fused_moe_tile_rows(TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M)
     tokens = tl.load(TOKEN_OF_ROW + rows, mask=row_mask, other=0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -100,12 +103,14 @@ def _fused_moe_gate_up_kernel(
 
 @triton.jit
 def _fused_moe_expert_matmul_kernel(
-    A, W, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, OUT,
+    A, W, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, N_TILES, OUT,
     n_cols, k_dim, a_row_stride, w_expert_stride, w_col_stride, w_k_stride, out_row_stride,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     """OUT[r, cols] = sum_k A[r, k] W[e][col, k] over sorted rows r of expert e; the weight's
     strides say its layout (down_proj[e] (H, I) forward, gate_up_proj[e] (2I, H) backward)."""
+    if tl.program_id(0) >= tl.load(N_TILES):
+        return
     expert, rows, row_mask = _fused_moe_tile_rows(TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
@@ -120,7 +125,7 @@ def _fused_moe_expert_matmul_kernel(
 
 @triton.jit
 def _fused_moe_down_backward_kernel(
-    DY, W, WEIGHTS, PRE, TOKEN_OF_ROW, SLOT_OF_ROW, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS,
+    DY, W, WEIGHTS, PRE, TOKEN_OF_ROW, SLOT_OF_ROW, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, N_TILES,
     DPRE, WACT, DS_PARTIAL,
     hidden, intermediate, dy_row_stride, w_expert_stride, w_row_stride, pre_row_stride, dpre_row_stride,
     wact_row_stride, n_rows,
@@ -129,6 +134,8 @@ def _fused_moe_down_backward_kernel(
     """Per sorted row r (token t, routing weight s): d_act = dy[t] @ down_proj[e] for this
     program's columns; this block's share of <d_act, act> (the routing weight's gradient);
     the SwiGLU backward of s * d_act into DPRE; and s * act (WACT, for down_proj's gradient)."""
+    if tl.program_id(0) >= tl.load(N_TILES):
+        return
     expert, rows, row_mask = _fused_moe_tile_rows(TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M)
     tokens = tl.load(TOKEN_OF_ROW + rows, mask=row_mask, other=0).to(tl.int64)
     s = tl.load(WEIGHTS + tl.load(SLOT_OF_ROW + rows, mask=row_mask, other=0), mask=row_mask, other=0.0)
@@ -220,28 +227,42 @@ def _fused_moe_combine_kernel(
 
 
 @dataclass(frozen=True)
-class MoEPlan:
-    """Tile sizes of the grouped GEMMs (rows of a routed tile, output columns, reduction step),
-    the gather-sum's column block, the GEMMs' launch options, the fp32 dot precision, and
-    ``upcast``: the interpreter's bf16 ``tl.dot`` is garbage, so there bf16 tiles are upcast to
-    fp32 first (the same products, exact in fp32, accumulated in fp32 as on the device)."""
+class GemmTiles:
+    """One family of grouped GEMMs' tile (rows, output columns, reduction step) and launch options."""
 
     block_m: int
     block_n: int
     block_k: int
-    combine_block: int
     launch: dict
+
+
+@dataclass(frozen=True)
+class MoEPlan:
+    """The token-row GEMMs' tiles (``rows``: gate-up, down, grad of the input, down backward; its
+    BLOCK_M is the routing tile), the weight-gradient GEMM's (``wgrad``), the gather-sum's column
+    block, the fp32 dot precision, and ``upcast``: the interpreter's bf16 ``tl.dot`` is garbage,
+    so there bf16 tiles are upcast to fp32 first (the same products, exact in fp32, accumulated in
+    fp32 as on the device)."""
+
+    rows: GemmTiles
+    wgrad: GemmTiles
+    combine_block: int
     precision: str
     upcast: bool
 
-    def gemm(self) -> dict:
+    @property
+    def block_m(self) -> int:
+        """The routing tile: rows of one expert's sorted selections per program."""
+        return self.rows.block_m
+
+    def gemm(self, tiles: GemmTiles) -> dict:
         return dict(
-            BLOCK_M=self.block_m,
-            BLOCK_N=self.block_n,
-            BLOCK_K=self.block_k,
+            BLOCK_M=tiles.block_m,
+            BLOCK_N=tiles.block_n,
+            BLOCK_K=tiles.block_k,
             PRECISION=self.precision,
             UPCAST=self.upcast,
-            **self.launch,
+            **tiles.launch,
         )
 
 
@@ -250,12 +271,21 @@ def plan_moe(dtype: torch.dtype, device: torch.device) -> MoEPlan:
     half the reduction step; fp32 dots in IEEE precision (TF32 would miss the contract's fp32
     tolerance)."""
     wide = dtype == torch.float32
+    hw = hardware
     return MoEPlan(
-        block_m=hardware.MOE_BLOCK_M,
-        block_n=hardware.MOE_BLOCK_N,
-        block_k=hardware.MOE_BLOCK_K // 2 if wide else hardware.MOE_BLOCK_K,
-        combine_block=hardware.MOE_COMBINE_BLOCK,
-        launch=dict(num_warps=hardware.MOE_NUM_WARPS, num_stages=hardware.MOE_NUM_STAGES),
+        rows=GemmTiles(
+            hw.MOE_ROWS_BLOCK_M,
+            hw.MOE_ROWS_BLOCK_N,
+            hw.MOE_ROWS_BLOCK_K // 2 if wide else hw.MOE_ROWS_BLOCK_K,
+            dict(num_warps=hw.MOE_ROWS_NUM_WARPS, num_stages=hw.MOE_ROWS_NUM_STAGES),
+        ),
+        wgrad=GemmTiles(
+            hw.MOE_WGRAD_BLOCK_M,
+            hw.MOE_WGRAD_BLOCK_N,
+            hw.MOE_WGRAD_BLOCK_K // 2 if wide else hw.MOE_WGRAD_BLOCK_K,
+            dict(num_warps=hw.MOE_WGRAD_NUM_WARPS, num_stages=hw.MOE_WGRAD_NUM_STAGES),
+        ),
+        combine_block=hw.MOE_COMBINE_BLOCK,
         precision="ieee" if wide else "tf32",
         upcast=dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1",
     )
@@ -282,17 +312,17 @@ def fused_moe_forward(
     act = x.new_empty(n_slots, intermediate)
     y = x.new_empty(n_slots, hidden)
     out = x.new_empty(x.shape)
-    if r.n_tiles:
-        routing = (r.tile_expert, r.tile_row_start, r.expert_offsets)
-        _fused_moe_gate_up_kernel[(r.n_tiles, triton.cdiv(intermediate, plan.block_n))](
+    if r.max_tiles:
+        routing = (r.tile_expert, r.tile_row_start, r.expert_offsets, r.n_tiles)
+        _fused_moe_gate_up_kernel[(r.max_tiles, triton.cdiv(intermediate, plan.rows.block_n))](
             x, w_gate_up, r.token_of_row, *routing, pre, act,
             hidden, intermediate, x.stride(0), w_gate_up.stride(0), w_gate_up.stride(1), pre.stride(0), act.stride(0),
-            **plan.gemm(),
+            **plan.gemm(plan.rows),
         )  # fmt: skip
-        _fused_moe_expert_matmul_kernel[(r.n_tiles, triton.cdiv(hidden, plan.block_n))](
+        _fused_moe_expert_matmul_kernel[(r.max_tiles, triton.cdiv(hidden, plan.rows.block_n))](
             act, w_down, *routing, y,
             hidden, intermediate, act.stride(0), w_down.stride(0), w_down.stride(1), 1, y.stride(0),
-            **plan.gemm(),
+            **plan.gemm(plan.rows),
         )  # fmt: skip
     _combine(y, weights, r, out, plan)
     return out, pre
@@ -311,24 +341,24 @@ def fused_moe_backward(
     """``(grad_x, grad_gate_up, grad_down, grad_weights)`` for contiguous ``dy``."""
     n_slots = r.token_of_row.numel()
     n_experts, hidden, intermediate = w_down.shape
-    col_blocks = triton.cdiv(intermediate, plan.block_n)
+    col_blocks = triton.cdiv(intermediate, plan.rows.block_n)
     dpre = x.new_empty(n_slots, 2 * intermediate)
     wact = x.new_empty(n_slots, intermediate)
     ds_partial = torch.zeros(col_blocks, n_slots, dtype=torch.float32, device=x.device)
     dx_rows = x.new_empty(n_slots, hidden)
     dx = x.new_empty(x.shape)
-    routing = (r.tile_expert, r.tile_row_start, r.expert_offsets)
-    if r.n_tiles:
-        _fused_moe_down_backward_kernel[(r.n_tiles, col_blocks)](
+    routing = (r.tile_expert, r.tile_row_start, r.expert_offsets, r.n_tiles)
+    if r.max_tiles:
+        _fused_moe_down_backward_kernel[(r.max_tiles, col_blocks)](
             dy, w_down, weights, pre, r.token_of_row, r.slot_of_row, *routing, dpre, wact, ds_partial,
             hidden, intermediate, dy.stride(0), w_down.stride(0), w_down.stride(1), pre.stride(0), dpre.stride(0),
-            wact.stride(0), n_slots, **plan.gemm(),
+            wact.stride(0), n_slots, **plan.gemm(plan.rows),
         )  # fmt: skip
         # gate_up_proj[e] is (2I, H): column h of the product is column h of the weight, k runs over 2I.
-        _fused_moe_expert_matmul_kernel[(r.n_tiles, triton.cdiv(hidden, plan.block_n))](
+        _fused_moe_expert_matmul_kernel[(r.max_tiles, triton.cdiv(hidden, plan.rows.block_n))](
             dpre, w_gate_up, *routing, dx_rows,
             hidden, 2 * intermediate, dpre.stride(0), w_gate_up.stride(0), 1, w_gate_up.stride(1), dx_rows.stride(0),
-            **plan.gemm(),
+            **plan.gemm(plan.rows),
         )  # fmt: skip
     _combine(dx_rows, None, r, dx, plan)
     # grad_down[e] (H, I) = sum_r dy[t_r] (x) s_r act_r; grad_gate_up[e] (2I, H) = sum_r dpre_r (x) x[t_r].
@@ -336,10 +366,11 @@ def fused_moe_backward(
     d_gate_up = torch.empty_like(w_gate_up)
     for dw, p, q, p_by_token, q_by_token in ((d_down, dy, wact, True, False), (d_gate_up, dpre, x, False, True)):
         m_dim, n_dim = dw.shape[1], dw.shape[2]
-        _fused_moe_weight_grad_kernel[(n_experts * triton.cdiv(m_dim, plan.block_m), triton.cdiv(n_dim, plan.block_n))](
+        grid = (n_experts * triton.cdiv(m_dim, plan.wgrad.block_m), triton.cdiv(n_dim, plan.wgrad.block_n))
+        _fused_moe_weight_grad_kernel[grid](
             p, q, r.token_of_row, r.expert_offsets, dw,
             m_dim, n_dim, p.stride(0), q.stride(0), dw.stride(0), dw.stride(1),
-            P_BY_TOKEN=p_by_token, Q_BY_TOKEN=q_by_token, **plan.gemm(),
+            P_BY_TOKEN=p_by_token, Q_BY_TOKEN=q_by_token, **plan.gemm(plan.wgrad),
         )  # fmt: skip
     # The routing weights' gradient: the column blocks' partial dot products, back in (t, k) order.
     d_weights = ds_partial.sum(0)[r.row_of_slot.long()].view(weights.shape).to(weights.dtype)
@@ -352,11 +383,13 @@ class LigerFusedMoEFunction(torch.autograd.Function):
     def forward(ctx, hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights):
         check_args(hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights)
         plan = plan_moe(hidden_states.dtype, hidden_states.device)
-        r = route(top_k_index, gate_up_proj.shape[0], plan.block_m)
+        r, expert_ids = route(top_k_index, gate_up_proj.shape[0], plan.block_m)
         x = hidden_states.contiguous()
         w_gate_up, w_down = gate_up_proj.contiguous(), down_proj.contiguous()
         weights = top_k_weights.contiguous()
         out, pre = fused_moe_forward(x, w_gate_up, w_down, weights, r, plan)
+        # The bad-id count reached the host behind the kernels just queued (no idle device).
+        expert_ids.check()
         ctx.save_for_backward(x, w_gate_up, w_down, weights, pre, *vars(r).values())
         ctx.plan = plan
         return out

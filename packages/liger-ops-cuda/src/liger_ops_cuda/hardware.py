@@ -148,15 +148,22 @@ FLCE_VT_GRAD_WEIGHT_BLOCK_ELEMENTS = 8 * 2**20
 # fused_linear_jsd keeps three chunk-sized buffers (student and teacher fp32 logits, the
 # gradient in the input dtype): a smaller budget.
 FLJSD_CHUNK_ELEMENTS = 32 * 2**20
-# fused_moe's grouped GEMMs: rows of a routed tile (one expert's sorted selections), output
-# columns and reduction step per program (the step halved for fp32), warps and software-pipeline
-# stages; the gather-sum's column block. Untuned starting points (the usual Hopper GEMM tile for
-# bf16): benchmarks/results/tuning-cuda.md.
-MOE_BLOCK_M = 64
-MOE_BLOCK_N = 128
-MOE_BLOCK_K = 64
-MOE_NUM_WARPS = 8
-MOE_NUM_STAGES = 3
+# fused_moe's grouped GEMMs, tuned apart: the token-row GEMMs (gate-up, down, grad of the
+# input, down backward) take ROWS tiles, whose BLOCK_M is also the routing tile (one expert's
+# sorted selections); the weight-gradient GEMM takes WGRAD tiles (BLOCK_M rows of the weight,
+# BLOCK_K sorted rows per reduction step). Output columns and reduction step per program (the
+# step halved for fp32), warps and software-pipeline stages; the gather-sum's column block.
+# Untuned starting points (the usual Hopper GEMM tile for bf16): benchmarks/results/tuning-cuda.md.
+MOE_ROWS_BLOCK_M = 64
+MOE_ROWS_BLOCK_N = 128
+MOE_ROWS_BLOCK_K = 64
+MOE_ROWS_NUM_WARPS = 8
+MOE_ROWS_NUM_STAGES = 3
+MOE_WGRAD_BLOCK_M = 64
+MOE_WGRAD_BLOCK_N = 128
+MOE_WGRAD_BLOCK_K = 64
+MOE_WGRAD_NUM_WARPS = 8
+MOE_WGRAD_NUM_STAGES = 3
 MOE_COMBINE_BLOCK = 1024
 # fused_linear_grpo: float32 logits of whole sequences per chunk; at 2**27 elements one 1024-token
 # sequence of a 128K vocabulary (512 MiB), about what liger-kernel's one-sequence chunks hold.

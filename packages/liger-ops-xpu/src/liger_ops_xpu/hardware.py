@@ -81,13 +81,20 @@ MATMUL_BLOCK_K = 32
 MATMUL_NUM_WARPS = 32
 # tl.dot wants every tile dimension >= 16.
 MIN_DOT_BLOCK = 16
-# fused_moe's grouped GEMMs: rows of a routed tile (one expert's sorted selections), output
-# columns and reduction step per program (the step halved for fp32), sub-groups; the gather-sum's
-# column block. Untuned starting points (DPAS-friendly tiles for the large register file).
-MOE_BLOCK_M = 128
-MOE_BLOCK_N = 128
-MOE_BLOCK_K = 32
-MOE_NUM_WARPS = 16
+# fused_moe's grouped GEMMs, tuned apart: the token-row GEMMs (gate-up, down, grad of the
+# input, down backward) take ROWS tiles, whose BLOCK_M is also the routing tile (one expert's
+# sorted selections); the weight-gradient GEMM takes WGRAD tiles (BLOCK_M rows of the weight,
+# BLOCK_K sorted rows per reduction step). Output columns and reduction step per program (the
+# step halved for fp32), sub-groups; the gather-sum's column block. Untuned starting points
+# (DPAS-friendly tiles for the large register file).
+MOE_ROWS_BLOCK_M = 128
+MOE_ROWS_BLOCK_N = 128
+MOE_ROWS_BLOCK_K = 32
+MOE_ROWS_NUM_WARPS = 16
+MOE_WGRAD_BLOCK_M = 128
+MOE_WGRAD_BLOCK_N = 128
+MOE_WGRAD_BLOCK_K = 32
+MOE_WGRAD_NUM_WARPS = 16
 MOE_COMBINE_BLOCK = 1024
 
 # fused_neighborhood_attention's banded kernels: query and key rows per block; heads wider than

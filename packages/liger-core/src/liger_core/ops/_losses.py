@@ -137,31 +137,44 @@ def take_fused_grads(ctx) -> tuple:
     return grads
 
 
+class HostCopy:
+    """A small device tensor's values on their way to the host without a synchronisation: a
+    copy into pinned memory behind an event, queued now; `tolist` waits for that event only, so
+    work queued in between keeps the device busy while the host waits. On the CPU the values are
+    there already (the interpreter runs the same code path)."""
+
+    def __init__(self, values: torch.Tensor) -> None:
+        if values.device.type == "cpu":
+            self._host, self._event = values, None
+        else:
+            self._host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+            self._host.copy_(values, non_blocking=True)
+            self._event = torch.Event(device=values.device)
+            self._event.record()
+
+    def tolist(self) -> list:
+        if self._event is not None:
+            self._event.synchronize()
+            self._event = None
+        return self._host.tolist()
+
+
 class PendingLabelStats:
     """`label_stats` whose host read waits until `result`: the figures travel to the host behind
-    an event, so work queued in between (GEMMs that do not read the targets) keeps the device busy
-    while the host waits for the three numbers, instead of the device idling while the host prepares
-    the first chunk after a full synchronisation. Nothing that indexes by target may run before
-    `result` has returned."""
+    an event (`HostCopy`), so work queued in between (GEMMs that do not read the targets) keeps the
+    device busy while the host waits for the three numbers, instead of the device idling while the
+    host prepares the first chunk after a full synchronisation. Nothing that indexes by target may
+    run before `result` has returned."""
 
     def __init__(self, op: str, target: torch.Tensor, ignore_index: int, n_classes: int) -> None:
         self._args = (op, target, ignore_index, n_classes)
-        stats = _label_figures(target, ignore_index, n_classes, None)
-        if stats.device.type == "cpu":
-            self._host, self._event = stats, None
-        else:
-            self._host = torch.empty(stats.shape, dtype=stats.dtype, pin_memory=True)
-            self._host.copy_(stats, non_blocking=True)
-            self._event = torch.Event(device=stats.device)
-            self._event.record()
+        self._figures = HostCopy(_label_figures(target, ignore_index, n_classes, None))
         self._result: tuple[int, float] | None = None
 
     def result(self) -> tuple[int, float]:
         """``label_stats``'s value; raises its ValueError for a target out of range."""
         if self._result is None:
-            if self._event is not None:
-                self._event.synchronize()
-            self._result = _check_label_figures(*self._args, self._host.tolist())
+            self._result = _check_label_figures(*self._args, self._figures.tolist())
         return self._result
 
 
@@ -239,6 +252,7 @@ __all__ = [
     "is_float",
     "label_count",
     "label_stats",
+    "HostCopy",
     "PendingLabelStats",
 ]
 

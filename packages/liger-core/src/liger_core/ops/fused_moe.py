@@ -3,8 +3,11 @@ as transformers 5.x's experts modules hold them), declared once.
 
 The routing bookkeeping every backend shares is here (vendor-neutral torch, like
 vocab_parallel_cross_entropy's collectives): `route` sorts the ``(token, k)`` selections by
-expert, checks the expert ids and cuts each expert's rows into tiles of ``block_m`` rows, with
-one host synchronisation. A backend runs its grouped GEMM kernels over those tiles.
+expert, counts the bad expert ids and cuts each expert's rows into tiles of ``block_m`` rows,
+with no host synchronisation: the tile count stays on the device (the grids launch its upper
+bound, known from the shapes; the surplus programs exit at once) and the bad-id count reaches
+the host behind an event, checked once the forward's kernels are queued. A backend runs its
+grouped GEMM kernels over those tiles.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from liger_core.bench import spec as B
 from liger_core.op import Op, bad, on_other_device, sample, set_item
 from liger_core.ops import _samples as S
 from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device
-from liger_core.ops._losses import INDEX_DTYPES
+from liger_core.ops._losses import INDEX_DTYPES, HostCopy
 
 OP_NAME = "fused_moe"
 
@@ -51,7 +54,8 @@ def fused_moe(
             its up rows (transformers' ``gate_up_proj`` parameter).
         down_proj: ``(E, H, I)``, ``hidden_states``' dtype (transformers' ``down_proj``).
         top_k_index: ``(tokens, K)`` integer expert ids in ``[0, E)``; anything else is a
-            ValueError (checked on the device, one host synchronisation).
+            ValueError (counted on the device; a backend reads the count once its kernels are
+            queued, which run on clamped ids meanwhile).
         top_k_weights: ``(tokens, K)`` routing weights, float32, bfloat16 or float16 (the router's
             dtype; it need not be ``hidden_states``').
 
@@ -182,7 +186,9 @@ class Routing:
     - ``row_of_slot``: the inverse: the sorted row of each selection (the gather-sum reads it).
     - ``expert_offsets``: ``(E + 1,)``, expert ``e``'s rows are ``[offsets[e], offsets[e + 1])``.
     - ``tile_expert``, ``tile_row_start``: per tile, its expert and its first sorted row; a tile
-      never spans two experts (its rows past the expert's end are masked).
+      never spans two experts (its rows past the expert's end are masked). ``max_tiles`` of
+      them: the tiles past ``n_tiles`` are empty (the last expert's, starting at its end).
+    - ``n_tiles``: ``(1,)``, the real tile count (a routed kernel's programs past it exit).
     """
 
     token_of_row: torch.Tensor
@@ -191,46 +197,77 @@ class Routing:
     expert_offsets: torch.Tensor
     tile_expert: torch.Tensor
     tile_row_start: torch.Tensor
+    n_tiles: torch.Tensor
 
     @property
-    def n_tiles(self) -> int:
+    def max_tiles(self) -> int:
+        """The routed grids' tile count, known on the host: ``max_tiles(slots, experts, block_m)``."""
         return self.tile_expert.shape[0]
 
 
-def route(top_k_index: torch.Tensor, n_experts: int, block_m: int) -> Routing:
-    """Sort the selections by expert and tile each expert's rows by ``block_m``; raises the
-    contract's ValueError for an expert id outside ``[0, n_experts)``. One host synchronisation
-    (the tile count and the bad-id count come back together)."""
+def max_tiles(n_slots: int, n_experts: int, block_m: int) -> int:
+    """The most tiles any routing of ``n_slots`` selections over ``n_experts`` makes: every expert
+    adds at most one partial tile, and every tile holds a row."""
+    return min(n_slots, -(-n_slots // block_m) + n_experts)
+
+
+class PendingExpertIds:
+    """The bad expert-id count on its way to the host (`HostCopy`, queued before the GEMMs);
+    `check` raises the contract's ValueError once the forward's kernels are queued (they run on
+    clamped ids meanwhile, so their output is discarded, never wrong memory). Inside a CUDA graph
+    capture nothing is copied or checked: a replay runs on whatever ids it is given, clamped."""
+
+    def __init__(self, ids: torch.Tensor, n_experts: int, n_bad: torch.Tensor) -> None:
+        self._ids, self._n_experts = ids, n_experts
+        capturing = ids.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        self._n_bad = None if capturing else HostCopy(n_bad)
+
+    def check(self) -> None:
+        """Raise ValueError for an expert id outside ``[0, n_experts)``."""
+        if self._n_bad is not None:
+            n_bad = int(self._n_bad.tolist())
+            self._n_bad = None
+            if n_bad:
+                _raise_bad_ids(self._ids, self._n_experts, n_bad)
+
+
+def route(top_k_index: torch.Tensor, n_experts: int, block_m: int) -> tuple[Routing, PendingExpertIds]:
+    """Sort the selections by expert and tile each expert's rows by ``block_m``, with no host
+    synchronisation: every shape comes from the inputs' shapes (``max_tiles`` tiles), the real
+    tile count stays on the device. Bad expert ids are clamped to expert 0 for the kernels; the
+    returned `PendingExpertIds` raises the contract's ValueError for them: call its ``check``
+    after queuing the forward's kernels."""
     device = top_k_index.device
     n_slots = top_k_index.numel()
     top_k = top_k_index.shape[1]
     ids = top_k_index.reshape(-1).long()
     bad_ids = _bad_ids(ids, n_experts)
+    pending = PendingExpertIds(ids, n_experts, bad_ids.sum())
     safe = torch.where(bad_ids, torch.zeros((), dtype=ids.dtype, device=device), ids)
-    counts = torch.bincount(safe, minlength=n_experts)
-    tiles_per_expert = (counts + block_m - 1) // block_m
-    n_tiles, n_bad = torch.stack([tiles_per_expert.sum(), bad_ids.sum()]).tolist()
-    if n_bad:
-        _raise_bad_ids(ids, n_experts, n_bad)
-    slot_of_row = torch.sort(safe, stable=True).indices
-    row_of_slot = torch.empty_like(slot_of_row)
-    row_of_slot[slot_of_row] = torch.arange(n_slots, device=device)
-    offsets = torch.zeros(n_experts + 1, dtype=torch.long, device=device)
-    offsets[1:] = torch.cumsum(counts, 0)
-    tile_offsets = torch.cumsum(tiles_per_expert, 0) - tiles_per_expert
-    experts = torch.arange(n_experts, device=device)
-    tile_expert = torch.repeat_interleave(experts, tiles_per_expert, output_size=n_tiles)
-    tile_in_expert = torch.arange(n_tiles, device=device) - tile_offsets[tile_expert]
-    tile_row_start = offsets[tile_expert] + tile_in_expert * block_m
+    # Each expert's rows from the sorted ids (bincount would read their maximum on the host).
+    sorted_ids, slot_of_row = torch.sort(safe, stable=True)
+    offsets = torch.searchsorted(sorted_ids, torch.arange(n_experts + 1, device=device))
+    tiles_per_expert = (offsets.diff() + block_m - 1) // block_m
+    tile_ends = torch.cumsum(tiles_per_expert, 0)
+    row_of_slot = torch.empty_like(slot_of_row).scatter_(0, slot_of_row, torch.arange(n_slots, device=device))
+    # Tile t belongs to the first expert whose cumulative tile count passes t (empty experts
+    # end where their predecessor does, so none is picked); tiles past the count get the last
+    # expert, clamped, and start at its end: every row masked.
+    tile = torch.arange(max_tiles(n_slots, n_experts, block_m), device=device)
+    tile_expert = torch.searchsorted(tile_ends, tile, right=True).clamp_(max=n_experts - 1)
+    tile_in_expert = tile - (tile_ends - tiles_per_expert)[tile_expert]
+    tile_row_start = torch.where(tile < tile_ends[-1], offsets[tile_expert] + tile_in_expert * block_m, offsets[-1])
     i32 = torch.int32
-    return Routing(
+    routing = Routing(
         token_of_row=(slot_of_row // top_k).to(i32),
         slot_of_row=slot_of_row.to(i32),
         row_of_slot=row_of_slot.to(i32),
         expert_offsets=offsets.to(i32),
         tile_expert=tile_expert.to(i32),
         tile_row_start=tile_row_start.to(i32),
+        n_tiles=tile_ends[-1:].to(i32),
     )
+    return routing, pending
 
 
 def math(
