@@ -427,7 +427,7 @@ def _mhc_cases() -> list[dict]:
 
 def _mhc_projection_cases() -> list[dict]:
     """mhc_coeffs' projection at 4 streams of 4096 channels (K = 16384, M = 24), bf16 streams: the
-    forward with bf16 phi (TF32 dot) and float32 phi (IEEE dot), the fused backward."""
+    forward with bf16 phi (TF32 dot) and float32 phi (IEEE dot), the fused backward with each dot."""
     from liger_ops_xpu import hardware
 
     block_m = 32
@@ -444,7 +444,9 @@ def _mhc_projection_cases() -> list[dict]:
     bwd_c = {"STATIC_STEPS": 0, "BLOCK_T": hardware.MHC_PROJ_BACKWARD_BLOCK_T,
              "BLOCK_K": hardware.MHC_PROJ_BACKWARD_BLOCK_K, "BLOCK_M": block_m}  # fmt: skip
     warps = hardware.MHC_PROJ_BACKWARD_NUM_WARPS
-    cases.append(_case("mhc", "_mhc_projection_backward_kernel", bwd, bwd_c, warps, register_heavy=False))
+    for precision in ("tf32", "ieee"):
+        c = {**bwd_c, "PRECISION": precision}
+        cases.append(_case("mhc", "_mhc_projection_backward_kernel", bwd, c, warps, register_heavy=False))
     return cases
 
 

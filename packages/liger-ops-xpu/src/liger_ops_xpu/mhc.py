@@ -298,6 +298,7 @@ def _mhc_projection_backward_kernel(
     k,
     n_mix,
     n_token_steps,
+    PRECISION: tl.constexpr,
     STATIC_STEPS: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -307,6 +308,8 @@ def _mhc_projection_backward_kernel(
     # d_x = d_proj @ phi^T - v * coef for its columns and summing d_phi = v^T @ d_proj over the
     # tokens in registers, so x is read once, d_x written once, and d_phi needs no atomics.
     # D_PROJ: (tokens, M) = d_mix * rstd; COEF: (tokens,) = sum(d_mix * mix) * rstd^2 / K (float32).
+    # PRECISION "tf32" only for 16-bit x: x is exact in TF32 and d_x is rounded to x's dtype, far
+    # coarser than TF32's rounding of d_proj; float32 x takes "ieee" (the float32 tolerances).
     ks = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     k_mask = ks < k
     cols = tl.arange(0, BLOCK_M)
@@ -323,9 +326,9 @@ def _mhc_projection_backward_kernel(
         x = tl.load(X + t64 * k + ks[None, :], mask=x_mask, other=0.0).to(tl.float32)
         d_proj = tl.load(D_PROJ + t64 * n_mix + cols[None, :], mask=token_mask[:, None] & col_mask[None, :], other=0.0)
         coef = tl.load(COEF + tokens, mask=token_mask, other=0.0)
-        d_x = tl.dot(d_proj, phi_t, input_precision="ieee") - x * coef[:, None]
+        d_x = tl.dot(d_proj, phi_t, input_precision=PRECISION) - x * coef[:, None]
         tl.store(D_X + t64 * k + ks[None, :], d_x.to(D_X.dtype.element_ty), mask=x_mask)
-        d_phi = tl.dot(tl.trans(x), d_proj, d_phi, input_precision="ieee")
+        d_phi = tl.dot(tl.trans(x), d_proj, d_phi, input_precision=PRECISION)
     tl.store(D_PHI + phi_offsets, d_phi, mask=phi_mask)
 
 
@@ -366,6 +369,7 @@ def projection_backward(v, phi, d_proj, coef):
         n_token_steps = triton.cdiv(n_tokens, block_t)
         _mhc_projection_backward_kernel[(triton.cdiv(k, block_k),)](
             v, phi, d_proj, coef, d_v, d_phi, n_tokens, k, n_mix, n_token_steps,
+            PRECISION="ieee" if v.dtype == torch.float32 else "tf32",
             STATIC_STEPS=static_trips(_mhc_projection_backward_kernel, n_token_steps), BLOCK_T=block_t, BLOCK_K=block_k,
             BLOCK_M=_dot_block(n_mix, n_mix * 2), num_warps=hardware.MHC_PROJ_BACKWARD_NUM_WARPS,
         )  # fmt: skip
