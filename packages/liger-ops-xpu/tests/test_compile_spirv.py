@@ -415,10 +415,39 @@ def _mhc_cases() -> list[dict]:
     fwd.update(_sig("", "", "pre_eps sinkhorn_eps post_mult"))
     bwd = _sig("MIX:fp32 BIAS:fp32 ALPHAS:fp32 HIST:fp32 D_PRE:fp32 D_POST:fp32 D_RES:fp32 D_LOGITS:fp32")
     bwd.update(_sig("", "n_tokens hc", "sinkhorn_eps post_mult"))
-    return [
-        _case("mhc", "_mhc_coeffs_forward_kernel", fwd, {**c, "STORE_HIST": True}, warps, register_heavy=False),
-        _case("mhc", "_mhc_coeffs_backward_kernel", bwd, c, warps, register_heavy=False),
-    ] + _mhc_mix_cases()
+    return (
+        [
+            _case("mhc", "_mhc_coeffs_forward_kernel", fwd, {**c, "STORE_HIST": True}, warps, register_heavy=False),
+            _case("mhc", "_mhc_coeffs_backward_kernel", bwd, c, warps, register_heavy=False),
+        ]
+        + _mhc_projection_cases()
+        + _mhc_mix_cases()
+    )
+
+
+def _mhc_projection_cases() -> list[dict]:
+    """mhc_coeffs' projection at 4 streams of 4096 channels (K = 16384, M = 24), bf16 streams: the
+    forward with bf16 phi (TF32 dot) and float32 phi (IEEE dot), the fused backward with each dot."""
+    from liger_ops_xpu import hardware
+
+    block_m = 32
+    fwd_c = {"STATIC_STEPS": 0, "BLOCK_T": hardware.MHC_PROJ_BLOCK_T, "BLOCK_K": hardware.MHC_PROJ_BLOCK_K,
+             "BLOCK_M": block_m}  # fmt: skip
+    cases = []
+    for phi_dtype, precision in (("bf16", "tf32"), ("fp32", "ieee")):
+        fwd = _sig(f"X PHI:{phi_dtype} MIX:fp32 RSTD:fp32", "n_tokens k n_mix")
+        fwd.update(_sig("", "", "rms_eps"))
+        fwd.update(_sig("", "n_k_steps"))
+        c = {**fwd_c, "PRECISION": precision}
+        cases.append(_case("mhc", "_mhc_projection_forward_kernel", fwd, c, hardware.MHC_PROJ_NUM_WARPS, False))
+    bwd = _sig("X PHI D_PROJ:fp32 COEF:fp32 D_X D_PHI:fp32", "n_tokens k n_mix n_token_steps")
+    bwd_c = {"STATIC_STEPS": 0, "BLOCK_T": hardware.MHC_PROJ_BACKWARD_BLOCK_T,
+             "BLOCK_K": hardware.MHC_PROJ_BACKWARD_BLOCK_K, "BLOCK_M": block_m}  # fmt: skip
+    warps = hardware.MHC_PROJ_BACKWARD_NUM_WARPS
+    for precision in ("tf32", "ieee"):
+        c = {**bwd_c, "PRECISION": precision}
+        cases.append(_case("mhc", "_mhc_projection_backward_kernel", bwd, c, warps, register_heavy=False))
+    return cases
 
 
 def _mhc_mix_cases() -> list[dict]:

@@ -1,6 +1,7 @@
 """XPU mhc mixes: several programs of a few tokens each, the last one masked, and the channel
-walk over several blocks with a masked tail. Caps are lowered so shapes stay small; checked
-against the declarations' float64 oracles."""
+walk over several blocks with a masked tail; mhc_coeffs' projection over several token and K
+blocks. Caps are lowered so shapes stay small; checked against the declarations' float64
+oracles."""
 
 import torch
 from liger_core.conformance.check import check, make_args
@@ -16,3 +17,16 @@ def test_mixes_over_several_programs_and_channel_blocks(monkeypatch, device):
     for op in ("mhc_pre", "mhc_post_res"):
         check(BACKEND, op, make_args(op, device, shape=(2, 5, 4, 21)))
         check(BACKEND, op, make_args(op, device, shape=(7, 3, 21), dtype=torch.bfloat16))
+
+
+def test_projection_over_several_token_and_channel_blocks(monkeypatch, device):
+    # 16-wide blocks: 38 tokens make 3 token blocks (forward programs, backward walk), the last
+    # masked; K = 3 * 13 = 39 makes 3 K blocks (forward walk, backward programs), the last masked.
+    # bf16 x with bf16 phi takes the TF32 dot, with float32 phi (and float32 x) the IEEE one.
+    monkeypatch.setattr(hardware, "MHC_PROJ_BLOCK_K", 16)
+    monkeypatch.setattr(hardware, "MHC_PROJ_BACKWARD_BLOCK_T", 16)
+    monkeypatch.setattr(hardware, "MHC_PROJ_BACKWARD_BLOCK_K", 16)
+    check(BACKEND, "mhc_coeffs", make_args("mhc_coeffs", device, shape=(2, 19, 3, 13), tmax=3))
+    for phi_dtype in (torch.bfloat16, torch.float32):
+        args = make_args("mhc_coeffs", device, shape=(38, 3, 13), dtype=torch.bfloat16, phi_dtype=phi_dtype, tmax=3)
+        check(BACKEND, "mhc_coeffs", args)

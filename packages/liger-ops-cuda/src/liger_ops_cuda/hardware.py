@@ -202,3 +202,17 @@ MHC_NUM_WARPS = 4
 MHC_MIX_TILE_ELEMENTS = 4096
 MHC_MIX_BLOCK_C = 128
 MHC_MIX_NUM_WARPS = 4
+# mHC's projection (x @ phi, M = HC^2 + 2 HC <= a few dozen columns: memory-bound). Forward: a
+# program takes MHC_PROJ_BLOCK_T tokens (at least 16, tl.dot's minimum) and streams their K = HC * C
+# values MHC_PROJ_BLOCK_K at a time; small token blocks give the 4096-token bench enough programs.
+# Backward: a program owns MHC_PROJ_BACKWARD_BLOCK_K columns of K and walks the tokens
+# MHC_PROJ_BACKWARD_BLOCK_T at a time (K / 64 programs: 256 at 4 x 4096). Sized by the sm_90
+# compile (tests/test_compile_mhc.py): no spills with either dot precision (forward 96 / 72
+# registers, backward 138 / 190); 128-wide forward or 4-warp 64 x 64 backward tiles spill or sit
+# at 255. Not yet timed on a GPU.
+MHC_PROJ_BLOCK_T = 16
+MHC_PROJ_BLOCK_K = 64
+MHC_PROJ_NUM_WARPS = 4
+MHC_PROJ_BACKWARD_BLOCK_T = 32
+MHC_PROJ_BACKWARD_BLOCK_K = 64
+MHC_PROJ_BACKWARD_NUM_WARPS = 8

@@ -298,3 +298,14 @@ MHC_NUM_WARPS = 4
 MHC_MIX_TILE_ELEMENTS = 4096
 MHC_MIX_BLOCK_C = 128
 MHC_MIX_NUM_WARPS = 4
+# mHC's projection (x @ phi, M = HC^2 + 2 HC <= a few dozen columns: memory-bound). Forward: a
+# program takes MHC_PROJ_BLOCK_T tokens (at least 16, tl.dot's minimum) and streams their K = HC * C
+# values MHC_PROJ_BLOCK_K at a time; small token blocks give the 4096-token bench enough programs.
+# Backward: a program owns MHC_PROJ_BACKWARD_BLOCK_K columns of K and walks the tokens
+# MHC_PROJ_BACKWARD_BLOCK_T at a time (K / 64 programs: 256 at 4 x 4096). Untuned starting points.
+MHC_PROJ_BLOCK_T = 16
+MHC_PROJ_BLOCK_K = 256
+MHC_PROJ_NUM_WARPS = 4
+MHC_PROJ_BACKWARD_BLOCK_T = 64
+MHC_PROJ_BACKWARD_BLOCK_K = 64
+MHC_PROJ_BACKWARD_NUM_WARPS = 4

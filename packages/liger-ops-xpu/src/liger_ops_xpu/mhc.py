@@ -2,8 +2,12 @@
 kernels, launch plans and autograd Functions).
 
 The projection ``mix = (v @ phi) * rstd`` (``v``: a token's HC streams flattened, ``rstd =
-rsqrt(mean(v^2) + rms_eps)``) is one float32 GEMM over the tokens plus a row reduction, left to
-torch (oneDNN); its backward is two more GEMMs. The kernels own the per-token part: the two
+rsqrt(mean(v^2) + rms_eps)``) is memory-bound (``M = HC^2 + 2 HC`` columns): one kernel streams x
+in its own dtype over ``K = HC * C`` per block of tokens, accumulating ``v @ phi`` and the sum of
+squares in float32, and x (not a float32 copy) is what backward keeps. Backward is one kernel per
+block of K columns walking the tokens: ``d_v = d_proj @ phi^T - v * coef`` written once in x's
+dtype and ``d_phi = v^T @ d_proj`` summed in registers (no atomics), from the small per-token
+``d_proj`` and ``coef`` that torch forms first. The other kernels own the per-token part: the two
 sigmoid maps and the Sinkhorn-Knopp iterations over the ``HC x HC`` residual matrix, whose
 backward walks the iterations in reverse. A program takes BLOCK_T tokens as a (BLOCK_T,
 BLOCK_HC, BLOCK_HC) register tile (BLOCK_HC: HC to a power of two, padded lanes held at 0).
@@ -236,6 +240,142 @@ def sinkhorn_backward(mix, b, alphas, hist, d_pre, d_post, d_res, hc, tmax, sink
     return d_logits
 
 
+# -- the projection: mix = (v @ phi) * rstd ------------------------------------------------------
+
+
+@triton.jit
+def _mhc_projection_forward_kernel(
+    X,
+    PHI,
+    MIX,
+    RSTD,
+    n_tokens,
+    k,
+    n_mix,
+    rms_eps,
+    n_k_steps,
+    PRECISION: tl.constexpr,
+    STATIC_STEPS: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
+    # X: (tokens, K) contiguous; PHI: (K, M) contiguous; MIX: (tokens, M), RSTD: (tokens,) float32.
+    # PRECISION "tf32" only when x and phi are both 16-bit floats: TF32 holds their values exactly
+    # and float32 their products, so the tensor-core dot is the float32 projection; otherwise
+    # "ieee" (no TF32 rounding of float32 operands).
+    tokens = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    token_mask = tokens < n_tokens
+    rows = tokens.to(tl.int64)[:, None] * k
+    cols = tl.arange(0, BLOCK_M)
+    col_mask = cols < n_mix
+    acc = tl.zeros((BLOCK_T, BLOCK_M), dtype=tl.float32)
+    square_sum = tl.zeros((BLOCK_T,), dtype=tl.float32)
+    for step in range(STATIC_STEPS if STATIC_STEPS > 0 else n_k_steps):
+        ks = step * BLOCK_K + tl.arange(0, BLOCK_K)
+        k_mask = ks < k
+        x = tl.load(X + rows + ks[None, :], mask=token_mask[:, None] & k_mask[None, :], other=0.0)
+        phi_mask = k_mask[:, None] & col_mask[None, :]
+        phi = tl.load(PHI + ks.to(tl.int64)[:, None] * n_mix + cols[None, :], mask=phi_mask, other=0.0)
+        x = x.to(tl.float32)
+        square_sum += tl.sum(x * x, axis=1)
+        acc = tl.dot(x, phi.to(tl.float32), acc, input_precision=PRECISION)
+    rstd = 1.0 / tl.sqrt(square_sum / k + rms_eps)
+    out_mask = token_mask[:, None] & col_mask[None, :]
+    tl.store(MIX + tokens.to(tl.int64)[:, None] * n_mix + cols[None, :], acc * rstd[:, None], mask=out_mask)
+    tl.store(RSTD + tokens, rstd, mask=token_mask)
+
+
+@triton.jit
+def _mhc_projection_backward_kernel(
+    X,
+    PHI,
+    D_PROJ,
+    COEF,
+    D_X,
+    D_PHI,
+    n_tokens,
+    k,
+    n_mix,
+    n_token_steps,
+    PRECISION: tl.constexpr,
+    STATIC_STEPS: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
+    # One program owns BLOCK_K columns of v: it walks every token block, writing
+    # d_x = d_proj @ phi^T - v * coef for its columns and summing d_phi = v^T @ d_proj over the
+    # tokens in registers, so x is read once, d_x written once, and d_phi needs no atomics.
+    # D_PROJ: (tokens, M) = d_mix * rstd; COEF: (tokens,) = sum(d_mix * mix) * rstd^2 / K (float32).
+    # PRECISION "tf32" only for 16-bit x: x is exact in TF32 and d_x is rounded to x's dtype, far
+    # coarser than TF32's rounding of d_proj; float32 x takes "ieee" (the float32 tolerances).
+    ks = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    k_mask = ks < k
+    cols = tl.arange(0, BLOCK_M)
+    col_mask = cols < n_mix
+    phi_offsets = ks.to(tl.int64)[:, None] * n_mix + cols[None, :]
+    phi_mask = k_mask[:, None] & col_mask[None, :]
+    phi_t = tl.trans(tl.load(PHI + phi_offsets, mask=phi_mask, other=0.0).to(tl.float32))
+    d_phi = tl.zeros((BLOCK_K, BLOCK_M), dtype=tl.float32)
+    for step in range(STATIC_STEPS if STATIC_STEPS > 0 else n_token_steps):
+        tokens = step * BLOCK_T + tl.arange(0, BLOCK_T)
+        token_mask = tokens < n_tokens
+        t64 = tokens.to(tl.int64)[:, None]
+        x_mask = token_mask[:, None] & k_mask[None, :]
+        x = tl.load(X + t64 * k + ks[None, :], mask=x_mask, other=0.0).to(tl.float32)
+        d_proj = tl.load(D_PROJ + t64 * n_mix + cols[None, :], mask=token_mask[:, None] & col_mask[None, :], other=0.0)
+        coef = tl.load(COEF + tokens, mask=token_mask, other=0.0)
+        d_x = tl.dot(d_proj, phi_t, input_precision=PRECISION) - x * coef[:, None]
+        tl.store(D_X + t64 * k + ks[None, :], d_x.to(D_X.dtype.element_ty), mask=x_mask)
+        d_phi = tl.dot(tl.trans(x), d_proj, d_phi, input_precision=PRECISION)
+    tl.store(D_PHI + phi_offsets, d_phi, mask=phi_mask)
+
+
+def _dot_block(n: int, cap: int) -> int:
+    # tl.dot takes operands of at least 16 along every axis.
+    return max(16, min(cap, triton.next_power_of_2(max(n, 1))))
+
+
+def projection_forward(v, phi, rms_eps):
+    """(mix (tokens, M), rstd (tokens,)) float32 from v (tokens, K) and phi (K, M), contiguous."""
+    n_tokens, k = v.shape
+    n_mix = phi.shape[1]
+    mix = torch.empty((n_tokens, n_mix), dtype=torch.float32, device=v.device)
+    rstd = torch.empty((n_tokens,), dtype=torch.float32, device=v.device)
+    if n_tokens:
+        block_t = _dot_block(n_tokens, hardware.MHC_PROJ_BLOCK_T)
+        block_k = _dot_block(k, hardware.MHC_PROJ_BLOCK_K)
+        n_k_steps = triton.cdiv(k, block_k)
+        _mhc_projection_forward_kernel[(triton.cdiv(n_tokens, block_t),)](
+            v, phi, mix, rstd, n_tokens, k, n_mix, rms_eps, n_k_steps,
+            PRECISION="ieee" if torch.float32 in (v.dtype, phi.dtype) else "tf32",
+            STATIC_STEPS=static_trips(_mhc_projection_forward_kernel, n_k_steps),
+            BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_M=_dot_block(n_mix, n_mix * 2),
+            num_warps=hardware.MHC_PROJ_NUM_WARPS,
+        )  # fmt: skip
+    return mix, rstd
+
+
+def projection_backward(v, phi, d_proj, coef):
+    """(grad_v in v's dtype, grad_phi float32) from d_proj (tokens, M) and coef (tokens,) float32."""
+    n_tokens, k = v.shape
+    n_mix = phi.shape[1]
+    d_v = torch.empty_like(v)
+    d_phi = torch.zeros((k, n_mix), dtype=torch.float32, device=v.device)
+    if n_tokens:
+        block_k = _dot_block(k, hardware.MHC_PROJ_BACKWARD_BLOCK_K)
+        block_t = _dot_block(n_tokens, hardware.MHC_PROJ_BACKWARD_BLOCK_T)
+        n_token_steps = triton.cdiv(n_tokens, block_t)
+        _mhc_projection_backward_kernel[(triton.cdiv(k, block_k),)](
+            v, phi, d_proj, coef, d_v, d_phi, n_tokens, k, n_mix, n_token_steps,
+            PRECISION="ieee" if v.dtype == torch.float32 else "tf32",
+            STATIC_STEPS=static_trips(_mhc_projection_backward_kernel, n_token_steps), BLOCK_T=block_t, BLOCK_K=block_k,
+            BLOCK_M=_dot_block(n_mix, n_mix * 2), num_warps=hardware.MHC_PROJ_BACKWARD_NUM_WARPS,
+        )  # fmt: skip
+    return d_v, d_phi
+
+
 def _upstream(grad, shape, device):
     # An output the loss never used has no gradient: a zero one stands in (float32, contiguous).
     if grad is None:
@@ -250,23 +390,22 @@ class LigerMHCCoeffsFunction(torch.autograd.Function):
         check_args(x, phi, b, alpha_pre, alpha_post, alpha_res, tmax, rms_eps, pre_eps, sinkhorn_eps, post_mult)
         hc, c = x.shape[-2], x.shape[-1]
         lead = x.shape[:-2]
-        # The projection in float32 (no rounding of the logits), by oneDNN.
-        v = x.reshape(-1, hc * c).float()
-        rstd = torch.rsqrt(v.square().mean(-1) + rms_eps)
-        mix = (v @ phi.float()).mul_(rstd[:, None]).contiguous()
+        # The projection in float32 (no rounding of the logits), one pass over x in its own dtype.
+        v = x.reshape(-1, hc * c).contiguous()
+        mix, rstd = projection_forward(v, phi.contiguous(), rms_eps)
         alphas = torch.stack((alpha_pre, alpha_post, alpha_res)).float()
         h_pre, h_post, h_res, hist = sinkhorn_forward(
             mix, b, alphas, hc, tmax, pre_eps, sinkhorn_eps, post_mult, store_hist=any(ctx.needs_input_grad)
         )
         ctx.save_for_backward(v, phi, b, mix, rstd, alphas, hist)
-        ctx.meta = (x.shape, x.dtype, tmax, sinkhorn_eps, post_mult)
+        ctx.meta = (x.shape, tmax, sinkhorn_eps, post_mult)
         ctx.dtypes = (alpha_pre.dtype, alpha_post.dtype, alpha_res.dtype)
         return h_pre.view(*lead, hc), h_post.view(*lead, hc), h_res.view(*lead, hc, hc)
 
     @staticmethod
     def backward(ctx, d_pre, d_post, d_res):
         v, phi, b, mix, rstd, alphas, hist = ctx.saved_tensors
-        x_shape, x_dtype, tmax, sinkhorn_eps, post_mult = ctx.meta
+        x_shape, tmax, sinkhorn_eps, post_mult = ctx.meta
         hc = x_shape[-2]
         n_tokens = mix.shape[0]
         d_pre = _upstream(d_pre, (n_tokens, hc), mix.device)
@@ -279,11 +418,11 @@ class LigerMHCCoeffsFunction(torch.autograd.Function):
         alpha_cols = torch.cat([alphas[i].expand(n) for i, n in enumerate((hc, hc, hc * hc))])
         d_mix = d_logits * alpha_cols
         # mix = (v @ phi) * rstd, rstd = rsqrt(mean(v^2) + eps): d rstd / dv = -rstd^3 v / K.
-        d_proj = d_mix * rstd[:, None]
-        d_phi = (v.T @ d_proj).to(phi.dtype)
-        d_v = d_proj @ phi.float().T
-        d_v -= v * ((d_mix * mix).sum(-1) * rstd.square() / v.shape[1])[:, None]
-        d_x = d_v.to(x_dtype).view(x_shape)
+        d_proj = (d_mix * rstd[:, None]).contiguous()
+        coef = ((d_mix * mix).sum(-1) * rstd.square() / v.shape[1]).contiguous()
+        d_v, d_phi = projection_backward(v, phi.contiguous(), d_proj, coef)
+        d_x = d_v.view(x_shape)
+        d_phi = d_phi.to(phi.dtype)
         return d_x, d_phi, d_logits.sum(0).to(b.dtype), *d_alphas, None, None, None, None, None
 
 
