@@ -283,6 +283,22 @@ def as_rows(t: torch.Tensor) -> torch.Tensor:
     return t2
 
 
+def aligned_rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (rows in its last two dims) with unit column stride and 32-byte aligned row pitches:
+    itself when it already has them, else a copy in padded rows (the tiles span several rows)."""
+    if t.stride(-1) == 1 and (t.stride(-2) * t.element_size()) % hardware.ALIGN_BYTES == 0:
+        return t
+    return padded_empty(t.shape, t.dtype, t.device).copy_(t)
+
+
+def padded_empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An uninitialised tensor whose rows (last dim) start 32 bytes apart or a multiple of it."""
+    align = hardware.min_block(dtype.itemsize)
+    cols = shape[-1]
+    storage = torch.empty((*shape[:-1], triton.cdiv(max(cols, 1), align) * align), dtype=dtype, device=device)
+    return storage[..., :cols]
+
+
 def sum_partials(partials: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Second stage of a two-stage reduction: the per-program fp32 partial rows summed."""
     return partials.sum(0).to(dtype)

@@ -40,7 +40,7 @@ from liger_core.ops.fused_moe import Routing, check_args, route
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import tile_ptrs
-from liger_ops_ascend._tiling import FP32, dma, mask, once, work
+from liger_ops_ascend._tiling import FP32, aligned_rows, dma, mask, once, padded_empty, work
 from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
 
 
@@ -381,22 +381,6 @@ def plan_moe(dtype: torch.dtype, hw: hardware.Hardware) -> MoEPlan:
 
 
 # -- launch ---------------------------------------------------------------------------------------
-
-
-def aligned_rows(t: torch.Tensor) -> torch.Tensor:
-    """``t`` (rows in its last two dims) with unit column stride and 32-byte aligned row pitches:
-    itself when it already has them, else a copy in padded rows (the tiles span several rows)."""
-    if t.stride(-1) == 1 and (t.stride(-2) * t.element_size()) % hardware.ALIGN_BYTES == 0:
-        return t
-    return padded_empty(t.shape, t.dtype, t.device).copy_(t)
-
-
-def padded_empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """An uninitialised tensor whose rows (last dim) start 32 bytes apart or a multiple of it."""
-    align = hardware.min_block(dtype.itemsize)
-    cols = shape[-1]
-    storage = torch.empty((*shape[:-1], triton.cdiv(max(cols, 1), align) * align), dtype=dtype, device=device)
-    return storage[..., :cols]
 
 
 def sorted_rows(t: torch.Tensor, r: Routing) -> torch.Tensor:

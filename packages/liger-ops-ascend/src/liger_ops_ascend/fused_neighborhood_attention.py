@@ -31,8 +31,7 @@ from liger_core.backend import implements
 from liger_core.ops.fused_neighborhood_attention import check_args, default_scale
 
 from liger_ops_ascend import hardware
-from liger_ops_ascend._tiling import FP32, dma, f32_copy, mask, once, work
-from liger_ops_ascend.fused_moe import aligned_rows, padded_empty
+from liger_ops_ascend._tiling import FP32, aligned_rows, dma, f32_copy, mask, once, padded_empty, work
 from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
 
 
