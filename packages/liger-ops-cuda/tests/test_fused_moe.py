@@ -7,7 +7,7 @@ import torch
 
 from liger_core.conformance.check import check, make_args
 from liger_core.ops.fused_moe import max_tiles, route
-from liger_ops_cuda import hardware
+from liger_ops_cuda import fused_moe, hardware
 
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
@@ -21,6 +21,31 @@ def test_small_tiles_many_programs(backend, device, monkeypatch, dtype):
     # blocks, 2 to 4 reduction steps of 16.
     args = make_args("fused_moe", device, tokens=37, hidden=50, intermediate=24, experts=3, top_k=3, dtype=dtype)
     check(backend, "fused_moe", args)
+
+
+@pytest.mark.parametrize("grouped_mm", (True, False), ids=("grouped_mm", "triton_gemms"))
+def test_bf16_both_gemm_paths(backend, device, monkeypatch, grouped_mm):
+    # Either path on one bf16 shape: torch's grouped GEMMs with the SwiGLU kernels (several row
+    # and column blocks, odd experts without rows: their weight gradients 0) or the Triton ones.
+    monkeypatch.setattr(fused_moe, "use_grouped_mm", lambda *shape: grouped_mm)
+    monkeypatch.setattr(hardware, "MOE_SWIGLU_BLOCK_M", 4)
+    monkeypatch.setattr(hardware, "MOE_SWIGLU_BLOCK_N", 16)
+    args = make_args(
+        "fused_moe", device, tokens=19, hidden=48, intermediate=40, experts=6, top_k=2, routing="even",
+        dtype=torch.bfloat16,
+    )  # fmt: skip
+    check(backend, "fused_moe", args)
+
+
+def test_grouped_mm_takes_aligned_bf16_only(device):
+    dev = torch.device(device)
+    assert fused_moe.use_grouped_mm(torch.bfloat16, dev, 48, 40) == (
+        dev.type != "cuda" or torch.cuda.get_device_capability(dev) >= hardware.GROUPED_MM_MIN_CAPABILITY
+    )
+    assert not fused_moe.use_grouped_mm(torch.float32, dev, 48, 40)
+    assert not fused_moe.use_grouped_mm(torch.float16, dev, 48, 40)
+    assert not fused_moe.use_grouped_mm(torch.bfloat16, dev, 50, 40)  # rows not whole 16-byte units
+    assert not fused_moe.use_grouped_mm(torch.bfloat16, dev, 48, 36)
 
 
 def test_route_sorts_and_tiles_by_expert():

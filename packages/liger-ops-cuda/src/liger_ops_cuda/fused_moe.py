@@ -12,6 +12,11 @@ routing weights' gradient (per column block partial dot products, summed on the 
 kernel's epilogue; grad_hidden_states through the gate-up weights and the same gather-sum; the
 weight gradients one program per (expert, tile of the weight), reducing over that expert's rows.
 Every GEMM accumulates in fp32 and rounds once.
+
+From sm90 on, bf16 experts whose widths are whole 16-byte units take torch's grouped GEMM
+(``torch._grouped_mm``, CUTLASS) for the six GEMMs over the same sorted rows, the expert offsets
+on the device; the SwiGLU, the down backward's epilogue and the gather-sums stay kernels here
+(`use_grouped_mm`).
 """
 
 from __future__ import annotations
@@ -148,6 +153,20 @@ def _fused_moe_down_backward_kernel(
         DY + tokens[:, None] * dy_row_stride, row_mask, w_cols, col_mask, hidden, w_row_stride,
         BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
     )  # fmt: skip
+    _fused_moe_swiglu_backward_tile(
+        d_act, s, rows, row_mask, cols, col_mask, PRE, DPRE, WACT, DS_PARTIAL,
+        intermediate, pre_row_stride, dpre_row_stride, wact_row_stride, n_rows,
+    )  # fmt: skip
+
+
+@triton.jit
+def _fused_moe_swiglu_backward_tile(
+    d_act, s, rows, row_mask, cols, col_mask, PRE, DPRE, WACT, DS_PARTIAL,
+    intermediate, pre_row_stride, dpre_row_stride, wact_row_stride, n_rows,
+):  # fmt: skip
+    """The SwiGLU backward of fp32 ``d_act`` (this tile of sorted rows and columns, unweighted)
+    with the rows' routing weights ``s``: this column block's share of <d_act, act> into
+    DS_PARTIAL, the gate and up gradients of ``s * d_act`` into DPRE, ``s * act`` into WACT."""
     mask = row_mask[:, None] & col_mask[None, :]
     pre = PRE + rows[:, None] * pre_row_stride + cols[None, :]
     gate = tl.load(pre, mask=mask, other=0.0).to(tl.float32)
@@ -162,6 +181,44 @@ def _fused_moe_down_backward_kernel(
     tl.store(dpre + intermediate, (d_act * silu).to(DPRE.dtype.element_ty), mask=mask)
     wact = WACT + rows[:, None] * wact_row_stride + cols[None, :]
     tl.store(wact, (act * s[:, None]).to(WACT.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _fused_moe_swiglu_kernel(
+    PRE, ACT, n_rows, intermediate, pre_row_stride, act_row_stride, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    """ACT = silu(gate) * up for BLOCK_M sorted rows and BLOCK_N columns of PRE's gate and up
+    halves (the grouped-GEMM path: the gate-up GEMM is torch's)."""
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows < n_rows)[:, None] & (cols < intermediate)[None, :]
+    pre = PRE + rows[:, None] * pre_row_stride + cols[None, :]
+    gate = tl.load(pre, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(pre + intermediate, mask=mask, other=0.0).to(tl.float32)
+    act = gate * tl.sigmoid(gate) * up
+    tl.store(ACT + rows[:, None] * act_row_stride + cols[None, :], act.to(ACT.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _fused_moe_swiglu_backward_kernel(
+    D_ACT, WEIGHTS, SLOT_OF_ROW, PRE, DPRE, WACT, DS_PARTIAL,
+    n_rows, intermediate, d_act_row_stride, pre_row_stride, dpre_row_stride, wact_row_stride,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """The down backward's epilogue over D_ACT = grad_out @ down_proj[e] per sorted row (the
+    grouped-GEMM path: that GEMM is torch's); see `_fused_moe_swiglu_backward_tile`."""
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_mask = rows < n_rows
+    col_mask = cols < intermediate
+    s = tl.load(WEIGHTS + tl.load(SLOT_OF_ROW + rows, mask=row_mask, other=0), mask=row_mask, other=0.0)
+    d_act = tl.load(
+        D_ACT + rows[:, None] * d_act_row_stride + cols[None, :], mask=row_mask[:, None] & col_mask[None, :], other=0.0
+    )
+    _fused_moe_swiglu_backward_tile(
+        d_act.to(tl.float32), s.to(tl.float32), rows, row_mask, cols, col_mask, PRE, DPRE, WACT, DS_PARTIAL,
+        intermediate, pre_row_stride, dpre_row_stride, wact_row_stride, n_rows,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -242,13 +299,17 @@ class MoEPlan:
     BLOCK_M is the routing tile), the weight-gradient GEMM's (``wgrad``), the gather-sum's column
     block, the fp32 dot precision, and ``upcast``: the interpreter's bf16 ``tl.dot`` is garbage,
     so there bf16 tiles are upcast to fp32 first (the same products, exact in fp32, accumulated in
-    fp32 as on the device)."""
+    fp32 as on the device). ``grouped_mm``: the six GEMMs are ``torch._grouped_mm``'s (see
+    `use_grouped_mm`) and only the SwiGLU, its backward (``swiglu``: rows x columns per program)
+    and the gather-sums are kernels here."""
 
     rows: GemmTiles
     wgrad: GemmTiles
     combine_block: int
     precision: str
     upcast: bool
+    grouped_mm: bool
+    swiglu: tuple[int, int]
 
     @property
     def block_m(self) -> int:
@@ -266,7 +327,18 @@ class MoEPlan:
         )
 
 
-def plan_moe(dtype: torch.dtype, device: torch.device) -> MoEPlan:
+def use_grouped_mm(dtype: torch.dtype, device: torch.device, hidden: int, intermediate: int) -> bool:
+    """Whether torch's grouped GEMM takes the six GEMMs: bf16 (its CUTLASS kernels' dtype),
+    rows of whole 16-byte units (its stride rule: hidden and intermediate multiples of 8), and a
+    GPU from `hardware.GROUPED_MM_MIN_CAPABILITY` on (older ones get a per-expert loop; there our
+    Triton grouped GEMMs stay). On the CPU (the interpreter) it takes the same choice as on an
+    H100, so CI runs the path the GPU runs."""
+    if dtype != torch.bfloat16 or not hasattr(torch, "_grouped_mm") or hidden % 8 or intermediate % 8:
+        return False
+    return device.type != "cuda" or torch.cuda.get_device_capability(device) >= hardware.GROUPED_MM_MIN_CAPABILITY
+
+
+def plan_moe(dtype: torch.dtype, device: torch.device, hidden: int, intermediate: int) -> MoEPlan:
     """The GEMM tiles for ``dtype``: fp32 tiles take twice the shared memory per element, so
     half the reduction step; fp32 dots in IEEE precision (TF32 would miss the contract's fp32
     tolerance)."""
@@ -288,6 +360,8 @@ def plan_moe(dtype: torch.dtype, device: torch.device) -> MoEPlan:
         combine_block=hw.MOE_COMBINE_BLOCK,
         precision="ieee" if wide else "tf32",
         upcast=dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1",
+        grouped_mm=use_grouped_mm(dtype, device, hidden, intermediate),
+        swiglu=(hw.MOE_SWIGLU_BLOCK_M, hw.MOE_SWIGLU_BLOCK_N),
     )
 
 
@@ -308,10 +382,20 @@ def fused_moe_forward(
     """``(out, pre)``: the op's output and each sorted row's gate and up (the backward's input)."""
     n_slots = r.token_of_row.numel()
     hidden, intermediate = x.shape[1], w_down.shape[2]
-    pre = x.new_empty(n_slots, 2 * intermediate)
     act = x.new_empty(n_slots, intermediate)
-    y = x.new_empty(n_slots, hidden)
     out = x.new_empty(x.shape)
+    if plan.grouped_mm and n_slots:
+        offsets = r.expert_offsets[1:]
+        pre = torch._grouped_mm(x.index_select(0, r.token_of_row), w_gate_up.transpose(1, 2), offs=offsets)
+        block_m, block_n = plan.swiglu
+        _fused_moe_swiglu_kernel[(triton.cdiv(n_slots, block_m), triton.cdiv(intermediate, block_n))](
+            pre, act, n_slots, intermediate, pre.stride(0), act.stride(0), BLOCK_M=block_m, BLOCK_N=block_n
+        )
+        y = torch._grouped_mm(act, w_down.transpose(1, 2), offs=offsets)
+        _combine(y, weights, r, out, plan)
+        return out, pre
+    pre = x.new_empty(n_slots, 2 * intermediate)
+    y = x.new_empty(n_slots, hidden)
     if r.max_tiles:
         routing = (r.tile_expert, r.tile_row_start, r.expert_offsets, r.n_tiles)
         _fused_moe_gate_up_kernel[(r.max_tiles, triton.cdiv(intermediate, plan.rows.block_n))](
@@ -340,6 +424,8 @@ def fused_moe_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(grad_x, grad_gate_up, grad_down, grad_weights)`` for contiguous ``dy``."""
     n_slots = r.token_of_row.numel()
+    if plan.grouped_mm and n_slots:
+        return _grouped_mm_backward(dy, x, w_gate_up, w_down, weights, pre, r, plan)
     n_experts, hidden, intermediate = w_down.shape
     col_blocks = triton.cdiv(intermediate, plan.rows.block_n)
     dpre = x.new_empty(n_slots, 2 * intermediate)
@@ -372,9 +458,47 @@ def fused_moe_backward(
             m_dim, n_dim, p.stride(0), q.stride(0), dw.stride(0), dw.stride(1),
             P_BY_TOKEN=p_by_token, Q_BY_TOKEN=q_by_token, **plan.gemm(plan.wgrad),
         )  # fmt: skip
-    # The routing weights' gradient: the column blocks' partial dot products, back in (t, k) order.
-    d_weights = ds_partial.sum(0)[r.row_of_slot.long()].view(weights.shape).to(weights.dtype)
-    return dx, d_gate_up, d_down, d_weights
+    return dx, d_gate_up, d_down, _routing_weights_grad(ds_partial, r, weights)
+
+
+def _routing_weights_grad(ds_partial: torch.Tensor, r: Routing, weights: torch.Tensor) -> torch.Tensor:
+    """The routing weights' gradient: the column blocks' partial dot products, back in (t, k) order."""
+    return ds_partial.sum(0)[r.row_of_slot.long()].view(weights.shape).to(weights.dtype)
+
+
+def _grouped_mm_backward(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    weights: torch.Tensor,
+    pre: torch.Tensor,
+    r: Routing,
+    plan: MoEPlan,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`fused_moe_backward` with torch's grouped GEMMs: the sorted rows' grad_out and input are
+    gathered once each, the weight gradients are grouped over those rows (an expert without
+    rows gets 0)."""
+    n_slots, intermediate = r.token_of_row.numel(), w_down.shape[2]
+    block_m, block_n = plan.swiglu
+    dpre = x.new_empty(n_slots, 2 * intermediate)
+    wact = x.new_empty(n_slots, intermediate)
+    ds_partial = torch.empty(triton.cdiv(intermediate, block_n), n_slots, dtype=torch.float32, device=x.device)
+    dx = x.new_empty(x.shape)
+    offsets = r.expert_offsets[1:]
+    dy_rows = dy.index_select(0, r.token_of_row)
+    d_act = torch._grouped_mm(dy_rows, w_down, offs=offsets)
+    _fused_moe_swiglu_backward_kernel[(triton.cdiv(n_slots, block_m), triton.cdiv(intermediate, block_n))](
+        d_act, weights, r.slot_of_row, pre, dpre, wact, ds_partial,
+        n_slots, intermediate, d_act.stride(0), pre.stride(0), dpre.stride(0), wact.stride(0),
+        BLOCK_M=block_m, BLOCK_N=block_n,
+    )  # fmt: skip
+    del d_act
+    _combine(torch._grouped_mm(dpre, w_gate_up, offs=offsets), None, r, dx, plan)
+    d_down = torch._grouped_mm(dy_rows.t(), wact, offs=offsets)
+    del dy_rows
+    d_gate_up = torch._grouped_mm(dpre.t(), x.index_select(0, r.token_of_row), offs=offsets)
+    return dx, d_gate_up, d_down, _routing_weights_grad(ds_partial, r, weights)
 
 
 @implements("fused_moe")
@@ -382,7 +506,7 @@ class LigerFusedMoEFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights):
         check_args(hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights)
-        plan = plan_moe(hidden_states.dtype, hidden_states.device)
+        plan = plan_moe(hidden_states.dtype, hidden_states.device, hidden_states.shape[-1], down_proj.shape[-1])
         r, expert_ids = route(top_k_index, gate_up_proj.shape[0], plan.block_m)
         x = hidden_states.contiguous()
         w_gate_up, w_down = gate_up_proj.contiguous(), down_proj.contiguous()
