@@ -58,12 +58,12 @@ def variant(name, kernel, types, consts, num_warps):
 rows = []
 block_m = mhc._dot_block(24, 48)
 for phi_dtype, precision in (("bf16", "tf32"), ("fp32", "ieee")):
-    types = {"X": "*bf16", "PHI": "*" + phi_dtype, "MIX": "*fp32", "RSTD": "*fp32", "rms_eps": "fp32"}
+    types = {"X": "*bf16", "PHI": "*" + phi_dtype, "MIX_PARTIAL": "*fp32", "SQUARE_PARTIAL": "*fp32"}
     consts = {"PRECISION": precision, "BLOCK_T": hardware.MHC_PROJ_BLOCK_T, "BLOCK_K": hardware.MHC_PROJ_BLOCK_K,
               "BLOCK_M": block_m}
     rows.append(variant(f"mhc projection fwd phi={phi_dtype} {precision}", mhc._mhc_projection_forward_kernel,
                         types, consts, hardware.MHC_PROJ_NUM_WARPS))
-types = {"X": "*bf16", "PHI": "*bf16", "D_PROJ": "*fp32", "COEF": "*fp32", "D_X": "*bf16", "D_PHI": "*fp32"}
+types = {"X": "*bf16", "PHI": "*bf16", "D_PROJ": "*fp32", "COEF": "*fp32", "D_X": "*bf16", "D_PHI_PARTIAL": "*fp32"}
 for precision in ("tf32", "ieee"):
     consts = {"PRECISION": precision, "BLOCK_T": hardware.MHC_PROJ_BACKWARD_BLOCK_T,
               "BLOCK_K": hardware.MHC_PROJ_BACKWARD_BLOCK_K, "BLOCK_M": block_m}

@@ -28,7 +28,10 @@ def test_mixes_over_several_programs_and_channel_blocks(backend, device, monkeyp
 def test_projection_over_several_token_and_channel_blocks(backend, device, monkeypatch):
     # 16-wide blocks: 38 tokens make 3 token blocks (forward programs, backward walk), the last
     # masked; K = 3 * 13 = 39 makes 3 K blocks (forward walk, backward programs), the last masked.
+    # The interpreter's 4 "SMs" want 16 programs: both directions split their walk 3 ways (one
+    # block per split), so the partials' sums are checked too.
     # bf16 x with bf16 phi takes the TF32 dot, with float32 phi (and float32 x) the IEEE one.
+    monkeypatch.setattr(hardware, "MHC_PROJ_BLOCK_T", 16)
     monkeypatch.setattr(hardware, "MHC_PROJ_BLOCK_K", 16)
     monkeypatch.setattr(hardware, "MHC_PROJ_BACKWARD_BLOCK_T", 16)
     monkeypatch.setattr(hardware, "MHC_PROJ_BACKWARD_BLOCK_K", 16)

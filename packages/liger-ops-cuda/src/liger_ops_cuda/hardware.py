@@ -205,21 +205,26 @@ MHC_NUM_WARPS = 4
 # mHC's pre-mix and post + residual mix: memory-bound sums over the stream axis. A program takes
 # BLOCK_T tokens and walks their channels BLOCK_C at a time; its largest register tile (tokens x
 # streams x channels, x streams again for the post-mix's HC x HC matrix) holds at most
-# MHC_MIX_TILE_ELEMENTS. Untuned starting points.
-MHC_MIX_TILE_ELEMENTS = 4096
-MHC_MIX_BLOCK_C = 128
-MHC_MIX_NUM_WARPS = 4
+# MHC_MIX_TILE_ELEMENTS. H100, 4096 tokens x 4 streams x 4096 channels, bf16, CUDA graphs:
+# mhc_pre full step 0.189 ms at 4096 / 128 / 4 warps, 0.168 at 16384 / 1024 / 8 (0.166 at
+# 4096 / 1024 / 4, 0.173 at 8192 / 512 / 8, 0.275 at 2048 / 256 / 4); mhc_post_res forward 0.158
+# -> 0.112 ms, its full step under do_bench 1.17 -> 0.60 ms (scratch tuning run, ten shapes).
+MHC_MIX_TILE_ELEMENTS = 16384
+MHC_MIX_BLOCK_C = 1024
+MHC_MIX_NUM_WARPS = 8
 # mHC's projection (x @ phi, M = HC^2 + 2 HC <= a few dozen columns: memory-bound). Forward: a
-# program takes MHC_PROJ_BLOCK_T tokens (at least 16, tl.dot's minimum) and streams their K = HC * C
-# values MHC_PROJ_BLOCK_K at a time; small token blocks give the 4096-token bench enough programs.
-# Backward: a program owns MHC_PROJ_BACKWARD_BLOCK_K columns of K and walks the tokens
-# MHC_PROJ_BACKWARD_BLOCK_T at a time (K / 64 programs: 256 at 4 x 4096). Sized by the sm_90
-# compile (tests/test_compile_mhc.py): no spills with either dot precision (forward 96 / 72
-# registers, backward 138 / 190); 128-wide forward or 4-warp 64 x 64 backward tiles spill or sit
-# at 255. Not yet timed on a GPU.
-MHC_PROJ_BLOCK_T = 16
+# program takes MHC_PROJ_BLOCK_T tokens (at least 16, tl.dot's minimum) and streams a split of
+# their K = HC * C values MHC_PROJ_BLOCK_K at a time. Every token block reads all of phi (float32
+# in the bench: 64 x 32 x 4 bytes a step against 16 x 64 x 2 of x at 16 tokens), so blocks are
+# wide and K is split instead until about MHC_PROJ_PROGRAMS_PER_SM programs per SM run.
+# Backward: a program owns MHC_PROJ_BACKWARD_BLOCK_K columns of K and walks a split of the tokens
+# MHC_PROJ_BACKWARD_BLOCK_T at a time (K / 64 programs: 256 at 4 x 4096, times the splits). The
+# backward tiles are sized by the sm_90 compile (tests/test_compile_mhc.py): no spills with either
+# dot precision (backward 138 / 190 registers); 4-warp 64 x 64 backward tiles spill or sit at 255.
+MHC_PROJ_BLOCK_T = 64
 MHC_PROJ_BLOCK_K = 64
 MHC_PROJ_NUM_WARPS = 4
+MHC_PROJ_PROGRAMS_PER_SM = 4
 MHC_PROJ_BACKWARD_BLOCK_T = 32
 MHC_PROJ_BACKWARD_BLOCK_K = 64
 MHC_PROJ_BACKWARD_NUM_WARPS = 8
