@@ -1,38 +1,4 @@
-"""fused_linear_kl_div and fused_linear_jsd compute their gradients in the forward and hand them to
-autograd once (`liger_core.ops._losses.take_fused_grads`): the incoming gradient scales them, and a
-second backward through the same graph raises instead of adding them again."""
+"""The shared check that fused_linear_kl_div's and fused_linear_jsd's gradients are handed to
+autograd once (`liger_core.conformance.fused_grads`), against this package's backend."""
 
-from __future__ import annotations
-
-import inspect
-
-import pytest
-import torch
-from liger_core.conformance.check import declaration, make_args, op_callable
-
-SHAPES = {"fused_linear_kl_div": (7, 8, 30), "fused_linear_jsd": (7, 8, 12, 30)}
-
-
-def _call(backend, op, args):
-    params = inspect.signature(declaration(op).reference).parameters
-    return op_callable(backend, op)(*(args.get(name, params[name].default) for name in params))
-
-
-@pytest.mark.parametrize("op", sorted(SHAPES))
-def test_gradients_are_handed_over_once(conformance_backend, conformance_device, op):
-    args = make_args(op, conformance_device, shape=SHAPES[op], seed=5)
-    for name in ("student_input", "student_weight"):
-        args[name].requires_grad_(True)
-    loss = _call(conformance_backend, op, args)
-    (0.5 * loss).backward(retain_graph=True)
-    grads = [args[name].grad.clone() for name in ("student_input", "student_weight")]
-    with pytest.raises(RuntimeError, match="handed them to autograd already"):
-        loss.backward()
-    for name, first in zip(("student_input", "student_weight"), grads):
-        torch.testing.assert_close(args[name].grad, first, rtol=0, atol=0)  # nothing added twice
-    # The incoming gradient scaled them: a fresh forward, backward with 1, gives twice the first.
-    for name in ("student_input", "student_weight"):
-        args[name].grad = None
-    _call(conformance_backend, op, args).backward()
-    for name, first in zip(("student_input", "student_weight"), grads):
-        torch.testing.assert_close(args[name].grad, 2 * first)
+from liger_core.conformance.fused_grads import *

@@ -1,0 +1,51 @@
+"""Shared check for vendor backends: fused_linear_kl_div and fused_linear_jsd compute their gradients
+in the forward and hand them to autograd once (`liger_core.ops._losses.take_fused_grads`). The
+incoming gradient scales them, and a second backward through the same graph raises rather than
+adding them again.
+
+This is how the vendor Functions behave, not part of the ops' contract. The reference backend is
+plain autograd and replays a retained graph, so core's own suite does not run this check. A vendor
+package runs it from its tests:
+
+    # tests/test_fused_linear_divergence_grads.py
+    from liger_core.conformance.fused_grads import *
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from liger_core.conformance.check import declaration, make_args, op_callable
+
+__all__ = ["test_gradients_are_handed_over_once"]
+
+SHAPES = {"fused_linear_kl_div": (7, 8, 30), "fused_linear_jsd": (7, 8, 12, 30)}
+FUSED_INPUTS = ("student_input", "student_weight")
+
+
+def _call(backend, op, args):
+    params = inspect.signature(declaration(op).reference).parameters
+    return op_callable(backend, op)(*(args.get(name, params[name].default) for name in params))
+
+
+@pytest.mark.parametrize("op", sorted(SHAPES))
+def test_gradients_are_handed_over_once(conformance_backend, conformance_device, op):
+    args = make_args(op, conformance_device, shape=SHAPES[op], seed=5)
+    for name in FUSED_INPUTS:
+        args[name].requires_grad_(True)
+    loss = _call(conformance_backend, op, args)
+    (0.5 * loss).backward(retain_graph=True)
+    grads = [args[name].grad.clone() for name in FUSED_INPUTS]
+    with pytest.raises(RuntimeError, match="handed them to autograd already"):
+        loss.backward()
+    for name, first in zip(FUSED_INPUTS, grads):
+        torch.testing.assert_close(args[name].grad, first, rtol=0, atol=0)  # nothing added twice
+    # The incoming gradient scales them: a fresh forward, backward with 1, gives twice the first.
+    for name in FUSED_INPUTS:
+        args[name].grad = None
+    _call(conformance_backend, op, args).backward()
+    for name, first in zip(FUSED_INPUTS, grads):
+        torch.testing.assert_close(args[name].grad, 2 * first)
