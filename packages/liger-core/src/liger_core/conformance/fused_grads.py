@@ -31,21 +31,28 @@ def _call(backend, op, args):
     return op_callable(backend, op)(*(args.get(name, params[name].default) for name in params))
 
 
+def check_handed_over_once(backend, op: str, args: dict, names: tuple[str, ...]) -> None:
+    """``op``'s gradients in the inputs ``names`` (which the caller set requiring grad) are handed
+    to autograd once: a second backward through the graph raises and adds nothing, and the
+    incoming gradient scales them (a backward with 0.5, then a fresh one with 1)."""
+    loss = _call(backend, op, args)
+    (0.5 * loss).backward(retain_graph=True)
+    grads = [args[name].grad.clone() for name in names]
+    with pytest.raises(RuntimeError, match="handed them to autograd already"):
+        loss.backward()
+    for name, first in zip(names, grads):
+        torch.testing.assert_close(args[name].grad, first, rtol=0, atol=0)  # nothing added twice
+    # The incoming gradient scales them: a fresh forward, backward with 1, gives twice the first.
+    for name in names:
+        args[name].grad = None
+    _call(backend, op, args).backward()
+    for name, first in zip(names, grads):
+        torch.testing.assert_close(args[name].grad, 2 * first)
+
+
 @pytest.mark.parametrize("op", sorted(SHAPES))
 def test_gradients_are_handed_over_once(conformance_backend, conformance_device, op):
     args = make_args(op, conformance_device, shape=SHAPES[op], seed=5)
     for name in FUSED_INPUTS:
         args[name].requires_grad_(True)
-    loss = _call(conformance_backend, op, args)
-    (0.5 * loss).backward(retain_graph=True)
-    grads = [args[name].grad.clone() for name in FUSED_INPUTS]
-    with pytest.raises(RuntimeError, match="handed them to autograd already"):
-        loss.backward()
-    for name, first in zip(FUSED_INPUTS, grads):
-        torch.testing.assert_close(args[name].grad, first, rtol=0, atol=0)  # nothing added twice
-    # The incoming gradient scales them: a fresh forward, backward with 1, gives twice the first.
-    for name in FUSED_INPUTS:
-        args[name].grad = None
-    _call(conformance_backend, op, args).backward()
-    for name, first in zip(FUSED_INPUTS, grads):
-        torch.testing.assert_close(args[name].grad, 2 * first)
+    check_handed_over_once(conformance_backend, op, args, FUSED_INPUTS)
