@@ -1,14 +1,17 @@
-"""Shared check for vendor backends: fused_linear_kl_div and fused_linear_jsd compute their gradients
-in the forward and hand them to autograd once (`liger_core.ops._losses.take_fused_grads`). The
+"""Shared check for vendor backends: the fused losses that compute their gradients in the forward
+(fused_linear_cross_entropy with a "mean" or "sum" reduction, fused_linear_kl_div and
+fused_linear_jsd) hand them to autograd once (`liger_core.ops._losses.take_fused_grads`). The
 incoming gradient scales them, and a second backward through the same graph raises rather than
-adding them again.
+adding them again or scaling them twice.
 
 This is how the vendor Functions behave, not part of the ops' contract. The reference backend is
 plain autograd and replays a retained graph, so core's own suite does not run this check. A vendor
 package runs it from its tests:
 
-    # tests/test_fused_linear_divergence_grads.py
-    from liger_core.conformance.fused_grads import *
+    # tests/test_fused_grads.py
+    from liger_core.conformance.fused_grads import *  # noqa: F403
+
+`check_handed_over_once` checks one call, for a vendor's own further cases.
 """
 
 from __future__ import annotations
@@ -22,8 +25,13 @@ from liger_core.conformance.check import declaration, make_args, op_callable
 
 __all__ = ["test_gradients_are_handed_over_once"]
 
-SHAPES = {"fused_linear_kl_div": (7, 8, 30), "fused_linear_jsd": (7, 8, 12, 30)}
-FUSED_INPUTS = ("student_input", "student_weight")
+# Per op: the sample builder's parameters, and the inputs whose gradients the forward computes.
+DISTILLED = ("student_input", "student_weight")
+CASES = {
+    "fused_linear_cross_entropy": ({"shape": (7, 8, 30), "bias": True}, ("input", "weight", "bias")),
+    "fused_linear_jsd": ({"shape": (7, 8, 12, 30)}, DISTILLED),
+    "fused_linear_kl_div": ({"shape": (7, 8, 30)}, DISTILLED),
+}
 
 
 def _call(backend, op, args):
@@ -50,9 +58,10 @@ def check_handed_over_once(backend, op: str, args: dict, names: tuple[str, ...])
         torch.testing.assert_close(args[name].grad, 2 * first)
 
 
-@pytest.mark.parametrize("op", sorted(SHAPES))
+@pytest.mark.parametrize("op", sorted(CASES))
 def test_gradients_are_handed_over_once(conformance_backend, conformance_device, op):
-    args = make_args(op, conformance_device, shape=SHAPES[op], seed=5)
-    for name in FUSED_INPUTS:
+    params, inputs = CASES[op]
+    args = make_args(op, conformance_device, seed=5, **params)
+    for name in inputs:
         args[name].requires_grad_(True)
-    check_handed_over_once(conformance_backend, op, args, FUSED_INPUTS)
+    check_handed_over_once(conformance_backend, op, args, inputs)
