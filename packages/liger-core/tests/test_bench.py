@@ -16,6 +16,7 @@ from liger_core.bench.configs import custom_shape, get_config
 from liger_core.bench.report import summary_rows
 from liger_core.cli import main
 from liger_core.interface import CATALOGUE
+from liger_core.ops._losses import take_fused_grads
 
 pytestmark = pytest.mark.usefixtures("clean_registry")
 
@@ -563,6 +564,27 @@ def test_a_backward_that_cannot_be_replayed_is_full_minus_forward():
     # Only the backward mode was asked for: forward and full are timed to derive it, not reported.
     only = runner.measure(fn, {"x": x}, ["backward"], "wall", "cpu", 1)
     assert set(only) == {"backward"} and "full minus forward" in only["backward"].note
+
+
+class _HandsOverFusedGrads(torch.autograd.Function):
+    """Like the fused losses: the gradient formed in the forward, handed to autograd once."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.fused_grads = (2 * x.detach(),)
+        return (x * x).sum()
+
+    @staticmethod
+    def backward(ctx, g):
+        (gx,) = take_fused_grads(ctx)
+        return gx.mul_(g)
+
+
+def test_a_backward_that_hands_over_fused_grads_is_full_minus_forward():
+    x = torch.randn(64, requires_grad=True)
+    got = runner.measure(lambda x: _HandsOverFusedGrads.apply(x), {"x": x}, ["backward"], "wall", "cpu", 1)
+    back = got["backward"]
+    assert not back.error and back.ms is not None and "full minus forward" in back.note
 
 
 def test_an_op_that_takes_no_keyword_arguments_is_called_positionally(fake_backend, clean_registry):

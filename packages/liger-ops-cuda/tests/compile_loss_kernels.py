@@ -8,7 +8,8 @@ be off):
     python compile_loss_kernels.py          # a variant per path (quick)
     python compile_loss_kernels.py --all    # every constexpr combination (250 kernels, ~1 min)
 
-Exit status 0: all compiled; 2: no NVIDIA Triton backend here (skip); 1: a kernel failed.
+Exit status 0: all compiled; `compile_sm90.SKIP`: no NVIDIA Triton backend here (skip); 1: a
+kernel failed.
 """
 
 from __future__ import annotations
@@ -18,18 +19,16 @@ import itertools
 import os
 import sys
 
-SKIP = 2
+from compile_sm90 import SKIP, require_nvidia_backend, sm90_compiler
 
 
 def main() -> int:
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("unset TRITON_INTERPRET: the interpreter does not compile", file=sys.stderr)
         return SKIP
+    require_nvidia_backend()
+    triton, ASTSource, target = sm90_compiler()
     try:
-        import triton
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource
-
         from liger_ops_cuda import _cross_entropy as K
         from liger_ops_cuda import _tiling
         from liger_ops_cuda import divergence as D
@@ -38,7 +37,6 @@ def main() -> int:
     except Exception as e:  # noqa: BLE001 - any import failure means: cannot check here
         print(f"no Triton compiler: {e!r}", file=sys.stderr)
         return SKIP
-    target = GPUTarget("cuda", 90, 32)
     everything = "--all" in sys.argv
 
     def compile_kernel(fn, types, consts):

@@ -10,50 +10,15 @@ for CUDA.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-import pytest
-
-SKIP = 77
+from compile_sm90 import print_rows, run_variants
 
 _SCRIPT = r"""
-import json, os, re, subprocess, sys, tempfile
+from compile_sm90 import report, require_nvidia_backend, skip, variant
 try:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
     from liger_ops_cuda import hardware, mhc
 except Exception as e:
-    print(json.dumps({"skip": f"cannot import the compiler: {e!r}"})); sys.exit(SKIP)
-from triton.backends import backends
-if "nvidia" not in backends:
-    print(json.dumps({"skip": "this Triton has no NVIDIA backend"})); sys.exit(SKIP)
-target = GPUTarget("cuda", 90, 32)
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-
-
-def variant(name, kernel, types, consts, num_warps):
-    sig = {a: ("constexpr" if a in consts else types.get(a, "i32")) for a in kernel.arg_names}
-    src = ASTSource(fn=kernel, signature=sig, constexprs={(kernel.arg_names.index(a),): v for a, v in consts.items()})
-    row = {"name": name, "warps": num_warps}
-    try:
-        compiled = triton.compile(src, target=target, options={"num_warps": num_warps})
-    except Exception as e:
-        row["error"] = f"{type(e).__name__}: {e}"
-        return row
-    if os.path.exists(cuobjdump):
-        with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as f:
-            f.write(compiled.asm["cubin"])
-        usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
-        m = re.search(r"REG:(\d+) STACK:(\d+)", usage)
-        if m:
-            row["regs"], row["stack"] = int(m.group(1)), int(m.group(2))
-    return row
-
+    skip(f"cannot import the compiler: {e!r}")
+require_nvidia_backend()
 
 rows = []
 block_m = mhc._dot_block(24, 48)
@@ -69,28 +34,14 @@ for precision in ("tf32", "ieee"):
               "BLOCK_K": hardware.MHC_PROJ_BACKWARD_BLOCK_K, "BLOCK_M": block_m}
     rows.append(variant(f"mhc projection bwd {precision}", mhc._mhc_projection_backward_kernel, types, consts,
                         hardware.MHC_PROJ_BACKWARD_NUM_WARPS))
-print(json.dumps({"rows": rows}))
+report(rows)
 """
 
 
 def test_mhc_projection_kernels_compile_for_sm90():
-    root = Path(__file__).resolve().parents[3]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(root / "packages" / "liger-core" / "src"), str(root / "packages" / "liger-ops-cuda" / "src")]
-        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    )
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env, timeout=900)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode == SKIP:
-        pytest.skip(json.loads(lines[-1])["skip"] if lines else proc.stderr[-500:])
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    rows = json.loads(lines[-1])["rows"]
-    failed = [f"{r['name']}: {r['error']}" for r in rows if "error" in r]
-    assert not failed, "\n".join(failed)
+    rows = run_variants(_SCRIPT)
     assert len(rows) == 4
-    for r in rows:
-        print(f"{r['name']:40s} warps={r['warps']:2d} regs={r.get('regs', '?')} stack={r.get('stack', '?')}")
+    print_rows(rows, 40)
     # hardware.py's tiles are sized so that no variant spills (stack known only with cuobjdump).
     spilled = [r["name"] for r in rows if r.get("stack", 0) > 0]
     assert not spilled, spilled

@@ -10,54 +10,19 @@ registers and stack (spill) bytes; skipped where this Triton cannot compile for 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-import pytest
-
-SKIP = 77
+from compile_sm90 import print_rows, run_variants
 
 _SCRIPT = r"""
-import json, os, re, subprocess, sys, tempfile
+from compile_sm90 import report, require_nvidia_backend, skip, variant
 try:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
     import torch
+    import triton
     from liger_ops_cuda import _tiling, attn_res, dyt, group_norm, hardware, layer_norm, poly_norm, rms_norm
     from liger_ops_cuda import embedding, modulated_rms_norm
     from liger_ops_cuda._tiling import plan_backward_tiles, plan_tiles
 except Exception as e:
-    print(json.dumps({"skip": f"cannot import the compiler: {e!r}"})); sys.exit(SKIP)
-target = GPUTarget("cuda", 90, 32)
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-
-
-def variant(name, kernel, types, consts, warps):
-    sig = {a: ("constexpr" if a in consts else types.get(a, "i32")) for a in kernel.arg_names}
-    src = ASTSource(fn=kernel, signature=sig, constexprs={(kernel.arg_names.index(a),): v for a, v in consts.items()})
-    row = {"name": name, "warps": warps}
-    try:
-        compiled = triton.compile(src, target=target, options={"num_warps": warps})
-    except Exception as e:
-        row["error"] = f"{type(e).__name__}: {e}"
-        return row
-    if os.path.exists(cuobjdump):
-        with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as f:
-            f.write(compiled.asm["cubin"])
-        usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
-        m = re.search(r"REG:(\d+) STACK:(\d+)", usage)
-        if m:
-            row["regs"], row["stack"] = int(m.group(1)), int(m.group(2))
-    return row
-
-
-from triton.backends import backends
-if "nvidia" not in backends:
-    print(json.dumps({"skip": "this Triton has no NVIDIA backend"})); sys.exit(SKIP)
+    skip(f"cannot import the compiler: {e!r}")
+require_nvidia_backend()
 
 P = lambda t: "*" + t
 rows = []
@@ -172,26 +137,11 @@ for dt in ("bf16", "fp32"):
 T = dict(PARTIAL=P("fp32"), OUT0=P("bf16"), OUT1=P("fp32"))
 rows.append(variant("sum_partials", _tiling._sum_partials_kernel, T,
                     dict(HAS_OUT0=True, HAS_OUT1=True, BLOCK_P=hardware.REDUCE_ROWS, BLOCK=hardware.REDUCE_BLOCK), 4))
-print(json.dumps({"rows": rows}))
+report(rows)
 """
 
 
 def test_norm_kernels_compile_for_sm90():
-    root = Path(__file__).resolve().parents[3]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(root / "packages" / "liger-core" / "src"), str(root / "packages" / "liger-ops-cuda" / "src")]
-        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    )
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env, timeout=900)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode == SKIP:
-        pytest.skip(json.loads(lines[-1])["skip"] if lines else proc.stderr[-500:])
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    rows = json.loads(lines[-1])["rows"]
-    failed = [f"{r['name']}: {r['error']}" for r in rows if "error" in r]
-    assert not failed, "\n".join(failed)
+    rows = run_variants(_SCRIPT, TRITON_DEFAULT_FP_FUSION="1")
     # Report what ptxas made of each plan (stack bytes are register spills).
-    for r in rows:
-        print(f"{r['name']:40s} warps={r['warps']:2d} regs={r.get('regs', '?')} stack={r.get('stack', '?')}")
+    print_rows(rows, 40)

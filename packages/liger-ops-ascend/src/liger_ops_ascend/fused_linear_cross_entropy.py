@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 from liger_core.backend import implements
+from liger_core.ops._losses import take_fused_grads
 from liger_core.ops.fused_linear_cross_entropy import check_args, target_stats
 
 from liger_ops_ascend import hardware
@@ -93,7 +94,7 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
         loss, z, _, _ = reduce_rows(loss_rows, z_rows, reduction, n_valid, weight_sum)
         ctx.eager = eager
         if eager:
-            ctx.save_for_backward(gx, gw, gb)
+            ctx.fused_grads = (gx, gw, gb)  # not saved tensors: see `_losses.take_fused_grads`
         else:
             ctx.save_for_backward(x2, w, b, t)
             ctx.opts, ctx.hw, ctx.accum = opts, hw, accum_dtype
@@ -108,11 +109,12 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
     def backward(ctx, d_loss, *_dz):
         w_dtype, b_dtype, has_bias = ctx.dtypes
         if ctx.eager:
-            gx, gw, gb = ctx.saved_tensors
+            gx, gw, gb = take_fused_grads(ctx)
             go = d_loss.float()
-            gx = (gx * go).to(gx.dtype)
-            gw = (gw * go).to(w_dtype)
-            gb = (gb * go).to(b_dtype) if has_bias else None
+            # In place (the accum_dtype buffers then converted to the parameters' dtypes): autograd adopts them.
+            gx = gx.mul_(go)
+            gw = gw.mul_(go).to(w_dtype)
+            gb = gb.mul_(go).to(b_dtype) if has_bias else None
         else:
             x2, w, b, t = ctx.saved_tensors
             go = d_loss.float().contiguous()

@@ -12,8 +12,9 @@ shaped for the NPU:
   walking the (batch * head, block) items ``pid, pid + programs, ...``: no grid reaches 65536.
 - The block (rows of a query and of a key block) is the largest whose live tiles fit the UB in
   every kernel (the UB model, ub_model.md), halved from NAT_BLOCK down to tl.dot's 16.
-- The window test runs in fp32 (A2/A3 have no integer vector compare): positions are exact in
-  fp32 below 2**24, and ``offset / dilation`` is an integer exactly when dilation divides it.
+- The window test compares in fp32 (A2/A3 have no integer vector compare), exactly at every
+  length: the tiles' positions enter it relative to the tiles' starts (small integers), and the
+  bounds they meet are worked out on int64 scalars, then clamped to the tiles' span (`_window`).
 - Tiles span several rows, so every row pitch is 32-byte aligned: a tensor whose rows are not is
   copied once into padded rows, and the buffers the op makes are allocated padded.
 - Offsets inside tiles are int32, with an int64 scalar base per tile.
@@ -36,13 +37,41 @@ from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
 
 
 @triton.jit
-def _window(rows_f, cols_f, seq_f, reach_f, dilation_f):
-    """(len(rows), len(cols)) mask, in fp32 compares: key ``cols[j]`` is in query ``rows[i]``'s
-    window and both are inside the sequence."""
-    offset = cols_f[None, :] - rows_f[:, None]
-    quotient = offset / dilation_f
-    in_band = (tl.abs(offset) <= reach_f) & (quotient == tl.floor(quotient))
-    return in_band & (rows_f[:, None] < seq_f) & (cols_f[None, :] < seq_f)
+def _window(rows_f, cols_f, rows_start, cols_start, seq_len, reach, dilation, SPAN: tl.constexpr):
+    """(len(rows), len(cols)) mask: position ``cols_start + cols[j]`` is in the window of position
+    ``rows_start + rows[i]`` (the window is symmetric) and both are inside the sequence.
+    ``rows_f``, ``cols_f``: tile indices in fp32; ``SPAN``: len(rows) + len(cols).
+
+    The compares run in fp32 and are exact at any int32 length. Positions enter relative to
+    the tiles' starts: ``t = cols[j] - rows[i]`` is an integer below SPAN, and the offset is
+    ``base + t``. The conditions on the offset become bounds on ``t``, worked out on int64 scalars
+    and clamped to [-SPAN, SPAN]. The clamp changes no result, and every fp32 value in the compares
+    is a small exact integer."""
+    base = cols_start.to(tl.int64) - rows_start
+    # |base + t| <= reach  <=>  -reach - base <= t <= reach - base.
+    lo = tl.minimum(tl.maximum(-reach - base, -SPAN), SPAN).to(tl.float32)
+    hi = tl.minimum(tl.maximum(reach - base, -SPAN), SPAN).to(tl.float32)
+    # base + t is a multiple of dilation <=> t + c is, for c the residue of base nearest zero
+    # (|c| <= dilation / 2). Where |c| > SPAN, dilation > 2 * SPAN and no t + c is a multiple (it
+    # lies in (0, dilation) in magnitude); c clamped to +-SPAN keeps that (0 < |t + c| < 2 * SPAN).
+    # So (t + c) / dilation is an integer exactly when dilation divides t + c, also where dilation
+    # is past 2**24 (inexact in fp32): the only multiple within 2 * SPAN of zero is then 0 itself.
+    residue = (base % dilation + dilation) % dilation
+    nearest = (residue + dilation // 2) % dilation - dilation // 2
+    c = tl.minimum(tl.maximum(nearest, -SPAN), SPAN).to(tl.float32)
+    t = cols_f[None, :] - rows_f[:, None]
+    quotient = (t + c) / (dilation + 0.0)
+    in_band = (t >= lo) & (t <= hi) & (quotient == tl.floor(quotient))
+    rows_left = tl.minimum(seq_len - rows_start, SPAN).to(tl.float32)
+    cols_left = tl.minimum(seq_len - cols_start, SPAN).to(tl.float32)
+    return in_band & (rows_f[:, None] < rows_left) & (cols_f[None, :] < cols_left)
+
+
+@triton.jit
+def _band_end(start, BLOCK: tl.constexpr, reach, seq_len):
+    """One past the last position a block at ``start`` (BLOCK rows) meets in the windows: summed in
+    int64 (start + BLOCK + reach passes int32 past 2**30 positions), an int32 loop bound."""
+    return tl.minimum(start.to(tl.int64) + BLOCK + reach, seq_len).to(tl.int32)
 
 
 @triton.jit
@@ -92,14 +121,9 @@ def _fused_neighborhood_attention_forward_kernel(
     dims = tl.arange(0, BLOCK_D)
     m_f = m_idx.to(tl.float32)
     n_f = n_idx.to(tl.float32)
-    # In fp32 (sizes of 1 are compile-time constants: an addition, not a cast).
-    seq_f = seq_len + 0.0
-    reach_f = reach + 0.0
-    dilation_f = dilation + 0.0
     for item in range(pid, n_items, tl.num_programs(0)):
         batch, head, batch_head, q_block = _item(pid * 0 + item, n_query_blocks, n_heads)
         q_start = q_block * BLOCK_M
-        rows_f = m_f + q_start
         Q_HEAD = Q + batch * q_batch_stride + head * q_head_stride
         K_HEAD = K + batch * k_batch_stride + head * k_head_stride
         V_HEAD = V + batch * v_batch_stride + head * v_head_stride
@@ -110,13 +134,14 @@ def _fused_neighborhood_attention_forward_kernel(
         row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
         acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
         lo = tl.maximum(q_start - reach, 0)
-        hi = tl.minimum(q_start + BLOCK_M + reach, seq_len)
+        hi = _band_end(q_start, BLOCK_M, reach, seq_len)
         for k_next in range(lo, hi, BLOCK_N):
             k_start = pid * 0 + k_next  # a tensor: the interpreter's loop variable is an int
             k = _head_tile(K_HEAD, k_start, n_idx, seq_len, k_seq_stride, dims, head_dim, UPCAST)
             v = _head_tile(V_HEAD, k_start, n_idx, seq_len, v_seq_stride, dims, head_dim, UPCAST)
             s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-            s = tl.where(_window(rows_f, n_f + k_start, seq_f, reach_f, dilation_f), s, float("-inf"))
+            keep = _window(m_f, n_f, q_start, k_start, seq_len, reach, dilation, BLOCK_M + BLOCK_N)
+            s = tl.where(keep, s, float("-inf"))
             new_max = tl.maximum(row_max, tl.max(s, axis=1), propagate_nan=tl.PropagateNan.ALL)
             p = tl.exp(s - new_max[:, None])
             rescale = tl.exp(row_max - new_max)
@@ -124,7 +149,7 @@ def _fused_neighborhood_attention_forward_kernel(
             acc = acc * rescale[:, None] + tl.dot(_as_operand(p, Q_LIKE, UPCAST), v, input_precision=PRECISION)
             row_max = new_max
         # Rows past the sequence: a sum of 1 (their stores are masked; no 0 / 0).
-        row_sum = tl.where(rows_f < seq_f, row_sum, 1.0)
+        row_sum = tl.where(m_f < tl.minimum(seq_len - q_start, BLOCK_M).to(tl.float32), row_sum, 1.0)
         out = acc / row_sum[:, None]
         OUT_HEAD = OUT + batch * o_batch_stride + head * o_head_stride
         row_mask = (q_start + m_idx) < seq_len
@@ -154,14 +179,9 @@ def _fused_neighborhood_attention_backward_dq_kernel(
     dims = tl.arange(0, BLOCK_D)
     m_f = m_idx.to(tl.float32)
     n_f = n_idx.to(tl.float32)
-    # In fp32 (sizes of 1 are compile-time constants: an addition, not a cast).
-    seq_f = seq_len + 0.0
-    reach_f = reach + 0.0
-    dilation_f = dilation + 0.0
     for item in range(pid, n_items, tl.num_programs(0)):
         batch, head, batch_head, q_block = _item(pid * 0 + item, n_query_blocks, n_heads)
         q_start = q_block * BLOCK_M
-        rows_f = m_f + q_start
         row_mask = (q_start + m_idx) < seq_len
         K_HEAD = K + batch * k_batch_stride + head * k_head_stride
         V_HEAD = V + batch * v_batch_stride + head * v_head_stride
@@ -178,13 +198,13 @@ def _fused_neighborhood_attention_backward_dq_kernel(
         lse = tl.load(LSE + stats + m_idx, mask=row_mask, other=0.0)
         dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
         lo = tl.maximum(q_start - reach, 0)
-        hi = tl.minimum(q_start + BLOCK_M + reach, seq_len)
+        hi = _band_end(q_start, BLOCK_M, reach, seq_len)
         for k_next in range(lo, hi, BLOCK_N):
             k_start = pid * 0 + k_next  # a tensor: the interpreter's loop variable is an int
             k = _head_tile(K_HEAD, k_start, n_idx, seq_len, k_seq_stride, dims, head_dim, UPCAST)
             v = _head_tile(V_HEAD, k_start, n_idx, seq_len, v_seq_stride, dims, head_dim, UPCAST)
             s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-            keep = _window(rows_f, n_f + k_start, seq_f, reach_f, dilation_f)
+            keep = _window(m_f, n_f, q_start, k_start, seq_len, reach, dilation, BLOCK_M + BLOCK_N)
             p = tl.where(keep, tl.exp(s - lse[:, None]), 0.0)
             dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
             ds = p * (dp - delta[:, None])
@@ -215,14 +235,9 @@ def _fused_neighborhood_attention_backward_dkdv_kernel(
     dims = tl.arange(0, BLOCK_D)
     m_f = m_idx.to(tl.float32)
     n_f = n_idx.to(tl.float32)
-    # In fp32 (sizes of 1 are compile-time constants: an addition, not a cast).
-    seq_f = seq_len + 0.0
-    reach_f = reach + 0.0
-    dilation_f = dilation + 0.0
     for item in range(pid, n_items, tl.num_programs(0)):
         batch, head, batch_head, k_block = _item(pid * 0 + item, n_key_blocks, n_heads)
         k_start = k_block * BLOCK_N
-        cols_f = n_f + k_start
         Q_HEAD = Q + batch * q_batch_stride + head * q_head_stride
         DO_HEAD = DO + batch * do_batch_stride + head * do_head_stride
         K_HEAD = K + batch * k_batch_stride + head * k_head_stride
@@ -232,7 +247,7 @@ def _fused_neighborhood_attention_backward_dkdv_kernel(
         dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
         dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
         lo = tl.maximum(k_start - reach, 0)
-        hi = tl.minimum(k_start + BLOCK_N + reach, seq_len)
+        hi = _band_end(k_start, BLOCK_N, reach, seq_len)
         for q_next in range(lo, hi, BLOCK_M):
             q_start = pid * 0 + q_next  # a tensor: the interpreter's loop variable is an int
             row_mask = (q_start + m_idx) < seq_len
@@ -243,7 +258,7 @@ def _fused_neighborhood_attention_backward_dkdv_kernel(
             delta = tl.load(DELTA + stats + m_idx, mask=row_mask, other=0.0)
             # Transposed scores (keys x queries): the window is symmetric in (i, j).
             s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * scale
-            keep = _window(cols_f, m_f + q_start, seq_f, reach_f, dilation_f)
+            keep = _window(n_f, m_f, k_start, q_start, seq_len, reach, dilation, BLOCK_M + BLOCK_N)
             p_t = tl.where(keep, tl.exp(s_t - lse[None, :]), 0.0)
             dv += tl.dot(_as_operand(p_t, Q_LIKE, UPCAST), do, input_precision=PRECISION)
             dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)

@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
+from liger_core.ops._losses import take_fused_grads
 from liger_core.ops.fused_linear_cross_entropy import check_args
 from liger_ops_cuda import hardware
 from liger_ops_cuda._cross_entropy import (
@@ -328,7 +329,7 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
         if defer:
             ctx.save_for_backward(x, w, target, bias, ce_weight, weight_total, rows.lse, weight)
         else:
-            ctx.save_for_backward(*grads)
+            ctx.fused_grads = grads  # not saved tensors: see `_losses.take_fused_grads`
         return loss_outputs(ctx, loss, z, return_z_loss)
 
     @staticmethod
@@ -347,9 +348,9 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
             )  # fmt: skip
             gx, gw, gb = _finish_grads(grads, weight, bias)
         else:
-            gx, gw, gb = ctx.saved_tensors
+            gx, gw, gb = take_fused_grads(ctx)
             for g in (gx, gw, gb):
-                scale_unless_one(g, up)
+                scale_unless_one(g, up)  # in place: autograd adopts them
         return (gx if need_x else None, gw if need_w else None, None, gb if need_b else None) + nones
 
 

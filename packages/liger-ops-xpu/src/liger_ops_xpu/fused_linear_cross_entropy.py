@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 from liger_core.backend import implements
+from liger_core.ops._losses import take_fused_grads
 from liger_core.ops.fused_linear_cross_entropy import check_args, target_stats
 
 from liger_ops_xpu._cross_entropy import (
@@ -94,7 +95,7 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
         ctx.opts, ctx.w_total, ctx.scales, ctx.needs, ctx.accum_dtype = opts, w_total, scales, needs, accum_dtype
         ctx.early = early
         if early:
-            ctx.grads = grads
+            ctx.fused_grads = grads  # not saved tensors: see `_losses.take_fused_grads`
         else:
             ctx.save_for_backward(x, weight, target, bias, ce_weight)
         if not return_z_loss:
@@ -106,8 +107,8 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
     def backward(ctx, grad_loss, _grad_z=None):
         if ctx.early:
             g = grad_loss.to(torch.float32)
-            dx, dw, db = (None if t is None else (t * g).to(t.dtype) for t in ctx.grads)
-            ctx.grads = None
+            # In place: autograd adopts them.
+            dx, dw, db = (None if t is None else t.mul_(g) for t in take_fused_grads(ctx))
         else:
             x, weight, target, bias, ce_weight = ctx.saved_tensors
             grad_out = grad_loss.reshape(-1).contiguous()

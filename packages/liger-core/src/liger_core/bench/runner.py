@@ -178,6 +178,13 @@ def _time(call, leaves, timer: str, device_type: str, rep_ms: int) -> tuple[tupl
         return timing.wall_time(call, device_type, reset, rep_ms=rep_ms), "wall", note
 
 
+# What a second backward through one graph raises where it cannot run again: autograd, when the
+# backward overwrote a tensor it saved (cross_entropy's in_place gradient over the logits), and the
+# fused losses that hand their forward-computed gradients to autograd (`_losses.take_fused_grads`).
+# Their backward is derived as full minus forward.
+NOT_REPLAYABLE = ("modified by an inplace operation", "handed them to autograd already")
+
+
 def measure(
     fn: Callable[..., Any],
     kwargs: dict[str, Any],
@@ -227,17 +234,16 @@ def measure(
                 if timer == "cudagraph" and fwd and fl and fwd.ms and fl.ms and fwd.timer == fl.timer == "cudagraph":
                     ms = tuple(sorted(max(f - w, 0.0) for f, w in zip(fl.ms, fwd.ms)))  # approximate quantiles
                     used, note = "cudagraph", "full minus forward (a retain_graph backward cannot be captured)"
-                elif timer == "cudagraph":
-                    ms, used, _ = _time(backward, leaves, "do_bench", device_type, rep_ms)
-                    note = "timed with do_bench: no CUDA-graph timing of forward and full to derive it from"
                 else:
                     try:
-                        ms, used, note = _time(backward, leaves, timer, device_type, rep_ms)
+                        if timer == "cudagraph":
+                            ms, used, _ = _time(backward, leaves, "do_bench", device_type, rep_ms)
+                            note = "timed with do_bench: no CUDA-graph timing of forward and full to derive it from"
+                        else:
+                            ms, used, note = _time(backward, leaves, timer, device_type, rep_ms)
                     except RuntimeError as e:
-                        if "modified by an inplace operation" not in str(e):
+                        if not any(reason in str(e) for reason in NOT_REPLAYABLE):
                             raise
-                        # The backward overwrites what it saved (e.g. cross_entropy's in_place gradient
-                        # over the logits), so it cannot be replayed: derive it as full minus forward.
                         saved = []
                         derived = _full_minus_forward(results, forward, full, leaves, timer, device_type, rep_ms)
                         results[mode] = derived
@@ -269,7 +275,10 @@ def _full_minus_forward(results, forward, full, leaves, timer, device_type, rep_
             results.setdefault(mode, Timing(ms, used))
     fwd, fl = results["forward"], results["full"]
     ms = tuple(sorted(max(f - w, 0.0) for f, w in zip(fl.ms, fwd.ms)))  # approximate quantiles
-    note = "full minus forward: the backward overwrites a tensor it saved (in place), so it cannot be replayed"
+    note = (
+        "full minus forward: the backward cannot be replayed (it overwrites a tensor it saved, or hands over "
+        "gradients computed in the forward)"
+    )
     return Timing(ms, fl.timer, None, note=note)
 
 
