@@ -435,12 +435,10 @@ def _mhc_projection_cases() -> list[dict]:
              "BLOCK_M": block_m}  # fmt: skip
     cases = []
     for phi_dtype, precision in (("bf16", "tf32"), ("fp32", "ieee")):
-        fwd = _sig(f"X PHI:{phi_dtype} MIX:fp32 RSTD:fp32", "n_tokens k n_mix")
-        fwd.update(_sig("", "", "rms_eps"))
-        fwd.update(_sig("", "n_k_steps"))
+        fwd = _sig(f"X PHI:{phi_dtype} MIX_PARTIAL:fp32 SQUARE_PARTIAL:fp32", "n_tokens k n_mix k_per_split n_k_steps")
         c = {**fwd_c, "PRECISION": precision}
         cases.append(_case("mhc", "_mhc_projection_forward_kernel", fwd, c, hardware.MHC_PROJ_NUM_WARPS, False))
-    bwd = _sig("X PHI D_PROJ:fp32 COEF:fp32 D_X D_PHI:fp32", "n_tokens k n_mix n_token_steps")
+    bwd = _sig("X PHI D_PROJ:fp32 COEF:fp32 D_X D_PHI_PARTIAL:fp32", "n_tokens k n_mix tokens_per_split n_token_steps")
     bwd_c = {"STATIC_STEPS": 0, "BLOCK_T": hardware.MHC_PROJ_BACKWARD_BLOCK_T,
              "BLOCK_K": hardware.MHC_PROJ_BACKWARD_BLOCK_K, "BLOCK_M": block_m}  # fmt: skip
     warps = hardware.MHC_PROJ_BACKWARD_NUM_WARPS

@@ -299,13 +299,20 @@ MHC_MIX_TILE_ELEMENTS = 4096
 MHC_MIX_BLOCK_C = 128
 MHC_MIX_NUM_WARPS = 4
 # mHC's projection (x @ phi, M = HC^2 + 2 HC <= a few dozen columns: memory-bound). Forward: a
-# program takes MHC_PROJ_BLOCK_T tokens (at least 16, tl.dot's minimum) and streams their K = HC * C
-# values MHC_PROJ_BLOCK_K at a time; small token blocks give the 4096-token bench enough programs.
-# Backward: a program owns MHC_PROJ_BACKWARD_BLOCK_K columns of K and walks the tokens
-# MHC_PROJ_BACKWARD_BLOCK_T at a time (K / 64 programs: 256 at 4 x 4096). Untuned starting points.
-MHC_PROJ_BLOCK_T = 16
-MHC_PROJ_BLOCK_K = 256
+# program takes MHC_PROJ_BLOCK_T tokens (at least 16, tl.dot's minimum) and streams a split of
+# their K = HC * C values MHC_PROJ_BLOCK_K at a time. Every token block reads all of phi (float32
+# in the bench: BLOCK_K x 32 x 4 bytes a step against 16 x BLOCK_K x 2 of x at 16 tokens), so
+# blocks are wide and K is split instead until about MHC_PROJ_PROGRAMS_PER_EU programs per EU run:
+# the kernels launch without the large register file (128 GRF), where an EU holds 8 threads: two
+# 4-sub-group programs. At 64 x 32 the forward's live fp32 tiles (x 64 x 32, phi 32 x 32, the
+# 64 x 32 accumulator) are 40 values per SIMD32 lane, inside the 64 a 128-GRF thread holds.
+# Backward: a program owns MHC_PROJ_BACKWARD_BLOCK_K columns of K and walks a split of the tokens
+# MHC_PROJ_BACKWARD_BLOCK_T at a time (K / 64 programs: 256 at 4 x 4096, times the splits).
+# Untuned starting points (not yet timed on an XPU).
+MHC_PROJ_BLOCK_T = 64
+MHC_PROJ_BLOCK_K = 32
 MHC_PROJ_NUM_WARPS = 4
+MHC_PROJ_PROGRAMS_PER_EU = 2
 MHC_PROJ_BACKWARD_BLOCK_T = 64
 MHC_PROJ_BACKWARD_BLOCK_K = 64
 MHC_PROJ_BACKWARD_NUM_WARPS = 4

@@ -3,14 +3,15 @@ kernels, launch plans and autograd Functions).
 
 The projection ``mix = (v @ phi) * rstd`` (``v``: a token's HC streams flattened, ``rstd =
 rsqrt(mean(v^2) + rms_eps)``) is memory-bound (``M = HC^2 + 2 HC`` columns): one kernel streams x
-in its own dtype over ``K = HC * C`` per block of tokens, accumulating ``v @ phi`` and the sum of
-squares in float32, and x (not a float32 copy) is what backward keeps. Backward is one kernel per
-block of K columns walking the tokens: ``d_v = d_proj @ phi^T - v * coef`` written once in x's
-dtype and ``d_phi = v^T @ d_proj`` summed in registers (no atomics), from the small per-token
-``d_proj`` and ``coef`` that torch forms first. The other kernels own the per-token part: the two
-sigmoid maps and the Sinkhorn-Knopp iterations over the ``HC x HC`` residual matrix, whose
-backward walks the iterations in reverse. A program takes BLOCK_T tokens as a (BLOCK_T,
-BLOCK_HC, BLOCK_HC) register tile (BLOCK_HC: HC to a power of two, padded lanes held at 0).
+in its own dtype, a program per block of tokens and split of ``K = HC * C``, accumulating
+``v @ phi`` and the sum of squares in float32 (torch adds the splits' partials), and x (not a
+float32 copy) is what backward keeps. Backward is one kernel, a program per block of K columns
+and split of the tokens: ``d_v = d_proj @ phi^T - v * coef`` written once in x's dtype and
+``d_phi = v^T @ d_proj`` summed in registers (no atomics; the splits' partials added after),
+from the small per-token ``d_proj`` and ``coef`` that torch forms first. The other kernels own
+the per-token part: the two sigmoid maps and the Sinkhorn-Knopp iterations over the ``HC x HC``
+residual matrix, whose backward walks the iterations in reverse. A program takes BLOCK_T tokens
+as a (BLOCK_T, BLOCK_HC, BLOCK_HC) register tile (BLOCK_HC: HC to a power of two, padded lanes held at 0).
 
 Forward keeps, when a gradient is needed, the matrix entering each of the ``tmax - 1`` later
 iterations (``hist``: (tmax - 1) * HC^2 floats per token, small beside the HC * C streams).
@@ -36,7 +37,7 @@ from liger_core.ops.mhc_post_res import check_args as check_post_res_args
 from liger_core.ops.mhc_pre import check_args as check_pre_args
 
 from liger_ops_xpu import hardware
-from liger_ops_xpu._tiling import static_trips
+from liger_ops_xpu._tiling import eu_device_index, static_trips
 
 # Stands in for -inf on padded logits: finite, so a fully padded row's max does not make NaNs.
 _PAD_LOGIT: tl.constexpr = tl.constexpr(-1.0e30)  # a global a kernel reads must be constexpr
@@ -247,12 +248,12 @@ def sinkhorn_backward(mix, b, alphas, hist, d_pre, d_post, d_res, hc, tmax, sink
 def _mhc_projection_forward_kernel(
     X,
     PHI,
-    MIX,
-    RSTD,
+    MIX_PARTIAL,
+    SQUARE_PARTIAL,
     n_tokens,
     k,
     n_mix,
-    rms_eps,
+    k_per_split,
     n_k_steps,
     PRECISION: tl.constexpr,
     STATIC_STEPS: tl.constexpr,
@@ -260,30 +261,38 @@ def _mhc_projection_forward_kernel(
     BLOCK_K: tl.constexpr,
     BLOCK_M: tl.constexpr,
 ):
-    # X: (tokens, K) contiguous; PHI: (K, M) contiguous; MIX: (tokens, M), RSTD: (tokens,) float32.
+    # X: (tokens, K) contiguous; PHI: (K, M) contiguous. Program (token block, split) sums its
+    # split's k_per_split values of K (n_k_steps blocks; the last split's surplus steps are fully
+    # masked): MIX_PARTIAL[split] (tokens, M) = x @ phi over them, SQUARE_PARTIAL[split] (tokens,)
+    # = sum x^2 (float32; `projection_forward` adds the splits). Splitting K gives a few thousand
+    # tokens enough programs while each token block stays wide enough that phi, which every block
+    # reads, costs less traffic than x.
     # PRECISION "tf32" only when x and phi are both 16-bit floats: TF32 holds their values exactly
     # and float32 their products, so the tensor-core dot is the float32 projection; otherwise
     # "ieee" (no TF32 rounding of float32 operands).
     tokens = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    split = tl.program_id(1)
     token_mask = tokens < n_tokens
     rows = tokens.to(tl.int64)[:, None] * k
     cols = tl.arange(0, BLOCK_M)
     col_mask = cols < n_mix
     acc = tl.zeros((BLOCK_T, BLOCK_M), dtype=tl.float32)
     square_sum = tl.zeros((BLOCK_T,), dtype=tl.float32)
+    k_start = split * k_per_split
+    k_end = tl.minimum(k_start + k_per_split, k)
     for step in range(STATIC_STEPS if STATIC_STEPS > 0 else n_k_steps):
-        ks = step * BLOCK_K + tl.arange(0, BLOCK_K)
-        k_mask = ks < k
+        ks = k_start + step * BLOCK_K + tl.arange(0, BLOCK_K)
+        k_mask = ks < k_end
         x = tl.load(X + rows + ks[None, :], mask=token_mask[:, None] & k_mask[None, :], other=0.0)
         phi_mask = k_mask[:, None] & col_mask[None, :]
         phi = tl.load(PHI + ks.to(tl.int64)[:, None] * n_mix + cols[None, :], mask=phi_mask, other=0.0)
         x = x.to(tl.float32)
         square_sum += tl.sum(x * x, axis=1)
         acc = tl.dot(x, phi.to(tl.float32), acc, input_precision=PRECISION)
-    rstd = 1.0 / tl.sqrt(square_sum / k + rms_eps)
     out_mask = token_mask[:, None] & col_mask[None, :]
-    tl.store(MIX + tokens.to(tl.int64)[:, None] * n_mix + cols[None, :], acc * rstd[:, None], mask=out_mask)
-    tl.store(RSTD + tokens, rstd, mask=token_mask)
+    partial = split.to(tl.int64) * n_tokens + tokens.to(tl.int64)
+    tl.store(MIX_PARTIAL + partial[:, None] * n_mix + cols[None, :], acc, mask=out_mask)
+    tl.store(SQUARE_PARTIAL + partial, square_sum, mask=token_mask)
 
 
 @triton.jit
@@ -293,10 +302,11 @@ def _mhc_projection_backward_kernel(
     D_PROJ,
     COEF,
     D_X,
-    D_PHI,
+    D_PHI_PARTIAL,
     n_tokens,
     k,
     n_mix,
+    tokens_per_split,
     n_token_steps,
     PRECISION: tl.constexpr,
     STATIC_STEPS: tl.constexpr,
@@ -304,9 +314,11 @@ def _mhc_projection_backward_kernel(
     BLOCK_K: tl.constexpr,
     BLOCK_M: tl.constexpr,
 ):
-    # One program owns BLOCK_K columns of v: it walks every token block, writing
-    # d_x = d_proj @ phi^T - v * coef for its columns and summing d_phi = v^T @ d_proj over the
-    # tokens in registers, so x is read once, d_x written once, and d_phi needs no atomics.
+    # Program (K block, split) owns BLOCK_K columns of v and the split's tokens_per_split tokens:
+    # it walks them a block at a time (n_token_steps blocks; the last split's surplus steps are
+    # fully masked), writing d_x = d_proj @ phi^T - v * coef for its columns and summing
+    # d_phi = v^T @ d_proj in registers into D_PHI_PARTIAL[split] (K, M), so x is read once, d_x
+    # written once, and d_phi needs no atomics (`projection_backward` adds the splits).
     # D_PROJ: (tokens, M) = d_mix * rstd; COEF: (tokens,) = sum(d_mix * mix) * rstd^2 / K (float32).
     # PRECISION "tf32" only for 16-bit x: x is exact in TF32 and d_x is rounded to x's dtype, far
     # coarser than TF32's rounding of d_proj; float32 x takes "ieee" (the float32 tolerances).
@@ -318,9 +330,11 @@ def _mhc_projection_backward_kernel(
     phi_mask = k_mask[:, None] & col_mask[None, :]
     phi_t = tl.trans(tl.load(PHI + phi_offsets, mask=phi_mask, other=0.0).to(tl.float32))
     d_phi = tl.zeros((BLOCK_K, BLOCK_M), dtype=tl.float32)
+    t_start = tl.program_id(1) * tokens_per_split
+    t_end = tl.minimum(t_start + tokens_per_split, n_tokens)
     for step in range(STATIC_STEPS if STATIC_STEPS > 0 else n_token_steps):
-        tokens = step * BLOCK_T + tl.arange(0, BLOCK_T)
-        token_mask = tokens < n_tokens
+        tokens = t_start + step * BLOCK_T + tl.arange(0, BLOCK_T)
+        token_mask = tokens < t_end
         t64 = tokens.to(tl.int64)[:, None]
         x_mask = token_mask[:, None] & k_mask[None, :]
         x = tl.load(X + t64 * k + ks[None, :], mask=x_mask, other=0.0).to(tl.float32)
@@ -329,7 +343,7 @@ def _mhc_projection_backward_kernel(
         d_x = tl.dot(d_proj, phi_t, input_precision=PRECISION) - x * coef[:, None]
         tl.store(D_X + t64 * k + ks[None, :], d_x.to(D_X.dtype.element_ty), mask=x_mask)
         d_phi = tl.dot(tl.trans(x), d_proj, d_phi, input_precision=PRECISION)
-    tl.store(D_PHI + phi_offsets, d_phi, mask=phi_mask)
+    tl.store(D_PHI_PARTIAL + tl.program_id(1).to(tl.int64) * k * n_mix + phi_offsets, d_phi, mask=phi_mask)
 
 
 def _dot_block(n: int, cap: int) -> int:
@@ -337,24 +351,38 @@ def _dot_block(n: int, cap: int) -> int:
     return max(16, min(cap, triton.next_power_of_2(max(n, 1))))
 
 
+def _splits(n: int, block: int, other_programs: int, device: torch.device) -> tuple[int, int]:
+    """(splits, span): ``n`` cut into ``splits`` spans of ``span`` (whole blocks) so that about
+    MHC_PROJ_PROGRAMS_PER_EU programs per EU run beside the ``other_programs`` of the other axis."""
+    wanted = hardware.eu_count(eu_device_index(device)) * hardware.MHC_PROJ_PROGRAMS_PER_EU
+    blocks = triton.cdiv(n, block)
+    splits = max(1, min(blocks, triton.cdiv(wanted, other_programs)))
+    span = triton.cdiv(blocks, splits) * block
+    return triton.cdiv(n, span), span
+
+
 def projection_forward(v, phi, rms_eps):
     """(mix (tokens, M), rstd (tokens,)) float32 from v (tokens, K) and phi (K, M), contiguous."""
     n_tokens, k = v.shape
     n_mix = phi.shape[1]
-    mix = torch.empty((n_tokens, n_mix), dtype=torch.float32, device=v.device)
-    rstd = torch.empty((n_tokens,), dtype=torch.float32, device=v.device)
-    if n_tokens:
-        block_t = _dot_block(n_tokens, hardware.MHC_PROJ_BLOCK_T)
-        block_k = _dot_block(k, hardware.MHC_PROJ_BLOCK_K)
-        n_k_steps = triton.cdiv(k, block_k)
-        _mhc_projection_forward_kernel[(triton.cdiv(n_tokens, block_t),)](
-            v, phi, mix, rstd, n_tokens, k, n_mix, rms_eps, n_k_steps,
-            PRECISION="ieee" if torch.float32 in (v.dtype, phi.dtype) else "tf32",
-            STATIC_STEPS=static_trips(_mhc_projection_forward_kernel, n_k_steps),
-            BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_M=_dot_block(n_mix, n_mix * 2),
-            num_warps=hardware.MHC_PROJ_NUM_WARPS,
-        )  # fmt: skip
-    return mix, rstd
+    if not n_tokens:
+        return v.new_empty((0, n_mix), dtype=torch.float32), v.new_empty((0,), dtype=torch.float32)
+    block_t = _dot_block(n_tokens, hardware.MHC_PROJ_BLOCK_T)
+    block_k = _dot_block(k, hardware.MHC_PROJ_BLOCK_K)
+    token_blocks = triton.cdiv(n_tokens, block_t)
+    splits, k_per_split = _splits(k, block_k, token_blocks, v.device)
+    n_k_steps = k_per_split // block_k
+    mix_partial = torch.empty((splits, n_tokens, n_mix), dtype=torch.float32, device=v.device)
+    square_partial = torch.empty((splits, n_tokens), dtype=torch.float32, device=v.device)
+    _mhc_projection_forward_kernel[(token_blocks, splits)](
+        v, phi, mix_partial, square_partial, n_tokens, k, n_mix, k_per_split, n_k_steps,
+        PRECISION="ieee" if torch.float32 in (v.dtype, phi.dtype) else "tf32",
+        STATIC_STEPS=static_trips(_mhc_projection_forward_kernel, n_k_steps),
+        BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_M=_dot_block(n_mix, n_mix * 2),
+        num_warps=hardware.MHC_PROJ_NUM_WARPS,
+    )  # fmt: skip
+    rstd = (square_partial.sum(0) / k + rms_eps).rsqrt_()
+    return mix_partial.sum(0).mul_(rstd[:, None]), rstd
 
 
 def projection_backward(v, phi, d_proj, coef):
@@ -362,18 +390,22 @@ def projection_backward(v, phi, d_proj, coef):
     n_tokens, k = v.shape
     n_mix = phi.shape[1]
     d_v = torch.empty_like(v)
-    d_phi = torch.zeros((k, n_mix), dtype=torch.float32, device=v.device)
-    if n_tokens:
-        block_k = _dot_block(k, hardware.MHC_PROJ_BACKWARD_BLOCK_K)
-        block_t = _dot_block(n_tokens, hardware.MHC_PROJ_BACKWARD_BLOCK_T)
-        n_token_steps = triton.cdiv(n_tokens, block_t)
-        _mhc_projection_backward_kernel[(triton.cdiv(k, block_k),)](
-            v, phi, d_proj, coef, d_v, d_phi, n_tokens, k, n_mix, n_token_steps,
-            PRECISION="ieee" if v.dtype == torch.float32 else "tf32",
-            STATIC_STEPS=static_trips(_mhc_projection_backward_kernel, n_token_steps), BLOCK_T=block_t, BLOCK_K=block_k,
-            BLOCK_M=_dot_block(n_mix, n_mix * 2), num_warps=hardware.MHC_PROJ_BACKWARD_NUM_WARPS,
-        )  # fmt: skip
-    return d_v, d_phi
+    if not n_tokens:
+        return d_v, torch.zeros((k, n_mix), dtype=torch.float32, device=v.device)
+    block_k = _dot_block(k, hardware.MHC_PROJ_BACKWARD_BLOCK_K)
+    block_t = _dot_block(n_tokens, hardware.MHC_PROJ_BACKWARD_BLOCK_T)
+    k_blocks = triton.cdiv(k, block_k)
+    splits, tokens_per_split = _splits(n_tokens, block_t, k_blocks, v.device)
+    n_token_steps = tokens_per_split // block_t
+    d_phi_partial = torch.empty((splits, k, n_mix), dtype=torch.float32, device=v.device)
+    _mhc_projection_backward_kernel[(k_blocks, splits)](
+        v, phi, d_proj, coef, d_v, d_phi_partial, n_tokens, k, n_mix, tokens_per_split, n_token_steps,
+        PRECISION="ieee" if v.dtype == torch.float32 else "tf32",
+        STATIC_STEPS=static_trips(_mhc_projection_backward_kernel, n_token_steps),
+        BLOCK_T=block_t, BLOCK_K=block_k, BLOCK_M=_dot_block(n_mix, n_mix * 2),
+        num_warps=hardware.MHC_PROJ_BACKWARD_NUM_WARPS,
+    )  # fmt: skip
+    return d_v, d_phi_partial.sum(0)
 
 
 def _upstream(grad, shape, device):
