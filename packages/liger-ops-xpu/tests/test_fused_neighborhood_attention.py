@@ -63,17 +63,18 @@ INDEX_CASES = [
 
 
 @pytest.mark.parametrize("case", INDEX_CASES, ids=[f"rows{c[0]}-cols{c[1]}-dil{c[4]}" for c in INDEX_CASES])
-def test_index_arithmetic_is_exact_at_any_int32_length(case):
+def test_index_arithmetic_is_exact_at_any_int32_length(device, case):
     """The window test, the band's bounds and the block counts at positions where int32 sums
     (start + BLOCK + reach, cdiv's n + BLOCK - 1, a tile's last position) would pass 2**31 - 1:
     checked against int64 arithmetic, no tensor of that length needed."""
     rows_start, cols_start, seq_len, reach, dilation = case
     block_m, block_n = 16, 32
-    keep = torch.empty((block_m, block_n), dtype=torch.int8)
-    bounds = torch.empty(4, dtype=torch.int64)
+    keep = torch.empty((block_m, block_n), dtype=torch.int8, device=device)
+    bounds = torch.empty(4, dtype=torch.int64, device=device)
     _index_kernel[(1,)](
         keep, bounds, rows_start, cols_start, seq_len, reach, dilation, BLOCK_M=block_m, BLOCK_N=block_n
     )
+    keep, bounds = keep.cpu(), bounds.cpu()
     rows = rows_start + torch.arange(block_m, dtype=torch.int64)
     cols = cols_start + torch.arange(block_n, dtype=torch.int64)
     offset = cols[None, :] - rows[:, None]

@@ -214,16 +214,18 @@ MHC_MIX_BLOCK_C = 1024
 MHC_MIX_NUM_WARPS = 8
 # mHC's projection (x @ phi, M = HC^2 + 2 HC <= a few dozen columns: memory-bound). Forward: a
 # program takes MHC_PROJ_BLOCK_T tokens (at least 16, tl.dot's minimum) and streams a split of
-# their K = HC * C values MHC_PROJ_BLOCK_K at a time. Every token block reads all of phi (float32
-# in the bench: 64 x 32 x 4 bytes a step against 16 x 64 x 2 of x at 16 tokens), so blocks are
-# wide and K is split instead until about MHC_PROJ_PROGRAMS_PER_SM programs per SM run.
-# Backward: a program owns MHC_PROJ_BACKWARD_BLOCK_K columns of K and walks a split of the tokens
-# MHC_PROJ_BACKWARD_BLOCK_T at a time (K / 64 programs: 256 at 4 x 4096, times the splits). The
-# backward tiles are sized by the sm_90 compile (tests/test_compile_mhc.py): no spills with either
-# dot precision (backward 138 / 190 registers); 4-warp 64 x 64 backward tiles spill or sit at 255.
+# their K = HC * C values MHC_PROJ_BLOCK_K at a time. Every token block reads all of phi, so
+# blocks are wide and K is split instead until about MHC_PROJ_PROGRAMS_PER_SM programs per SM run.
+# H100, 4096 tokens x 4 x 4096, bf16, forward / full step: 64 x 32 with 4 warps 0.141 / 0.483 ms,
+# 128 x 32 with 8 warps 0.139 / 0.484, 64 x 64 with 4 warps 0.178 / 0.522 (and 16 bytes of
+# spill), with 8 warps 0.269 / 0.618; 16-token blocks over all of K (the first version) 0.36 /
+# 0.714. Backward: a program owns MHC_PROJ_BACKWARD_BLOCK_K columns of K and walks a split of the
+# tokens MHC_PROJ_BACKWARD_BLOCK_T at a time (K / 64 programs: 256 at 4 x 4096, times the splits).
+# No variant here spills on sm_90 (tests/test_compile_mhc.py; backward 138 / 190 registers);
+# 4-warp 64 x 64 backward tiles spill or sit at 255.
 MHC_PROJ_BLOCK_T = 64
-MHC_PROJ_BLOCK_K = 64
-MHC_PROJ_NUM_WARPS = 8
+MHC_PROJ_BLOCK_K = 32
+MHC_PROJ_NUM_WARPS = 4
 MHC_PROJ_PROGRAMS_PER_SM = 4
 MHC_PROJ_BACKWARD_BLOCK_T = 32
 MHC_PROJ_BACKWARD_BLOCK_K = 64
