@@ -79,6 +79,15 @@ NAT_WIDE_HEAD_BLOCK = 32
 NAT_MIN_BLOCK = 16
 NAT_NUM_WARPS = 4
 NAT_NUM_STAGES = 2
+# Multi-token attention's direct convolution over the (query, key) planes: a program's fp32
+# accumulator is a block of at most MTA_CONV_MAX_BLOCK_C channels x positions, MTA_CONV_TILE_ELEMENTS
+# in all, the positions MTA_CONV_BLOCK_N columns wide; the weight gradient runs
+# MTA_CONV_WGRAD_PROGRAMS_PER_SM programs per SM over the tiles (partial sums, no atomics).
+MTA_CONV_TILE_ELEMENTS = 8192
+MTA_CONV_MAX_BLOCK_C = 16
+MTA_CONV_BLOCK_N = 64
+MTA_CONV_NUM_WARPS = 4
+MTA_CONV_WGRAD_PROGRAMS_PER_SM = 2
 # Stand-in SM count where there is no GPU (the Triton interpreter on CPU): small, so that
 # tests still run several programs per grid.
 INTERPRETER_SM_COUNT = 4
