@@ -499,6 +499,34 @@ def _neighborhood_attention_cases() -> list[dict]:
     return cases
 
 
+def _multi_token_attention_cases() -> list[dict]:
+    """multi_token_attention's direct convolution (forward, input gradient, weight + bias partial
+    sums) at liger-kernel's benchmark shape (4 channels of 512 x 512, a 3 x 3 kernel, bf16), with
+    a bias and the runtime item count of the weight gradient's persistent grid."""
+    import triton
+
+    from liger_ops_xpu import hardware
+    from liger_ops_xpu import multi_token_attention as mta
+
+    tiles = mta.plan_conv_tiles(512, 512, 4)
+    c = {"BLOCK_C": tiles.block_c, "BLOCK_M": tiles.block_m, "BLOCK_N": tiles.block_n}
+    c.update(CI_PER_GROUP=4, CO_PER_GROUP=4, KERNEL_H=3, KERNEL_W=3)
+    constants = {
+        "_mta_conv_forward_kernel": {**c, "HAS_BIAS": True},
+        "_mta_conv_input_grad_kernel": c,
+        "_mta_conv_weight_grad_kernel": {**c, "BLOCK_TAPS": triton.next_power_of_2(4 * 3 * 3), "STATIC_ITEMS": 0},
+    }
+    cases = []
+    for name, kernel_constants in constants.items():
+        kernel = getattr(mta, name)
+        sig = {}
+        for arg in kernel.arg_names:
+            if arg not in kernel_constants:
+                sig[arg] = ("*fp32" if arg == "PARTIAL" else "*bf16") if arg.isupper() else "i32"
+        cases.append(_case("multi_token_attention", name, sig, kernel_constants, hardware.MTA_CONV_NUM_WARPS))
+    return cases
+
+
 def _cases() -> list[dict]:
     return (
         _rms_norm_cases()
@@ -510,6 +538,7 @@ def _cases() -> list[dict]:
         + _modulated_rms_norm_cases()
         + _mhc_cases()
         + _neighborhood_attention_cases()
+        + _multi_token_attention_cases()
     )
 
 

@@ -105,6 +105,18 @@ NAT_WIDE_HEAD_DIM = 128
 NAT_WIDE_HEAD_BLOCK = 32
 NAT_NUM_WARPS = 8
 
+# Multi-token attention's direct convolution over the (query, key) planes: a program's fp32
+# accumulator is a block of at most MTA_CONV_MAX_BLOCK_C channels x positions, MTA_CONV_TILE_ELEMENTS
+# in all (half CUDA's: 16 values per lane of the 8 sub-groups, ELEMENTS_PER_LANE, beside the
+# position vectors and the shifted loads, on the large register file), the positions
+# MTA_CONV_BLOCK_N columns wide; the weight gradient runs a persistent grid over the tiles
+# (`persistent_programs`, EU-count based; partial sums, no atomics). Untuned starting points (not
+# yet timed on an XPU).
+MTA_CONV_TILE_ELEMENTS = 4096
+MTA_CONV_MAX_BLOCK_C = 16
+MTA_CONV_BLOCK_N = 64
+MTA_CONV_NUM_WARPS = 8
+
 # --- threads and sub-groups ------------------------------------------------------------------
 # Triton's default sub-group width on XPU; every Intel GPU Triton targets supports it.
 DEFAULT_SUB_GROUP_SIZE = 32

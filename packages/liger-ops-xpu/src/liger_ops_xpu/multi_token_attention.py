@@ -1,24 +1,40 @@
 """Multi-token attention (``mask_0(conv2d(softmax(mask_-inf(scores))))``) for Intel GPUs: the
-causal fill kernel, launch and autograd Function.
+causal fill kernel, the direct convolution kernels, their launch and the autograd Function.
 
 The row work is softmax's and sparsemax's own kernels (their modules' launchers and tile plans):
 a flat kernel first fills each query row's future with -inf, which both activations turn into
 probability 0 (and, backward, gradient 0: softmax's ``y * (dy - dot)`` has y = 0 there, and
-sparsemax's support, y > 0, excludes it). The convolution and its two gradients are oneDNN's (torch's
-conv2d, as liger-kernel composes it); the same flat kernel zeroes the future of the convolution's
-output in place (a tensor the op made) and of the incoming gradient (into a new tensor).
+sparsemax's support, y > 0, excludes it).
+
+The convolution is direct, not oneDNN's, as in liger-ops-cuda (where it replaced cuDNN's): the
+planes are few channels of (seq, seq) with a small kernel, where a library convolution built for
+wide channel counts spends the step in layout transposes and implicit GEMMs. Each program owns a
+tile of one plane's positions and a block of channels and walks the taps (input channels x kernel
+rows x kernel columns), each a shifted load of the tile; the output's future is zeroed as it is
+stored, tiles wholly in the future skip their taps, and the backward reads the incoming gradient
+with its future masked on load. The weight and bias gradients are per-program partial sums of a
+persistent grid (no atomics), added by `_tiling.sum_partials`. Not yet timed on an XPU.
+
+Interpreter note: the Triton interpreter of triton-xpu 3.3 hands int arguments to kernels as
+1-element arrays, which ``range`` only accepts with a NumPy deprecation (an error from NumPy 2.4).
+So the kernel size and the channels per group are constexprs (KERNEL_H, KERNEL_W, CI_PER_GROUP,
+CO_PER_GROUP: convolution configs are few), the weight gradient's items per program is the
+constexpr STATIC_ITEMS in the interpreter (a runtime int on the device), and tiles wholly in the
+future skip their taps by an ``if`` around the loop, not by a runtime trip count.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops.multi_token_attention import check_args
 
-from liger_ops_xpu._tiling import launch_flat, plan_flat, plan_tiles
+from liger_ops_xpu import hardware
+from liger_ops_xpu._tiling import launch_flat, persistent_grid, plan_flat, plan_tiles, static_trips, sum_partials
 from liger_ops_xpu.softmax import softmax_backward, softmax_forward
 from liger_ops_xpu.sparsemax import sparsemax_backward, sparsemax_forward
 
@@ -42,19 +58,432 @@ def _causal_fill_kernel(X, Y, n_queries, n_keys, fill, n_elements, BLOCK: tl.con
     tl.store(Y + start + idx, tl.where(key > query, fill, x).to(Y.dtype.element_ty), mask=mask)
 
 
+def _check_plane(rows: int, cols: int, block: int) -> None:
+    if rows * cols + block >= INT32_LIMIT:
+        raise ValueError(
+            f"multi_token_attention: a ({rows}, {cols}) plane plus a block of {block} must hold "
+            f"fewer than 2**31 elements (int32 lane positions); got {rows * cols + block}"
+        )
+
+
 def causal_fill(x: torch.Tensor, fill: float, out: torch.Tensor | None = None) -> torch.Tensor:
     """Contiguous ``x`` with every entry ``[..., i, j]``, ``j > i``, set to ``fill``, written to
     ``out`` (a new tensor by default; ``x`` itself for in place)."""
     out = torch.empty_like(x) if out is None else out
     n_queries, n_keys = x.shape[-2:]
-    block = plan_flat(x.numel()).block
-    if n_queries * n_keys + block >= INT32_LIMIT:
-        raise ValueError(
-            f"multi_token_attention: a ({n_queries}, {n_keys}) plane plus a block of {block} must hold "
-            f"fewer than 2**31 elements (int32 lane positions); got {n_queries * n_keys + block}"
-        )
+    _check_plane(n_queries, n_keys, plan_flat(x.numel()).block)
     launch_flat(_causal_fill_kernel, x.numel(), x.device, x, out, n_queries, n_keys, fill)
     return out
+
+
+# -- the direct convolution -------------------------------------------------------------------
+
+
+@triton.jit
+def _tile_positions(tile, n_tiles_w, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Row and column of each lane of a flattened BLOCK_M x BLOCK_N tile of a plane, and whether
+    the tile lies wholly in its rows' future (its first column past its last row)."""
+    idx = tl.arange(0, BLOCK_M * BLOCK_N)
+    row0 = (tile // n_tiles_w) * BLOCK_M
+    col0 = (tile % n_tiles_w) * BLOCK_N
+    return row0 + idx // BLOCK_N, col0 + idx % BLOCK_N, col0 - (row0 + BLOCK_M - 1)
+
+
+@triton.jit
+def _plane_group(plane, n_channel_blocks, n_groups):
+    """(batch, group, channel block) of grid axis 1: ``(batch * n_groups + group) * blocks + block``."""
+    batch_group = plane // n_channel_blocks
+    return batch_group // n_groups, batch_group % n_groups, plane % n_channel_blocks
+
+
+@triton.jit
+def _masked_grad_tile(DY, batch, out_channel, out_channels, out_h, out_w, rows, cols, channel_mask):
+    """The incoming gradient at output channels ``out_channel`` (a vector) and positions
+    (rows, cols), fp32, zero in each row's future and outside the plane."""
+    keep = (rows < out_h) & (cols < out_w) & (cols <= rows)
+    planes = (batch * out_channels + out_channel).to(tl.int64) * out_h * out_w
+    offs = planes[:, None] + (rows * out_w + cols)[None, :]
+    return tl.load(DY + offs, mask=channel_mask[:, None] & keep[None, :], other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _mta_conv_forward_kernel(
+    P,
+    W,
+    BIAS,
+    OUT,
+    seq,
+    out_h,
+    out_w,
+    n_tiles_w,
+    in_channels,
+    out_channels,
+    n_co_blocks,
+    stride,
+    padding,
+    dilation,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CI_PER_GROUP: tl.constexpr,
+    CO_PER_GROUP: tl.constexpr,
+    KERNEL_H: tl.constexpr,
+    KERNEL_W: tl.constexpr,
+):
+    # OUT[b, co, r, c] = bias[co] + sum over the group's input channels and the taps of
+    # W[co, ci, i, j] * P[b, ci, r * stride + i * dilation - padding, c * stride + j * dilation - padding],
+    # zero where c > r. Grid: (tiles of the output plane, batch x groups x output-channel blocks).
+    rows, cols, past_rows = _tile_positions(tl.program_id(0), n_tiles_w, BLOCK_M, BLOCK_N)
+    batch, group, co_block = _plane_group(tl.program_id(1), n_co_blocks, in_channels // CI_PER_GROUP)
+    co_local = co_block * BLOCK_C + tl.arange(0, BLOCK_C)
+    co_mask = co_local < CO_PER_GROUP
+    out_channel = group * CO_PER_GROUP + co_local
+    acc = tl.zeros((BLOCK_C, BLOCK_M * BLOCK_N), dtype=tl.float32)
+    # A tile wholly in the future is zero: it walks no taps (an ``if``: the interpreter's range
+    # takes no runtime trip count).
+    if past_rows <= 0:
+        for ci in range(CI_PER_GROUP):
+            plane = P + (batch * in_channels + group * CI_PER_GROUP + ci).to(tl.int64) * seq * seq
+            for i in range(KERNEL_H):
+                in_rows = rows * stride + i * dilation - padding
+                rows_in = (in_rows >= 0) & (in_rows < seq)
+                for j in range(KERNEL_W):
+                    in_cols = cols * stride + j * dilation - padding
+                    mask = rows_in & (in_cols >= 0) & (in_cols < seq)
+                    x = tl.load(plane + in_rows * seq + in_cols, mask=mask, other=0.0).to(tl.float32)
+                    taps = ((out_channel * CI_PER_GROUP + ci) * KERNEL_H + i) * KERNEL_W + j
+                    w = tl.load(W + taps, mask=co_mask, other=0.0).to(tl.float32)
+                    acc += w[:, None] * x[None, :]
+    if HAS_BIAS:
+        acc += tl.load(BIAS + out_channel, mask=co_mask, other=0.0).to(tl.float32)[:, None]
+    keep = (rows < out_h) & (cols < out_w)
+    acc = tl.where((cols <= rows)[None, :], acc, 0.0)
+    offs = (batch * out_channels + out_channel).to(tl.int64)[:, None] * out_h * out_w + (rows * out_w + cols)[None, :]
+    tl.store(OUT + offs, acc.to(OUT.dtype.element_ty), mask=co_mask[:, None] & keep[None, :])
+
+
+@triton.jit
+def _mta_conv_input_grad_kernel(
+    DY,
+    W,
+    DP,
+    seq,
+    out_h,
+    out_w,
+    n_tiles_w,
+    in_channels,
+    out_channels,
+    n_ci_blocks,
+    stride,
+    padding,
+    dilation,
+    BLOCK_C: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CI_PER_GROUP: tl.constexpr,
+    CO_PER_GROUP: tl.constexpr,
+    KERNEL_H: tl.constexpr,
+    KERNEL_W: tl.constexpr,
+):
+    # DP[b, ci, y, x] = sum over the group's output channels and the taps of W[co, ci, i, j] *
+    # DY[b, co, r, c] for the (r, c) with r * stride = y + padding - i * dilation (and likewise c),
+    # c <= r. Grid: (tiles of the input plane, batch x groups x input-channel blocks).
+    rows, cols, past_rows = _tile_positions(tl.program_id(0), n_tiles_w, BLOCK_M, BLOCK_N)
+    batch, group, ci_block = _plane_group(tl.program_id(1), n_ci_blocks, in_channels // CI_PER_GROUP)
+    ci_local = ci_block * BLOCK_C + tl.arange(0, BLOCK_C)
+    ci_mask = ci_local < CI_PER_GROUP
+    acc = tl.zeros((BLOCK_C, BLOCK_M * BLOCK_N), dtype=tl.float32)
+    # Input (y, x) feeds outputs with c <= r only where x - y <= (j - i) * dilation: a tile past
+    # every such band has no gradient (an ``if``: the interpreter's range takes no runtime trip
+    # count).
+    if past_rows <= (KERNEL_W - 1) * dilation:
+        for co in range(CO_PER_GROUP):
+            out_channel = group * CO_PER_GROUP + co
+            plane = DY + (batch * out_channels + out_channel).to(tl.int64) * out_h * out_w
+            for i in range(KERNEL_H):
+                up_rows = rows + padding - i * dilation
+                out_rows = up_rows // stride
+                rows_in = (up_rows >= 0) & (up_rows % stride == 0) & (out_rows < out_h)
+                for j in range(KERNEL_W):
+                    up_cols = cols + padding - j * dilation
+                    out_cols = up_cols // stride
+                    mask = rows_in & (up_cols >= 0) & (up_cols % stride == 0) & (out_cols < out_w)
+                    mask = mask & (out_cols <= out_rows)
+                    dy = tl.load(plane + out_rows * out_w + out_cols, mask=mask, other=0.0).to(tl.float32)
+                    taps = ((out_channel * CI_PER_GROUP + ci_local) * KERNEL_H + i) * KERNEL_W + j
+                    w = tl.load(W + taps, mask=ci_mask, other=0.0).to(tl.float32)
+                    acc += w[:, None] * dy[None, :]
+    keep = (rows < seq) & (cols < seq)
+    in_channel = group * CI_PER_GROUP + ci_local
+    offs = (batch * in_channels + in_channel).to(tl.int64)[:, None] * seq * seq + (rows * seq + cols)[None, :]
+    tl.store(DP + offs, acc.to(DP.dtype.element_ty), mask=ci_mask[:, None] & keep[None, :])
+
+
+@triton.jit
+def _mta_conv_weight_grad_kernel(
+    DY,
+    P,
+    PARTIAL,
+    seq,
+    out_h,
+    out_w,
+    n_tiles_w,
+    n_tiles,
+    n_items,
+    items_per_program,
+    in_channels,
+    out_channels,
+    n_co_blocks,
+    stride,
+    padding,
+    dilation,
+    partial_width,
+    BLOCK_C: tl.constexpr,
+    BLOCK_TAPS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CI_PER_GROUP: tl.constexpr,
+    CO_PER_GROUP: tl.constexpr,
+    KERNEL_H: tl.constexpr,
+    KERNEL_W: tl.constexpr,
+    STATIC_ITEMS: tl.constexpr,
+):
+    # Row pid of PARTIAL gets this program's share of the weight gradient (column co * taps + tap,
+    # tap = (ci * kernel_h + i) * kernel_w + j: the weight's own layout) and of the bias gradient
+    # (column out_channels * taps + co), summed over its run of items_per_program (batch, tile)
+    # items. Grid: (programs, groups x output-channel blocks); each writes its channels' columns.
+    pid = tl.program_id(0)
+    group = tl.program_id(1) // n_co_blocks
+    co_local = (tl.program_id(1) % n_co_blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+    co_mask = co_local < CO_PER_GROUP
+    out_channel = group * CO_PER_GROUP + co_local
+    n_taps: tl.constexpr = CI_PER_GROUP * KERNEL_H * KERNEL_W  # annotated: stays a constexpr in the interpreter
+    tap_ids = tl.arange(0, BLOCK_TAPS)
+    acc_w = tl.zeros((BLOCK_C, BLOCK_TAPS), dtype=tl.float32)
+    acc_b = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    for t in range(STATIC_ITEMS if STATIC_ITEMS > 0 else items_per_program):
+        item = pid * items_per_program + t
+        in_range = item < n_items  # the last program's run may pass the end
+        batch = item // n_tiles
+        rows, cols, past_rows = _tile_positions(item % n_tiles, n_tiles_w, BLOCK_M, BLOCK_N)
+        dy = _masked_grad_tile(DY, batch, out_channel, out_channels, out_h, out_w, rows, cols, co_mask & in_range)
+        acc_b += tl.sum(dy, axis=1)
+        # A tile wholly in the future (or past the end) has no gradient: it walks no taps (an
+        # ``if``: the interpreter's range takes no runtime trip count).
+        if (past_rows <= 0) & in_range:
+            for tap in range(n_taps):
+                ci = tap // (KERNEL_H * KERNEL_W)
+                i = (tap // KERNEL_W) % KERNEL_H
+                j = tap % KERNEL_W
+                in_rows = rows * stride + i * dilation - padding
+                in_cols = cols * stride + j * dilation - padding
+                mask = (in_rows >= 0) & (in_rows < seq) & (in_cols >= 0) & (in_cols < seq)
+                plane = P + (batch * in_channels + group * CI_PER_GROUP + ci).to(tl.int64) * seq * seq
+                x = tl.load(plane + in_rows * seq + in_cols, mask=mask, other=0.0).to(tl.float32)
+                acc_w += tl.where(tap_ids[None, :] == tap, tl.sum(dy * x[None, :], axis=1)[:, None], 0.0)
+    row = PARTIAL + pid.to(tl.int64) * partial_width
+    cols_w = out_channel[:, None] * n_taps + tap_ids[None, :]
+    tl.store(row + cols_w, acc_w, mask=co_mask[:, None] & (tap_ids < n_taps)[None, :])
+    tl.store(row + out_channels * n_taps + out_channel, acc_b, mask=co_mask)
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """The convolution's sizes and arguments: square (seq, seq) input planes, the output plane."""
+
+    batch: int
+    seq: int
+    out_h: int
+    out_w: int
+    in_channels: int
+    out_channels: int
+    groups: int
+    kernel_h: int
+    kernel_w: int
+    stride: int
+    padding: int
+    dilation: int
+
+    @staticmethod
+    def of(scores_shape: torch.Size, weight_shape: torch.Size, stride: int, padding: int, dilation: int, groups: int):
+        batch, in_channels, seq, _ = scores_shape
+        out_channels, _, kernel_h, kernel_w = weight_shape
+        out_h = (seq + 2 * padding - dilation * (kernel_h - 1) - 1) // stride + 1
+        out_w = (seq + 2 * padding - dilation * (kernel_w - 1) - 1) // stride + 1
+        return ConvGeometry(
+            batch, seq, out_h, out_w, in_channels, out_channels, groups, kernel_h, kernel_w, stride, padding, dilation
+        )
+
+    def args(self) -> tuple[int, ...]:
+        return (self.stride, self.padding, self.dilation)
+
+    def constexprs(self) -> dict[str, int]:
+        """The kernels' loop counts: constexprs, for the interpreter's ``range``."""
+        return {
+            "CI_PER_GROUP": self.in_channels // self.groups,
+            "CO_PER_GROUP": self.out_channels // self.groups,
+            "KERNEL_H": self.kernel_h,
+            "KERNEL_W": self.kernel_w,
+        }
+
+
+@dataclass(frozen=True)
+class ConvTiles:
+    """A plane's tiles (BLOCK_M x BLOCK_N positions) and the channel block each program holds."""
+
+    block_c: int
+    block_m: int
+    block_n: int
+    n_tiles_h: int
+    n_tiles_w: int
+
+    @property
+    def n_tiles(self) -> int:
+        return self.n_tiles_h * self.n_tiles_w
+
+
+def plan_conv_tiles(rows: int, cols: int, channels: int) -> ConvTiles:
+    """Tiles of a (rows, cols) plane for programs holding ``channels`` (a group's, capped at
+    MTA_CONV_MAX_BLOCK_C) fp32 accumulators per position, MTA_CONV_TILE_ELEMENTS in all."""
+    block_c = min(triton.next_power_of_2(max(channels, 1)), hardware.MTA_CONV_MAX_BLOCK_C)
+    positions = max(1, hardware.MTA_CONV_TILE_ELEMENTS // block_c)
+    block_n = min(triton.next_power_of_2(max(cols, 1)), hardware.MTA_CONV_BLOCK_N, positions)
+    block_m = min(triton.next_power_of_2(max(rows, 1)), max(1, positions // block_n))
+    return ConvTiles(block_c, block_m, block_n, triton.cdiv(rows, block_m), triton.cdiv(cols, block_n))
+
+
+def _launch(kernel, grid, tiles: ConvTiles, geo: ConvGeometry, *args, **constexprs) -> None:
+    kernel[grid](
+        *args,
+        BLOCK_C=tiles.block_c,
+        BLOCK_M=tiles.block_m,
+        BLOCK_N=tiles.block_n,
+        **geo.constexprs(),
+        **constexprs,
+        **hardware.launch_kwargs(kernel, args[0].device, hardware.MTA_CONV_NUM_WARPS),
+    )
+
+
+def conv_forward(
+    probs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, geo: ConvGeometry
+) -> torch.Tensor:
+    """The convolution of contiguous ``probs`` with its output's future zeroed, in probs' dtype."""
+    out = probs.new_empty((geo.batch, geo.out_channels, geo.out_h, geo.out_w))
+    if out.numel() == 0:
+        return out
+    co_per_group = geo.out_channels // geo.groups
+    tiles = plan_conv_tiles(geo.out_h, geo.out_w, co_per_group)
+    _check_plane(geo.out_h, geo.out_w, tiles.block_m * tiles.block_n)
+    n_blocks = triton.cdiv(co_per_group, tiles.block_c)
+    grid = (tiles.n_tiles, geo.batch * geo.groups * n_blocks)
+    _launch(
+        _mta_conv_forward_kernel,
+        grid,
+        tiles,
+        geo,
+        probs,
+        weight,
+        bias if bias is not None else weight,
+        out,
+        geo.seq,
+        geo.out_h,
+        geo.out_w,
+        tiles.n_tiles_w,
+        geo.in_channels,
+        geo.out_channels,
+        n_blocks,
+        *geo.args(),
+        HAS_BIAS=bias is not None,
+    )
+    return out
+
+
+def conv_input_grad(
+    grad_out: torch.Tensor, weight: torch.Tensor, geo: ConvGeometry, dtype: torch.dtype
+) -> torch.Tensor:
+    """The gradient of the convolution's input for contiguous ``grad_out`` (its future masked
+    on load), in ``dtype``."""
+    grad_probs = grad_out.new_empty((geo.batch, geo.in_channels, geo.seq, geo.seq), dtype=dtype)
+    if grad_probs.numel() == 0:
+        return grad_probs
+    ci_per_group = geo.in_channels // geo.groups
+    tiles = plan_conv_tiles(geo.seq, geo.seq, ci_per_group)
+    n_blocks = triton.cdiv(ci_per_group, tiles.block_c)
+    grid = (tiles.n_tiles, geo.batch * geo.groups * n_blocks)
+    _launch(
+        _mta_conv_input_grad_kernel,
+        grid,
+        tiles,
+        geo,
+        grad_out,
+        weight,
+        grad_probs,
+        geo.seq,
+        geo.out_h,
+        geo.out_w,
+        tiles.n_tiles_w,
+        geo.in_channels,
+        geo.out_channels,
+        n_blocks,
+        *geo.args(),
+    )
+    return grad_probs
+
+
+def conv_weight_grad(
+    grad_out: torch.Tensor,
+    probs: torch.Tensor,
+    geo: ConvGeometry,
+    grad_weight: torch.Tensor | None,
+    grad_bias: torch.Tensor | None,
+) -> None:
+    """Write the weight's and the bias's gradients (either may be None) for contiguous
+    ``grad_out`` (its future masked on load) and the saved ``probs``."""
+    co_per_group = geo.out_channels // geo.groups
+    n_taps = geo.in_channels // geo.groups * geo.kernel_h * geo.kernel_w
+    tiles = plan_conv_tiles(geo.out_h, geo.out_w, co_per_group)
+    n_items = geo.batch * tiles.n_tiles
+    if n_items == 0:  # no tokens: sums over nothing
+        for g in (grad_weight, grad_bias):
+            if g is not None:
+                g.zero_()
+        return
+    n_blocks = triton.cdiv(co_per_group, tiles.block_c)
+    # A persistent grid sized by the EU count, shared out among the channel blocks.
+    programs, items_per_program = persistent_grid(
+        n_items, hardware.MTA_CONV_NUM_WARPS, grad_out.device, n_col_blocks=geo.groups * n_blocks
+    )
+    width = geo.out_channels * (n_taps + 1)
+    partial = torch.empty((programs, width), dtype=torch.float32, device=grad_out.device)
+    _launch(
+        _mta_conv_weight_grad_kernel,
+        (programs, geo.groups * n_blocks),
+        tiles,
+        geo,
+        grad_out,
+        probs,
+        partial,
+        geo.seq,
+        geo.out_h,
+        geo.out_w,
+        tiles.n_tiles_w,
+        tiles.n_tiles,
+        n_items,
+        items_per_program,
+        geo.in_channels,
+        geo.out_channels,
+        n_blocks,
+        *geo.args(),
+        width,
+        BLOCK_TAPS=triton.next_power_of_2(n_taps),
+        STATIC_ITEMS=static_trips(_mta_conv_weight_grad_kernel, items_per_program),
+    )
+    n_weight = geo.out_channels * n_taps
+    if grad_weight is not None:
+        grad_weight.view(-1).copy_(sum_partials(partial[:, :n_weight], grad_weight))
+    if grad_bias is not None:
+        grad_bias.copy_(sum_partials(partial[:, n_weight:], grad_bias))
 
 
 @implements("multi_token_attention")
@@ -71,27 +500,32 @@ class LigerMultiTokenAttentionFunction(torch.autograd.Function):
         else:
             probs = softmax_forward(masked.view(-1, seq), plan)
             ctx.save_for_backward(probs, weight)
-        probs = probs.view(scores.shape)
-        out = F.conv2d(probs, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
-        ctx.conv = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
-        ctx.sparse, ctx.plan, ctx.shape = sparse, plan, scores.shape
-        return causal_fill(out, 0.0, out=out)
+        geo = ConvGeometry.of(scores.shape, weight.shape, stride, padding, dilation, groups)
+        weight = weight.contiguous()
+        out = conv_forward(probs.view(scores.shape), weight, None if bias is None else bias.contiguous(), geo)
+        ctx.geo, ctx.sparse, ctx.plan, ctx.shape = geo, sparse, plan, scores.shape
+        return out
 
     @staticmethod
     def backward(ctx, grad_out):
         probs, weight = ctx.saved_tensors
-        seq = ctx.shape[-1]
-        grad_conv = causal_fill(grad_out.contiguous(), 0.0)
+        geo, seq = ctx.geo, ctx.shape[-1]
+        grad_out = grad_out.contiguous()
+        weight = weight.contiguous()
         grad_scores = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
-            grad_probs = torch.nn.grad.conv2d_input(ctx.shape, weight, grad_conv, **ctx.conv).view(-1, seq)
+            grad_probs = conv_input_grad(grad_out, weight, geo, probs.dtype).view(-1, seq)
             if ctx.sparse:
                 grad_scores = sparsemax_backward(grad_probs, probs, ctx.plan)
             else:
                 grad_scores = softmax_backward(grad_probs, probs, ctx.plan)
             grad_scores = grad_scores.view(ctx.shape)
-        if ctx.needs_input_grad[1]:
-            grad_weight = torch.nn.grad.conv2d_weight(probs.view(ctx.shape), weight.shape, grad_conv, **ctx.conv)
-        if ctx.needs_input_grad[2]:
-            grad_bias = grad_conv.sum((0, 2, 3))
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            grad_weight = torch.empty_like(weight) if ctx.needs_input_grad[1] else None
+            grad_bias = (
+                torch.empty(geo.out_channels, dtype=weight.dtype, device=weight.device)
+                if ctx.needs_input_grad[2]
+                else None
+            )
+            conv_weight_grad(grad_out, probs.view(ctx.shape), geo, grad_weight, grad_bias)
         return grad_scores, grad_weight, grad_bias, None, None, None, None, None
