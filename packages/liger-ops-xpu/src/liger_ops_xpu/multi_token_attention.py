@@ -90,10 +90,14 @@ def _tile_positions(tile, n_tiles_w, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexp
 
 
 @triton.jit
-def _plane_group(plane, n_channel_blocks, n_groups):
-    """(batch, group, channel block) of grid axis 1: ``(batch * n_groups + group) * blocks + block``."""
+def _program_work(n_tiles, n_channel_blocks, n_groups):
+    """(tile, batch, group, channel block) of this program: the 1-D grid is
+    ``((batch * n_groups + group) * n_channel_blocks + block) * n_tiles + tile`` (one axis, so no
+    count of planes or tiles meets the 65535 cap of the grid's other axes)."""
+    pid = tl.program_id(0)
+    plane = pid // n_tiles
     batch_group = plane // n_channel_blocks
-    return batch_group // n_groups, batch_group % n_groups, plane % n_channel_blocks
+    return pid % n_tiles, batch_group // n_groups, batch_group % n_groups, plane % n_channel_blocks
 
 
 @triton.jit
@@ -116,6 +120,7 @@ def _mta_conv_forward_kernel(
     out_h,
     out_w,
     n_tiles_w,
+    n_tiles,
     in_channels,
     out_channels,
     n_co_blocks,
@@ -133,9 +138,9 @@ def _mta_conv_forward_kernel(
 ):
     # OUT[b, co, r, c] = bias[co] + sum over the group's input channels and the taps of
     # W[co, ci, i, j] * P[b, ci, r * stride + i * dilation - padding, c * stride + j * dilation - padding],
-    # zero where c > r. Grid: (tiles of the output plane, batch x groups x output-channel blocks).
-    rows, cols, past_rows = _tile_positions(tl.program_id(0), n_tiles_w, BLOCK_M, BLOCK_N)
-    batch, group, co_block = _plane_group(tl.program_id(1), n_co_blocks, in_channels // CI_PER_GROUP)
+    # zero where c > r. One program per tile of the output plane and (batch, group, output-channel block).
+    tile, batch, group, co_block = _program_work(n_tiles, n_co_blocks, in_channels // CI_PER_GROUP)
+    rows, cols, past_rows = _tile_positions(tile, n_tiles_w, BLOCK_M, BLOCK_N)
     co_local = co_block * BLOCK_C + tl.arange(0, BLOCK_C)
     co_mask = co_local < CO_PER_GROUP
     out_channel = group * CO_PER_GROUP + co_local
@@ -172,6 +177,7 @@ def _mta_conv_input_grad_kernel(
     out_h,
     out_w,
     n_tiles_w,
+    n_tiles,
     in_channels,
     out_channels,
     n_ci_blocks,
@@ -188,9 +194,9 @@ def _mta_conv_input_grad_kernel(
 ):
     # DP[b, ci, y, x] = sum over the group's output channels and the taps of W[co, ci, i, j] *
     # DY[b, co, r, c] for the (r, c) with r * stride = y + padding - i * dilation (and likewise c),
-    # c <= r. Grid: (tiles of the input plane, batch x groups x input-channel blocks).
-    rows, cols, past_rows = _tile_positions(tl.program_id(0), n_tiles_w, BLOCK_M, BLOCK_N)
-    batch, group, ci_block = _plane_group(tl.program_id(1), n_ci_blocks, in_channels // CI_PER_GROUP)
+    # c <= r. One program per tile of the input plane and (batch, group, input-channel block).
+    tile, batch, group, ci_block = _program_work(n_tiles, n_ci_blocks, in_channels // CI_PER_GROUP)
+    rows, cols, past_rows = _tile_positions(tile, n_tiles_w, BLOCK_M, BLOCK_N)
     ci_local = ci_block * BLOCK_C + tl.arange(0, BLOCK_C)
     ci_mask = ci_local < CI_PER_GROUP
     acc = tl.zeros((BLOCK_C, BLOCK_M * BLOCK_N), dtype=tl.float32)
@@ -376,10 +382,9 @@ def conv_forward(
     tiles = plan_conv_tiles(geo.out_h, geo.out_w, co_per_group)
     _check_plane(geo.out_h, geo.out_w, tiles.block_m * tiles.block_n)
     n_blocks = triton.cdiv(co_per_group, tiles.block_c)
-    grid = (tiles.n_tiles, geo.batch * geo.groups * n_blocks)
     _launch(
         _mta_conv_forward_kernel,
-        grid,
+        (tiles.n_tiles * geo.batch * geo.groups * n_blocks,),
         tiles,
         geo,
         probs,
@@ -390,6 +395,7 @@ def conv_forward(
         geo.out_h,
         geo.out_w,
         tiles.n_tiles_w,
+        tiles.n_tiles,
         geo.in_channels,
         geo.out_channels,
         n_blocks,
@@ -410,10 +416,9 @@ def conv_input_grad(
     ci_per_group = geo.in_channels // geo.groups
     tiles = plan_conv_tiles(geo.seq, geo.seq, ci_per_group)
     n_blocks = triton.cdiv(ci_per_group, tiles.block_c)
-    grid = (tiles.n_tiles, geo.batch * geo.groups * n_blocks)
     _launch(
         _mta_conv_input_grad_kernel,
-        grid,
+        (tiles.n_tiles * geo.batch * geo.groups * n_blocks,),
         tiles,
         geo,
         grad_out,
@@ -423,6 +428,7 @@ def conv_input_grad(
         geo.out_h,
         geo.out_w,
         tiles.n_tiles_w,
+        tiles.n_tiles,
         geo.in_channels,
         geo.out_channels,
         n_blocks,
