@@ -37,6 +37,13 @@ nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["lint", "core", "cuda-interpreter", "ascend-interpreter", "xpu-interpreter", "ci", "build"]
 nox.options.error_on_missing_interpreters = False
 
+# The test sessions that run on CPU spread their tests over the machine's cores with pytest-xdist
+# (CI's two cores: the cuda-interpreter session took 9 minutes in one process, 5 in two).
+# LIGER_TEST_WORKERS sets the count (an int, or "auto": one per core); 0 or 1 runs one process.
+# Each worker keeps to one torch thread, so two workers do not fight over the cores.
+TEST_WORKERS = os.environ.get("LIGER_TEST_WORKERS", "auto")
+XDIST = "pytest-xdist>=3.5"
+
 if os.environ.get("PIP_FIND_LINKS") and not os.environ.get("UV_FIND_LINKS"):
     # uv does not read pip's variable; the CPU torch wheel lives there on these machines.
     os.environ["UV_FIND_LINKS"] = os.environ["PIP_FIND_LINKS"]
@@ -65,8 +72,19 @@ def _junit(session: nox.Session) -> list[str]:
 
 
 def _install_core(session: nox.Session, *extra: str) -> None:
-    session.install(TORCH, "pytest>=7", *extra)
+    session.install(TORCH, "pytest>=7", XDIST, *extra)
     session.install("--no-deps", "-e", str(CORE))
+
+
+def _workers() -> list[str]:
+    """pytest-xdist's arguments for TEST_WORKERS (none for a single process)."""
+    if TEST_WORKERS in ("0", "1"):
+        return []
+    return ["-n", TEST_WORKERS]
+
+
+def _worker_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    return {"OMP_NUM_THREADS": "1", **(env or {})} if _workers() else dict(env or {})
 
 
 def _report_triton(session: nox.Session, dist: str) -> None:
@@ -89,7 +107,7 @@ def lint(session: nox.Session) -> None:
 def core(session: nox.Session) -> None:
     """liger-core on CPU: interface, discovery, dispatch, reference backend, CLI, conformance vs reference."""
     _install_core(session)
-    session.run("pytest", "-q", str(CORE / "tests"), *_junit(session), *session.posargs)
+    session.run("pytest", "-q", *_workers(), str(CORE / "tests"), *_junit(session), *session.posargs, env=_worker_env())
 
 
 def _vendor_session(vendor: str, native: bool):
@@ -109,13 +127,14 @@ def _vendor_session(vendor: str, native: bool):
             if "True" not in found:
                 session.skip(f"no {device} device on this machine (probe said: {found.strip()[-200:] or 'nothing'})")
             session.install("--no-deps", "-e", str(CORE), "-e", str(pkg_dir))
-            env = {}
+            env, workers = {}, []  # one process on the one device
         else:
             _install_core(session, *tritons)
             session.install("--no-deps", "-e", str(pkg_dir))
-            env = {"TRITON_INTERPRET": "1"}
+            env, workers = _worker_env({"TRITON_INTERPRET": "1"}), _workers()
         _report_triton(session, dist)
-        session.run("pytest", "-q", "-rs", str(pkg_dir / "tests"), *_junit(session), *session.posargs, env=env)
+        tests = str(pkg_dir / "tests")
+        session.run("pytest", "-q", "-rs", *workers, tests, *_junit(session), *session.posargs, env=env)
 
     run.__doc__ = (
         f"{package} natively on {device}" if native else f"{package} in the Triton interpreter on CPU ({dist})"
@@ -350,7 +369,8 @@ def hf_interpreter(session: nox.Session) -> None:
     session.install("--no-deps", "-e", str(PACKAGES / "liger-ops-cuda"))
     _report_triton(session, "triton")
     env = {"TRITON_INTERPRET": "1", "LIGER_BACKEND": "cuda", "OMP_NUM_THREADS": "1", "LIGER_HF_TRAINERS": "1"}
-    session.run("pytest", "-q", "-rs", "-m", "not mid", str(HF_TESTS), *_junit(session), *session.posargs, env=env)
+    tests = str(HF_TESTS)
+    session.run("pytest", "-q", "-rs", *_workers(), "-m", "not mid", tests, *_junit(session), *session.posargs, env=env)
 
 
 @nox.session(name="hf-oldest", tags=["core", "hf", "cpu"])
@@ -358,7 +378,8 @@ def hf_oldest(session: nox.Session) -> None:
     """liger_core.transformers against the oldest supported transformers (5.0.0), reference ops."""
     _install_core(session, TRANSFORMERS_OLDEST, *HF_TRAINERS, *HF_PEFT)
     env = {"LIGER_BACKEND": "reference", "OMP_NUM_THREADS": "1", "LIGER_HF_TRAINERS": "1"}
-    session.run("pytest", "-q", "-rs", "-m", "not mid", str(HF_TESTS), *_junit(session), *session.posargs, env=env)
+    tests = str(HF_TESTS)
+    session.run("pytest", "-q", "-rs", *_workers(), "-m", "not mid", tests, *_junit(session), *session.posargs, env=env)
 
 
 @nox.session(name="hf-deepspeed", tags=["core", "hf", "cpu"])
