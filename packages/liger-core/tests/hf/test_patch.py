@@ -314,7 +314,10 @@ def test_ops_are_served_by_the_backend_under_test(device):
     )
     # Every op some family's patch uses (relu_squared, layer_norm, qwen2vl_mrope, ... included).
     used = sorted({op for t in mp.FAMILIES for ops in mp.family_ops(t).values() for op in ops})
-    assert {"rms_norm", "layer_norm", "swiglu", "geglu", "relu_squared", "rope", "qwen2vl_mrope"} <= set(used)
+    assert {
+        "rms_norm", "layer_norm", "swiglu", "geglu", "relu_squared", "rope", "qwen2vl_mrope", "llama4_rope",
+        "fused_gate_up_swiglu", "fused_moe",
+    } <= set(used)  # fmt: skip
     assert [op for op in used if op not in backend.ops] == [], f"{backend.name} lacks ops the patches use"
 
 

@@ -243,14 +243,24 @@ def gated_mlp_class(base: type, kind: str, multipliers: bool = False) -> type:
 
 
 def phi3_mlp_class(base: type) -> type:
-    """Liger subclass of an MLP whose gate and up projections are one ``gate_up_proj`` (Phi-3, GLM-4)."""
+    """Liger subclass of an MLP whose gate and up projections are one ``gate_up_proj`` (Phi-3, GLM-4).
+
+    The projection's output goes to `liger_fused_gate_up_swiglu` whole: no copies of its halves,
+    and its gradient is written over it (``in_place``: this forward owns that buffer). A
+    tensor-parallel DTensor output (the fused op has no sharding) takes the halves to
+    `liger_swiglu`, which runs on shards.
+    """
+    fused = require_op("liger_fused_gate_up_swiglu")
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         reason = self._liger_fallback or tensor_reason(hidden_states)
         if reason is not None:
             warn_fallback(type(self).__name__, reason)
             return base.forward(self, hidden_states)
-        gate, up = self.gate_up_proj(hidden_states).chunk(2, dim=-1)
+        gate_up = self.gate_up_proj(hidden_states)
+        if type(gate_up) is torch.Tensor:
+            return self.down_proj(fused(gate_up, True))
+        gate, up = gate_up.chunk(2, dim=-1)
         # gate and up are views of one buffer: no in-place gradient trick.
         return self.down_proj(F.liger_swiglu(gate, up))
 
@@ -456,6 +466,28 @@ def _rope_reason(q, k, cos, sin, unsqueeze_dim, kind: str) -> str | None:
     return None
 
 
+def _llama4_rope_reason(q, k, freqs_cis) -> str | None:
+    """Why Liger's Llama 4 RoPE does not fit these arguments, or None."""
+    reason = tensor_reason(q, k)
+    if reason is not None:
+        return reason
+    if not isinstance(freqs_cis, torch.Tensor) or freqs_cis.dtype != torch.complex64:
+        return "freqs_cis other than a complex64 tensor"
+    if q.ndim != 4 or k.ndim != 4 or freqs_cis.ndim != 3:
+        return "q/k laid out other than (batch, seq, heads, head_dim), freqs_cis other than (batch, seq, head_dim / 2)"
+    batch, seq, _, head_dim = q.shape
+    if (
+        head_dim % 2
+        or tuple(k.shape[:2]) != (batch, seq)
+        or k.shape[3] != head_dim
+        or freqs_cis.shape[0] not in (1, batch)
+        or tuple(freqs_cis.shape[1:]) != (seq, head_dim // 2)
+        or not (q.device == k.device == freqs_cis.device)
+    ):
+        return "a shape or device Liger's Llama 4 RoPE does not take"
+    return None
+
+
 def _mrope_reason(q, k, cos, sin, mrope_section, unsqueeze_dim) -> str | None:
     """Why Liger's M-RoPE does not fit these arguments, or None."""
     reason = tensor_reason(q, k, cos, sin)
@@ -491,10 +523,12 @@ def rope_function(stock: Callable, kind: str) -> Callable:
     ``kind``: "full", "partial" or "half_table" for an ``apply_rotary_pos_emb(q, k, cos, sin,
     unsqueeze_dim=1)`` (see ``_ROPE_KERNELS``); "mrope" for Qwen2-VL's
     ``apply_multimodal_rotary_pos_emb(q, k, cos, sin, mrope_section, unsqueeze_dim=1)``
-    (transformers releases that merge the M-RoPE sections inside the function).
+    (transformers releases that merge the M-RoPE sections inside the function); "llama4" for
+    Llama 4's ``apply_rotary_emb(xq, xk, freqs_cis)`` (complex form, interleaved pairs).
     """
-    if kind not in (*_ROPE_KERNELS, "mrope"):
-        raise ValueError(f"kind must be one of {(*_ROPE_KERNELS, 'mrope')}; got {kind!r}")
+    kinds = (*_ROPE_KERNELS, "mrope", "llama4")
+    if kind not in kinds:
+        raise ValueError(f"kind must be one of {kinds}; got {kind!r}")
     stock = getattr(stock, "_liger_stock", stock)
     fn = _ROPES.get((stock, kind))
     if fn is not None:
@@ -510,6 +544,16 @@ def rope_function(stock: Callable, kind: str) -> Callable:
                 warn_fallback(where, reason)
                 return stock(q, k, cos, sin, mrope_section, unsqueeze_dim=unsqueeze_dim)
             return mrope(q, k, cos, sin, list(mrope_section), unsqueeze_dim)
+
+    elif kind == "llama4":
+        llama4 = require_op("liger_llama4_rope")
+
+        def liger_fn(xq, xk, freqs_cis):
+            reason = _llama4_rope_reason(xq, xk, freqs_cis)
+            if reason is not None:
+                warn_fallback(where, reason)
+                return stock(xq, xk, freqs_cis)
+            return llama4(xq, xk, freqs_cis)
 
     else:
         kernel = _ROPE_KERNELS[kind]

@@ -85,7 +85,8 @@ class Family:
     experts: tuple[str, ...] = ()  # fused-weight MoE experts classes (same activation as the MLPs)
     layer_norms: tuple[tuple[str, float], ...] = ()  # LayerNorm classes and their weight offset
     vision_layer_norm: bool = False  # layer_norm also converts a live model's torch.nn.LayerNorm modules
-    rope: str | None = "full"  # layers.rope_function kind of apply_rotary_pos_emb; None: not served
+    rope: str | None = "full"  # layers.rope_function kind of `rope_fn`; None: not served
+    rope_fn: str = "apply_rotary_pos_emb"  # the modeling module's RoPE function that `rope` swaps
     mrope: bool = False  # apply_multimodal_rotary_pos_emb (Qwen2-VL, Qwen2.5-VL in transformers 5.0)
     logits: LogitsSpec = field(default_factory=LogitsSpec)
     flags: tuple[str, ...] = _TEXT
@@ -286,12 +287,11 @@ FAMILIES: dict[str, Family] = {
         _LLAMA,
         mlps=("Llama4TextMLP",),
         vision_layer_norm=True,
-        rope=None,
+        rope="llama4",
+        rope_fn="apply_rotary_emb",
         flags=_VISION_LN,
-        off=("rope",),
-        unavailable=(("rope", "Llama 4 rotates with complex freqs_cis, a RoPE the catalogue lacks yet"),),
         lacks=(
-            "Llama 4's RoPE (complex freqs_cis) and its routed experts (fused MoE experts); "
+            "its routed experts (fused MoE experts); "
             "Llama4ForConditionalGeneration keeps its stock forward (its language model is a Llama4ForCausalLM, "
             "whose forward is fused)"
         ),
@@ -697,7 +697,7 @@ def _apply(model_type: str, flags: dict[str, bool], model: nn.Module | None, con
         # apply_multimodal_rotary_pos_emb: Qwen2-VL and Qwen2.5-VL before transformers merged the
         # M-RoPE sections inside the rotary embedding module.
         for name, kind in (
-            ("apply_rotary_pos_emb", fam.rope),
+            (fam.rope_fn, fam.rope),
             ("apply_multimodal_rotary_pos_emb", fam.mrope and "mrope"),
         ):
             stock_fn = _stock_value(mod, name)
@@ -813,7 +813,7 @@ _ALL_FLAGS = ("rope", "cross_entropy", "fused_linear_cross_entropy", "rms_norm",
 
 # What each flag swaps, for the docstrings.
 _FLAG_DOC = {
-    "rope": "swap the RoPE function (apply_rotary_pos_emb{mrope}) for Liger's",
+    "rope": "swap the RoPE function ({rope_fn}{mrope}) for Liger's",
     "cross_entropy": "compute the stock loss with Liger's cross-entropy (logits still materialised)",
     "fused_linear_cross_entropy": (
         "{heads}.forward skips the logits under training with labels and uses fused linear "
@@ -837,6 +837,7 @@ def _doc(model_type: str, fam: Family) -> str:
         ["the torch.nn.LayerNorm modules of a live model's vision tower"] if fam.vision_layer_norm else []
     )
     fill = {
+        "rope_fn": fam.rope_fn,
         "mrope": " and apply_multimodal_rotary_pos_emb, Liger's M-RoPE, where transformers has it" if fam.mrope else "",
         "heads": " and ".join(fam.heads) or "(no LM head)",
         "norms": ", ".join([*fam.norms, *(n for n, _ in fam.other_norms)]) or "(none of its own)",
@@ -983,8 +984,16 @@ def family_ops(model_type: str) -> dict[str, list[str]]:
     fam = FAMILIES[_canonical(model_type)]
     unavailable = dict(fam.unavailable)
     ops = {
-        "rope": ["rope", *(["qwen2vl_mrope"] if fam.mrope else [])] if fam.rope else [],
+        "rope": (["llama4_rope"] if fam.rope == "llama4" else ["rope", *(["qwen2vl_mrope"] if fam.mrope else [])])
+        if fam.rope
+        else [],
         "layer_norm": ["layer_norm"],
         "fused_linear_cross_entropy": ["fused_linear_cross_entropy"] if fam.heads else [],
     }
+    mlp = fam.mlp_flag
+    if mlp is not None:
+        # One gate_up_proj: the fused op (swiglu where the projection is a tensor-parallel DTensor).
+        ops[mlp] = [mlp, *(["fused_gate_up_swiglu"] if fam.mlp_kind == "phi3" else [])]
+        if fam.experts and mlp == "swiglu":
+            ops[mlp].append("fused_moe")
     return {flag: [] if flag in unavailable else ops.get(flag, [flag]) for flag in fam.flags}
