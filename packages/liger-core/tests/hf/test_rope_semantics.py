@@ -40,3 +40,53 @@ def test_llama4_rope_is_transformers_apply_rotary_emb(dtype):
     for name, g, w in zip(("q_out", "k_out", "grad_q", "grad_k"), got, want):
         assert g.dtype == w.dtype, name
         torch.testing.assert_close(g, w, **tol, msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("float32", "bfloat16"))
+@pytest.mark.parametrize("partial", (0.5, 1.0), ids=("half_rotary", "full_rotary"))
+@pytest.mark.parametrize("layout", ("heads_major", "seq_major"))
+def test_interleaved_rope_is_glm4_apply_rotary_pos_emb(dtype, partial, layout):
+    """GLM-4's RoPE (interleaved pairs, partial rotary): the patch's adapter over llama4_rope against
+    transformers' own function, its tables from GLM-4's rotary embedding; q/k as its attention passes
+    them (transposed views of the projections, unsqueeze_dim=1) or seq-major (unsqueeze_dim=2)."""
+    from transformers.models.glm4.configuration_glm4 import Glm4Config
+    from transformers.models.glm4.modeling_glm4 import Glm4RotaryEmbedding
+    from transformers.models.glm4.modeling_glm4 import apply_rotary_pos_emb as glm4_rope
+
+    from liger_core.transformers.layers import liger_interleaved_rope
+
+    batch, seq, q_heads, k_heads, head_dim = 2, 7, 4, 2, 32
+    config = Glm4Config(
+        hidden_size=q_heads * head_dim,
+        num_attention_heads=q_heads,
+        num_key_value_heads=k_heads,
+        head_dim=head_dim,
+        partial_rotary_factor=partial,
+    )
+    gen = torch.Generator().manual_seed(1)
+    positions = torch.stack((torch.arange(seq), torch.arange(seq) + 3))
+    cos, sin = Glm4RotaryEmbedding(config)(torch.zeros(batch, seq, 1, dtype=dtype), positions)
+    assert cos.shape[-1] == int(head_dim * partial)
+    q_proj = torch.randn(batch, seq, q_heads * head_dim, generator=gen).to(dtype)
+    k_proj = torch.randn(batch, seq, k_heads * head_dim, generator=gen).to(dtype)
+    unsqueeze_dim = 1 if layout == "heads_major" else 2
+
+    def arrange(t, heads):
+        t = t.view(batch, seq, heads, head_dim)
+        return t.transpose(1, 2) if layout == "heads_major" else t
+
+    dq = torch.randn(arrange(q_proj, q_heads).shape, generator=gen).to(dtype)
+    dk = torch.randn(arrange(k_proj, k_heads).shape, generator=gen).to(dtype)
+
+    def run(fn):
+        qp, kp = q_proj.clone().requires_grad_(), k_proj.clone().requires_grad_()
+        q_out, k_out = fn(arrange(qp, q_heads), arrange(kp, k_heads), cos, sin, unsqueeze_dim=unsqueeze_dim)
+        torch.autograd.backward((q_out, k_out), (dq, dk))
+        return q_out, k_out, qp.grad, kp.grad
+
+    got, want = run(liger_interleaved_rope), run(glm4_rope)
+    # Stock rounds each product and sum to bf16; the kernel computes in float32 and rounds once.
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    for name, g, w in zip(("q_out", "k_out", "grad_q", "grad_k"), got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, name
+        torch.testing.assert_close(g, w, **tol, msg=lambda m, name=name: f"{name}: {m}")

@@ -439,9 +439,39 @@ def liger_half_table_rope(
     return F.liger_rotary_pos_emb(q, k, cos.repeat(1, 1, 2), sin.repeat(1, 1, 2), unsqueeze_dim=unsqueeze_dim)
 
 
+def liger_interleaved_rope(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Liger's RoPE as GLM-4's ``apply_rotary_pos_emb``: the first ``cos.shape[-1]`` dims rotate
+    as interleaved pairs ``(x[2j], x[2j + 1])`` by angle j of the tables' first half (which GLM-4
+    repeats pairwise), the rest pass through.
+
+    That is Llama 4's complex-form rotation: the llama4_rope op with ``freqs_cis = cos + i sin``
+    over the first half of the tables, on q and k viewed as ``(batch, seq, heads, dim)``.
+    """
+    rot = cos.shape[-1]
+    half = rot // 2
+    freqs_cis = torch.complex(cos[..., :half].float(), sin[..., :half].float())
+
+    def seq_major(t: torch.Tensor) -> torch.Tensor:  # (batch, heads, seq, dim) <-> (batch, seq, heads, dim)
+        return t.transpose(1, 2) if unsqueeze_dim == 1 else t
+
+    q_rot, k_rot = F.liger_llama4_rope(seq_major(q[..., :rot]), seq_major(k[..., :rot]), freqs_cis)
+    q_rot, k_rot = seq_major(q_rot), seq_major(k_rot)
+    if rot == q.shape[-1]:
+        return q_rot, k_rot
+    return torch.cat([q_rot, q[..., rot:]], dim=-1), torch.cat([k_rot, k[..., rot:]], dim=-1)
+
+
 # What each kind of family RoPE rotates: "full" every dim (LLaMA), "partial" the first
-# cos.shape[-1] dims (Phi-3, Nemotron, Qwen3-Next), "half_table" every dim from half-width tables (GPT-OSS).
-_ROPE_KERNELS = {"full": liger_rope, "partial": liger_partial_rope, "half_table": liger_half_table_rope}
+# cos.shape[-1] dims (Phi-3, Nemotron, Qwen3-Next), "half_table" every dim from half-width tables
+# (GPT-OSS), "interleaved" the first cos.shape[-1] dims as interleaved pairs (GLM-4).
+_ROPE_KERNELS = {
+    "full": liger_rope,
+    "partial": liger_partial_rope,
+    "half_table": liger_half_table_rope,
+    "interleaved": liger_interleaved_rope,
+}
 
 
 def _rope_reason(q, k, cos, sin, unsqueeze_dim, kind: str) -> str | None:
@@ -457,7 +487,7 @@ def _rope_reason(q, k, cos, sin, unsqueeze_dim, kind: str) -> str | None:
     if (
         k.shape[-1] != head_dim
         or rot % 2
-        or (rot > head_dim if kind == "partial" else rot != head_dim)
+        or (rot > head_dim if kind in ("partial", "interleaved") else rot != head_dim)
         or k.shape[0] != q.shape[0]
         or not (q.shape[seq] == k.shape[seq] == cos.shape[1])
         or cos.shape[0] not in (1, q.shape[0])

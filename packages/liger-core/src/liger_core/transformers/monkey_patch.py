@@ -253,10 +253,7 @@ FAMILIES: dict[str, Family] = {
         _LLAMA,
         mlps=("Glm4MLP",),
         mlp_kind="phi3",
-        rope=None,
-        off=("rope",),
-        unavailable=(("rope", _NO_ROPE_INTERLEAVED),),
-        lacks="RoPE (interleaved pairs)",
+        rope="interleaved",
     ),
     "exaone4": Family("exaone4", ("Exaone4ForCausalLM",), ("Exaone4RMSNorm",), _LLAMA, mlps=("Exaone4MLP",)),
     "falcon_h1": Family(
@@ -984,7 +981,11 @@ def family_ops(model_type: str) -> dict[str, list[str]]:
     fam = FAMILIES[_canonical(model_type)]
     unavailable = dict(fam.unavailable)
     ops = {
-        "rope": (["llama4_rope"] if fam.rope == "llama4" else ["rope", *(["qwen2vl_mrope"] if fam.mrope else [])])
+        "rope": (
+            ["llama4_rope"]
+            if fam.rope in ("llama4", "interleaved")
+            else ["rope", *(["qwen2vl_mrope"] if fam.mrope else [])]
+        )
         if fam.rope
         else [],
         "layer_norm": ["layer_norm"],
