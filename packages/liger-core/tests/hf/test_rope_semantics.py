@@ -90,3 +90,47 @@ def test_interleaved_rope_is_glm4_apply_rotary_pos_emb(dtype, partial, layout):
     for name, g, w in zip(("q_out", "k_out", "grad_q", "grad_k"), got, want):
         assert g.dtype == w.dtype and g.shape == w.shape, name
         torch.testing.assert_close(g, w, **tol, msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("float32", "bfloat16"))
+def test_complex_heads_major_rope_is_deepseek_v2_apply_rotary_emb(dtype):
+    """DeepSeek-V2's RoPE as its attention calls it: the rope slice of heads-major q and the
+    single-head k_pe view of the compressed projection, freqs_cis (scaled) from its own rotary
+    embedding; the patch's replacement against transformers' function, forward and both gradients."""
+    from transformers.models.deepseek_v2.configuration_deepseek_v2 import DeepseekV2Config
+    from transformers.models.deepseek_v2.modeling_deepseek_v2 import DeepseekV2RotaryEmbedding
+    from transformers.models.deepseek_v2.modeling_deepseek_v2 import apply_rotary_emb as deepseek_rope
+
+    from liger_core.transformers.layers import rope_function
+
+    batch, seq, heads, nope, rope_dim, latent = 2, 7, 4, 8, 16, 12
+    config = DeepseekV2Config(
+        hidden_size=64,
+        num_attention_heads=heads,
+        qk_nope_head_dim=nope,
+        qk_rope_head_dim=rope_dim,
+        kv_lora_rank=latent,
+        rope_scaling={"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 16},
+    )
+    gen = torch.Generator().manual_seed(2)
+    positions = torch.stack((torch.arange(seq), torch.arange(seq) + 4))
+    freqs_cis = DeepseekV2RotaryEmbedding(config)(torch.zeros(batch, seq, 1), positions)
+    assert freqs_cis.dtype == torch.complex64 and freqs_cis.shape == (batch, seq, rope_dim // 2)
+    q_proj = torch.randn(batch, seq, heads * (nope + rope_dim), generator=gen).to(dtype)
+    kv_proj = torch.randn(batch, seq, latent + rope_dim, generator=gen).to(dtype)
+    dq = torch.randn(batch, heads, seq, rope_dim, generator=gen).to(dtype)
+    dk = torch.randn(batch, 1, seq, rope_dim, generator=gen).to(dtype)
+
+    def run(fn):
+        qp, kvp = q_proj.clone().requires_grad_(), kv_proj.clone().requires_grad_()
+        q_pe = qp.view(batch, seq, heads, nope + rope_dim).transpose(1, 2)[..., nope:]
+        k_pe = kvp[..., latent:].view(batch, 1, seq, rope_dim)
+        q_out, k_out = fn(q_pe, k_pe, freqs_cis)
+        torch.autograd.backward((q_out, k_out), (dq, dk))
+        return q_out, k_out, qp.grad, kvp.grad
+
+    got, want = run(rope_function(deepseek_rope, "complex_heads_major")), run(deepseek_rope)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
+    for name, g, w in zip(("q_out", "k_out", "grad_q", "grad_kv"), got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, name
+        torch.testing.assert_close(g, w, **tol, msg=lambda m, name=name: f"{name}: {m}")

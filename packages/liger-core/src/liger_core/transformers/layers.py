@@ -496,8 +496,9 @@ def _rope_reason(q, k, cos, sin, unsqueeze_dim, kind: str) -> str | None:
     return None
 
 
-def _llama4_rope_reason(q, k, freqs_cis) -> str | None:
-    """Why Liger's Llama 4 RoPE does not fit these arguments, or None."""
+def _complex_rope_reason(q, k, freqs_cis) -> str | None:
+    """Why Liger's complex-form RoPE (llama4_rope) does not fit these arguments, q and k
+    ``(batch, seq, heads, head_dim)``, or None."""
     reason = tensor_reason(q, k)
     if reason is not None:
         return reason
@@ -553,10 +554,13 @@ def rope_function(stock: Callable, kind: str) -> Callable:
     ``kind``: "full", "partial" or "half_table" for an ``apply_rotary_pos_emb(q, k, cos, sin,
     unsqueeze_dim=1)`` (see ``_ROPE_KERNELS``); "mrope" for Qwen2-VL's
     ``apply_multimodal_rotary_pos_emb(q, k, cos, sin, mrope_section, unsqueeze_dim=1)``
-    (transformers releases that merge the M-RoPE sections inside the function); "llama4" for
-    Llama 4's ``apply_rotary_emb(xq, xk, freqs_cis)`` (complex form, interleaved pairs).
+    (transformers releases that merge the M-RoPE sections inside the function); "complex" for
+    an ``apply_rotary_emb(xq, xk, freqs_cis)`` that rotates interleaved pairs by complex
+    ``freqs_cis`` ``(batch, seq, head_dim / 2)`` with q and k ``(batch, seq, heads, head_dim)``
+    (Llama 4), "complex_heads_major" for one with q and k ``(batch, heads, seq, head_dim)``
+    (DeepSeek-V2).
     """
-    kinds = (*_ROPE_KERNELS, "mrope", "llama4")
+    kinds = (*_ROPE_KERNELS, "mrope", "complex", "complex_heads_major")
     if kind not in kinds:
         raise ValueError(f"kind must be one of {kinds}; got {kind!r}")
     stock = getattr(stock, "_liger_stock", stock)
@@ -575,15 +579,19 @@ def rope_function(stock: Callable, kind: str) -> Callable:
                 return stock(q, k, cos, sin, mrope_section, unsqueeze_dim=unsqueeze_dim)
             return mrope(q, k, cos, sin, list(mrope_section), unsqueeze_dim)
 
-    elif kind == "llama4":
-        llama4 = require_op("liger_llama4_rope")
+    elif kind in ("complex", "complex_heads_major"):
+        complex_rope = require_op("liger_llama4_rope")
+        heads_major = kind == "complex_heads_major"
 
         def liger_fn(xq, xk, freqs_cis):
-            reason = _llama4_rope_reason(xq, xk, freqs_cis)
+            # The op's layout is (batch, seq, heads, head_dim): heads-major q/k go in as transposed views.
+            q, k = (xq.transpose(1, 2), xk.transpose(1, 2)) if heads_major and xq.ndim == xk.ndim == 4 else (xq, xk)
+            reason = _complex_rope_reason(q, k, freqs_cis)
             if reason is not None:
                 warn_fallback(where, reason)
                 return stock(xq, xk, freqs_cis)
-            return llama4(xq, xk, freqs_cis)
+            q_out, k_out = complex_rope(q, k, freqs_cis)
+            return (q_out.transpose(1, 2), k_out.transpose(1, 2)) if heads_major else (q_out, k_out)
 
     else:
         kernel = _ROPE_KERNELS[kind]

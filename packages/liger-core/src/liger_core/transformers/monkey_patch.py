@@ -284,7 +284,7 @@ FAMILIES: dict[str, Family] = {
         _LLAMA,
         mlps=("Llama4TextMLP",),
         vision_layer_norm=True,
-        rope="llama4",
+        rope="complex",
         rope_fn="apply_rotary_emb",
         flags=_VISION_LN,
         lacks=(
@@ -365,10 +365,8 @@ FAMILIES: dict[str, Family] = {
         _LLAMA,
         mlps=("DeepseekV2MLP",),
         experts=("DeepseekV2Experts",),
-        rope=None,
-        off=("rope",),
-        unavailable=(("rope", "DeepSeek-V2 " + _NO_ROPE_INTERLEAVED),),
-        lacks="RoPE (interleaved, complex)",
+        rope="complex_heads_major",
+        rope_fn="apply_rotary_emb",
     ),
     "deepseek_v3": Family(
         "deepseek_v3",
@@ -983,7 +981,7 @@ def family_ops(model_type: str) -> dict[str, list[str]]:
     ops = {
         "rope": (
             ["llama4_rope"]
-            if fam.rope in ("llama4", "interleaved")
+            if fam.rope in ("complex", "complex_heads_major", "interleaved")
             else ["rope", *(["qwen2vl_mrope"] if fam.mrope else [])]
         )
         if fam.rope
