@@ -134,3 +134,41 @@ def test_complex_heads_major_rope_is_deepseek_v2_apply_rotary_emb(dtype):
     for name, g, w in zip(("q_out", "k_out", "grad_q", "grad_kv"), got, want):
         assert g.dtype == w.dtype and g.shape == w.shape, name
         torch.testing.assert_close(g, w, **tol, msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("float32", "bfloat16"))
+def test_deinterleaved_rope_is_deepseek_v3_apply_rotary_pos_emb_interleave(dtype):
+    """DeepSeek-V3's interleaved RoPE (config.rope_interleave, its default) as its attention calls
+    it: the rope slice of heads-major q and the single-head k view, tables from its own rotary
+    embedding; the patch's replacement against transformers' function, forward and both gradients."""
+    from transformers.models.deepseek_v3.configuration_deepseek_v3 import DeepseekV3Config
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3RotaryEmbedding
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import apply_rotary_pos_emb_interleave as stock
+
+    from liger_core.transformers.layers import rope_function
+
+    batch, seq, heads, nope, rope_dim, latent = 2, 7, 4, 8, 16, 12
+    config = DeepseekV3Config(
+        hidden_size=64, num_attention_heads=heads, qk_nope_head_dim=nope, qk_rope_head_dim=rope_dim, kv_lora_rank=latent
+    )
+    gen = torch.Generator().manual_seed(3)
+    positions = torch.stack((torch.arange(seq), torch.arange(seq) + 2))
+    cos, sin = DeepseekV3RotaryEmbedding(config)(torch.zeros(batch, seq, 1, dtype=dtype), positions)
+    q_proj = torch.randn(batch, seq, heads * (nope + rope_dim), generator=gen).to(dtype)
+    kv_proj = torch.randn(batch, seq, latent + rope_dim, generator=gen).to(dtype)
+    dq = torch.randn(batch, heads, seq, rope_dim, generator=gen).to(dtype)
+    dk = torch.randn(batch, 1, seq, rope_dim, generator=gen).to(dtype)
+
+    def run(fn):
+        qp, kvp = q_proj.clone().requires_grad_(), kv_proj.clone().requires_grad_()
+        q_rot = qp.view(batch, seq, heads, nope + rope_dim).transpose(1, 2)[..., nope:]
+        k_rot = kvp[..., latent:].view(batch, 1, seq, rope_dim)
+        q_out, k_out = fn(q_rot, k_rot, cos, sin)
+        torch.autograd.backward((q_out, k_out), (dq, dk))
+        return q_out, k_out, qp.grad, kvp.grad
+
+    got, want = run(rope_function(stock, "deinterleaved")), run(stock)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    for name, g, w in zip(("q_out", "k_out", "grad_q", "grad_kv"), got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, name
+        torch.testing.assert_close(g, w, **tol, msg=lambda m, name=name: f"{name}: {m}")

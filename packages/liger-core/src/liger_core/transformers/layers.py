@@ -463,14 +463,33 @@ def liger_interleaved_rope(
     return torch.cat([q_rot, q[..., rot:]], dim=-1), torch.cat([k_rot, k[..., rot:]], dim=-1)
 
 
+def _deinterleave(x: torch.Tensor) -> torch.Tensor:
+    """``cat(x[..., 0::2], x[..., 1::2])``: interleaved pairs to halves (a copy)."""
+    return x.unflatten(-1, (-1, 2)).transpose(-1, -2).flatten(-2)
+
+
+def liger_deinterleaved_rope(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Liger's RoPE as DeepSeek-V3's ``apply_rotary_pos_emb_interleave``: pairs ``(x[2j], x[2j + 1])``
+    rotated by angle j of the tables' first half, the result laid out as halves (the rotated
+    even elements, then the odd ones): rotate-half RoPE of the de-interleaved input."""
+    half = cos.shape[-1] // 2
+    cos = torch.cat((cos[..., :half], cos[..., :half]), dim=-1)
+    sin = torch.cat((sin[..., :half], sin[..., :half]), dim=-1)
+    return F.liger_rotary_pos_emb(_deinterleave(q), _deinterleave(k), cos, sin, unsqueeze_dim=unsqueeze_dim)
+
+
 # What each kind of family RoPE rotates: "full" every dim (LLaMA), "partial" the first
 # cos.shape[-1] dims (Phi-3, Nemotron, Qwen3-Next), "half_table" every dim from half-width tables
-# (GPT-OSS), "interleaved" the first cos.shape[-1] dims as interleaved pairs (GLM-4).
+# (GPT-OSS), "interleaved" the first cos.shape[-1] dims as interleaved pairs (GLM-4),
+# "deinterleaved" every dim as interleaved pairs, written out as halves (DeepSeek-V3).
 _ROPE_KERNELS = {
     "full": liger_rope,
     "partial": liger_partial_rope,
     "half_table": liger_half_table_rope,
     "interleaved": liger_interleaved_rope,
+    "deinterleaved": liger_deinterleaved_rope,
 }
 
 
@@ -605,6 +624,13 @@ def rope_function(stock: Callable, kind: str) -> Callable:
                 warn_fallback(where, reason)
                 return stock(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
             return kernel(q, k, cos, sin, unsqueeze_dim)
+
+        if kind == "deinterleaved":
+            # DeepSeek-V3's function takes (and ignores) position_ids before unsqueeze_dim.
+            rope_fn = liger_fn
+
+            def liger_fn(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+                return rope_fn(q, k, cos, sin, unsqueeze_dim)
 
     # A module-level name derived from the stock function's, so attention modules holding it
     # (rotary_fn) pickle, and a patched process finds it under the same name when unpickling.

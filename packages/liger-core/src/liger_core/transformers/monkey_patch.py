@@ -87,6 +87,7 @@ class Family:
     vision_layer_norm: bool = False  # layer_norm also converts a live model's torch.nn.LayerNorm modules
     rope: str | None = "full"  # layers.rope_function kind of `rope_fn`; None: not served
     rope_fn: str = "apply_rotary_pos_emb"  # the modeling module's RoPE function that `rope` swaps
+    other_ropes: tuple[tuple[str, str], ...] = ()  # (function, kind): more RoPE functions the flag swaps
     mrope: bool = False  # apply_multimodal_rotary_pos_emb (Qwen2-VL, Qwen2.5-VL in transformers 5.0)
     logits: LogitsSpec = field(default_factory=LogitsSpec)
     flags: tuple[str, ...] = _TEXT
@@ -375,10 +376,8 @@ FAMILIES: dict[str, Family] = {
         _LLAMA,
         mlps=("DeepseekV3MLP",),
         experts=("DeepseekV3Experts",),
-        rope=None,
-        off=("rope",),
-        unavailable=(("rope", "DeepSeek-V3 " + _NO_ROPE_INTERLEAVED),),
-        lacks="RoPE (interleaved)",
+        # config.rope_interleave (the default) picks the second; both are served.
+        other_ropes=(("apply_rotary_pos_emb_interleave", "deinterleaved"),),
     ),
     "deepseek_v4": Family(
         "deepseek_v4",
@@ -694,6 +693,7 @@ def _apply(model_type: str, flags: dict[str, bool], model: nn.Module | None, con
         for name, kind in (
             (fam.rope_fn, fam.rope),
             ("apply_multimodal_rotary_pos_emb", fam.mrope and "mrope"),
+            *fam.other_ropes,
         ):
             stock_fn = _stock_value(mod, name)
             if kind is not None and callable(stock_fn):
@@ -832,7 +832,7 @@ def _doc(model_type: str, fam: Family) -> str:
         ["the torch.nn.LayerNorm modules of a live model's vision tower"] if fam.vision_layer_norm else []
     )
     fill = {
-        "rope_fn": fam.rope_fn,
+        "rope_fn": ", ".join((fam.rope_fn, *(name for name, _ in fam.other_ropes))),
         "mrope": " and apply_multimodal_rotary_pos_emb, Liger's M-RoPE, where transformers has it" if fam.mrope else "",
         "heads": " and ".join(fam.heads) or "(no LM head)",
         "norms": ", ".join([*fam.norms, *(n for n, _ in fam.other_norms)]) or "(none of its own)",
