@@ -172,3 +172,47 @@ def test_deinterleaved_rope_is_deepseek_v3_apply_rotary_pos_emb_interleave(dtype
     for name, g, w in zip(("q_out", "k_out", "grad_q", "grad_kv"), got, want):
         assert g.dtype == w.dtype and g.shape == w.shape, name
         torch.testing.assert_close(g, w, **tol, msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("float32", "bfloat16"))
+def test_one_tensor_rope_is_gemma4_apply_rotary_pos_emb(dtype):
+    """Gemma 4's RoPE rotates q and k in separate calls (x, cos, sin, unsqueeze_dim=2 on
+    (batch, seq, heads, dim) views of the projections); its vision tower's multidimensional RoPE
+    calls it on column splits. The patch's replacement against transformers' function (looked
+    up as the module global, as the model calls it), forward and gradient."""
+    pytest.importorskip("transformers.models.gemma4")
+    from transformers.models.gemma4 import modeling_gemma4 as gemma4
+
+    from liger_core.transformers.layers import rope_function
+
+    stock = gemma4.apply_rotary_pos_emb
+    liger = rope_function(stock, "one_tensor")
+    batch, seq, heads, head_dim = 2, 7, 3, 32
+    gen = torch.Generator().manual_seed(4)
+    angles = torch.rand(batch, seq, head_dim // 2, generator=gen) * 20
+    cos, sin = torch.cat([angles.cos()] * 2, -1).to(dtype), torch.cat([angles.sin()] * 2, -1).to(dtype)
+    proj = torch.randn(batch, seq, heads * head_dim, generator=gen).to(dtype)
+    grad = torch.randn(batch, seq, heads, head_dim, generator=gen).to(dtype)
+
+    def run(fn):
+        p = proj.clone().requires_grad_()
+        out = fn(p.view(batch, seq, heads, head_dim), cos, sin, unsqueeze_dim=2)
+        out.backward(grad)
+        return out, p.grad
+
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    for name, g, w in zip(("out", "grad"), run(liger), run(stock)):
+        assert g.dtype == w.dtype and g.shape == w.shape, name
+        torch.testing.assert_close(g, w, **tol, msg=lambda m, name=name: f"{name}: {m}")
+
+    # The vision tower's 2-D RoPE: two column splits, each rotated by its own tables.
+    positions = torch.zeros(batch, seq, 2, dtype=torch.long)
+    split_tables = torch.cat([cos[..., : head_dim // 2]] * 2, -1), torch.cat([sin[..., : head_dim // 2]] * 2, -1)
+    x = proj.view(batch, seq, heads, head_dim)
+    want = gemma4.apply_multidimensional_rope(x, *split_tables, positions, unsqueeze_dim=2)
+    try:
+        gemma4.apply_rotary_pos_emb = liger
+        got = gemma4.apply_multidimensional_rope(x, *split_tables, positions, unsqueeze_dim=2)
+    finally:
+        gemma4.apply_rotary_pos_emb = stock
+    torch.testing.assert_close(got, want, **tol)

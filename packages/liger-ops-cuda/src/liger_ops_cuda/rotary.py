@@ -176,7 +176,9 @@ def _prev_power_of_2(n: int) -> int:
 
 @functools.lru_cache(maxsize=256)
 def _plan(n_qh, n_kh, half, n_pos, tile_elements, per_warp) -> RotaryPlan:
-    qh, kh, hp = triton.next_power_of_2(n_qh), triton.next_power_of_2(n_kh), triton.next_power_of_2(half)
+    # At least one lane of heads: k may have none (q rotated alone); its loads are then all masked.
+    qh, kh = max(1, triton.next_power_of_2(n_qh)), max(1, triton.next_power_of_2(n_kh))
+    hp = triton.next_power_of_2(half)
     per_position = (qh + kh) * hp * 2
     block_p = max(1, min(_prev_power_of_2(tile_elements // per_position), triton.next_power_of_2(max(n_pos, 1))))
     warps = min(16, max(1, _prev_power_of_2(block_p * per_position // per_warp)))

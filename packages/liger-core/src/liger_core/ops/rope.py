@@ -30,7 +30,8 @@ def rope(
             ``(batch, seq, q_heads, head_dim)`` for ``unsqueeze_dim=2``; head_dim even.
             float32, bfloat16 or float16; any strides (LLaMA's transposed views included).
         k: keys, laid out as ``q``; the same batch, seq and head_dim, any number of heads
-            (grouped-query attention has fewer). Its dtype may differ from ``q``'s.
+            (grouped-query attention has fewer; none rotates ``q`` alone). Its dtype may differ
+            from ``q``'s.
         cos, sin: ``(batch or 1, seq, head_dim)`` tables, any float dtype; no gradient flows
             to them.
         position_ids: accepted and ignored, as in transformers (cos/sin are already per position).
@@ -110,13 +111,15 @@ def fused_qkv_args(device, unsqueeze_dim=1):
 
 def samples():
     # A single pair, grouped-query (fewer k heads), LLaMA-3-8B's heads, heads and half head_dim
-    # that are not powers of two, one k head (MQA), an empty sequence; LLaMA's transposed views.
+    # that are not powers of two, one k head (MQA), no k heads (one tensor rotated: Gemma 4's
+    # apply_rotary_pos_emb), an empty sequence; LLaMA's transposed views.
     shapes = (
         (1, 1, 1, 1, 2),
         (2, 4, 2, 7, 16),
         (1, 32, 8, 3, 128),
         (2, 3, 3, 9, 24),
         (3, 6, 1, 17, 64),
+        (2, 3, 0, 5, 8),
         (2, 4, 2, 0, 8),
     )
     yield from S.grid(args, dict(dtype=S.DTYPES, shape=shapes), transposed=True)

@@ -577,9 +577,10 @@ def rope_function(stock: Callable, kind: str) -> Callable:
     an ``apply_rotary_emb(xq, xk, freqs_cis)`` that rotates interleaved pairs by complex
     ``freqs_cis`` ``(batch, seq, head_dim / 2)`` with q and k ``(batch, seq, heads, head_dim)``
     (Llama 4), "complex_heads_major" for one with q and k ``(batch, heads, seq, head_dim)``
-    (DeepSeek-V2).
+    (DeepSeek-V2); "one_tensor" for Gemma 4's ``apply_rotary_pos_emb(x, cos, sin, unsqueeze_dim=1)``,
+    which rotates q and k in separate calls (the rope op with a key of no heads).
     """
-    kinds = (*_ROPE_KERNELS, "mrope", "complex", "complex_heads_major")
+    kinds = (*_ROPE_KERNELS, "mrope", "complex", "complex_heads_major", "one_tensor")
     if kind not in kinds:
         raise ValueError(f"kind must be one of {kinds}; got {kind!r}")
     stock = getattr(stock, "_liger_stock", stock)
@@ -597,6 +598,18 @@ def rope_function(stock: Callable, kind: str) -> Callable:
                 warn_fallback(where, reason)
                 return stock(q, k, cos, sin, mrope_section, unsqueeze_dim=unsqueeze_dim)
             return mrope(q, k, cos, sin, list(mrope_section), unsqueeze_dim)
+
+    elif kind == "one_tensor":
+        rope = require_op("liger_rotary_pos_emb")
+
+        def liger_fn(x, cos, sin, unsqueeze_dim=1):
+            # The op rotates q and k: x as q, a key of no heads (nothing to rotate, no gradient).
+            no_keys = x.detach().narrow(unsqueeze_dim, 0, 0) if x.ndim == 4 and unsqueeze_dim in (1, 2) else x
+            reason = _rope_reason(x, no_keys, cos, sin, unsqueeze_dim, "full")
+            if reason is not None:
+                warn_fallback(where, reason)
+                return stock(x, cos, sin, unsqueeze_dim=unsqueeze_dim)
+            return rope(x, no_keys, cos, sin, unsqueeze_dim=unsqueeze_dim)[0]
 
     elif kind in ("complex", "complex_heads_major"):
         complex_rope = require_op("liger_llama4_rope")
