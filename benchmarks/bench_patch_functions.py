@@ -19,6 +19,7 @@ from torch.profiler import ProfilerActivity, profile
 from transformers import Phi3Config
 from transformers.models.deepseek_v2.modeling_deepseek_v2 import apply_rotary_emb as dsv2_rope
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import apply_rotary_pos_emb_interleave as dsv3_rope
+from transformers.models.gemma4.modeling_gemma4 import apply_rotary_pos_emb as gemma4_rope
 from transformers.models.glm4.modeling_glm4 import apply_rotary_pos_emb as glm4_rope
 from transformers.models.llama4.modeling_llama4 import apply_rotary_emb as llama4_rope
 from transformers.models.phi3.modeling_phi3 import Phi3MLP
@@ -122,6 +123,18 @@ def main():
         return qp.view(b, s, 40, 128), kp.view(b, s, 8, 128), freqs4
 
     rows.append(case("llama4 rope (40/8 heads, 128)", llama4_args, llama4_rope, rope_function(llama4_rope, "complex")))
+    # Gemma 4 attention: q and k rotated in separate calls, (batch, seq, heads, dim) views; 8 q heads of 256.
+    qp = leaf(b, s, 8 * 256)
+    cos4, sin4 = tables(128)
+
+    def gemma4_args():
+        return qp.view(b, s, 8, 256), cos4, sin4
+
+    def one(fn):
+        return lambda x, cos, sin: (fn(x, cos, sin, unsqueeze_dim=2),)
+
+    name = "gemma4 rope, one tensor (8 heads, 256)"
+    rows.append(case(name, gemma4_args, one(gemma4_rope), one(rope_function(gemma4_rope, "one_tensor"))))
     # Phi-3-mini MLP: hidden 3072, intermediate 8192, 8192 tokens: stock class vs the patch's subclass.
     cfg = Phi3Config(hidden_size=3072, intermediate_size=8192, hidden_act="silu")
     stock_mlp = Phi3MLP(cfg).to(DEV, DT)
