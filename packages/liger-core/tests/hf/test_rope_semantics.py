@@ -11,6 +11,32 @@ from transformers.models.llama4.modeling_llama4 import Llama4TextRotaryEmbedding
 from liger_core.functional import liger_llama4_text_rotary_pos_emb
 
 
+def _assert_close_each(names, got, want, tol):
+    for name, g, w in zip(names, got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, name
+        torch.testing.assert_close(g, w, **tol, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def _run_mla(fn, shape, tables, dtype, gen):
+    """A RoPE function as DeepSeek's multi-head latent attention calls it: on the rope slice of the
+    heads-major query projection and the single-head key view of the compressed projection.
+    Returns (q_out, k_out, grad of the query projection, grad of the compressed projection);
+    inputs and upstream gradients are drawn from ``gen``'s state, so two calls from the same
+    state see the same ones."""
+    batch, seq, heads, nope, rope_dim, latent = shape
+    state = gen.get_state()
+    q_proj = torch.randn(batch, seq, heads * (nope + rope_dim), generator=gen).to(dtype).requires_grad_()
+    kv_proj = torch.randn(batch, seq, latent + rope_dim, generator=gen).to(dtype).requires_grad_()
+    dq = torch.randn(batch, heads, seq, rope_dim, generator=gen).to(dtype)
+    dk = torch.randn(batch, 1, seq, rope_dim, generator=gen).to(dtype)
+    gen.set_state(state)
+    q_rot = q_proj.view(batch, seq, heads, nope + rope_dim).transpose(1, 2)[..., nope:]
+    k_rot = kv_proj[..., latent:].view(batch, 1, seq, rope_dim)
+    q_out, k_out = fn(q_rot, k_rot, *tables)
+    torch.autograd.backward((q_out, k_out), (dq, dk))
+    return q_out, k_out, q_proj.grad, kv_proj.grad
+
+
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("float32", "bfloat16"))
 def test_llama4_rope_is_transformers_apply_rotary_emb(dtype):
     """Llama 4's text RoPE: q/k (batch, seq, heads, head_dim) as its attention passes them (views
@@ -37,9 +63,7 @@ def test_llama4_rope_is_transformers_apply_rotary_emb(dtype):
 
     got, want = run(liger_llama4_text_rotary_pos_emb), run(apply_rotary_emb)
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
-    for name, g, w in zip(("q_out", "k_out", "grad_q", "grad_k"), got, want):
-        assert g.dtype == w.dtype, name
-        torch.testing.assert_close(g, w, **tol, msg=lambda m, name=name: f"{name}: {m}")
+    _assert_close_each(("q_out", "k_out", "grad_q", "grad_k"), got, want, tol)
 
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("float32", "bfloat16"))
@@ -87,9 +111,7 @@ def test_interleaved_rope_is_glm4_apply_rotary_pos_emb(dtype, partial, layout):
     got, want = run(liger_interleaved_rope), run(glm4_rope)
     # Stock rounds each product and sum to bf16; the kernel computes in float32 and rounds once.
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
-    for name, g, w in zip(("q_out", "k_out", "grad_q", "grad_k"), got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape, name
-        torch.testing.assert_close(g, w, **tol, msg=lambda m, name=name: f"{name}: {m}")
+    _assert_close_each(("q_out", "k_out", "grad_q", "grad_k"), got, want, tol)
 
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("float32", "bfloat16"))
@@ -116,24 +138,13 @@ def test_complex_heads_major_rope_is_deepseek_v2_apply_rotary_emb(dtype):
     positions = torch.stack((torch.arange(seq), torch.arange(seq) + 4))
     freqs_cis = DeepseekV2RotaryEmbedding(config)(torch.zeros(batch, seq, 1), positions)
     assert freqs_cis.dtype == torch.complex64 and freqs_cis.shape == (batch, seq, rope_dim // 2)
-    q_proj = torch.randn(batch, seq, heads * (nope + rope_dim), generator=gen).to(dtype)
-    kv_proj = torch.randn(batch, seq, latent + rope_dim, generator=gen).to(dtype)
-    dq = torch.randn(batch, heads, seq, rope_dim, generator=gen).to(dtype)
-    dk = torch.randn(batch, 1, seq, rope_dim, generator=gen).to(dtype)
-
-    def run(fn):
-        qp, kvp = q_proj.clone().requires_grad_(), kv_proj.clone().requires_grad_()
-        q_pe = qp.view(batch, seq, heads, nope + rope_dim).transpose(1, 2)[..., nope:]
-        k_pe = kvp[..., latent:].view(batch, 1, seq, rope_dim)
-        q_out, k_out = fn(q_pe, k_pe, freqs_cis)
-        torch.autograd.backward((q_out, k_out), (dq, dk))
-        return q_out, k_out, qp.grad, kvp.grad
-
-    got, want = run(rope_function(deepseek_rope, "complex_heads_major")), run(deepseek_rope)
+    shape = (batch, seq, heads, nope, rope_dim, latent)
+    got, want = (
+        _run_mla(fn, shape, (freqs_cis,), dtype, gen)
+        for fn in (rope_function(deepseek_rope, "complex_heads_major"), deepseek_rope)
+    )
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
-    for name, g, w in zip(("q_out", "k_out", "grad_q", "grad_kv"), got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape, name
-        torch.testing.assert_close(g, w, **tol, msg=lambda m, name=name: f"{name}: {m}")
+    _assert_close_each(("q_out", "k_out", "grad_q", "grad_kv"), got, want, tol)
 
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("float32", "bfloat16"))
@@ -154,24 +165,10 @@ def test_deinterleaved_rope_is_deepseek_v3_apply_rotary_pos_emb_interleave(dtype
     gen = torch.Generator().manual_seed(3)
     positions = torch.stack((torch.arange(seq), torch.arange(seq) + 2))
     cos, sin = DeepseekV3RotaryEmbedding(config)(torch.zeros(batch, seq, 1, dtype=dtype), positions)
-    q_proj = torch.randn(batch, seq, heads * (nope + rope_dim), generator=gen).to(dtype)
-    kv_proj = torch.randn(batch, seq, latent + rope_dim, generator=gen).to(dtype)
-    dq = torch.randn(batch, heads, seq, rope_dim, generator=gen).to(dtype)
-    dk = torch.randn(batch, 1, seq, rope_dim, generator=gen).to(dtype)
-
-    def run(fn):
-        qp, kvp = q_proj.clone().requires_grad_(), kv_proj.clone().requires_grad_()
-        q_rot = qp.view(batch, seq, heads, nope + rope_dim).transpose(1, 2)[..., nope:]
-        k_rot = kvp[..., latent:].view(batch, 1, seq, rope_dim)
-        q_out, k_out = fn(q_rot, k_rot, cos, sin)
-        torch.autograd.backward((q_out, k_out), (dq, dk))
-        return q_out, k_out, qp.grad, kvp.grad
-
-    got, want = run(rope_function(stock, "deinterleaved")), run(stock)
+    shape = (batch, seq, heads, nope, rope_dim, latent)
+    got, want = (_run_mla(fn, shape, (cos, sin), dtype, gen) for fn in (rope_function(stock, "deinterleaved"), stock))
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
-    for name, g, w in zip(("q_out", "k_out", "grad_q", "grad_kv"), got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape, name
-        torch.testing.assert_close(g, w, **tol, msg=lambda m, name=name: f"{name}: {m}")
+    _assert_close_each(("q_out", "k_out", "grad_q", "grad_kv"), got, want, tol)
 
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("float32", "bfloat16"))
@@ -201,9 +198,7 @@ def test_one_tensor_rope_is_gemma4_apply_rotary_pos_emb(dtype):
         return out, p.grad
 
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
-    for name, g, w in zip(("out", "grad"), run(liger), run(stock)):
-        assert g.dtype == w.dtype and g.shape == w.shape, name
-        torch.testing.assert_close(g, w, **tol, msg=lambda m, name=name: f"{name}: {m}")
+    _assert_close_each(("out", "grad"), run(liger), run(stock), tol)
 
     # The vision tower's 2-D RoPE: two column splits, each rotated by its own tables.
     positions = torch.zeros(batch, seq, 2, dtype=torch.long)

@@ -41,7 +41,8 @@ def llama4_rope(q: torch.Tensor, k: torch.Tensor, freqs_cis: torch.Tensor) -> tu
     return math(q, k, freqs_cis)
 
 
-def _ok(q, k, freqs_cis) -> bool:
+def takes(q, k, freqs_cis) -> bool:
+    """Whether the arguments are inside the contract (the cheap predicate `check_args` tries first)."""
     if q.ndim != 4 or k.ndim != 4 or freqs_cis.ndim != 3:
         return False
     batch, seq, _, dim = q.shape
@@ -63,7 +64,7 @@ def _ok(q, k, freqs_cis) -> bool:
 def check_args(q: torch.Tensor, k: torch.Tensor, freqs_cis: torch.Tensor) -> None:
     """Raise a clear error for arguments outside the contract (one cheap predicate first)."""
     try:
-        if _ok(q, k, freqs_cis):
+        if takes(q, k, freqs_cis):
             return
     except (AttributeError, TypeError):
         pass

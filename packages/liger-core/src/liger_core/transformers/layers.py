@@ -29,6 +29,7 @@ from torch import nn
 
 from liger_core import functional as F
 from liger_core import registry
+from liger_core.ops.llama4_rope import takes as llama4_rope_takes
 from liger_core.registry import LigerFallbackWarning
 
 # (stock class, variant key) -> Liger subclass; one subclass per stock class and settings, so
@@ -521,21 +522,12 @@ def _complex_rope_reason(q, k, freqs_cis) -> str | None:
     reason = tensor_reason(q, k)
     if reason is not None:
         return reason
-    if not isinstance(freqs_cis, torch.Tensor) or freqs_cis.dtype != torch.complex64:
-        return "freqs_cis other than a complex64 tensor"
-    if q.ndim != 4 or k.ndim != 4 or freqs_cis.ndim != 3:
-        return "q/k laid out other than (batch, seq, heads, head_dim), freqs_cis other than (batch, seq, head_dim / 2)"
-    batch, seq, _, head_dim = q.shape
-    if (
-        head_dim % 2
-        or tuple(k.shape[:2]) != (batch, seq)
-        or k.shape[3] != head_dim
-        or freqs_cis.shape[0] not in (1, batch)
-        or tuple(freqs_cis.shape[1:]) != (seq, head_dim // 2)
-        or not (q.device == k.device == freqs_cis.device)
-    ):
-        return "a shape or device Liger's Llama 4 RoPE does not take"
-    return None
+    try:
+        if llama4_rope_takes(q, k, freqs_cis):
+            return None
+    except (AttributeError, TypeError):
+        pass
+    return "q/k/freqs_cis other than (batch, seq, heads, head_dim) and complex64 (batch or 1, seq, head_dim / 2)"
 
 
 def _mrope_reason(q, k, cos, sin, mrope_section, unsqueeze_dim) -> str | None:
