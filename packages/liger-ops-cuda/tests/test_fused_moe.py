@@ -6,12 +6,14 @@ import pytest
 import torch
 
 from liger_core.conformance.check import check, make_args
+from liger_core.conformance.weights_in_place import *  # noqa: F403
 from liger_core.ops.fused_moe import max_tiles, route
 from liger_ops_cuda import fused_moe, hardware
 
 
+@pytest.mark.parametrize("transposed_weights", (False, True), ids=("contiguous", "transposed"))
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
-def test_small_tiles_many_programs(backend, device, monkeypatch, dtype):
+def test_small_tiles_many_programs(backend, device, monkeypatch, dtype, transposed_weights):
     # The weight gradient's tiles differ from the routed rows' (tuned apart): 32 weight rows.
     small = {"MOE_ROWS_BLOCK_M": 16, "MOE_ROWS_BLOCK_N": 16, "MOE_ROWS_BLOCK_K": 32, "MOE_COMBINE_BLOCK": 16}
     small.update(MOE_WGRAD_BLOCK_M=32, MOE_WGRAD_BLOCK_N=16, MOE_WGRAD_BLOCK_K=32)
@@ -19,20 +21,25 @@ def test_small_tiles_many_programs(backend, device, monkeypatch, dtype):
         monkeypatch.setattr(hardware, name, size)
     # ~37 rows per expert: 3 row tiles each; hidden 50 and 2 * 24 gate-up rows: 4 and 3 column
     # blocks, 2 to 4 reduction steps of 16.
-    args = make_args("fused_moe", device, tokens=37, hidden=50, intermediate=24, experts=3, top_k=3, dtype=dtype)
+    args = make_args(
+        "fused_moe", device, tokens=37, hidden=50, intermediate=24, experts=3, top_k=3, dtype=dtype,
+        transposed_weights=transposed_weights,
+    )  # fmt: skip
     check(backend, "fused_moe", args)
 
 
+@pytest.mark.parametrize("transposed_weights", (False, True), ids=("contiguous", "transposed"))
 @pytest.mark.parametrize("grouped_mm", (True, False), ids=("grouped_mm", "triton_gemms"))
-def test_bf16_both_gemm_paths(backend, device, monkeypatch, grouped_mm):
+def test_bf16_both_gemm_paths(backend, device, monkeypatch, grouped_mm, transposed_weights):
     # Either path on one bf16 shape: torch's grouped GEMMs with the SwiGLU kernels (several row
-    # and column blocks, odd experts without rows: their weight gradients 0) or the Triton ones.
+    # and column blocks, odd experts without rows: their weight gradients 0) or the Triton ones;
+    # weights in either layout (Llama 4's transposed one read in place).
     monkeypatch.setattr(fused_moe, "use_grouped_mm", lambda *shape: grouped_mm)
     monkeypatch.setattr(hardware, "MOE_SWIGLU_BLOCK_M", 4)
     monkeypatch.setattr(hardware, "MOE_SWIGLU_BLOCK_N", 16)
     args = make_args(
         "fused_moe", device, tokens=19, hidden=48, intermediate=40, experts=6, top_k=2, routing="even",
-        dtype=torch.bfloat16,
+        dtype=torch.bfloat16, transposed_weights=transposed_weights,
     )  # fmt: skip
     check(backend, "fused_moe", args)
 

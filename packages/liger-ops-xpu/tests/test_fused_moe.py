@@ -5,13 +5,15 @@ routing weights' gradient sums several partial dot products; plus the routing it
 import pytest
 import torch
 from liger_core.conformance.check import check, make_args
+from liger_core.conformance.weights_in_place import *
 from liger_core.ops.fused_moe import max_tiles, route
 
 from liger_ops_xpu import hardware
 
 
+@pytest.mark.parametrize("transposed_weights", (False, True), ids=("contiguous", "transposed"))
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
-def test_small_tiles_many_programs(conformance_backend, device, monkeypatch, dtype):
+def test_small_tiles_many_programs(conformance_backend, device, monkeypatch, dtype, transposed_weights):
     # The weight gradient's tiles differ from the routed rows' (tuned apart): 32 weight rows.
     small = {"MOE_ROWS_BLOCK_M": 16, "MOE_ROWS_BLOCK_N": 16, "MOE_ROWS_BLOCK_K": 32, "MOE_COMBINE_BLOCK": 16}
     small.update(MOE_WGRAD_BLOCK_M=32, MOE_WGRAD_BLOCK_N=16, MOE_WGRAD_BLOCK_K=32)
@@ -19,7 +21,10 @@ def test_small_tiles_many_programs(conformance_backend, device, monkeypatch, dty
         monkeypatch.setattr(hardware, name, size)
     # ~37 rows per expert: 3 row tiles each; hidden 50 and 2 * 24 gate-up rows: 4 and 3 column
     # blocks, 2 to 4 reduction steps of 16.
-    args = make_args("fused_moe", device, tokens=37, hidden=50, intermediate=24, experts=3, top_k=3, dtype=dtype)
+    args = make_args(
+        "fused_moe", device, tokens=37, hidden=50, intermediate=24, experts=3, top_k=3, dtype=dtype,
+        transposed_weights=transposed_weights,
+    )  # fmt: skip
     check(conformance_backend, "fused_moe", args)
 
 

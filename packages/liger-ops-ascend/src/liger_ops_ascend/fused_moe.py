@@ -18,7 +18,9 @@ routing weights' gradient in one epilogue, per-expert weight-gradient GEMMs), sh
   fits every kernel is taken, whatever the token count.
 - Tiles span several rows, so every row pitch is 32-byte aligned: a tensor whose rows are not is
   copied once into padded rows (`aligned_rows`; never for model shapes, whose widths are
-  multiples of 16), and the buffers the op makes are allocated padded.
+  multiples of 16), and the buffers the op makes are allocated padded. A weight that is the
+  transpose of a row-major tensor (Llama 4's experts) is read in place, its columns the lines
+  (`expert_weight`), and its gradient is written in that layout.
 - The kernels gather nothing: triton-ascend's TritonToUnstructure turns a load of rows picked
   by loaded token ids into scalar accesses (tests/test_compiled_access.py), so torch's
   ``index_select`` copies the token rows (hidden_states forward, the incoming gradient backward)
@@ -83,12 +85,14 @@ def _fused_moe_matmul_tile(
 @triton.jit
 def _fused_moe_gate_up_kernel(
     X, W, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, PRE, ACT,
-    hidden, intermediate, x_row_stride, w_expert_stride, w_row_stride, pre_row_stride, act_row_stride,
+    hidden, intermediate, x_row_stride, w_expert_stride, w_row_stride, w_k_stride, pre_row_stride, act_row_stride,
     N_TILES, n_col_blocks,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     """Per sorted row r (expert e; X holds the token rows in sorted order): gate, up = W[e] @ X[r]
-    for a column block of each half; stores them (PRE, for the backward) and silu(gate) * up (ACT)."""
+    for a column block of each half; stores them (PRE, for the backward) and silu(gate) * up (ACT).
+    W[e] is (2I, H) with strides (w_row_stride, w_k_stride): either may be the unit one (see
+    `expert_weight`)."""
     pid = tl.program_id(0)
     n_idx = tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
@@ -109,7 +113,7 @@ def _fused_moe_gate_up_kernel(
             k_mask = ks < hidden - k0
             x = tl.load(x_rows + k0 + ks[None, :], mask=row_mask[:, None] & k_mask[None, :], other=0.0)
             w_mask = k_mask[:, None] & col_mask[None, :]
-            w_k = k0 + ks[:, None]
+            w_k = k0 * w_k_stride + ks[:, None] * w_k_stride
             wg = tl.load(w_gate + w_k, mask=w_mask, other=0.0)
             wu = tl.load(w_up + w_k, mask=w_mask, other=0.0)
             if UPCAST:
@@ -156,7 +160,7 @@ def _fused_moe_expert_matmul_kernel(
 def _fused_moe_down_backward_kernel(
     DY, W, WEIGHTS, PRE, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS,
     DPRE, WACT, DS_PARTIAL,
-    hidden, intermediate, dy_row_stride, w_expert_stride, w_row_stride, pre_row_stride, dpre_row_stride,
+    hidden, intermediate, dy_row_stride, w_expert_stride, w_row_stride, w_col_stride, pre_row_stride, dpre_row_stride,
     wact_row_stride, n_rows, N_TILES, n_col_blocks,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
@@ -173,7 +177,7 @@ def _fused_moe_down_backward_kernel(
         col_mask = n_idx < intermediate - col0
         s = tl.load(WEIGHTS + row0 + m_idx, mask=row_mask, other=0.0).to(tl.float32)
         # down_proj[e] is (H, I): column i of the product is column i of the weight, k runs over H.
-        w_cols = W + expert * w_expert_stride + col0 + n_idx[None, :]
+        w_cols = W + expert * w_expert_stride + col0 * w_col_stride + n_idx[None, :] * w_col_stride
         d_act = _fused_moe_matmul_tile(
             DY + row0 * dy_row_stride + m_idx[:, None] * dy_row_stride, row_mask, w_cols, col_mask, hidden, w_row_stride,
             BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
@@ -388,8 +392,38 @@ def sorted_rows(t: torch.Tensor, r: Routing) -> torch.Tensor:
     return aligned_rows(t.index_select(0, r.token_of_row))
 
 
+def _transposed(w: torch.Tensor) -> bool:
+    """Whether ``w``'s lines are its columns (the transpose of a row-major tensor)."""
+    return w.stride(-2) == 1 and w.stride(-1) != 1
+
+
 def _pitch(t: torch.Tensor) -> int:
-    return t.stride(-2) * t.element_size()
+    """The byte distance between the lines a tile spans: rows, or a transposed weight's columns."""
+    return (t.stride(-1) if _transposed(t) else t.stride(-2)) * t.element_size()
+
+
+def expert_weight(w: torch.Tensor) -> torch.Tensor:
+    """``w`` itself when its lines (its rows, or its columns when it is the transpose of a
+    row-major tensor: Llama 4 stores its experts (E, H, 2I) and (E, I, H)) have unit stride and
+    32-byte aligned pitches: the kernels read either layout and the op saves it for the
+    backward without a copy. Otherwise a copy in padded lines (`aligned_rows`)."""
+    if _transposed(w):
+        lines = w.transpose(1, 2)
+        aligned = aligned_rows(lines)
+        return w if aligned is lines else aligned.transpose(1, 2)
+    return aligned_rows(w)
+
+
+def _padded_like(w: torch.Tensor) -> torch.Tensor:
+    """An uninitialised tensor of ``w``'s shape and layout (rows or columns), lines padded."""
+    if _transposed(w):
+        return padded_empty(w.transpose(1, 2).shape, w.dtype, w.device).transpose(1, 2)
+    return padded_empty(w.shape, w.dtype, w.device)
+
+
+def _dense(w: torch.Tensor) -> torch.Tensor:
+    """``w`` without its lines' padding (itself when it has none), in its layout."""
+    return w.transpose(1, 2).contiguous().transpose(1, 2) if _transposed(w) else w.contiguous()
 
 
 def _combine(y: torch.Tensor, weights: torch.Tensor | None, r: Routing, out: torch.Tensor, plan: MoEPlan) -> None:
@@ -428,7 +462,7 @@ def fused_moe_forward(
         launch(
             _fused_moe_gate_up_kernel, plan.kernel(name, items, pitches, extent), plan.hw,
             x_sorted, w_gate_up, *routing, pre, act,
-            hidden, intermediate, x_sorted.stride(0), w_gate_up.stride(0), w_gate_up.stride(1), pre.stride(0), act.stride(0),
+            hidden, intermediate, x_sorted.stride(0), *w_gate_up.stride(), pre.stride(0), act.stride(0),
             r.n_tiles, n_col_blocks, **plan.gemm(name),
         )  # fmt: skip
         name = "fused_moe_expert_matmul"
@@ -439,7 +473,7 @@ def fused_moe_forward(
         launch(
             _fused_moe_expert_matmul_kernel, plan.kernel(name, items, pitches, extent), plan.hw,
             act, w_down, *routing, y,
-            hidden, intermediate, act.stride(0), w_down.stride(0), w_down.stride(1), 1, y.stride(0),
+            hidden, intermediate, act.stride(0), *w_down.stride(), y.stride(0),
             r.n_tiles, n_col_blocks, **plan.gemm(name),
         )  # fmt: skip
     _combine(y, weights, r, out, plan)
@@ -476,7 +510,7 @@ def fused_moe_backward(
         launch(
             _fused_moe_down_backward_kernel, plan.kernel(name, items, pitches, extent), plan.hw,
             dy_sorted, w_down, weights_sorted, pre, *routing, dpre, wact, ds_partial,
-            hidden, intermediate, dy_sorted.stride(0), w_down.stride(0), w_down.stride(1), pre.stride(0), dpre.stride(0),
+            hidden, intermediate, dy_sorted.stride(0), *w_down.stride(), pre.stride(0), dpre.stride(0),
             wact.stride(0), n_slots, r.n_tiles, col_blocks, **plan.gemm(name),
         )  # fmt: skip
         # gate_up_proj[e] is (2I, H): column h of the product is column h of the weight, k runs over 2I.
@@ -488,14 +522,17 @@ def fused_moe_backward(
         launch(
             _fused_moe_expert_matmul_kernel, plan.kernel(name, items, pitches, extent), plan.hw,
             dpre, w_gate_up, *routing, dx_rows,
-            hidden, 2 * intermediate, dpre.stride(0), w_gate_up.stride(0), 1, w_gate_up.stride(1), dx_rows.stride(0),
-            r.n_tiles, n_col_blocks, **plan.gemm(name),
+            hidden, 2 * intermediate, dpre.stride(0), w_gate_up.stride(0), w_gate_up.stride(2), w_gate_up.stride(1),
+            dx_rows.stride(0), r.n_tiles, n_col_blocks, **plan.gemm(name),
         )  # fmt: skip
     _combine(dx_rows, None, r, dx, plan)
     # grad_down[e] (H, I) = sum_r dy[t_r] (x) s_r act_r; grad_gate_up[e] (2I, H) = sum_r dpre_r (x) x[t_r].
-    d_down = padded_empty(w_down.shape, w_down.dtype, w_down.device)
-    d_gate_up = padded_empty(w_gate_up.shape, w_gate_up.dtype, w_gate_up.device)
+    # Each in its weight's layout: a transposed one is written as the transposed product, so the
+    # kernel's stores stay aligned rows.
+    d_down, d_gate_up = _padded_like(w_down), _padded_like(w_gate_up)
     for dw, p, q in ((d_down, dy_sorted, wact), (d_gate_up, dpre, x_sorted)):
+        if _transposed(dw):
+            dw, p, q = dw.transpose(1, 2), q, p
         m_dim, n_dim = dw.shape[1], dw.shape[2]
         name = "fused_moe_weight_grad"
         m_blocks, n_blocks = triton.cdiv(m_dim, plan.blocks[name][0]), triton.cdiv(n_dim, plan.block_n(name))
@@ -511,7 +548,7 @@ def fused_moe_backward(
         )  # fmt: skip
     # The routing weights' gradient: the column blocks' partial dot products, back in (t, k) order.
     d_weights = ds_partial.sum(0)[r.row_of_slot.long()].view(weights.shape).to(weights.dtype)
-    return dx, d_gate_up.contiguous(), d_down.contiguous(), d_weights
+    return dx, _dense(d_gate_up), _dense(d_down), d_weights
 
 
 @implements("fused_moe")
@@ -523,7 +560,7 @@ class LigerFusedMoEFunction(torch.autograd.Function):
         plan = plan_moe(hidden_states.dtype, hw)
         r, expert_ids = route(top_k_index, gate_up_proj.shape[0], plan.block_m)
         x = hidden_states
-        w_gate_up, w_down = aligned_rows(gate_up_proj), aligned_rows(down_proj)
+        w_gate_up, w_down = expert_weight(gate_up_proj), expert_weight(down_proj)
         weights = top_k_weights.contiguous()
         out, pre = fused_moe_forward(x, w_gate_up, w_down, weights, r, plan)
         # The bad-id count reached the host behind the kernels just queued (no idle device).

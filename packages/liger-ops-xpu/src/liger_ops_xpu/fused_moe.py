@@ -63,12 +63,13 @@ def _fused_moe_matmul_tile(
 @triton.jit
 def _fused_moe_gate_up_kernel(
     X, W, TOKEN_OF_ROW, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, N_TILES, PRE, ACT,
-    hidden, intermediate, x_row_stride, w_expert_stride, w_row_stride, pre_row_stride, act_row_stride,
+    hidden, intermediate, x_row_stride, w_expert_stride, w_row_stride, w_k_stride, pre_row_stride, act_row_stride,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     K_STEPS: tl.constexpr,
 ):  # fmt: skip
     """Per sorted row r (token t, expert e): gate, up = W[e] @ x[t] for this program's columns
-    of each half; stores them (PRE, for the backward) and silu(gate) * up (ACT)."""
+    of each half; stores them (PRE, for the backward) and silu(gate) * up (ACT). W[e] is (2I, H)
+    with strides (w_row_stride, w_k_stride): either may be the unit one (see `expert_weight`)."""
     if tl.program_id(0) >= tl.load(N_TILES):  # past the routing's tiles (the grid's upper bound)
         return
     expert, rows, row_mask = _fused_moe_tile_rows(TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M)
@@ -87,8 +88,8 @@ def _fused_moe_gate_up_kernel(
         k_mask = k < hidden
         x = tl.load(x_rows + k[None, :], mask=row_mask[:, None] & k_mask[None, :], other=0.0)
         w_mask = k_mask[:, None] & col_mask[None, :]
-        wg = tl.load(w_gate + k[:, None], mask=w_mask, other=0.0)
-        wu = tl.load(w_up + k[:, None], mask=w_mask, other=0.0)
+        wg = tl.load(w_gate + k[:, None] * w_k_stride, mask=w_mask, other=0.0)
+        wu = tl.load(w_up + k[:, None] * w_k_stride, mask=w_mask, other=0.0)
         if UPCAST:
             x = x.to(tl.float32)
             wg = wg.to(tl.float32)
@@ -130,7 +131,7 @@ def _fused_moe_expert_matmul_kernel(
 def _fused_moe_down_backward_kernel(
     DY, W, WEIGHTS, PRE, TOKEN_OF_ROW, SLOT_OF_ROW, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, N_TILES,
     DPRE, WACT, DS_PARTIAL,
-    hidden, intermediate, dy_row_stride, w_expert_stride, w_row_stride, pre_row_stride, dpre_row_stride,
+    hidden, intermediate, dy_row_stride, w_expert_stride, w_row_stride, w_col_stride, pre_row_stride, dpre_row_stride,
     wact_row_stride, n_rows,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     K_STEPS: tl.constexpr,
@@ -147,7 +148,7 @@ def _fused_moe_down_backward_kernel(
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < intermediate
     # down_proj[e] is (H, I): column i of the product is column i of the weight, k runs over H.
-    w_cols = W + expert * w_expert_stride + cols[None, :]
+    w_cols = W + expert * w_expert_stride + cols[None, :].to(tl.int64) * w_col_stride
     d_act = _fused_moe_matmul_tile(
         DY + tokens[:, None] * dy_row_stride, row_mask, w_cols, col_mask, hidden, w_row_stride,
         BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST, K_STEPS,
@@ -321,13 +322,13 @@ def fused_moe_forward(
         routing = (r.tile_expert, r.tile_row_start, r.expert_offsets, r.n_tiles)
         _fused_moe_gate_up_kernel[(r.max_tiles, triton.cdiv(intermediate, plan.rows.block_n))](
             x, w_gate_up, r.token_of_row, *routing, pre, act,
-            hidden, intermediate, x.stride(0), w_gate_up.stride(0), w_gate_up.stride(1), pre.stride(0), act.stride(0),
+            hidden, intermediate, x.stride(0), *w_gate_up.stride(), pre.stride(0), act.stride(0),
             K_STEPS=static_trips(_fused_moe_gate_up_kernel, triton.cdiv(hidden, plan.rows.block_k)),
             **plan.gemm(plan.rows),
         )  # fmt: skip
         _fused_moe_expert_matmul_kernel[(r.max_tiles, triton.cdiv(hidden, plan.rows.block_n))](
             act, w_down, *routing, y,
-            hidden, intermediate, act.stride(0), w_down.stride(0), w_down.stride(1), 1, y.stride(0),
+            hidden, intermediate, act.stride(0), *w_down.stride(), y.stride(0),
             K_STEPS=static_trips(_fused_moe_expert_matmul_kernel, triton.cdiv(intermediate, plan.rows.block_k)),
             **plan.gemm(plan.rows),
         )  # fmt: skip
@@ -358,7 +359,7 @@ def fused_moe_backward(
     if r.max_tiles:
         _fused_moe_down_backward_kernel[(r.max_tiles, col_blocks)](
             dy, w_down, weights, pre, r.token_of_row, r.slot_of_row, *routing, dpre, wact, ds_partial,
-            hidden, intermediate, dy.stride(0), w_down.stride(0), w_down.stride(1), pre.stride(0), dpre.stride(0),
+            hidden, intermediate, dy.stride(0), *w_down.stride(), pre.stride(0), dpre.stride(0),
             wact.stride(0), n_slots,
             K_STEPS=static_trips(_fused_moe_down_backward_kernel, triton.cdiv(hidden, plan.rows.block_k)),
             **plan.gemm(plan.rows),
@@ -366,7 +367,8 @@ def fused_moe_backward(
         # gate_up_proj[e] is (2I, H): column h of the product is column h of the weight, k runs over 2I.
         _fused_moe_expert_matmul_kernel[(r.max_tiles, triton.cdiv(hidden, plan.rows.block_n))](
             dpre, w_gate_up, *routing, dx_rows,
-            hidden, 2 * intermediate, dpre.stride(0), w_gate_up.stride(0), 1, w_gate_up.stride(1), dx_rows.stride(0),
+            hidden, 2 * intermediate, dpre.stride(0), w_gate_up.stride(0), w_gate_up.stride(2), w_gate_up.stride(1),
+            dx_rows.stride(0),
             K_STEPS=static_trips(_fused_moe_expert_matmul_kernel, triton.cdiv(2 * intermediate, plan.rows.block_k)),
             **plan.gemm(plan.rows),
         )  # fmt: skip
@@ -376,9 +378,13 @@ def fused_moe_backward(
     # host read there only; one masked-off trip without rows, as 0 means a runtime count).
     max_rows = int(r.expert_offsets.diff().max()) if static_trips(_fused_moe_weight_grad_kernel, 1) else 0
     row_steps = static_trips(_fused_moe_weight_grad_kernel, max(1, triton.cdiv(max_rows, plan.wgrad.block_k)))
+    # Each in its weight's layout (empty_like keeps the strides): a transposed one is written as
+    # the transposed product, so the kernel's stores stay rows.
     d_down = torch.empty_like(w_down)
     d_gate_up = torch.empty_like(w_gate_up)
     for dw, p, q, p_by_token, q_by_token in ((d_down, dy, wact, True, False), (d_gate_up, dpre, x, False, True)):
+        if dw.stride(2) != 1:
+            dw, p, q, p_by_token, q_by_token = dw.transpose(1, 2), q, p, q_by_token, p_by_token
         m_dim, n_dim = dw.shape[1], dw.shape[2]
         grid = (n_experts * triton.cdiv(m_dim, plan.wgrad.block_m), triton.cdiv(n_dim, plan.wgrad.block_n))
         _fused_moe_weight_grad_kernel[grid](
@@ -391,6 +397,13 @@ def fused_moe_backward(
     return dx, d_gate_up, d_down, d_weights
 
 
+def expert_weight(w: torch.Tensor) -> torch.Tensor:
+    """``w`` itself when it is contiguous or the transpose of a contiguous tensor (Llama 4 stores
+    its experts (E, H, 2I) and (E, I, H)): the kernels read either layout, and the op saves it
+    for the backward without a copy. Any other layout is copied contiguous."""
+    return w if w.is_contiguous() or w.transpose(1, 2).is_contiguous() else w.contiguous()
+
+
 @implements("fused_moe")
 class LigerFusedMoEFunction(torch.autograd.Function):
     @staticmethod
@@ -399,7 +412,7 @@ class LigerFusedMoEFunction(torch.autograd.Function):
         plan = plan_moe(hidden_states.dtype, hidden_states.device)
         r, expert_ids = route(top_k_index, gate_up_proj.shape[0], plan.block_m)
         x = hidden_states.contiguous()
-        w_gate_up, w_down = gate_up_proj.contiguous(), down_proj.contiguous()
+        w_gate_up, w_down = expert_weight(gate_up_proj), expert_weight(down_proj)
         weights = top_k_weights.contiguous()
         out, pre = fused_moe_forward(x, w_gate_up, w_down, weights, r, plan)
         # The bad-id count reached the host behind the kernels just queued (no idle device).

@@ -51,8 +51,11 @@ def fused_moe(
     Args:
         hidden_states: ``(tokens, H)``, float32, bfloat16 or float16, any layout.
         gate_up_proj: ``(E, 2 * I, H)``, ``hidden_states``' dtype: each expert's gate rows, then
-            its up rows (transformers' ``gate_up_proj`` parameter).
-        down_proj: ``(E, H, I)``, ``hidden_states``' dtype (transformers' ``down_proj``).
+            its up rows (transformers' ``gate_up_proj`` parameter). Any layout; a contiguous
+            tensor or the transpose of a contiguous ``(E, H, 2 * I)`` one (how Llama 4 stores its
+            experts) is read in place, and its gradient comes back in that same layout.
+        down_proj: ``(E, H, I)``, ``hidden_states``' dtype (transformers' ``down_proj``; likewise
+            in place when contiguous or the transpose of a contiguous ``(E, I, H)``).
         top_k_index: ``(tokens, K)`` integer expert ids in ``[0, E)``; anything else is a
             ValueError (counted on the device; a backend reads the count once its kernels are
             queued, which run on clamped ids meanwhile).
@@ -323,18 +326,23 @@ def args(
     routing="distinct",
     index_dtype=torch.int64,
     strided=False,
+    transposed_weights=False,
     seed=0,
     shape=None,
 ):
     """Unit-variance tokens, weights scaled by 1/sqrt(fan-in) (O(1) activations), normalised
-    routing weights of a softmax top-k; ``strided``: hidden_states as a column view; ``shape``:
-    ``(tokens, hidden)`` at once (``liger check``'s smoke samples)."""
+    routing weights of a softmax top-k; ``strided``: hidden_states as a column view;
+    ``transposed_weights``: both weights as transposes of contiguous ``(E, H, 2I)`` and ``(E, I, H)``
+    tensors (Llama 4's experts); ``shape``: ``(tokens, hidden)`` at once (``liger check``'s smoke
+    samples)."""
     if shape is not None:
         tokens, hidden = shape
     g = S.gen(seed)
     x = S.rows_input((tokens, hidden), g, device, dtype, transposed=strided)
     gate_up = S.to(device, dtype, S.normal((experts, 2 * intermediate, hidden), g, hidden**-0.5))
     down = S.to(device, dtype, S.normal((experts, hidden, intermediate), g, intermediate**-0.5))
+    if transposed_weights:
+        gate_up, down = (w.transpose(1, 2).contiguous().transpose(1, 2) for w in (gate_up, down))
     index = _routing(tokens, experts, top_k, g, routing).to(device=device, dtype=index_dtype)
     weights = torch.softmax(S.normal((tokens, top_k), g), -1)
     weights = S.to(device, weights_dtype or dtype, weights)
@@ -357,6 +365,14 @@ def samples():
     # The router's weights in float32 under bf16 experts; int32 ids; hidden_states as a view.
     yield sample(args, dtype=torch.bfloat16, weights_dtype=torch.float32, seed=5)
     yield sample(args, index_dtype=torch.int32, strided=True, seed=6)
+    # Llama 4's layout: both weights the transposes of contiguous tensors, read in place; odd
+    # sizes in every dtype, then widths past every vendor's block with 16-byte rows.
+    yield from S.grid(args, dict(dtype=S.DTYPES), transposed_weights=True, seed=7)
+    yield sample(args, tokens=70, hidden=144, intermediate=80, experts=3, top_k=1, transposed_weights=True, seed=8)
+    yield sample(
+        args, tokens=70, hidden=144, intermediate=80, experts=3, top_k=2, transposed_weights=True, seed=9,
+        dtype=torch.bfloat16,
+    )  # fmt: skip
 
 
 def _transformers_eager(hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights):
