@@ -6,6 +6,8 @@ the op in this session (see conftest.py)."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from transformers import MixtralConfig, Qwen3MoeConfig
@@ -138,3 +140,80 @@ def test_patched_experts_run_fused_moe_where_a_backend_serves_it(monkeypatch, fl
         results.append((out, x_leaf.grad, module.gate_up_proj.grad, module.down_proj.grad))
     for name, got, want in zip(("output", "grad_x", "grad_gate_up", "grad_down"), *results):
         _close(got.detach(), want.detach(), torch.float32, name)
+
+
+# -- Llama 4: the router scales each token before its experts -------------------------------------
+
+
+def _graph_has(out: torch.Tensor, fragment: str) -> bool:
+    """Whether ``out``'s autograd graph has a node whose name contains ``fragment``."""
+    seen, todo = set(), [out.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if fragment in type(node).__name__:
+            return True
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    return False
+
+
+@pytest.mark.parametrize("flag", ("1", "0"))
+@pytest.mark.parametrize("top_k", (1, 2))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("float32", "bfloat16"))
+def test_llama4_moe_block_equals_transformers(monkeypatch, dtype, top_k, flag):
+    """`layers.scaled_input_moe_class` (Llama 4's MoE block, experts stored (E, H, 2I) and (E, I, H))
+    against transformers' ``Llama4TextMoe`` on the same weights: output, router logits and every
+    gradient (hidden states, router, both expert weights, shared expert). Where a vendor backend
+    serves fused_moe and the flag is on, the fused op runs (its node in the graph, no fallback
+    warning); otherwise the stock forward, exactly."""
+    from transformers import Llama4TextConfig
+    from transformers.models.llama4.modeling_llama4 import Llama4TextMoe
+
+    from liger_core import registry
+    from liger_core.transformers import layers
+    from liger_core.transformers.layers import LigerStockFallbackWarning
+
+    monkeypatch.setenv(layers.FUSED_MOE_ENV, flag)
+    config = Llama4TextConfig(
+        hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, intermediate_size_mlp=2 * INTERMEDIATE,
+        num_local_experts=EXPERTS, num_experts_per_tok=top_k,
+    )  # fmt: skip
+    gen = torch.Generator().manual_seed(3)
+    stock = Llama4TextMoe(config)
+    with torch.no_grad():
+        for name, p in stock.named_parameters():
+            fan_in = INTERMEDIATE if "down_proj" in name else HIDDEN
+            p.copy_(torch.randn(p.shape, generator=gen) * fan_in**-0.5)
+    stock.to(dtype)
+    liger = layers.scaled_input_moe_class(Llama4TextMoe)(config).to(dtype)
+    liger.load_state_dict(stock.state_dict())
+    assert liger._liger_fallback is None
+
+    x = torch.randn(2, TOKENS, HIDDEN, generator=gen).to(dtype)  # (batch, seq, hidden), as the layer passes it
+    dy = torch.randn(2 * TOKENS, HIDDEN, generator=gen).to(dtype)
+    dlogits = torch.randn(2 * TOKENS, EXPERTS, generator=gen).to(dtype)
+    fused = flag == "1" and registry.serving("fused_moe", "cpu").backend not in (None, registry.REFERENCE)
+    results = []
+    for module in (liger, stock):
+        x_leaf = x.clone().requires_grad_()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out, logits = module(x_leaf)
+        fallbacks = [w for w in caught if w.category is LigerStockFallbackWarning]
+        if module is liger:
+            assert _graph_has(out, "FusedMoE") == fused
+            # (A fallback warns once per process: its absence is what can be checked.)
+            assert not (fused and fallbacks), [str(w.message) for w in fallbacks]
+        torch.autograd.backward((out, logits), (dy, dlogits))
+        grads = {name: p.grad for name, p in module.named_parameters()}
+        results.append({"output": out, "router_logits": logits, "grad_hidden_states": x_leaf.grad, **grads})
+    got, want = results
+    assert got.keys() == want.keys() and len(got) == 9
+    for name in want:
+        assert got[name].dtype == want[name].dtype, name
+        if fused:
+            _close(got[name].detach().float(), want[name].detach().float(), dtype, name)
+        else:
+            torch.testing.assert_close(got[name], want[name], rtol=0, atol=0, msg=name)

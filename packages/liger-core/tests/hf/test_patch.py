@@ -25,7 +25,7 @@ def _stock_names(fam: mp.Family) -> list[str]:
     if "rms_norm" in on:
         names += [*fam.norms, *(n for n, _ in fam.other_norms)]
     if fam.mlp_flag in on:
-        names += [*fam.mlps, *(n for n, _ in fam.other_mlps), *fam.experts]
+        names += [*fam.mlps, *(n for n, _ in fam.other_mlps), *fam.experts, *fam.scaled_input_moes]
     if "layer_norm" in on:
         names += [n for n, _ in fam.layer_norms]
     return names
@@ -87,7 +87,7 @@ def test_every_named_class_exists(model_type):
     fam = mp.FAMILIES[model_type]
     mod = importlib.import_module(fam.modeling)
     names = [*fam.heads, *fam.norms, *(n for n, _ in fam.other_norms), *fam.mlps, *(n for n, _ in fam.other_mlps)]
-    names += [*fam.experts, *(n for n, _ in fam.layer_norms), *fam.decoder_layers]
+    names += [*fam.experts, *fam.scaled_input_moes, *(n for n, _ in fam.layer_norms), *fam.decoder_layers]
     missing = [n for n in names if not isinstance(getattr(mod, n, None), type)]
     if missing and model_type in NAMES_OF_OTHER_RELEASES:
         missing = [n for n in missing if n not in NAMES_OF_OTHER_RELEASES[model_type]]

@@ -365,6 +365,68 @@ def experts_class(base: type, kind: str = "swiglu") -> type:
     return _subclass(base, ("experts", kind), kind, {"forward": forward, "_liger_structural": structural})
 
 
+def scaled_input_moe_class(base: type) -> type:
+    """Liger subclass of a MoE block whose router scales each token *before* its experts (Llama 4's
+    ``Llama4TextMoe``: ``sigmoid`` of the top-k router logits, 0 elsewhere).
+
+    Stock runs every expert on every token (the unselected ones on zero rows: E times the
+    routed FLOPs). Here only the selected ones run: the token rows scaled by their scores, one
+    row per selection, go through the fused_moe op with unit routing weights, the experts'
+    weights read in place as transposed views (they are stored ``(E, H, 2I)`` and ``(E, I, H)``).
+    The router and the shared expert stay the block's own modules; scores and gradients reach the
+    router as in stock. Where `fused_moe_reason` says no, the stock forward runs.
+    """
+    fused = require_op("liger_fused_moe")
+
+    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        experts = self.experts
+        reason = self._liger_fallback or tensor_reason(hidden_states)
+        if reason is None:
+            reason = fused_moe_reason(experts, hidden_states.reshape(-1, hidden_states.shape[-1]))
+        if reason is not None:
+            warn_fallback(type(self).__name__, reason)
+            return base.forward(self, hidden_states)
+        x = hidden_states.reshape(-1, self.hidden_dim)
+        router_scores, router_logits = self.router(x)
+        # The router's own selection (the same top-k of the same logits), its scores gathered so
+        # their gradient reaches the router through its sigmoid.
+        index = torch.topk(router_logits, self.router.top_k, dim=1).indices
+        scores = router_scores.gather(1, index)
+        n_tokens, top_k = index.shape
+        rows = (x[:, None, :] * scores[:, :, None]).reshape(n_tokens * top_k, -1)
+        ids = index.reshape(-1, 1)
+        routed = fused(
+            rows,
+            experts.gate_up_proj.transpose(1, 2),
+            experts.down_proj.transpose(1, 2),
+            ids,
+            torch.ones(ids.shape, dtype=rows.dtype, device=rows.device),
+        )
+        if top_k > 1:
+            routed = routed.view(n_tokens, top_k, -1).sum(dim=1)
+        out = self.shared_expert(x)
+        out.add_(routed)
+        return out, router_logits
+
+    def structural(module: nn.Module) -> str | None:
+        experts, router = getattr(module, "experts", None), getattr(module, "router", None)
+        gate_up, down = getattr(experts, "gate_up_proj", None), getattr(experts, "down_proj", None)
+        if not (
+            isinstance(gate_up, torch.Tensor)
+            and isinstance(down, torch.Tensor)
+            and gate_up.ndim == down.ndim == 3
+            and gate_up.shape[2] == 2 * down.shape[1]
+            and gate_up.shape[1] == down.shape[2]
+            and getattr(experts, "gate_up_proj_bias", None) is None
+        ):
+            return "experts weights laid out other than (experts, hidden, 2 * intermediate) without bias"
+        if type(router).__name__ != "Llama4Router" or not isinstance(getattr(router, "top_k", None), int):
+            return "a router other than Llama 4's sigmoid top-k (Llama4Router)"
+        return _activation_reason(_act(experts), "swiglu")
+
+    return _subclass(base, ("scaled_input_moe",), "swiglu", {"forward": forward, "_liger_structural": structural})
+
+
 # -- LayerNorm ---------------------------------------------------------------------------------
 
 

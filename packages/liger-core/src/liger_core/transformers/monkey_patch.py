@@ -83,6 +83,7 @@ class Family:
     mlp_kind: str = "swiglu"  # swiglu, geglu, phi3 (one gate_up_proj), relu_squared (ungated), falcon_h1
     other_mlps: tuple[tuple[str, str], ...] = ()  # (class, kind): MLPs of another kind (vision towers)
     experts: tuple[str, ...] = ()  # fused-weight MoE experts classes (same activation as the MLPs)
+    scaled_input_moes: tuple[str, ...] = ()  # MoE blocks that scale tokens before their experts (Llama 4)
     layer_norms: tuple[tuple[str, float], ...] = ()  # LayerNorm classes and their weight offset
     vision_layer_norm: bool = False  # layer_norm also converts a live model's torch.nn.LayerNorm modules
     rope: str | None = "full"  # layers.rope_function kind of `rope_fn`; None: not served
@@ -284,12 +285,12 @@ FAMILIES: dict[str, Family] = {
         ("Llama4TextRMSNorm",),
         _LLAMA,
         mlps=("Llama4TextMLP",),
+        scaled_input_moes=("Llama4TextMoe",),
         vision_layer_norm=True,
         rope="complex",
         rope_fn="apply_rotary_emb",
         flags=_VISION_LN,
         lacks=(
-            "its routed experts (fused MoE experts); "
             "Llama4ForConditionalGeneration keeps its stock forward (its language model is a Llama4ForCausalLM, "
             "whose forward is fused)"
         ),
@@ -674,6 +675,8 @@ def _apply(model_type: str, flags: dict[str, bool], model: nn.Module | None, con
                 swaps[stock] = _mlp_class(stock, kind)
         for stock in _classes(mod, fam.experts):
             swaps[stock] = layers.experts_class(stock, "geglu" if fam.mlp_kind == "geglu" else "swiglu")
+        for stock in _classes(mod, fam.scaled_input_moes):
+            swaps[stock] = layers.scaled_input_moe_class(stock)
     vision_ln = None
     if "layer_norm" in on:
         for name, offset in fam.layer_norms:
@@ -832,7 +835,8 @@ def _doc(model_type: str, fam: Family) -> str:
         "heads": " and ".join(fam.heads) or "(no LM head)",
         "norms": ", ".join([*fam.norms, *(n for n, _ in fam.other_norms)]) or "(none of its own)",
         "layer_norms": ", ".join(layer_norms) or "(none of its own)",
-        "mlps": ", ".join([*fam.mlps, *(n for n, _ in fam.other_mlps), *fam.experts]) or "(none of its own)",
+        "mlps": ", ".join([*fam.mlps, *(n for n, _ in fam.other_mlps), *fam.experts, *fam.scaled_input_moes])
+        or "(none of its own)",
         "decoder_layers": " and ".join(fam.decoder_layers) or "(no decoder layer)",
     }
     defaults = fam.defaults
@@ -988,6 +992,6 @@ def family_ops(model_type: str) -> dict[str, list[str]]:
     if mlp is not None:
         # One gate_up_proj: the fused op (swiglu where the projection is a tensor-parallel DTensor).
         ops[mlp] = [mlp, *(["fused_gate_up_swiglu"] if fam.mlp_kind == "phi3" else [])]
-        if fam.experts and mlp == "swiglu":
+        if (fam.experts or fam.scaled_input_moes) and mlp == "swiglu":
             ops[mlp].append("fused_moe")
     return {flag: [] if flag in unavailable else ops.get(flag, [flag]) for flag in fam.flags}
