@@ -308,6 +308,34 @@ def fused_moe_reason(module: nn.Module, hidden_states: torch.Tensor) -> str | No
     return None
 
 
+def _experts_loop(
+    op: Callable,
+    hidden_states: torch.Tensor,
+    gate_up_proj: torch.Tensor,
+    down_proj: torch.Tensor,
+    top_k_index: torch.Tensor,
+    top_k_weights: torch.Tensor,
+) -> torch.Tensor:
+    """The routed experts one selected expert at a time, the activation through ``op``:
+    ``gate_up_proj`` (E, 2I, H) and ``down_proj`` (E, H, I) in any layout (transposed views too)."""
+    n_experts = gate_up_proj.shape[0]
+    out = torch.zeros_like(hidden_states)
+    with torch.no_grad():
+        # num_experts + 1 classes: expert parallelism marks tokens of other ranks' experts
+        # with index num_experts (newer transformers); those are skipped.
+        mask = nn.functional.one_hot(top_k_index, num_classes=n_experts + 1).permute(2, 1, 0)
+        hit = (mask.sum(dim=(-1, -2)) > 0).nonzero().flatten().tolist()
+    for e in hit:
+        if e == n_experts:
+            continue
+        pos, tokens = torch.where(mask[e])
+        gate, up = nn.functional.linear(hidden_states[tokens], gate_up_proj[e]).chunk(2, dim=-1)
+        y = nn.functional.linear(op(gate, up), down_proj[e])
+        y = y * top_k_weights[tokens, pos, None]
+        out.index_add_(0, tokens, y.to(out.dtype))
+    return out
+
+
 def experts_class(base: type, kind: str = "swiglu") -> type:
     """Liger subclass of the fused-weight MoE experts (Mixtral, Qwen3-MoE, DeepSeek, ..., transformers 5.x).
 
@@ -333,21 +361,7 @@ def experts_class(base: type, kind: str = "swiglu") -> type:
             return base.forward(self, hidden_states, top_k_index, top_k_weights)
         if fused is not None and fused_moe_reason(self, hidden_states) is None:
             return fused(hidden_states, self.gate_up_proj, self.down_proj, top_k_index, top_k_weights)
-        out = torch.zeros_like(hidden_states)
-        with torch.no_grad():
-            # num_experts + 1 classes: expert parallelism marks tokens of other ranks' experts
-            # with index num_experts (newer transformers); those are skipped.
-            mask = nn.functional.one_hot(top_k_index, num_classes=self.num_experts + 1).permute(2, 1, 0)
-            hit = (mask.sum(dim=(-1, -2)) > 0).nonzero().flatten().tolist()
-        for e in hit:
-            if e == self.num_experts:
-                continue
-            pos, tokens = torch.where(mask[e])
-            gate, up = nn.functional.linear(hidden_states[tokens], self.gate_up_proj[e]).chunk(2, dim=-1)
-            y = nn.functional.linear(op(gate, up), self.down_proj[e])
-            y = y * top_k_weights[tokens, pos, None]
-            out.index_add_(0, tokens, y.to(out.dtype))
-        return out
+        return _experts_loop(op, hidden_states, self.gate_up_proj, self.down_proj, top_k_index, top_k_weights)
 
     def structural(module: nn.Module) -> str | None:
         gate_up, down = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
@@ -372,20 +386,20 @@ def scaled_input_moe_class(base: type) -> type:
     Stock runs every expert on every token (the unselected ones on zero rows: E times the
     routed FLOPs). Here only the selected ones run: the token rows scaled by their scores, one
     row per selection, go through the fused_moe op with unit routing weights, the experts'
-    weights read in place as transposed views (they are stored ``(E, H, 2I)`` and ``(E, I, H)``).
-    The router and the shared expert stay the block's own modules; scores and gradients reach the
-    router as in stock. Where `fused_moe_reason` says no, the stock forward runs.
+    weights read in place as transposed views (they are stored ``(E, H, 2I)`` and ``(E, I, H)``);
+    where `fused_moe_reason` says no, one selected expert at a time through the swiglu op. The
+    router and the shared expert stay the block's own modules; scores and gradients reach the
+    router as in stock.
     """
+    op = require_op("liger_swiglu")
     fused = require_op("liger_fused_moe")
 
     def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        experts = self.experts
         reason = self._liger_fallback or tensor_reason(hidden_states)
-        if reason is None:
-            reason = fused_moe_reason(experts, hidden_states.reshape(-1, hidden_states.shape[-1]))
         if reason is not None:
             warn_fallback(type(self).__name__, reason)
             return base.forward(self, hidden_states)
+        experts = self.experts
         x = hidden_states.reshape(-1, self.hidden_dim)
         router_scores, router_logits = self.router(x)
         # The router's own selection (the same top-k of the same logits), its scores gathered so
@@ -395,13 +409,12 @@ def scaled_input_moe_class(base: type) -> type:
         n_tokens, top_k = index.shape
         rows = (x[:, None, :] * scores[:, :, None]).reshape(n_tokens * top_k, -1)
         ids = index.reshape(-1, 1)
-        routed = fused(
-            rows,
-            experts.gate_up_proj.transpose(1, 2),
-            experts.down_proj.transpose(1, 2),
-            ids,
-            torch.ones(ids.shape, dtype=rows.dtype, device=rows.device),
-        )
+        ones = torch.ones(ids.shape, dtype=rows.dtype, device=rows.device)
+        gate_up, down = experts.gate_up_proj.transpose(1, 2), experts.down_proj.transpose(1, 2)
+        if fused_moe_reason(experts, rows) is None:
+            routed = fused(rows, gate_up, down, ids, ones)
+        else:
+            routed = _experts_loop(op, rows, gate_up, down, ids, ones)
         if top_k > 1:
             routed = routed.view(n_tokens, top_k, -1).sum(dim=1)
         out = self.shared_expert(x)
