@@ -6,8 +6,8 @@ import torch
 
 from liger_core.conformance import assert_close, loosest
 from liger_core.conformance.check import check, declaration, make_args
-from liger_ops_cuda import hardware
-from liger_ops_cuda.rotary import plan_rotary
+from liger_ops_cuda import hardware, rotary
+from liger_ops_cuda.rotary import pair_bits, plan_rotary
 
 
 def _randn(shape, seed, device):
@@ -99,3 +99,27 @@ def test_rope_unusual_strides(backend, device):
     _check_as_given(backend, "rope", dict(args, q=wide[..., ::2], cos=cos_t), (dq, dk))
     dq_t = _randn((3, 5, 4, 16), 6, device).transpose(1, 2)
     _check_as_given(backend, "rope", args, (dq_t, dk))
+
+
+def test_llama4_rope_pair_words_only_where_every_pair_is_one_aligned_word():
+    x = torch.zeros(2, 3, 4, 16, dtype=torch.bfloat16)
+    assert pair_bits(x, x) == 32
+    assert pair_bits(x.float(), x.float()) == 64
+    assert pair_bits(x, x.float()) == 0  # one word size for all four tensors
+    assert pair_bits(x.double(), x.double()) == 0
+    assert pair_bits(x[..., 1:15], x) == 0  # pairs start at an odd element
+    assert pair_bits(x[..., ::2], x) == 0  # element stride 2
+    wide = torch.zeros(2, 3, 4, 17, dtype=torch.bfloat16)[..., :16]
+    assert pair_bits(wide, x) == 0  # odd head stride
+    assert pair_bits(x.transpose(1, 2), x) == 32  # a transposed view of whole pairs
+
+
+@pytest.mark.parametrize("words", (True, False), ids=("pair_words", "element_loads"))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_llama4_rope_both_interleaved_paths(backend, device, monkeypatch, words, dtype):
+    # The pair-word path takes every aligned layout; the element path (each element and its
+    # partner loaded) the rest: forced here on the same contiguous shapes.
+    if not words:
+        monkeypatch.setattr(rotary, "pair_bits", lambda *tensors: 0)
+    for shape in ((2, 7, 4, 2, 16), (3, 17, 6, 1, 64)):
+        check(backend, "llama4_rope", make_args("llama4_rope", device, shape=shape, dtype=dtype))

@@ -27,6 +27,26 @@ from liger_ops_cuda import hardware
 
 
 @triton.jit
+def _pair_half(w, shift: tl.constexpr, dtype: tl.constexpr, PAIR_BITS: tl.constexpr):
+    """fp32 value of the element in bits [shift, shift + PAIR_BITS / 2) of pair words ``w``."""
+    if PAIR_BITS == 32:
+        return ((w >> shift) & 0xFFFF).to(tl.uint16).to(dtype, bitcast=True).to(tl.float32)
+    return ((w >> shift) & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _pair_word(low, high, dtype: tl.constexpr, PAIR_BITS: tl.constexpr):
+    """Pair words holding fp32 ``low`` and ``high`` rounded to ``dtype`` (low at the lower address)."""
+    if PAIR_BITS == 32:
+        lo = low.to(dtype).to(tl.uint16, bitcast=True).to(tl.int32)
+        hi = high.to(dtype).to(tl.uint16, bitcast=True).to(tl.int32)
+        return lo | (hi << 16)
+    lo = low.to(tl.uint32, bitcast=True).to(tl.int64)
+    hi = high.to(tl.uint32, bitcast=True).to(tl.int64)
+    return lo | (hi << 32)
+
+
+@triton.jit
 def _rotate_heads(
     X,
     XO,
@@ -47,11 +67,26 @@ def _rotate_heads(
     col_mask,
     HEADS: tl.constexpr,
     INTERLEAVED: tl.constexpr,
+    PAIR_BITS: tl.constexpr,
 ):
     # Pair j of a head: (x[j], x[j + half]) rotate-half, (x[2j], x[2j + 1]) interleaved (Llama 4).
     heads = tl.arange(0, HEADS)
     mask = pos_mask[:, None, None] & (heads < n_heads)[None, :, None] & col_mask[None, None, :]
-    if INTERLEAVED:
+    if PAIR_BITS > 0:
+        # Interleaved pairs read and written as one word each (`pair_bits`): cols are the pairs,
+        # the offsets (even, checked on the host) halve into words, every access is contiguous.
+        word = tl.int32 if PAIR_BITS == 32 else tl.int64
+        x_off = (in_base[:, None, None] + heads[None, :, None] * sh) // 2 + cols[None, None, :]
+        w = tl.load(X.to(tl.pointer_type(word)) + x_off, mask=mask, other=0)
+        x_even = _pair_half(w, 0, X.dtype.element_ty, PAIR_BITS)
+        x_odd = _pair_half(w, PAIR_BITS // 2, X.dtype.element_ty, PAIR_BITS)
+        # out[2j] = x[2j] c - x[2j+1] s, out[2j+1] = x[2j+1] c + x[2j] s (s negated backward).
+        o_even = x_even * c1[:, None, :] - x_odd * s1[:, None, :]
+        o_odd = x_odd * c1[:, None, :] + x_even * s1[:, None, :]
+        o_word = _pair_word(o_even, o_odd, XO.dtype.element_ty, PAIR_BITS)
+        o_off = (out_base[:, None, None] + heads[None, :, None] * osh) // 2 + cols[None, None, :]
+        tl.store(XO.to(tl.pointer_type(word)) + o_off, o_word, mask=mask)
+    elif INTERLEAVED:
         # cols spans the whole head; each element's partner (2j <-> 2j + 1) is a second load of
         # the same cache lines, so DRAM traffic stays one read and one write per element.
         x_off = in_base[:, None, None] + heads[None, :, None] * sh + cols[None, None, :] * sd
@@ -109,6 +144,7 @@ def _rotary_kernel(
     sec01,
     MROPE: tl.constexpr,
     INTERLEAVED: tl.constexpr,
+    PAIR_BITS: tl.constexpr,
     BACKWARD: tl.constexpr,
     BLOCK_P: tl.constexpr,
     QH: tl.constexpr,
@@ -119,7 +155,12 @@ def _rotary_kernel(
     pos_mask = pos < n_pos
     b = (pos // seq).to(tl.int64)
     s = (pos % seq).to(tl.int64)
-    if INTERLEAVED:
+    if PAIR_BITS > 0:
+        # One word per pair: cols are the pairs, each with its own cos/sin.
+        cols = tl.arange(0, HALF)
+        col_mask = cols < half
+        table_cols = cols
+    elif INTERLEAVED:
         # Every element of the head; element d takes pair d // 2's cos/sin.
         cols = tl.arange(0, 2 * HALF)
         col_mask = cols < 2 * half
@@ -138,7 +179,11 @@ def _rotary_kernel(
         c_off += (section * c_saxis)[None, :]
     c1 = tl.load(COS + c_off, mask=m2, other=0.0).to(tl.float32)
     s1 = tl.load(SIN + c_off, mask=m2, other=0.0).to(tl.float32)
-    if INTERLEAVED:
+    if PAIR_BITS > 0:
+        # (The sign of sin goes with each pair's element in `_rotate_heads`.)
+        c2 = c1
+        s2 = s1
+    elif INTERLEAVED:
         # Llama 4: cos/sin are the real and imaginary parts of freqs_cis, one value per pair;
         # out[2j] = x[2j] c - x[2j+1] s, out[2j+1] = x[2j+1] c + x[2j] s: the sign goes with d's parity.
         s1 = tl.where(cols % 2 == 0, -s1, s1)
@@ -153,11 +198,11 @@ def _rotary_kernel(
 
     _rotate_heads(
         Q, QO, b * q_sb + s * q_ss, b * qo_sb + s * qo_ss, q_sh, q_sd, qo_sh, qo_sd,
-        n_qh, half, c1, c2, s1, s2, pos_mask, cols, col_mask, QH, INTERLEAVED,
+        n_qh, half, c1, c2, s1, s2, pos_mask, cols, col_mask, QH, INTERLEAVED, PAIR_BITS,
     )  # fmt: skip
     _rotate_heads(
         K, KO, b * k_sb + s * k_ss, b * ko_sb + s * ko_ss, k_sh, k_sd, ko_sh, ko_sd,
-        n_kh, half, c1, c2, s1, s2, pos_mask, cols, col_mask, KH, INTERLEAVED,
+        n_kh, half, c1, c2, s1, s2, pos_mask, cols, col_mask, KH, INTERLEAVED, PAIR_BITS,
     )  # fmt: skip
 
 
@@ -196,6 +241,20 @@ def _bshd_strides(t: torch.Tensor, unsqueeze_dim: int) -> tuple[int, int, int, i
     return (sb, s2, s1, sd) if unsqueeze_dim == 1 else (sb, s1, s2, sd)
 
 
+def pair_bits(*tensors: torch.Tensor) -> int:
+    """The word size (bits) in which the interleaved kernel reads and writes one pair of each of
+    ``tensors`` (q, k and their outputs): 32 for 16-bit, 64 for 32-bit elements, when every one
+    has unit element stride, even other strides and a pair-aligned start; else 0 (one load per
+    element and one per its partner)."""
+    sizes = {t.element_size() for t in tensors}
+    if len(sizes) != 1 or (size := sizes.pop()) not in (2, 4):
+        return 0
+    for t in tensors:
+        if t.stride(-1) != 1 or any(st % 2 for st in t.stride()[:-1]) or t.data_ptr() % (2 * size):
+            return 0
+    return 16 * size
+
+
 def rotary(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -229,12 +288,13 @@ def rotary(
     c_saxis = cos.stride(0) if mrope_section is not None else 0
     sec0, sec01 = (mrope_section[0], mrope_section[0] + mrope_section[1]) if mrope_section is not None else (0, 0)
     plan = plan or plan_rotary(n_qh, n_kh, dim, n_pos)
+    words = pair_bits(q, k, q_out, k_out) if interleaved and dim % 2 == 0 else 0
     _rotary_kernel[(triton.cdiv(n_pos, plan.block_p),)](
         q, k, q_out, k_out, cos, sin, n_pos, seq,
         *_bshd_strides(q, unsqueeze_dim), *_bshd_strides(k, unsqueeze_dim),
         *_bshd_strides(q_out, unsqueeze_dim), *_bshd_strides(k_out, unsqueeze_dim),
         c_sb, c_ss, c_sd, c_saxis, n_qh, n_kh, dim // 2, sec0, sec01,
-        MROPE=mrope_section is not None, INTERLEAVED=interleaved, BACKWARD=backward,
+        MROPE=mrope_section is not None, INTERLEAVED=interleaved, PAIR_BITS=words, BACKWARD=backward,
         BLOCK_P=plan.block_p, QH=plan.q_heads, KH=plan.k_heads, HALF=plan.half,
         num_warps=plan.num_warps,
     )  # fmt: skip
