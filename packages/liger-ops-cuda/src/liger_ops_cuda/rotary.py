@@ -29,9 +29,12 @@ from liger_ops_cuda import hardware
 @triton.jit
 def _pair_half(w, shift: tl.constexpr, dtype: tl.constexpr, PAIR_BITS: tl.constexpr):
     """fp32 value of the element in bits [shift, shift + PAIR_BITS / 2) of pair words ``w``."""
+    # (if/else, not an early return: the compiler would also build the code after it.)
     if PAIR_BITS == 32:
-        return ((w >> shift) & 0xFFFF).to(tl.uint16).to(dtype, bitcast=True).to(tl.float32)
-    return ((w >> shift) & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
+        value = ((w >> shift) & 0xFFFF).to(tl.uint16).to(dtype, bitcast=True).to(tl.float32)
+    else:
+        value = ((w >> shift) & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
+    return value
 
 
 @triton.jit
@@ -40,10 +43,12 @@ def _pair_word(low, high, dtype: tl.constexpr, PAIR_BITS: tl.constexpr):
     if PAIR_BITS == 32:
         lo = low.to(dtype).to(tl.uint16, bitcast=True).to(tl.int32)
         hi = high.to(dtype).to(tl.uint16, bitcast=True).to(tl.int32)
-        return lo | (hi << 16)
-    lo = low.to(tl.uint32, bitcast=True).to(tl.int64)
-    hi = high.to(tl.uint32, bitcast=True).to(tl.int64)
-    return lo | (hi << 32)
+        word = lo | (hi << 16)
+    else:
+        lo = low.to(tl.uint32, bitcast=True).to(tl.int64)
+        hi = high.to(tl.uint32, bitcast=True).to(tl.int64)
+        word = lo | (hi << 32)
+    return word
 
 
 @triton.jit
