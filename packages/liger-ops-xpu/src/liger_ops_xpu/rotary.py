@@ -33,6 +33,31 @@ from liger_ops_xpu._tiling import num_warps_for, unit_col
 
 
 @triton.jit
+def _pair_half(w, shift: tl.constexpr, dtype: tl.constexpr, PAIR_BITS: tl.constexpr):
+    """fp32 value of the element in bits [shift, shift + PAIR_BITS / 2) of pair words ``w``."""
+    # (if/else, not an early return: the compiler would also build the code after it.)
+    if PAIR_BITS == 32:
+        value = ((w >> shift) & 0xFFFF).to(tl.uint16).to(dtype, bitcast=True).to(tl.float32)
+    else:
+        value = ((w >> shift) & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
+    return value
+
+
+@triton.jit
+def _pair_word(low, high, dtype: tl.constexpr, PAIR_BITS: tl.constexpr):
+    """Pair words holding fp32 ``low`` and ``high`` rounded to ``dtype`` (low at the lower address)."""
+    if PAIR_BITS == 32:
+        lo = low.to(dtype).to(tl.uint16, bitcast=True).to(tl.int32)
+        hi = high.to(dtype).to(tl.uint16, bitcast=True).to(tl.int32)
+        word = lo | (hi << 16)
+    else:
+        lo = low.to(tl.uint32, bitcast=True).to(tl.int64)
+        hi = high.to(tl.uint32, bitcast=True).to(tl.int64)
+        word = lo | (hi << 32)
+    return word
+
+
+@triton.jit
 def _rotate_heads(
     X,
     XO,
@@ -55,6 +80,7 @@ def _rotate_heads(
     HEADS_BLOCK: tl.constexpr,
     N_CHUNKS: tl.constexpr,
     INTERLEAVED: tl.constexpr,
+    PAIR_BITS: tl.constexpr,
 ):
     # Pair j of a head: (x[j], x[j + half]) rotate-half, (x[2j], x[2j + 1]) interleaved (Llama 4).
     x_base = X + b.to(tl.int64) * sb + s.to(tl.int64) * ss
@@ -64,7 +90,22 @@ def _rotate_heads(
         mask = (heads < n_heads)[:, None] & col_mask[None, :]
         x_ptrs = x_base + heads.to(tl.int64)[:, None] * sh + cols[None, :]
         o_ptrs = o_base + heads.to(tl.int64)[:, None] * osh + cols[None, :]
-        if INTERLEAVED:
+        if PAIR_BITS > 0:
+            # Interleaved pairs read and written as one word each (`pair_bits`): cols are the
+            # pairs, the offsets (even, checked on the host) halve into words, every access is
+            # contiguous.
+            word = tl.int32 if PAIR_BITS == 32 else tl.int64
+            x_off = (b.to(tl.int64) * sb + s.to(tl.int64) * ss + heads.to(tl.int64)[:, None] * sh) // 2
+            w = tl.load(X.to(tl.pointer_type(word)) + x_off + cols[None, :], mask=mask, other=0)
+            x_even = _pair_half(w, 0, X.dtype.element_ty, PAIR_BITS)
+            x_odd = _pair_half(w, PAIR_BITS // 2, X.dtype.element_ty, PAIR_BITS)
+            # out[2j] = x[2j] c - x[2j+1] s, out[2j+1] = x[2j+1] c + x[2j] s (s negated backward).
+            o_even = x_even * c1[None, :] - x_odd * s1[None, :]
+            o_odd = x_odd * c1[None, :] + x_even * s1[None, :]
+            o_off = (b.to(tl.int64) * osb + s.to(tl.int64) * oss + heads.to(tl.int64)[:, None] * osh) // 2
+            o_word = _pair_word(o_even, o_odd, XO.dtype.element_ty, PAIR_BITS)
+            tl.store(XO.to(tl.pointer_type(word)) + o_off + cols[None, :], o_word, mask=mask)
+        elif INTERLEAVED:
             # cols spans the whole head; each element's partner (2j <-> 2j + 1) is a second load of
             # the same cache lines, so memory traffic stays one read and one write per element.
             x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
@@ -122,6 +163,7 @@ def _rotary_kernel(
     sec1,
     MROPE: tl.constexpr,
     INTERLEAVED: tl.constexpr,
+    PAIR_BITS: tl.constexpr,
     BACKWARD: tl.constexpr,
     HEADS_BLOCK: tl.constexpr,
     HALF_BLOCK: tl.constexpr,
@@ -131,7 +173,12 @@ def _rotary_kernel(
     pid = tl.program_id(0)
     b = pid // seq
     s = pid % seq
-    if INTERLEAVED:
+    if PAIR_BITS > 0:
+        # One word per pair: cols are the pairs, each with its own cos/sin.
+        cols = tl.arange(0, HALF_BLOCK)
+        col_mask = cols < half
+        table_cols = cols
+    elif INTERLEAVED:
         # Every element of the head; element d takes pair d // 2's cos/sin.
         cols = tl.arange(0, 2 * HALF_BLOCK)
         col_mask = cols < 2 * half
@@ -144,7 +191,11 @@ def _rotary_kernel(
     base = b.to(tl.int64) * c_sb + s.to(tl.int64) * c_ss
     c1 = _load_table_half(COS, base, c_saxis, table_cols, 0, col_mask, sec0, sec1, MROPE)
     s1 = _load_table_half(SIN, base, c_saxis, table_cols, 0, col_mask, sec0, sec1, MROPE)
-    if INTERLEAVED:
+    if PAIR_BITS > 0:
+        # (The sign of sin goes with each pair's element in `_rotate_heads`.)
+        c2 = c1
+        s2 = s1
+    elif INTERLEAVED:
         # Llama 4: cos/sin are the real and imaginary parts of freqs_cis, one value per pair;
         # out[2j] = x[2j] c - x[2j+1] s, out[2j+1] = x[2j+1] c + x[2j] s: the sign goes with d's parity.
         s1 = tl.where(cols % 2 == 0, -s1, s1)
@@ -158,11 +209,11 @@ def _rotary_kernel(
         s1, s2 = -s2, -s1
     _rotate_heads(
         Q, QO, b, s, q_sb, q_sh, q_ss, qo_sb, qo_sh, qo_ss, n_qh, half, c1, c2, s1, s2,
-        cols, col_mask, HEADS_BLOCK, N_Q_CHUNKS, INTERLEAVED,
+        cols, col_mask, HEADS_BLOCK, N_Q_CHUNKS, INTERLEAVED, PAIR_BITS,
     )  # fmt: skip
     _rotate_heads(
         K, KO, b, s, k_sb, k_sh, k_ss, ko_sb, ko_sh, ko_ss, n_kh, half, c1, c2, s1, s2,
-        cols, col_mask, HEADS_BLOCK, N_K_CHUNKS, INTERLEAVED,
+        cols, col_mask, HEADS_BLOCK, N_K_CHUNKS, INTERLEAVED, PAIR_BITS,
     )  # fmt: skip
 
 
@@ -197,6 +248,20 @@ def plan_rotary(n_qh: int, n_kh: int, head_dim: int) -> RotaryPlan:
     )
 
 
+def pair_bits(*tensors: torch.Tensor) -> int:
+    """The word size (bits) in which the interleaved kernel reads and writes one pair of each of
+    ``tensors`` (q, k and their outputs): 32 for 16-bit, 64 for 32-bit elements, when every one
+    has unit element stride, even other strides and a pair-aligned start; else 0 (one load per
+    element and one per its partner)."""
+    sizes = {t.element_size() for t in tensors}
+    if len(sizes) != 1 or (size := sizes.pop()) not in (2, 4):
+        return 0
+    for t in tensors:
+        if t.stride(-1) != 1 or any(st % 2 for st in t.stride()[:-1]) or t.data_ptr() % (2 * size):
+            return 0
+    return 16 * size
+
+
 def rotary(
     q,
     k,
@@ -225,6 +290,7 @@ def rotary(
     plan = plan_rotary(n_qh, n_kh, dim)
     mrope = mrope_section is not None
     c_sb = cos.stride(-3) if cos.shape[-3] == batch and batch > 1 else 0
+    words = pair_bits(q, k, q_out, k_out) if interleaved and dim % 2 == 0 else 0
     kernel = _rotary_kernel
     kernel[(batch * seq,)](
         q,
@@ -248,6 +314,7 @@ def rotary(
         mrope_section[1] if mrope else 0,
         MROPE=mrope,
         INTERLEAVED=interleaved,
+        PAIR_BITS=words,
         BACKWARD=backward,
         HEADS_BLOCK=plan.heads_block,
         HALF_BLOCK=plan.half_block,
