@@ -308,6 +308,24 @@ def fused_moe_reason(module: nn.Module, hidden_states: torch.Tensor) -> str | No
     return None
 
 
+def _experts_layout_reason(experts: nn.Module | None, transposed: bool = False) -> str | None:
+    """Why ``experts`` does not hold bias-free SwiGLU expert weights ``gate_up_proj`` (E, 2I, H) and
+    ``down_proj`` (E, H, I), or None; ``transposed``: stored (E, H, 2I) and (E, I, H) (Llama 4)."""
+    gate_up, down = getattr(experts, "gate_up_proj", None), getattr(experts, "down_proj", None)
+    fits = isinstance(gate_up, torch.Tensor) and isinstance(down, torch.Tensor) and gate_up.ndim == down.ndim == 3
+    if fits and transposed:
+        gate_up, down = gate_up.transpose(1, 2), down.transpose(1, 2)
+    if not (
+        fits
+        and gate_up.shape[1] == 2 * down.shape[2]
+        and gate_up.shape[2] == down.shape[1]
+        and getattr(experts, "gate_up_proj_bias", None) is None
+    ):
+        layout = "(experts, hidden, 2 * intermediate)" if transposed else "(experts, 2 * intermediate, hidden)"
+        return f"experts weights laid out other than {layout} without bias"
+    return None
+
+
 def _experts_loop(
     op: Callable,
     hidden_states: torch.Tensor,
@@ -364,17 +382,7 @@ def experts_class(base: type, kind: str = "swiglu") -> type:
         return _experts_loop(op, hidden_states, self.gate_up_proj, self.down_proj, top_k_index, top_k_weights)
 
     def structural(module: nn.Module) -> str | None:
-        gate_up, down = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
-        if not (
-            isinstance(gate_up, torch.Tensor)
-            and isinstance(down, torch.Tensor)
-            and gate_up.ndim == down.ndim == 3
-            and gate_up.shape[1] == 2 * down.shape[2]
-            and gate_up.shape[2] == down.shape[1]
-            and getattr(module, "gate_up_proj_bias", None) is None
-        ):
-            return "experts weights laid out other than (experts, 2 * intermediate, hidden) without bias"
-        return _activation_reason(_act(module), kind)
+        return _experts_layout_reason(module) or _activation_reason(_act(module), kind)
 
     return _subclass(base, ("experts", kind), kind, {"forward": forward, "_liger_structural": structural})
 
@@ -423,19 +431,12 @@ def scaled_input_moe_class(base: type) -> type:
 
     def structural(module: nn.Module) -> str | None:
         experts, router = getattr(module, "experts", None), getattr(module, "router", None)
-        gate_up, down = getattr(experts, "gate_up_proj", None), getattr(experts, "down_proj", None)
-        if not (
-            isinstance(gate_up, torch.Tensor)
-            and isinstance(down, torch.Tensor)
-            and gate_up.ndim == down.ndim == 3
-            and gate_up.shape[2] == 2 * down.shape[1]
-            and gate_up.shape[1] == down.shape[2]
-            and getattr(experts, "gate_up_proj_bias", None) is None
-        ):
-            return "experts weights laid out other than (experts, hidden, 2 * intermediate) without bias"
-        if type(router).__name__ != "Llama4Router" or not isinstance(getattr(router, "top_k", None), int):
-            return "a router other than Llama 4's sigmoid top-k (Llama4Router)"
-        return _activation_reason(_act(experts), "swiglu")
+        llama4_router = type(router).__name__ == "Llama4Router" and isinstance(getattr(router, "top_k", None), int)
+        return (
+            _experts_layout_reason(experts, transposed=True)
+            or (None if llama4_router else "a router other than Llama 4's sigmoid top-k (Llama4Router)")
+            or _activation_reason(_act(experts), "swiglu")
+        )
 
     return _subclass(base, ("scaled_input_moe",), "swiglu", {"forward": forward, "_liger_structural": structural})
 
