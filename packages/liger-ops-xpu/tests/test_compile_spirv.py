@@ -214,6 +214,7 @@ def _activation_cases() -> list[dict]:
     c = {
         "MROPE": True,
         "INTERLEAVED": False,
+        "PAIR_BITS": 0,
         "BACKWARD": True,
         "HEADS_BLOCK": rp.heads_block,
         "HALF_BLOCK": rp.half_block,
@@ -223,6 +224,12 @@ def _activation_cases() -> list[dict]:
     # llama4_rope: interleaved pairs (whole-head tiles, the partner d ^ 1 a second load), one table value per pair.
     c = {**c, "MROPE": False, "INTERLEAVED": True}
     cases.append(_case("rotary", "_rotary_kernel", rotary, c, rp.num_warps, register_heavy=False))
+    # ... and each pair as one word: 32-bit for bf16, 64-bit for fp32.
+    c = {**c, "PAIR_BITS": 32}
+    cases.append(_case("rotary", "_rotary_kernel", rotary, c, rp.num_warps, register_heavy=False))
+    rotary_fp32 = _sig("Q K QO KO COS SIN", f"{strides} c_saxis c_sb c_ss seq n_qh n_kh half sec0 sec1", dtype="fp32")
+    c = {**c, "PAIR_BITS": 64}
+    cases.append(_case("rotary", "_rotary_kernel", rotary_fp32, c, rp.num_warps, register_heavy=False))
 
     for n_cols in (4096, 40000):
         plan = plan_tiles(n_cols)
@@ -327,7 +334,9 @@ def _moe_cases() -> list[dict]:
     cases = []
     gate_up = _sig(f"X W TOKEN_OF_ROW:i32 {routing} PRE ACT")
     gate_up.update(
-        _sig("", "hidden intermediate x_row_stride w_expert_stride w_row_stride pre_row_stride act_row_stride")
+        _sig(
+            "", "hidden intermediate x_row_stride w_expert_stride w_row_stride w_k_stride pre_row_stride act_row_stride"
+        )
     )
     cases.append(_case("fused_moe", "_fused_moe_gate_up_kernel", gate_up, gemm, warps))
     matmul = _sig(
@@ -335,7 +344,7 @@ def _moe_cases() -> list[dict]:
     )
     cases.append(_case("fused_moe", "_fused_moe_expert_matmul_kernel", matmul, gemm, warps))
     down_bwd = _sig(f"DY W WEIGHTS:fp32 PRE TOKEN_OF_ROW:i32 SLOT_OF_ROW:i32 {routing} DPRE WACT DS_PARTIAL:fp32")
-    strides = "dy_row_stride w_expert_stride w_row_stride pre_row_stride dpre_row_stride wact_row_stride"
+    strides = "dy_row_stride w_expert_stride w_row_stride w_col_stride pre_row_stride dpre_row_stride wact_row_stride"
     down_bwd.update(_sig("", f"hidden intermediate {strides} n_rows"))
     cases.append(_case("fused_moe", "_fused_moe_down_backward_kernel", down_bwd, gemm, warps))
     dw = _sig("P Q TOKEN_OF_ROW:i32 EXPERT_OFFSETS:i32 DW")
