@@ -38,6 +38,7 @@ def test_route_reads_no_value_on_the_host(monkeypatch, tokens, experts, top_k, b
         "tile_expert": (bound,),
         "tile_row_start": (bound,),
         "n_tiles": (1,),
+        "expert_of_row": (slots,),
     }
     assert expert_ids._n_bad.shape == ()
 
@@ -61,5 +62,6 @@ def test_bad_ids_raise_at_check_not_at_route():
     r, expert_ids = M.route(index, 5, block_m=2)
     # Clamped to expert 0 for the kernels: expert 0 gets the two bad ids' rows.
     assert r.expert_offsets.tolist() == [0, 3, 4, 4, 4, 4]
+    assert r.expert_of_row.tolist() == [0, 0, 0, 1]
     with pytest.raises(ValueError, match=r"top_k_index must be in \[0, 5\).*; 2 are not \(first: 5\)"):
         expert_ids.check()

@@ -54,6 +54,7 @@ def _meta_routing(n_tokens: int, top_k: int, n_experts: int, block_m: int) -> Ro
         tile_expert=torch.empty(n_tiles, **i32),
         tile_row_start=torch.empty(n_tiles, **i32),
         n_tiles=torch.empty(1, **i32),
+        expert_of_row=torch.empty(n_slots, **i32),
     )
 
 

@@ -307,6 +307,27 @@ def liger_fused_moe(
     )
 
 
+def liger_fused_moe_clamped_swiglu(
+    hidden_states: torch.Tensor,
+    gate_up_proj: torch.Tensor,
+    down_proj: torch.Tensor,
+    top_k_index: torch.Tensor,
+    top_k_weights: torch.Tensor,
+    gate_up_bias: torch.Tensor | None = None,
+    down_bias: torch.Tensor | None = None,
+    limit: float = 7.0,
+    alpha: float = 1.702,
+    up_offset: float = 1.0,
+    interleaved: bool = True,
+) -> torch.Tensor:
+    """The routed experts of GPT-OSS's MoE MLP (biased projections, interleaved gate and up, the
+    clamped SwiGLU); see `liger_core.ops.fused_moe_clamped_swiglu.fused_moe_clamped_swiglu`."""
+    return resolve("fused_moe_clamped_swiglu", hidden_states.device)(
+        hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights, gate_up_bias, down_bias,
+        limit, alpha, up_offset, interleaved,
+    )  # fmt: skip
+
+
 def liger_fused_linear_grpo(
     input: torch.Tensor,
     weight: torch.Tensor,

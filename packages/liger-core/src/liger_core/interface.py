@@ -33,6 +33,7 @@ from liger_core.ops import (
     fused_linear_scaled_cross_entropy,
     fused_linear_simpo,
     fused_moe,
+    fused_moe_clamped_swiglu,
     fused_neighborhood_attention,
     geglu,
     group_norm,
@@ -127,6 +128,8 @@ CATALOGUE: dict[str, Op] = {
         mhc_post_res.OP,
         # 1.8: neighborhood attention
         fused_neighborhood_attention.OP,
+        # 1.9: GPT-OSS's experts (biased, interleaved, clamped SwiGLU).
+        fused_moe_clamped_swiglu.OP,
     )
 }
 

@@ -30,6 +30,16 @@ import triton.language as tl
 
 from liger_core.backend import implements
 from liger_core.ops.fused_moe import Routing, check_args, route
+from liger_core.ops.fused_moe_clamped_swiglu import (
+    GPT_OSS_ALPHA,
+    GPT_OSS_LIMIT,
+    GPT_OSS_UP_OFFSET,
+    down_bias_backward,
+    epilogue_args,
+    gate_up_bias_grad,
+)
+from liger_core.ops.fused_moe_clamped_swiglu import OP_NAME as CLAMPED_OP
+from liger_core.ops.fused_moe_clamped_swiglu import check_args as check_clamped_args
 from liger_ops_cuda import hardware
 
 
@@ -65,14 +75,53 @@ def _fused_moe_matmul_tile(
 
 
 @triton.jit
+def _fused_moe_activation(gate, up, limit, alpha, up_offset, CLAMPED: tl.constexpr):
+    """The experts' activation of fp32 gate and up: silu(gate) * up (fused_moe), or CLAMPED
+    (fused_moe_clamped_swiglu) min(gate, limit) * sigmoid(alpha * .) * (clamp(up, +-limit) + up_offset)."""
+    if CLAMPED:
+        gate = tl.minimum(gate, limit)
+        up = tl.minimum(tl.maximum(up, -limit), limit)
+        act = gate * tl.sigmoid(alpha * gate) * (up + up_offset)
+    else:
+        act = gate * tl.sigmoid(gate) * up
+    return act
+
+
+@triton.jit
+def _fused_moe_activation_backward(gate, up, limit, alpha, up_offset, CLAMPED: tl.constexpr):
+    """``(act, d act / d gate, d act / d up)`` at fp32 gate and up (a clamp passes the gradient
+    inside its closed range, as torch.clamp)."""
+    if CLAMPED:
+        gate_c = tl.minimum(gate, limit)
+        up_c = tl.minimum(tl.maximum(up, -limit), limit)
+        sig = tl.sigmoid(alpha * gate_c)
+        glu = gate_c * sig
+        up_term = up_c + up_offset
+        act = glu * up_term
+        d_gate = tl.where(gate <= limit, up_term * sig * (1.0 + alpha * gate_c * (1.0 - sig)), 0.0)
+        d_up = tl.where((up >= -limit) & (up <= limit), glu, 0.0)
+    else:
+        sig = tl.sigmoid(gate)
+        silu = gate * sig
+        act = silu * up
+        d_gate = up * sig * (1.0 + gate * (1.0 - sig))
+        d_up = silu
+    return act, d_gate, d_up
+
+
+@triton.jit
 def _fused_moe_gate_up_kernel(
-    X, W, TOKEN_OF_ROW, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, N_TILES, PRE, ACT,
-    hidden, intermediate, x_row_stride, w_expert_stride, w_row_stride, w_k_stride, pre_row_stride, act_row_stride,
+    X, W, BIAS, TOKEN_OF_ROW, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, N_TILES, PRE, ACT,
+    hidden, intermediate, x_row_stride, w_expert_stride, w_row_stride, w_k_stride, bias_expert_stride,
+    pre_row_stride, act_row_stride, pair_step, up_shift, limit, alpha, up_offset,
+    HAS_BIAS: tl.constexpr, CLAMPED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
-    """Per sorted row r (token t, expert e): gate, up = W[e] @ x[t] for this program's columns
-    of each half; stores them (PRE, for the backward) and silu(gate) * up (ACT). W[e] is (2I, H)
-    with strides (w_row_stride, w_k_stride): either may be the unit one (see `expert_weight`)."""
+    """Per sorted row r (token t, expert e): gate, up = W[e] @ x[t] (+ BIAS[e]) for this
+    program's gate columns j (W's rows j * pair_step, and up_shift further the up ones, see
+    `epilogue_args`); stores them (PRE, same columns, for the backward) and the activation (ACT).
+    W[e] is (2I, H) with strides (w_row_stride, w_k_stride): either may be the unit one (see
+    `expert_weight`)."""
     if tl.program_id(0) >= tl.load(N_TILES):  # past the routing's tiles (the grid's upper bound)
         return
     expert, rows, row_mask = _fused_moe_tile_rows(TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M)
@@ -80,8 +129,9 @@ def _fused_moe_gate_up_kernel(
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < intermediate
     x_rows = X + tokens[:, None] * x_row_stride
-    w_gate = W + expert * w_expert_stride + cols[None, :].to(tl.int64) * w_row_stride
-    w_up = w_gate + intermediate * w_row_stride
+    gate_rows = cols.to(tl.int64) * pair_step
+    w_gate = W + expert * w_expert_stride + gate_rows[None, :] * w_row_stride
+    w_up = w_gate + up_shift * w_row_stride
     gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     ks = tl.arange(0, BLOCK_K)
@@ -99,11 +149,21 @@ def _fused_moe_gate_up_kernel(
             wu = wu.to(tl.float32)
         gate = tl.dot(x, wg, gate, input_precision=PRECISION)
         up = tl.dot(x, wu, up, input_precision=PRECISION)
+    if HAS_BIAS:
+        bias = BIAS + expert * bias_expert_stride + gate_rows
+        gate += tl.load(bias, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+        up += tl.load(bias + up_shift, mask=col_mask, other=0.0).to(tl.float32)[None, :]
     mask = row_mask[:, None] & col_mask[None, :]
-    pre = PRE + rows[:, None] * pre_row_stride + cols[None, :]
-    tl.store(pre, gate.to(PRE.dtype.element_ty), mask=mask)
-    tl.store(pre + intermediate, up.to(PRE.dtype.element_ty), mask=mask)
-    act = gate * tl.sigmoid(gate) * up
+    pre = PRE + rows[:, None] * pre_row_stride + gate_rows[None, :]
+    gate_out = gate.to(PRE.dtype.element_ty)
+    up_out = up.to(PRE.dtype.element_ty)
+    tl.store(pre, gate_out, mask=mask)
+    tl.store(pre + up_shift, up_out, mask=mask)
+    if CLAMPED:
+        # From the stored values: the backward's clamp sees what this one clamped.
+        gate = gate_out.to(tl.float32)
+        up = up_out.to(tl.float32)
+    act = _fused_moe_activation(gate, up, limit, alpha, up_offset, CLAMPED)
     tl.store(ACT + rows[:, None] * act_row_stride + cols[None, :], act.to(ACT.dtype.element_ty), mask=mask)
 
 
@@ -134,12 +194,12 @@ def _fused_moe_down_backward_kernel(
     DY, W, WEIGHTS, PRE, TOKEN_OF_ROW, SLOT_OF_ROW, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, N_TILES,
     DPRE, WACT, DS_PARTIAL,
     hidden, intermediate, dy_row_stride, w_expert_stride, w_row_stride, w_col_stride, pre_row_stride, dpre_row_stride,
-    wact_row_stride, n_rows,
+    wact_row_stride, n_rows, pair_step, up_shift, limit, alpha, up_offset, CLAMPED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     """Per sorted row r (token t, routing weight s): d_act = dy[t] @ down_proj[e] for this
     program's columns; this block's share of <d_act, act> (the routing weight's gradient);
-    the SwiGLU backward of s * d_act into DPRE; and s * act (WACT, for down_proj's gradient)."""
+    the activation's backward of s * d_act into DPRE; and s * act (WACT, for down_proj's gradient)."""
     if tl.program_id(0) >= tl.load(N_TILES):
         return
     expert, rows, row_mask = _fused_moe_tile_rows(TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M)
@@ -156,47 +216,62 @@ def _fused_moe_down_backward_kernel(
     )  # fmt: skip
     _fused_moe_swiglu_backward_tile(
         d_act, s, rows, row_mask, cols, col_mask, PRE, DPRE, WACT, DS_PARTIAL,
-        intermediate, pre_row_stride, dpre_row_stride, wact_row_stride, n_rows,
+        pre_row_stride, dpre_row_stride, wact_row_stride, n_rows, pair_step, up_shift, limit, alpha, up_offset, CLAMPED,
     )  # fmt: skip
 
 
 @triton.jit
 def _fused_moe_swiglu_backward_tile(
     d_act, s, rows, row_mask, cols, col_mask, PRE, DPRE, WACT, DS_PARTIAL,
-    intermediate, pre_row_stride, dpre_row_stride, wact_row_stride, n_rows,
+    pre_row_stride, dpre_row_stride, wact_row_stride, n_rows, pair_step, up_shift, limit, alpha, up_offset,
+    CLAMPED: tl.constexpr,
 ):  # fmt: skip
-    """The SwiGLU backward of fp32 ``d_act`` (this tile of sorted rows and columns, unweighted)
-    with the rows' routing weights ``s``: this column block's share of <d_act, act> into
-    DS_PARTIAL, the gate and up gradients of ``s * d_act`` into DPRE, ``s * act`` into WACT."""
+    """The activation's backward of fp32 ``d_act`` (this tile of sorted rows and gate columns,
+    unweighted) with the rows' routing weights ``s``: this column block's share of <d_act, act>
+    into DS_PARTIAL, the gate and up gradients of ``s * d_act`` into DPRE (PRE's columns),
+    ``s * act`` into WACT."""
     mask = row_mask[:, None] & col_mask[None, :]
-    pre = PRE + rows[:, None] * pre_row_stride + cols[None, :]
+    gate_cols = cols[None, :].to(tl.int64) * pair_step
+    pre = PRE + rows[:, None] * pre_row_stride + gate_cols
     gate = tl.load(pre, mask=mask, other=0.0).to(tl.float32)
-    up = tl.load(pre + intermediate, mask=mask, other=0.0).to(tl.float32)
-    sig = tl.sigmoid(gate)
-    silu = gate * sig
-    act = silu * up
+    up = tl.load(pre + up_shift, mask=mask, other=0.0).to(tl.float32)
+    act, d_gate, d_up = _fused_moe_activation_backward(gate, up, limit, alpha, up_offset, CLAMPED)
     tl.store(DS_PARTIAL + tl.program_id(1).to(tl.int64) * n_rows + rows, tl.sum(d_act * act, axis=1), mask=row_mask)
     d_act = d_act * s[:, None]
-    dpre = DPRE + rows[:, None] * dpre_row_stride + cols[None, :]
-    tl.store(dpre, (d_act * up * sig * (1.0 + gate * (1.0 - sig))).to(DPRE.dtype.element_ty), mask=mask)
-    tl.store(dpre + intermediate, (d_act * silu).to(DPRE.dtype.element_ty), mask=mask)
+    dpre = DPRE + rows[:, None] * dpre_row_stride + gate_cols
+    tl.store(dpre, (d_act * d_gate).to(DPRE.dtype.element_ty), mask=mask)
+    tl.store(dpre + up_shift, (d_act * d_up).to(DPRE.dtype.element_ty), mask=mask)
     wact = WACT + rows[:, None] * wact_row_stride + cols[None, :]
     tl.store(wact, (act * s[:, None]).to(WACT.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _fused_moe_swiglu_kernel(
-    PRE, ACT, n_rows, intermediate, pre_row_stride, act_row_stride, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
-):
-    """ACT = silu(gate) * up for BLOCK_M sorted rows and BLOCK_N columns of PRE's gate and up
-    halves (the grouped-GEMM path: the gate-up GEMM is torch's)."""
+    PRE, BIAS, EXPERT_OF_ROW, ACT,
+    n_rows, intermediate, pre_row_stride, bias_expert_stride, act_row_stride, pair_step, up_shift, limit, alpha,
+    up_offset, HAS_BIAS: tl.constexpr, CLAMPED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """ACT = the activation of PRE's gate and up columns (see `epilogue_args`) for BLOCK_M sorted
+    rows and BLOCK_N gate columns (the grouped-GEMM path: the gate-up GEMM is torch's). With
+    HAS_BIAS each row's expert's BIAS is added first and PRE rewritten with the sums."""
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (rows < n_rows)[:, None] & (cols < intermediate)[None, :]
-    pre = PRE + rows[:, None] * pre_row_stride + cols[None, :]
-    gate = tl.load(pre, mask=mask, other=0.0).to(tl.float32)
-    up = tl.load(pre + intermediate, mask=mask, other=0.0).to(tl.float32)
-    act = gate * tl.sigmoid(gate) * up
+    row_mask = rows < n_rows
+    mask = row_mask[:, None] & (cols < intermediate)[None, :]
+    gate_cols = cols[None, :].to(tl.int64) * pair_step
+    pre = PRE + rows[:, None] * pre_row_stride + gate_cols
+    gate = tl.load(pre, mask=mask, other=0.0)
+    up = tl.load(pre + up_shift, mask=mask, other=0.0)
+    if HAS_BIAS:
+        experts = tl.load(EXPERT_OF_ROW + rows, mask=row_mask, other=0).to(tl.int64)
+        bias = BIAS + experts[:, None] * bias_expert_stride + gate_cols
+        gate = gate.to(tl.float32) + tl.load(bias, mask=mask, other=0.0).to(tl.float32)
+        up = up.to(tl.float32) + tl.load(bias + up_shift, mask=mask, other=0.0).to(tl.float32)
+        gate = gate.to(PRE.dtype.element_ty)
+        up = up.to(PRE.dtype.element_ty)
+        tl.store(pre, gate, mask=mask)
+        tl.store(pre + up_shift, up, mask=mask)
+    act = _fused_moe_activation(gate.to(tl.float32), up.to(tl.float32), limit, alpha, up_offset, CLAMPED)
     tl.store(ACT + rows[:, None] * act_row_stride + cols[None, :], act.to(ACT.dtype.element_ty), mask=mask)
 
 
@@ -204,7 +279,7 @@ def _fused_moe_swiglu_kernel(
 def _fused_moe_swiglu_backward_kernel(
     D_ACT, WEIGHTS, SLOT_OF_ROW, PRE, DPRE, WACT, DS_PARTIAL,
     n_rows, intermediate, d_act_row_stride, pre_row_stride, dpre_row_stride, wact_row_stride,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    pair_step, up_shift, limit, alpha, up_offset, CLAMPED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """The down backward's epilogue over D_ACT = grad_out @ down_proj[e] per sorted row (the
     grouped-GEMM path: that GEMM is torch's); see `_fused_moe_swiglu_backward_tile`."""
@@ -218,7 +293,7 @@ def _fused_moe_swiglu_backward_kernel(
     )
     _fused_moe_swiglu_backward_tile(
         d_act.to(tl.float32), s.to(tl.float32), rows, row_mask, cols, col_mask, PRE, DPRE, WACT, DS_PARTIAL,
-        intermediate, pre_row_stride, dpre_row_stride, wact_row_stride, n_rows,
+        pre_row_stride, dpre_row_stride, wact_row_stride, n_rows, pair_step, up_shift, limit, alpha, up_offset, CLAMPED,
     )  # fmt: skip
 
 
@@ -262,11 +337,11 @@ def _fused_moe_weight_grad_kernel(
 
 @triton.jit
 def _fused_moe_combine_kernel(
-    Y, WEIGHTS, ROW_OF_SLOT, OUT, n_cols, y_row_stride, out_row_stride,
-    TOP_K: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_N: tl.constexpr,
+    Y, WEIGHTS, ROW_OF_SLOT, BIAS, EXPERT_OF_ROW, OUT, n_cols, y_row_stride, bias_expert_stride, out_row_stride,
+    TOP_K: tl.constexpr, WEIGHTED: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """OUT[t, cols] = sum_k s[t, k] * Y[row of (t, k), cols] (s = 1 unless WEIGHTED), in fp32:
-    one program per (token, column block), so the sum is deterministic."""
+    """OUT[t, cols] = sum_k s[t, k] * (Y[row r of (t, k), cols] (+ BIAS[expert of r, cols])) (s = 1
+    unless WEIGHTED), in fp32: one program per (token, column block), so the sum is deterministic."""
     token = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = cols < n_cols
@@ -275,6 +350,9 @@ def _fused_moe_combine_kernel(
         slot = token * TOP_K + k
         row = tl.load(ROW_OF_SLOT + slot).to(tl.int64)
         y = tl.load(Y + row * y_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            expert = tl.load(EXPERT_OF_ROW + row).to(tl.int64)
+            y += tl.load(BIAS + expert * bias_expert_stride + cols, mask=mask, other=0.0).to(tl.float32)
         if WEIGHTED:
             y = y * tl.load(WEIGHTS + slot).to(tl.float32)
         acc += y
@@ -366,50 +444,71 @@ def plan_moe(dtype: torch.dtype, device: torch.device, hidden: int, intermediate
     )
 
 
-def _combine(y: torch.Tensor, weights: torch.Tensor | None, r: Routing, out: torch.Tensor, plan: MoEPlan) -> None:
+def _combine(
+    y: torch.Tensor,
+    weights: torch.Tensor | None,
+    r: Routing,
+    out: torch.Tensor,
+    plan: MoEPlan,
+    bias: torch.Tensor | None = None,
+) -> None:
     n_tokens, n_cols = out.shape
     if n_tokens == 0:
         return
     grid = (n_tokens, triton.cdiv(n_cols, plan.combine_block))
     _fused_moe_combine_kernel[grid](
-        y, y if weights is None else weights, r.row_of_slot, out, n_cols, y.stride(0), out.stride(0),
-        TOP_K=r.row_of_slot.numel() // n_tokens, WEIGHTED=weights is not None, BLOCK_N=plan.combine_block,
+        y, y if weights is None else weights, r.row_of_slot, y if bias is None else bias, r.expert_of_row, out,
+        n_cols, y.stride(0), 0 if bias is None else bias.stride(0), out.stride(0),
+        TOP_K=r.row_of_slot.numel() // n_tokens, WEIGHTED=weights is not None, HAS_BIAS=bias is not None,
+        BLOCK_N=plan.combine_block,
     )  # fmt: skip
 
 
 def fused_moe_forward(
-    x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, weights: torch.Tensor, r: Routing, plan: MoEPlan
+    x: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    weights: torch.Tensor,
+    r: Routing,
+    plan: MoEPlan,
+    epilogue: dict,
+    gate_up_bias: torch.Tensor | None = None,
+    down_bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(out, pre)``: the op's output and each sorted row's gate and up (the backward's input)."""
+    """``(out, pre)``: the op's output and each sorted row's gate and up, biases added (the
+    backward's input); ``epilogue``: the activation's kernel arguments (`epilogue_args`)."""
     n_slots = r.token_of_row.numel()
     hidden, intermediate = x.shape[1], w_down.shape[2]
     act = x.new_empty(n_slots, intermediate)
     out = x.new_empty(x.shape)
+    has_bias = gate_up_bias is not None
+    bias_args = (gate_up_bias if has_bias else x, 0 if gate_up_bias is None else gate_up_bias.stride(0))
     if plan.grouped_mm and n_slots:
         offsets = r.expert_offsets[1:]
         pre = torch._grouped_mm(x.index_select(0, r.token_of_row), w_gate_up.transpose(1, 2), offs=offsets)
         block_m, block_n = plan.swiglu
         _fused_moe_swiglu_kernel[(triton.cdiv(n_slots, block_m), triton.cdiv(intermediate, block_n))](
-            pre, act, n_slots, intermediate, pre.stride(0), act.stride(0), BLOCK_M=block_m, BLOCK_N=block_n
-        )
+            pre, bias_args[0], r.expert_of_row, act, n_slots, intermediate, pre.stride(0), bias_args[1], act.stride(0),
+            HAS_BIAS=has_bias, BLOCK_M=block_m, BLOCK_N=block_n, **epilogue,
+        )  # fmt: skip
         y = torch._grouped_mm(act, w_down.transpose(1, 2), offs=offsets)
-        _combine(y, weights, r, out, plan)
+        _combine(y, weights, r, out, plan, down_bias)
         return out, pre
     pre = x.new_empty(n_slots, 2 * intermediate)
     y = x.new_empty(n_slots, hidden)
     if r.max_tiles:
         routing = (r.tile_expert, r.tile_row_start, r.expert_offsets, r.n_tiles)
         _fused_moe_gate_up_kernel[(r.max_tiles, triton.cdiv(intermediate, plan.rows.block_n))](
-            x, w_gate_up, r.token_of_row, *routing, pre, act,
-            hidden, intermediate, x.stride(0), *w_gate_up.stride(), pre.stride(0), act.stride(0),
-            **plan.gemm(plan.rows),
+            x, w_gate_up, bias_args[0], r.token_of_row, *routing, pre, act,
+            hidden, intermediate, x.stride(0), *w_gate_up.stride(), bias_args[1], pre.stride(0), act.stride(0),
+            HAS_BIAS=has_bias, **epilogue, **plan.gemm(plan.rows),
         )  # fmt: skip
         _fused_moe_expert_matmul_kernel[(r.max_tiles, triton.cdiv(hidden, plan.rows.block_n))](
             act, w_down, *routing, y,
             hidden, intermediate, act.stride(0), *w_down.stride(), y.stride(0),
             **plan.gemm(plan.rows),
         )  # fmt: skip
-    _combine(y, weights, r, out, plan)
+    _combine(y, weights, r, out, plan, down_bias)
     return out, pre
 
 
@@ -422,11 +521,14 @@ def fused_moe_backward(
     pre: torch.Tensor,
     r: Routing,
     plan: MoEPlan,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(grad_x, grad_gate_up, grad_down, grad_weights)`` for contiguous ``dy``."""
+    epilogue: dict,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(grad_x, grad_gate_up, grad_down, ds, dpre)`` for contiguous ``dy``: ``ds`` the routing
+    weights' fp32 gradient from the activations (`routing_weights_grad`), ``dpre`` the gate-up
+    output's gradient (the gate-up bias's, summed per expert)."""
     n_slots = r.token_of_row.numel()
     if plan.grouped_mm and n_slots:
-        return _grouped_mm_backward(dy, x, w_gate_up, w_down, weights, pre, r, plan)
+        return _grouped_mm_backward(dy, x, w_gate_up, w_down, weights, pre, r, plan, epilogue)
     n_experts, hidden, intermediate = w_down.shape
     col_blocks = triton.cdiv(intermediate, plan.rows.block_n)
     dpre = x.new_empty(n_slots, 2 * intermediate)
@@ -439,7 +541,7 @@ def fused_moe_backward(
         _fused_moe_down_backward_kernel[(r.max_tiles, col_blocks)](
             dy, w_down, weights, pre, r.token_of_row, r.slot_of_row, *routing, dpre, wact, ds_partial,
             hidden, intermediate, dy.stride(0), *w_down.stride(), pre.stride(0), dpre.stride(0),
-            wact.stride(0), n_slots, **plan.gemm(plan.rows),
+            wact.stride(0), n_slots, **epilogue, **plan.gemm(plan.rows),
         )  # fmt: skip
         # gate_up_proj[e] is (2I, H): column h of the product is column h of the weight, k runs over 2I.
         _fused_moe_expert_matmul_kernel[(r.max_tiles, triton.cdiv(hidden, plan.rows.block_n))](
@@ -464,12 +566,12 @@ def fused_moe_backward(
             m_dim, n_dim, p.stride(0), q.stride(0), dw.stride(0), dw.stride(1),
             P_BY_TOKEN=p_by_token, Q_BY_TOKEN=q_by_token, **plan.gemm(plan.wgrad),
         )  # fmt: skip
-    return dx, d_gate_up, d_down, _routing_weights_grad(ds_partial, r, weights)
+    return dx, d_gate_up, d_down, routing_weights_grad(ds_partial, r, weights), dpre
 
 
-def _routing_weights_grad(ds_partial: torch.Tensor, r: Routing, weights: torch.Tensor) -> torch.Tensor:
-    """The routing weights' gradient: the column blocks' partial dot products, back in (t, k) order."""
-    return ds_partial.sum(0)[r.row_of_slot.long()].view(weights.shape).to(weights.dtype)
+def routing_weights_grad(ds_partial: torch.Tensor, r: Routing, weights: torch.Tensor) -> torch.Tensor:
+    """The routing weights' fp32 gradient: the column blocks' partial dot products, back in (t, k) order."""
+    return ds_partial.sum(0)[r.row_of_slot.long()].view(weights.shape)
 
 
 def _grouped_mm_backward(
@@ -481,7 +583,8 @@ def _grouped_mm_backward(
     pre: torch.Tensor,
     r: Routing,
     plan: MoEPlan,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    epilogue: dict,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """`fused_moe_backward` with torch's grouped GEMMs: the sorted rows' grad_out and input are
     gathered once each, the weight gradients are grouped over those rows (an expert without
     rows gets 0)."""
@@ -497,14 +600,14 @@ def _grouped_mm_backward(
     _fused_moe_swiglu_backward_kernel[(triton.cdiv(n_slots, block_m), triton.cdiv(intermediate, block_n))](
         d_act, weights, r.slot_of_row, pre, dpre, wact, ds_partial,
         n_slots, intermediate, d_act.stride(0), pre.stride(0), dpre.stride(0), wact.stride(0),
-        BLOCK_M=block_m, BLOCK_N=block_n,
+        BLOCK_M=block_m, BLOCK_N=block_n, **epilogue,
     )  # fmt: skip
     del d_act
     _combine(torch._grouped_mm(dpre, w_gate_up, offs=offsets), None, r, dx, plan)
     d_down = _grouped_weight_grad(dy_rows, wact, offsets, w_down)
     del dy_rows
     d_gate_up = _grouped_weight_grad(dpre, x.index_select(0, r.token_of_row), offsets, w_gate_up)
-    return dx, d_gate_up, d_down, _routing_weights_grad(ds_partial, r, weights)
+    return dx, d_gate_up, d_down, routing_weights_grad(ds_partial, r, weights), dpre
 
 
 def _grouped_weight_grad(p: torch.Tensor, q: torch.Tensor, offsets: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -532,7 +635,8 @@ class LigerFusedMoEFunction(torch.autograd.Function):
         x = hidden_states.contiguous()
         w_gate_up, w_down = expert_weight(gate_up_proj), expert_weight(down_proj)
         weights = top_k_weights.contiguous()
-        out, pre = fused_moe_forward(x, w_gate_up, w_down, weights, r, plan)
+        ctx.epilogue = epilogue_args(down_proj.shape[-1])
+        out, pre = fused_moe_forward(x, w_gate_up, w_down, weights, r, plan, ctx.epilogue)
         # The bad-id count reached the host behind the kernels just queued (no idle device).
         expert_ids.check()
         ctx.save_for_backward(x, w_gate_up, w_down, weights, pre, *vars(r).values())
@@ -542,7 +646,50 @@ class LigerFusedMoEFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, w_gate_up, w_down, weights, pre, *routing = ctx.saved_tensors
-        dx, d_gate_up, d_down, d_weights = fused_moe_backward(
-            dy.contiguous(), x, w_gate_up, w_down, weights, pre, Routing(*routing), ctx.plan
+        dx, d_gate_up, d_down, ds, _ = fused_moe_backward(
+            dy.contiguous(), x, w_gate_up, w_down, weights, pre, Routing(*routing), ctx.plan, ctx.epilogue
         )
-        return dx, d_gate_up, d_down, None, d_weights
+        return dx, d_gate_up, d_down, None, ds.to(weights.dtype)
+
+
+@implements("fused_moe_clamped_swiglu")
+class LigerFusedMoEClampedSwiGLUFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx, hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights, gate_up_bias=None, down_bias=None,
+        limit=GPT_OSS_LIMIT, alpha=GPT_OSS_ALPHA, up_offset=GPT_OSS_UP_OFFSET, interleaved=True,
+    ):  # fmt: skip
+        check_clamped_args(
+            hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights, gate_up_bias, down_bias,
+            limit, alpha, up_offset, interleaved,
+        )  # fmt: skip
+        intermediate = down_proj.shape[-1]
+        plan = plan_moe(hidden_states.dtype, hidden_states.device, hidden_states.shape[-1], intermediate)
+        r, expert_ids = route(top_k_index, gate_up_proj.shape[0], plan.block_m, CLAMPED_OP)
+        x = hidden_states.contiguous()
+        w_gate_up, w_down = expert_weight(gate_up_proj), expert_weight(down_proj)
+        weights = top_k_weights.contiguous()
+        b_gate_up = None if gate_up_bias is None else gate_up_bias.contiguous()
+        b_down = None if down_bias is None else down_bias.contiguous()
+        ctx.epilogue = epilogue_args(intermediate, limit, alpha, up_offset, interleaved, clamped=True)
+        out, pre = fused_moe_forward(x, w_gate_up, w_down, weights, r, plan, ctx.epilogue, b_gate_up, b_down)
+        expert_ids.check()
+        ctx.save_for_backward(x, w_gate_up, w_down, weights, pre, b_gate_up, b_down, *vars(r).values())
+        ctx.plan = plan
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w_gate_up, w_down, weights, pre, b_gate_up, b_down, *routing = ctx.saved_tensors
+        r = Routing(*routing)
+        dy = dy.contiguous()
+        dx, d_gate_up, d_down, ds, dpre = fused_moe_backward(
+            dy, x, w_gate_up, w_down, weights, pre, r, ctx.plan, ctx.epilogue
+        )
+        d_b_gate_up = d_b_down = None
+        if b_gate_up is not None:
+            d_b_gate_up = gate_up_bias_grad(dpre, r, b_gate_up)
+        if b_down is not None:
+            d_b_down, ds_bias = down_bias_backward(dy, b_down, r, weights)
+            ds = ds + ds_bias
+        return dx, d_gate_up, d_down, None, ds.to(weights.dtype), d_b_gate_up, d_b_down, None, None, None, None

@@ -79,9 +79,10 @@ def check_args(
     down_proj: torch.Tensor,
     top_k_index: torch.Tensor,
     top_k_weights: torch.Tensor,
+    op: str = OP_NAME,
 ) -> None:
     """Raise a clear error for arguments outside the contract (the expert ids' values:
-    `check_expert_ids`, or `route`)."""
+    `check_expert_ids`, or `route`); ``op`` names the op in the message."""
     try:
         if (
             hidden_states.dtype in FLOAT_DTYPES
@@ -108,7 +109,6 @@ def check_args(
             return
     except (AttributeError, TypeError):
         pass
-    op = OP_NAME
     check_floating("hidden_states", hidden_states)
     if hidden_states.ndim != 2:
         raise ValueError(f"{op}: hidden_states must be 2-D (tokens, hidden); got shape {tuple(hidden_states.shape)}")
@@ -161,19 +161,18 @@ def _bad_ids(top_k_index: torch.Tensor, n_experts: int) -> torch.Tensor:
     return (top_k_index < 0) | (top_k_index >= n_experts)
 
 
-def _raise_bad_ids(top_k_index: torch.Tensor, n_experts: int, n_bad: int) -> None:
+def _raise_bad_ids(top_k_index: torch.Tensor, n_experts: int, n_bad: int, op: str = OP_NAME) -> None:
     first = int(top_k_index[_bad_ids(top_k_index, n_experts)][0])
     raise ValueError(
-        f"{OP_NAME}: top_k_index must be in [0, {n_experts}) (the experts of gate_up_proj); "
-        f"{n_bad} are not (first: {first})"
+        f"{op}: top_k_index must be in [0, {n_experts}) (the experts of gate_up_proj); {n_bad} are not (first: {first})"
     )
 
 
-def check_expert_ids(top_k_index: torch.Tensor, n_experts: int) -> None:
+def check_expert_ids(top_k_index: torch.Tensor, n_experts: int, op: str = OP_NAME) -> None:
     """Raise ValueError for an expert id outside ``[0, n_experts)`` (one host synchronisation)."""
     n_bad = int(_bad_ids(top_k_index, n_experts).sum())
     if n_bad:
-        _raise_bad_ids(top_k_index, n_experts, n_bad)
+        _raise_bad_ids(top_k_index, n_experts, n_bad, op)
 
 
 # -- routing: what every backend's grouped GEMMs run over ---------------------------------------
@@ -192,6 +191,7 @@ class Routing:
       never spans two experts (its rows past the expert's end are masked). ``max_tiles`` of
       them: the tiles past ``n_tiles`` are empty (the last expert's, starting at its end).
     - ``n_tiles``: ``(1,)``, the real tile count (a routed kernel's programs past it exit).
+    - ``expert_of_row``: the expert of each sorted row (per-expert biases are read by it).
     """
 
     token_of_row: torch.Tensor
@@ -201,6 +201,7 @@ class Routing:
     tile_expert: torch.Tensor
     tile_row_start: torch.Tensor
     n_tiles: torch.Tensor
+    expert_of_row: torch.Tensor
 
     @property
     def max_tiles(self) -> int:
@@ -220,8 +221,8 @@ class PendingExpertIds:
     clamped ids meanwhile, so their output is discarded, never wrong memory). Inside a CUDA graph
     capture nothing is copied or checked: a replay runs on whatever ids it is given, clamped."""
 
-    def __init__(self, ids: torch.Tensor, n_experts: int, n_bad: torch.Tensor) -> None:
-        self._ids, self._n_experts = ids, n_experts
+    def __init__(self, ids: torch.Tensor, n_experts: int, n_bad: torch.Tensor, op: str = OP_NAME) -> None:
+        self._ids, self._n_experts, self._op = ids, n_experts, op
         capturing = ids.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         self._n_bad = None if capturing else HostCopy(n_bad)
 
@@ -231,10 +232,12 @@ class PendingExpertIds:
             n_bad = int(self._n_bad.tolist())
             self._n_bad = None
             if n_bad:
-                _raise_bad_ids(self._ids, self._n_experts, n_bad)
+                _raise_bad_ids(self._ids, self._n_experts, n_bad, self._op)
 
 
-def route(top_k_index: torch.Tensor, n_experts: int, block_m: int) -> tuple[Routing, PendingExpertIds]:
+def route(
+    top_k_index: torch.Tensor, n_experts: int, block_m: int, op: str = OP_NAME
+) -> tuple[Routing, PendingExpertIds]:
     """Sort the selections by expert and tile each expert's rows by ``block_m``, with no host
     synchronisation: every shape comes from the inputs' shapes (``max_tiles`` tiles), the real
     tile count stays on the device. Bad expert ids are clamped to expert 0 for the kernels; the
@@ -245,7 +248,7 @@ def route(top_k_index: torch.Tensor, n_experts: int, block_m: int) -> tuple[Rout
     top_k = top_k_index.shape[1]
     ids = top_k_index.reshape(-1).long()
     bad_ids = _bad_ids(ids, n_experts)
-    pending = PendingExpertIds(ids, n_experts, bad_ids.sum())
+    pending = PendingExpertIds(ids, n_experts, bad_ids.sum(), op)
     safe = torch.where(bad_ids, torch.zeros((), dtype=ids.dtype, device=device), ids)
     # Each expert's rows from the sorted ids (bincount would read their maximum on the host).
     sorted_ids, slot_of_row = torch.sort(safe, stable=True)
@@ -269,6 +272,7 @@ def route(top_k_index: torch.Tensor, n_experts: int, block_m: int) -> tuple[Rout
         tile_expert=tile_expert.to(i32),
         tile_row_start=tile_row_start.to(i32),
         n_tiles=tile_ends[-1:].to(i32),
+        expert_of_row=sorted_ids.to(i32),
     )
     return routing, pending
 
