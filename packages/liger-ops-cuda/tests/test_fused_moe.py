@@ -44,6 +44,24 @@ def test_bf16_both_gemm_paths(backend, device, monkeypatch, grouped_mm, transpos
     check(backend, "fused_moe", args)
 
 
+@pytest.mark.parametrize("interleaved", (True, False), ids=("interleaved", "concatenated"))
+@pytest.mark.parametrize("grouped_mm", (True, False), ids=("grouped_mm", "triton_gemms"))
+def test_clamped_swiglu_both_gemm_paths(backend, device, monkeypatch, grouped_mm, interleaved):
+    # GPT-OSS's experts on either bf16 path, small tiles: the biases added in the gate-up
+    # epilogue (Triton) or the SwiGLU kernel (grouped_mm) and in the gather-sum; the clamps cut
+    # a third of the gates and up values (``eighths``: values exact in bf16, see the sample builder).
+    monkeypatch.setattr(fused_moe, "use_grouped_mm", lambda *shape: grouped_mm)
+    small = {"MOE_ROWS_BLOCK_M": 16, "MOE_ROWS_BLOCK_N": 16, "MOE_ROWS_BLOCK_K": 32, "MOE_COMBINE_BLOCK": 16}
+    small.update(MOE_SWIGLU_BLOCK_M=4, MOE_SWIGLU_BLOCK_N=16)
+    for name, size in small.items():
+        monkeypatch.setattr(hardware, name, size)
+    args = make_args(
+        "fused_moe_clamped_swiglu", device, tokens=19, hidden=48, intermediate=40, experts=6, top_k=2,
+        routing="even", dtype=torch.bfloat16, transposed_weights=True, interleaved=interleaved, eighths=True,
+    )  # fmt: skip
+    check(backend, "fused_moe_clamped_swiglu", args)
+
+
 def test_grouped_mm_takes_aligned_bf16_only(device):
     dev = torch.device(device)
     assert fused_moe.use_grouped_mm(torch.bfloat16, dev, 48, 40) == (

@@ -1,4 +1,5 @@
-"""Shared check for vendor backends: fused_moe reads its expert weights where they are. A
+"""Shared check for vendor backends: fused_moe and fused_moe_clamped_swiglu (GPT-OSS's experts,
+stored transposed like Llama 4's) read their expert weights where they are. A
 contiguous ``gate_up_proj`` / ``down_proj``, or the transpose of a contiguous tensor (Llama 4
 stores ``(E, H, 2I)`` and ``(E, I, H)`` and hands over transposed views), is saved for the
 backward as itself, never as a copy (a Llama-4-Scout layer's experts are about 4 GB in bf16), and
@@ -18,6 +19,7 @@ import pytest
 import torch
 
 from liger_core.conformance.check import make_args, op_callable
+from liger_core.interface import CATALOGUE
 
 __all__ = ["test_fused_moe_reads_weights_in_place"]
 
@@ -28,8 +30,8 @@ def _storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
 
-def check_weights_in_place(backend, args: dict) -> None:
-    """One fused_moe call on ``args`` (weights requiring grad): every saved tensor shaped like a
+def check_weights_in_place(backend, args: dict, op: str = "fused_moe") -> None:
+    """One ``op`` call on ``args`` (weights requiring grad): every saved tensor shaped like a
     weight (or like its transpose) is that weight's storage, and each weight's incoming gradient
     has the weight's strides."""
     saved: list[torch.Tensor] = []
@@ -41,34 +43,35 @@ def check_weights_in_place(backend, args: dict) -> None:
     grad_strides: dict[str, tuple[int, ...]] = {}
     for name in WEIGHTS:
         args[name].register_hook(lambda g, name=name: grad_strides.__setitem__(name, g.stride()))
-    fused_moe = op_callable(backend, "fused_moe")
+    call = op_callable(backend, op)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = fused_moe(*(args[k] for k in ("hidden_states", *WEIGHTS, "top_k_index", "top_k_weights")))
+        out = call(*CATALOGUE[op].bind(args).values())
     out.sum().backward()
     for name in WEIGHTS:
         w = args[name]
         shapes = (w.shape, w.transpose(1, 2).shape)
         copies = [t for t in saved if t.shape in shapes and _storage(t) != _storage(w)]
         assert not copies, (
-            f"fused_moe saved {len(copies)} copy(ies) of {name} (strides {w.stride()}) for the backward; "
+            f"{op} saved {len(copies)} copy(ies) of {name} (strides {w.stride()}) for the backward; "
             "it must save the weight itself"
         )
         assert grad_strides.get(name) == w.stride(), (
-            f"fused_moe's gradient of {name} has strides {grad_strides.get(name)}; the weight's are {w.stride()} "
+            f"{op}'s gradient of {name} has strides {grad_strides.get(name)}; the weight's are {w.stride()} "
             "(autograd then copies it into the weight's layout)"
         )
 
 
+@pytest.mark.parametrize("op", ("fused_moe", "fused_moe_clamped_swiglu"))
 @pytest.mark.parametrize("transposed_weights", (False, True), ids=("contiguous", "transposed"))
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
-def test_fused_moe_reads_weights_in_place(conformance_backend, conformance_device, transposed_weights, dtype):
+def test_fused_moe_reads_weights_in_place(conformance_backend, conformance_device, transposed_weights, dtype, op):
     # Weights far larger than any activation: 4 experts of 64 x 64 and 64 x 32 against 7 tokens.
     args = make_args(
-        "fused_moe", conformance_device, tokens=7, hidden=64, intermediate=32, experts=4, top_k=2, dtype=dtype,
+        op, conformance_device, tokens=7, hidden=64, intermediate=32, experts=4, top_k=2, dtype=dtype,
         transposed_weights=transposed_weights, seed=11,
     )  # fmt: skip
     for name in WEIGHTS:
         assert args[name].transpose(1, 2).is_contiguous() == transposed_weights
         args[name].requires_grad_(True)
     args["hidden_states"].requires_grad_(True)
-    check_weights_in_place(conformance_backend, args)
+    check_weights_in_place(conformance_backend, args, op)

@@ -232,25 +232,37 @@ def args(
     up_offset=GPT_OSS_UP_OFFSET,
     dtype=torch.float32,
     seed=0,
+    eighths=False,
     **moe_args,
 ):
     """`fused_moe.args` plus the biases and the activation. ``limit`` None: 0.6 in float32 (a
     third of the gates and up values clamped, so the clamps' gradients are checked), 7.0
     (GPT-OSS's, no clamp at these scales) in the half dtypes, where rounding ``h`` could move a
-    value across the limit that the float64 oracle keeps on the other side."""
+    value across the limit that the float64 oracle keeps on the other side; unless ``eighths``:
+    hidden_states in {-1, 0, 1}, the gate-up weight and bias on multiples of 1/8, so every gate
+    and up value is a multiple of 1/8, exact in every dtype, and the limit (0.9375 by default) is
+    none: the half dtypes clamp the elements the oracle clamps."""
     kw = moe.args(device, dtype=dtype, seed=seed, **moe_args)
     n_experts, two_i, hidden = kw["gate_up_proj"].shape
     g = S.gen(seed + 1)
     kw["gate_up_bias"] = S.to(device, dtype, S.normal((n_experts, two_i), g, 0.5)) if bias else None
     kw["down_bias"] = S.to(device, dtype, S.normal((n_experts, hidden), g, 0.5)) if bias else None
+    if eighths:
+        for name, low, high, scale in (("hidden_states", -1, 2, 1.0), ("gate_up_proj", -2, 3, 0.125),
+                                       ("gate_up_bias", -4, 5, 0.125)):  # fmt: skip
+            t = kw[name]
+            if t is not None:
+                t.copy_((torch.randint(low, high, t.shape, generator=g) * scale).to(t.dtype))
     if limit is None:
-        limit = 0.6 if dtype == torch.float32 else GPT_OSS_LIMIT
+        limit = 0.9375 if eighths else 0.6 if dtype == torch.float32 else GPT_OSS_LIMIT
     return dict(kw, limit=limit, alpha=alpha, up_offset=up_offset, interleaved=interleaved)
 
 
 def samples():
     # GPT-OSS's experts (interleaved, biased, transposed weights as it stores them), odd sizes, every dtype.
     yield from S.grid(args, dict(dtype=S.DTYPES), transposed_weights=True)
+    # The clamps cutting in the half dtypes too, on values exact in every dtype.
+    yield from S.grid(args, dict(dtype=S.DTYPES[1:]), transposed_weights=True, eighths=True, seed=11)
     # Concatenated halves without biases, slope 1, no offset (DeepSeek-V4's): also contiguous weights.
     yield from S.grid(
         args, dict(dtype=S.OPTION_DTYPES), bias=False, interleaved=False, alpha=1.0, up_offset=0.0, seed=1
