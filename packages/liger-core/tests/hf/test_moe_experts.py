@@ -213,3 +213,83 @@ def test_llama4_moe_block_equals_transformers(monkeypatch, dtype, top_k, flag):
     for name in want:
         assert got[name].dtype == want[name].dtype, name
         _close(got[name].detach().float(), want[name].detach().float(), dtype, name)
+
+
+# -- GPT-OSS: biased experts, interleaved gate/up, the clamped SwiGLU --------------------------------
+
+
+def _on_eighths(t: torch.Tensor, gen: torch.Generator, low: int, high: int, scale: float) -> None:
+    with torch.no_grad():
+        t.copy_(torch.randint(low, high, t.shape, generator=gen) * scale)
+
+
+@pytest.mark.parametrize("flag", ("1", "0"))
+@pytest.mark.parametrize("implementation", ("eager", "grouped_mm"))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("float32", "bfloat16"))
+def test_gpt_oss_experts_equal_transformers(monkeypatch, dtype, implementation, flag):
+    """`layers.clamped_experts_class` against transformers' ``GptOssExperts`` (its eager loop and its
+    grouped-GEMM implementation) on the same weights: output and the gradients of the hidden
+    states, both weights, both biases and the routing weights. The gate-up projection's inputs are
+    on a 1/8 grid (tokens in {-1, 0, 1}), so gate and up are exact in bf16 on both sides and a
+    limit of 0.9375 clamps the same third of them; where a vendor backend serves the op and the
+    flag is on, the fused op runs (its node in the graph), else the stock loop, never a warning."""
+    from transformers import GptOssConfig
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+
+    from liger_core import registry
+    from liger_core.transformers import layers
+    from liger_core.transformers.layers import LigerStockFallbackWarning
+
+    monkeypatch.setenv(layers.FUSED_MOE_ENV, flag)
+    config = GptOssConfig(
+        hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_local_experts=EXPERTS, num_experts_per_tok=TOP_K,
+        swiglu_limit=0.9375,
+    )  # fmt: skip
+    config._experts_implementation = implementation
+    gen = torch.Generator().manual_seed(4)
+    stock = GptOssExperts(config)
+    _on_eighths(stock.gate_up_proj, gen, -2, 3, 0.125)
+    _on_eighths(stock.gate_up_proj_bias, gen, -4, 5, 0.125)
+    with torch.no_grad():
+        stock.down_proj.copy_(torch.randn(stock.down_proj.shape, generator=gen) * INTERMEDIATE**-0.5)
+        stock.down_proj_bias.copy_(torch.randn(stock.down_proj_bias.shape, generator=gen) * 0.5)
+    stock.to(dtype)
+    liger = layers.clamped_experts_class(GptOssExperts)(config).to(dtype)
+    liger.load_state_dict(stock.state_dict())
+    assert liger._liger_fallback is None
+
+    x = torch.randint(-1, 2, (TOKENS, HIDDEN), generator=gen).to(dtype)
+    # GptOssTopKRouter: top-k of the logits, softmax over those k, in the experts' dtype; expert 4 unused.
+    logits = torch.randn(TOKENS, EXPERTS, generator=gen)
+    logits[:, 4] = -1e4
+    top, index = torch.topk(logits, TOP_K, dim=-1)
+    weights = torch.softmax(top, dim=1).to(dtype)
+    dy = torch.randn(TOKENS, HIDDEN, generator=gen).to(dtype)
+    fused = flag == "1" and registry.serving("fused_moe_clamped_swiglu", "cpu").backend not in (
+        None,
+        registry.REFERENCE,
+    )
+    results = []
+    for module in (liger, stock):
+        x_leaf, w_leaf = x.clone().requires_grad_(), weights.clone().requires_grad_()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = module(x_leaf, index, w_leaf)
+        if module is liger:
+            assert _graph_has(out, "FusedMoEClampedSwiGLU") == fused
+            assert [w for w in caught if w.category is LigerStockFallbackWarning] == []
+        out.backward(dy)
+        grads = {name: p.grad for name, p in module.named_parameters()}
+        results.append({"output": out, "grad_hidden_states": x_leaf.grad, "grad_routing_weights": w_leaf.grad, **grads})
+    got, want = results
+    assert got.keys() == want.keys() and len(got) == 7
+    for name in want:
+        assert got[name].dtype == want[name].dtype, name
+        _close(got[name].detach().float(), want[name].detach().float(), dtype, name)
+    # The clamps cut (expert 0's gate and up on every token): some gates above the limit, some up
+    # values outside it, whose gradients both sides zero.
+    with torch.no_grad():
+        h = x.float() @ stock.gate_up_proj[0].float() + stock.gate_up_proj_bias[0].float()
+    assert (h[:, 0::2] > config.swiglu_limit).any() and (h[:, 1::2].abs() > config.swiglu_limit).any()
+    assert not liger.gate_up_proj.grad[4].any() and not liger.gate_up_proj_bias.grad[4].any()
+    assert not liger.down_proj_bias.grad[4].any()

@@ -88,6 +88,19 @@ MODEL_CONFIGS: dict[str, ModelShape] = {
             experts=8,
             top_k=2,
         ),
+        # openai/gpt-oss-20b config.json: hidden_size 2880, intermediate_size 2880, 32 local experts, 4 per
+        # token, 64 heads of 64, 8 KV heads, vocab_size 201088 (fused_moe_clamped_swiglu).
+        ModelShape(
+            "gpt-oss-20b",
+            hidden=2880,
+            intermediate=2880,
+            vocab=201088,
+            heads=64,
+            kv_heads=8,
+            head_dim=64,
+            experts=32,
+            top_k=4,
+        ),
         # For a CPU smoke run: odd sizes, every op finishes in milliseconds on the reference.
         ModelShape("tiny", hidden=48, intermediate=80, vocab=96, heads=4, kv_heads=2, head_dim=16, tokens=24, batch=2),
     )

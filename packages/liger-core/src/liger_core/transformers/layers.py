@@ -387,6 +387,63 @@ def experts_class(base: type, kind: str = "swiglu") -> type:
     return _subclass(base, ("experts", kind), kind, {"forward": forward, "_liger_structural": structural})
 
 
+def clamped_moe_reason(module: nn.Module, hidden_states: torch.Tensor) -> str | None:
+    """`fused_moe_reason` for the fused_moe_clamped_swiglu op (the flag is the same)."""
+    if os.environ.get(FUSED_MOE_ENV, "1").strip() == "0":
+        return f"{FUSED_MOE_ENV}=0"
+    if getattr(module, "_is_expert_parallel", False):
+        return "expert parallelism (ids of other ranks' experts)"
+    if hidden_states.ndim != 2 or hidden_states.dtype != module.gate_up_proj.dtype:
+        return "hidden states other than (tokens, hidden) rows in the experts' dtype"
+    serving = registry.serving("fused_moe_clamped_swiglu", hidden_states.device.type)
+    if serving.backend in (None, registry.REFERENCE):
+        return "no vendor backend serves fused_moe_clamped_swiglu here"
+    return None
+
+
+def clamped_experts_class(base: type) -> type:
+    """Liger subclass of GPT-OSS's experts (``GptOssExperts``): ``gate_up_proj`` (E, H, 2I) with gate
+    and up columns interleaved, ``down_proj`` (E, I, H), a bias on each, and the clamped SwiGLU
+    ``min(gate, limit) * sigmoid(alpha * .) * (clamp(up, +-limit) + 1)``. The routed experts run
+    the fused_moe_clamped_swiglu op on the weights' transposed views (read in place) where
+    `clamped_moe_reason` allows (a vendor backend serves it and LIGER_FUSED_MOE is not 0);
+    otherwise the stock loop, which computes the same (the catalogue has no per-expert clamped
+    SwiGLU op to put in it)."""
+    fused = require_op("liger_fused_moe_clamped_swiglu")
+
+    def forward(
+        self, hidden_states: torch.Tensor, router_indices: torch.Tensor, routing_weights: torch.Tensor
+    ) -> torch.Tensor:
+        reason = self._liger_fallback or tensor_reason(hidden_states)
+        if reason is not None:
+            warn_fallback(type(self).__name__, reason)
+            return base.forward(self, hidden_states, router_indices, routing_weights)
+        if clamped_moe_reason(self, hidden_states) is not None:
+            return base.forward(self, hidden_states, router_indices, routing_weights)
+        return fused(
+            hidden_states, self.gate_up_proj.transpose(1, 2), self.down_proj.transpose(1, 2), router_indices,
+            routing_weights, self.gate_up_proj_bias, self.down_proj_bias, float(self.limit), float(self.alpha),
+            1.0, True,
+        )  # fmt: skip
+
+    def structural(module: nn.Module) -> str | None:
+        gate_up, down = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
+        gate_up_bias, down_bias = getattr(module, "gate_up_proj_bias", None), getattr(module, "down_proj_bias", None)
+        if not all(isinstance(t, torch.Tensor) for t in (gate_up, down, gate_up_bias, down_bias)):
+            return "experts without gate_up_proj, down_proj and their biases"
+        n_experts, hidden, two_i = gate_up.shape if gate_up.ndim == 3 else (0, 0, 0)
+        shapes = (tuple(down.shape), tuple(gate_up_bias.shape), tuple(down_bias.shape))
+        want = ((n_experts, two_i // 2, hidden), (n_experts, two_i), (n_experts, hidden))
+        if not two_i or two_i % 2 or shapes != want:
+            return "experts weights laid out other than GPT-OSS's (experts, hidden, 2 * intermediate)"
+        if not all(isinstance(getattr(module, a, None), (int, float)) for a in ("limit", "alpha")):
+            return "experts without GPT-OSS's swiglu limit and alpha"
+        return None
+
+    namespace = {"forward": forward, "_liger_structural": structural}
+    return _subclass(base, ("clamped_experts",), "clamped_swiglu", namespace)
+
+
 def scaled_input_moe_class(base: type) -> type:
     """Liger subclass of a MoE block whose router scales each token *before* its experts (Llama 4's
     ``Llama4TextMoe``: ``sigmoid`` of the top-k router logits, 0 elsewhere).

@@ -84,6 +84,7 @@ class Family:
     other_mlps: tuple[tuple[str, str], ...] = ()  # (class, kind): MLPs of another kind (vision towers)
     experts: tuple[str, ...] = ()  # fused-weight MoE experts classes (same activation as the MLPs)
     scaled_input_moes: tuple[str, ...] = ()  # MoE blocks that scale tokens before their experts (Llama 4)
+    clamped_experts: tuple[str, ...] = ()  # biased experts with the clamped SwiGLU (GPT-OSS)
     layer_norms: tuple[tuple[str, float], ...] = ()  # LayerNorm classes and their weight offset
     vision_layer_norm: bool = False  # layer_norm also converts a live model's torch.nn.LayerNorm modules
     rope: str | None = "full"  # layers.rope_function kind of `rope_fn`; None: not served
@@ -275,9 +276,7 @@ FAMILIES: dict[str, Family] = {
         _F32_SCALE,
         rope="half_table",
         logits=_moe("gpt_oss"),
-        off=("swiglu",),
-        unavailable=(("swiglu", "its experts clamp gate and up and compute (up + 1) * gate * sigmoid(alpha * gate)"),),
-        lacks="its experts' clamped SwiGLU (fused MoE experts)",
+        clamped_experts=("GptOssExperts",),
     ),
     "llama4": Family(
         "llama4",
@@ -677,6 +676,8 @@ def _apply(model_type: str, flags: dict[str, bool], model: nn.Module | None, con
             swaps[stock] = layers.experts_class(stock, "geglu" if fam.mlp_kind == "geglu" else "swiglu")
         for stock in _classes(mod, fam.scaled_input_moes):
             swaps[stock] = layers.scaled_input_moe_class(stock)
+        for stock in _classes(mod, fam.clamped_experts):
+            swaps[stock] = layers.clamped_experts_class(stock)
     vision_ln = None
     if "layer_norm" in on:
         for name, offset in fam.layer_norms:
@@ -835,7 +836,9 @@ def _doc(model_type: str, fam: Family) -> str:
         "heads": " and ".join(fam.heads) or "(no LM head)",
         "norms": ", ".join([*fam.norms, *(n for n, _ in fam.other_norms)]) or "(none of its own)",
         "layer_norms": ", ".join(layer_norms) or "(none of its own)",
-        "mlps": ", ".join([*fam.mlps, *(n for n, _ in fam.other_mlps), *fam.experts, *fam.scaled_input_moes])
+        "mlps": ", ".join(
+            [*fam.mlps, *(n for n, _ in fam.other_mlps), *fam.experts, *fam.scaled_input_moes, *fam.clamped_experts]
+        )
         or "(none of its own)",
         "decoder_layers": " and ".join(fam.decoder_layers) or "(no decoder layer)",
     }
@@ -994,4 +997,6 @@ def family_ops(model_type: str) -> dict[str, list[str]]:
         ops[mlp] = [mlp, *(["fused_gate_up_swiglu"] if fam.mlp_kind == "phi3" else [])]
         if (fam.experts or fam.scaled_input_moes) and mlp == "swiglu":
             ops[mlp].append("fused_moe")
+        if fam.clamped_experts:
+            ops[mlp] = ["fused_moe_clamped_swiglu"]
     return {flag: [] if flag in unavailable else ops.get(flag, [flag]) for flag in fam.flags}
