@@ -17,6 +17,7 @@ what was allocated before it (parameters and inputs excluded, gradients included
 output's largest difference from stock eager's, relative to stock's largest element.
 """
 
+import copy
 import json
 import os
 import sys
@@ -65,6 +66,8 @@ def measure(step, params, n=10):
 
 
 def block(config, implementation, experts_class=None):
+    # Each block its own config: the experts read _experts_implementation from it at every call.
+    config = copy.deepcopy(config)
     config._experts_implementation = implementation
     module = GptOssMLP(config)
     if experts_class is not None:
@@ -113,7 +116,6 @@ def main(token_counts):
                     row["max_rel_diff_vs_stock"] = round(rel, 5)
                 print(row, flush=True)
                 rows.append(row)
-            del x, dy
         del stock, grouped, liger
         torch.cuda.empty_cache()
     out = {

@@ -38,6 +38,7 @@ MODULE_OF = {
     "mhc_coeffs": "mhc",
     "mhc_pre": "mhc",
     "mhc_post_res": "mhc",
+    "fused_moe_clamped_swiglu": "fused_moe",
 }
 
 

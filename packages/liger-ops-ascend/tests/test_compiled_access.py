@@ -32,9 +32,10 @@ GATHERS = {
     "_fused_linear_scaled_cross_entropy_forward_kernel",
 }
 # Ops whose kernels have no chunked variant for the small-UB pass to reach, and whose smallest
-# tiles an 8 KiB UB cannot hold (fused_moe's GEMMs, fused_neighborhood_attention's banded
-# products: their tile shrinks to tl.dot's 16, their code does not).
-NO_SMALL_UB = {"fused_moe", "fused_neighborhood_attention"}
+# tiles an 8 KiB UB cannot hold (fused_moe's GEMMs, and fused_moe_clamped_swiglu's on them,
+# fused_neighborhood_attention's banded products: their tile shrinks to tl.dot's 16, their code
+# does not).
+NO_SMALL_UB = {"fused_moe", "fused_moe_clamped_swiglu", "fused_neighborhood_attention"}
 
 _COMPILE = r"""
 import json, os, subprocess, sys, tempfile, importlib
@@ -118,8 +119,12 @@ def _record_specializations(monkeypatch) -> list[dict]:
     def record(kernel, plan, hw, *args, **kwargs):
         fn = getattr(kernel, "fn", kernel)
         params = fn.__code__.co_varnames[: fn.__code__.co_argcount]
-        sig = {p: _type(a) for p, a in zip(params, args)}
-        consts = {k: v for k, v in kwargs.items()}
+        # Constexprs by their annotation: a runtime scalar may be passed by keyword too
+        # (fused_moe's `epilogue_args`), and compiles as an argument, not a constant.
+        constexprs = {p for p in params if "constexpr" in str(fn.__annotations__.get(p, ""))}
+        named = {**dict(zip(params, args)), **kwargs}
+        sig = {p: _type(a) for p, a in named.items() if p not in constexprs}
+        consts = {k: v for k, v in named.items() if k in constexprs}
         flags = tuple(sorted((k, v) for k, v in consts.items() if not k.startswith("BLOCK")))
         key = (fn.__module__, fn.__name__, flags, tuple(sorted(sig.items())))
         seen.setdefault(key, {"module": fn.__module__, "name": fn.__name__, "sig": sig, "consts": consts})

@@ -37,6 +37,7 @@ KERNEL_PREFIX = {
     "mhc_coeffs": "_mhc_coeffs",
     "mhc_pre": "_mhc_pre",
     "mhc_post_res": "_mhc_post_res",
+    "fused_moe_clamped_swiglu": "fused_moe",  # fused_moe's kernels, CLAMPED
 }
 
 

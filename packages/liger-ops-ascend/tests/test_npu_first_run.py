@@ -46,7 +46,8 @@ FAMILIES = {
         "fused_linear_scaled_cross_entropy",
     ),
     "divergence": ("kl_div", "jsd", "tvd", "fused_linear_jsd", "fused_ce_tvd"),
-    "moe": ("fused_moe",),
+    # 1.9: GPT-OSS's experts (fused_moe's kernels with the biases and the clamped SwiGLU).
+    "moe": ("fused_moe", "fused_moe_clamped_swiglu"),
     # 1.6: the GRPO and distillation losses (cross-entropy's kernels; kl_div's and jsd's for the soft terms).
     "policy_and_distillation": (
         "fused_linear_grpo",

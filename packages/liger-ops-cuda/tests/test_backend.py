@@ -41,6 +41,7 @@ FAMILIES = {
     "mhc_coeffs": "mhc",
     "mhc_pre": "mhc",
     "mhc_post_res": "mhc",
+    "fused_moe_clamped_swiglu": "fused_moe",
 }
 
 

@@ -33,6 +33,7 @@ _FAMILY = {
     "mhc_coeffs": "mhc",
     "mhc_pre": "mhc",
     "mhc_post_res": "mhc",
+    "fused_moe_clamped_swiglu": "fused_moe",
 }
 
 

@@ -321,7 +321,8 @@ def _loss_cases() -> list[dict]:
 
 def _moe_cases() -> list[dict]:
     """fused_moe's kernels at its bf16 plan (Qwen3-30B-A3B's expert shapes do not enter: every
-    size is a runtime argument), with both weight-gradient gathers."""
+    size is a runtime argument), with both weight-gradient gathers; and fused_moe_clamped_swiglu's
+    specialisations of them (CLAMPED activation, HAS_BIAS gate-up epilogue and gather-sum)."""
     import torch
 
     from liger_ops_xpu.fused_moe import plan_moe
@@ -331,22 +332,27 @@ def _moe_cases() -> list[dict]:
     gemm.update(PRECISION=plan.precision, UPCAST=False, K_STEPS=0)
     warps = plan.rows.launch["num_warps"]
     routing = "TILE_EXPERT:i32 TILE_ROW_START:i32 EXPERT_OFFSETS:i32 N_TILES:i32"
+    epilogue = "pair_step up_shift"
+    epilogue_floats = "limit alpha up_offset"
     cases = []
-    gate_up = _sig(f"X W TOKEN_OF_ROW:i32 {routing} PRE ACT")
-    gate_up.update(
-        _sig(
-            "", "hidden intermediate x_row_stride w_expert_stride w_row_stride w_k_stride pre_row_stride act_row_stride"
-        )
-    )
-    cases.append(_case("fused_moe", "_fused_moe_gate_up_kernel", gate_up, gemm, warps))
+    gate_up = _sig(f"X W BIAS TOKEN_OF_ROW:i32 {routing} PRE ACT")
+    strides = "x_row_stride w_expert_stride w_row_stride w_k_stride bias_expert_stride pre_row_stride act_row_stride"
+    gate_up.update(_sig("", f"hidden intermediate {strides} {epilogue}", epilogue_floats))
+    # fused_moe's (no bias, silu(gate) * up), fused_moe_clamped_swiglu's (biased, clamped).
+    for clamped in (False, True):
+        c = {**gemm, "HAS_BIAS": clamped, "CLAMPED": clamped}
+        cases.append(_case("fused_moe", "_fused_moe_gate_up_kernel", gate_up, c, warps))
     matmul = _sig(
         f"A W {routing} OUT", "n_cols k_dim a_row_stride w_expert_stride w_col_stride w_k_stride out_row_stride"
     )
     cases.append(_case("fused_moe", "_fused_moe_expert_matmul_kernel", matmul, gemm, warps))
     down_bwd = _sig(f"DY W WEIGHTS:fp32 PRE TOKEN_OF_ROW:i32 SLOT_OF_ROW:i32 {routing} DPRE WACT DS_PARTIAL:fp32")
     strides = "dy_row_stride w_expert_stride w_row_stride w_col_stride pre_row_stride dpre_row_stride wact_row_stride"
-    down_bwd.update(_sig("", f"hidden intermediate {strides} n_rows"))
-    cases.append(_case("fused_moe", "_fused_moe_down_backward_kernel", down_bwd, gemm, warps))
+    down_bwd.update(_sig("", f"hidden intermediate {strides} n_rows {epilogue}", epilogue_floats))
+    for clamped in (False, True):
+        cases.append(
+            _case("fused_moe", "_fused_moe_down_backward_kernel", down_bwd, {**gemm, "CLAMPED": clamped}, warps)
+        )
     dw = _sig("P Q TOKEN_OF_ROW:i32 EXPERT_OFFSETS:i32 DW")
     dw.update(_sig("", "m_dim n_dim p_row_stride q_row_stride dw_expert_stride dw_row_stride"))
     wgrad = {"BLOCK_M": plan.wgrad.block_m, "BLOCK_N": plan.wgrad.block_n, "BLOCK_K": plan.wgrad.block_k}
@@ -354,9 +360,13 @@ def _moe_cases() -> list[dict]:
     for p_by_token in (True, False):
         c = {**wgrad, "P_BY_TOKEN": p_by_token, "Q_BY_TOKEN": not p_by_token}
         cases.append(_case("fused_moe", "_fused_moe_weight_grad_kernel", dw, c, plan.wgrad.launch["num_warps"]))
-    combine = _sig("Y WEIGHTS ROW_OF_SLOT:i32 OUT", "n_cols y_row_stride out_row_stride")
-    c = {"TOP_K": 8, "WEIGHTED": True, "BLOCK_N": plan.combine_block}
-    cases.append(_case("fused_moe", "_fused_moe_combine_kernel", combine, c, 4, register_heavy=False))
+    combine = _sig(
+        "Y WEIGHTS ROW_OF_SLOT:i32 BIAS EXPERT_OF_ROW:i32 OUT", "n_cols y_row_stride bias_expert_stride out_row_stride"
+    )
+    # The forward's gather-sum without and with the down projection's bias.
+    for has_bias in (False, True):
+        c = {"TOP_K": 8, "WEIGHTED": True, "HAS_BIAS": has_bias, "BLOCK_N": plan.combine_block}
+        cases.append(_case("fused_moe", "_fused_moe_combine_kernel", combine, c, 4, register_heavy=False))
     return cases
 
 

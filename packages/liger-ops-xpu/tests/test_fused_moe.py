@@ -1,6 +1,7 @@
 """fused_moe.py's own paths: the smallest tiles tl.dot takes, so every sorted expert spans several
 row tiles (the last one partial), every GEMM several column blocks and reduction steps, and the
-routing weights' gradient sums several partial dot products; plus the routing it runs over."""
+routing weights' gradient sums several partial dot products (fused_moe's and
+fused_moe_clamped_swiglu's epilogues); plus the routing it runs over."""
 
 import pytest
 import torch
@@ -14,11 +15,7 @@ from liger_ops_xpu import hardware
 @pytest.mark.parametrize("transposed_weights", (False, True), ids=("contiguous", "transposed"))
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
 def test_small_tiles_many_programs(conformance_backend, device, monkeypatch, dtype, transposed_weights):
-    # The weight gradient's tiles differ from the routed rows' (tuned apart): 32 weight rows.
-    small = {"MOE_ROWS_BLOCK_M": 16, "MOE_ROWS_BLOCK_N": 16, "MOE_ROWS_BLOCK_K": 32, "MOE_COMBINE_BLOCK": 16}
-    small.update(MOE_WGRAD_BLOCK_M=32, MOE_WGRAD_BLOCK_N=16, MOE_WGRAD_BLOCK_K=32)
-    for name, size in small.items():
-        monkeypatch.setattr(hardware, name, size)
+    _small_tiles(monkeypatch)
     # ~37 rows per expert: 3 row tiles each; hidden 50 and 2 * 24 gate-up rows: 4 and 3 column
     # blocks, 2 to 4 reduction steps of 16.
     args = make_args(
@@ -26,6 +23,28 @@ def test_small_tiles_many_programs(conformance_backend, device, monkeypatch, dty
         transposed_weights=transposed_weights,
     )  # fmt: skip
     check(conformance_backend, "fused_moe", args)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_clamped_swiglu_small_tiles(conformance_backend, device, monkeypatch, dtype):
+    # GPT-OSS's experts (interleaved gate/up rows, both biases, transposed weights) on the same
+    # small tiles: ~17 rows per expert (2 row tiles), 24 gate columns (2 column blocks of the
+    # interleaved 48 rows). The clamps cut: in fp32 at the builder's limit 0.6, in bf16 on its
+    # 1/8 grid (values exact in bf16, so the kernel clamps what the oracle clamps).
+    _small_tiles(monkeypatch)
+    args = make_args(
+        "fused_moe_clamped_swiglu", device, tokens=25, hidden=40, intermediate=24, experts=3, top_k=2, dtype=dtype,
+        transposed_weights=True, bias=True, interleaved=True, eighths=dtype == torch.bfloat16,
+    )  # fmt: skip
+    check(conformance_backend, "fused_moe_clamped_swiglu", args)
+
+
+def _small_tiles(monkeypatch) -> None:
+    # The weight gradient's tiles differ from the routed rows' (tuned apart): 32 weight rows.
+    small = {"MOE_ROWS_BLOCK_M": 16, "MOE_ROWS_BLOCK_N": 16, "MOE_ROWS_BLOCK_K": 32, "MOE_COMBINE_BLOCK": 16}
+    small.update(MOE_WGRAD_BLOCK_M=32, MOE_WGRAD_BLOCK_N=16, MOE_WGRAD_BLOCK_K=32)
+    for name, size in small.items():
+        monkeypatch.setattr(hardware, name, size)
 
 
 def test_route_sorts_and_tiles_by_expert():

@@ -1,5 +1,6 @@
-"""The routed SwiGLU experts of an MoE MLP (``fused_moe``) for Ascend NPUs: grouped GEMM Triton
-kernels over the selections sorted by expert, UB plan and autograd Function.
+"""The routed SwiGLU experts of an MoE MLP (``fused_moe``, and GPT-OSS's ``fused_moe_clamped_swiglu``)
+for Ascend NPUs: grouped GEMM Triton kernels over the selections sorted by expert, UB plan and
+autograd Functions.
 
 The work is the CUDA package's (`liger_core.ops.fused_moe.route` sorts the selections by expert
 and cuts tiles of BLOCK_M rows that never span two experts, with no host synchronisation: the
@@ -27,6 +28,14 @@ routing weights' gradient in one epilogue, per-expert weight-gradient GEMMs), sh
   and the routing weights into expert order first, and every GEMM reads contiguous sorted rows.
   The gather-sum reads one sorted row per scalar index (a structured row load).
 - Offsets inside tiles are int32, with an int64 scalar base per tile.
+
+``fused_moe_clamped_swiglu`` runs on the same kernels (as in the CUDA package): the activation
+epilogues take `epilogue_args` (constexpr CLAMPED picks the clamped SwiGLU, ``pair_step`` and
+``up_shift`` place the gate and up columns, interleaved or concatenated); the gate-up GEMM adds
+its tile's expert's bias row (a scalar expert: no gather), the gather-sum the down bias of each
+sorted row's expert (``Routing.expert_of_row``, one row at a loaded index like the row itself);
+the biases' gradients are liger-core's shared GEMMs over the routing. The plan counts the bias
+tiles and the clamped epilogue's (`plan_moe`), so fused_moe's tiles do not shrink for them.
 """
 
 from __future__ import annotations
@@ -39,10 +48,20 @@ import triton
 import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops.fused_moe import Routing, check_args, route
+from liger_core.ops.fused_moe_clamped_swiglu import (
+    GPT_OSS_ALPHA,
+    GPT_OSS_LIMIT,
+    GPT_OSS_UP_OFFSET,
+    down_bias_backward,
+    epilogue_args,
+    gate_up_bias_grad,
+)
+from liger_core.ops.fused_moe_clamped_swiglu import OP_NAME as CLAMPED_OP
+from liger_core.ops.fused_moe_clamped_swiglu import check_args as check_clamped_args
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import tile_ptrs
-from liger_ops_ascend._tiling import FP32, aligned_rows, dma, mask, once, padded_empty, work
+from liger_ops_ascend._tiling import FP32, aligned_rows, dma, f32_copy, mask, once, padded_empty, work
 from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
 
 
@@ -83,19 +102,64 @@ def _fused_moe_matmul_tile(
 
 
 @triton.jit
+def _fused_moe_activation(gate, up, limit, alpha, up_offset, CLAMPED: tl.constexpr):
+    """The experts' activation of fp32 gate and up: silu(gate) * up (fused_moe), or CLAMPED
+    (fused_moe_clamped_swiglu) min(gate, limit) * sigmoid(alpha * .) * (clamp(up, +-limit) + up_offset).
+    The clamps propagate NaN, as torch.clamp (and the NPU then adds no NaN handling: ASC002)."""
+    if CLAMPED:
+        gate = tl.minimum(gate, limit, propagate_nan=tl.PropagateNan.ALL)
+        up = tl.minimum(
+            tl.maximum(up, -limit, propagate_nan=tl.PropagateNan.ALL), limit, propagate_nan=tl.PropagateNan.ALL
+        )
+        act = gate * tl.sigmoid(alpha * gate) * (up + up_offset)
+    else:
+        act = gate * tl.sigmoid(gate) * up
+    return act
+
+
+@triton.jit
+def _fused_moe_activation_backward(gate, up, limit, alpha, up_offset, CLAMPED: tl.constexpr):
+    """``(act, d act / d gate, d act / d up)`` at fp32 gate and up (a clamp passes the gradient
+    inside its closed range, as torch.clamp; the range tests are fp32 compares: vectorised)."""
+    if CLAMPED:
+        gate_c = tl.minimum(gate, limit, propagate_nan=tl.PropagateNan.ALL)
+        up_c = tl.minimum(
+            tl.maximum(up, -limit, propagate_nan=tl.PropagateNan.ALL), limit, propagate_nan=tl.PropagateNan.ALL
+        )
+        sig = tl.sigmoid(alpha * gate_c)
+        glu = gate_c * sig
+        up_term = up_c + up_offset
+        act = glu * up_term
+        d_gate = tl.where(gate <= limit, up_term * sig * (1.0 + alpha * gate_c * (1.0 - sig)), 0.0)
+        d_up = tl.where((up >= -limit) & (up <= limit), glu, 0.0)
+    else:
+        sig = tl.sigmoid(gate)
+        silu = gate * sig
+        act = silu * up
+        d_gate = up * sig * (1.0 + gate * (1.0 - sig))
+        d_up = silu
+    return act, d_gate, d_up
+
+
+@triton.jit
 def _fused_moe_gate_up_kernel(
-    X, W, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, PRE, ACT,
-    hidden, intermediate, x_row_stride, w_expert_stride, w_row_stride, w_k_stride, pre_row_stride, act_row_stride,
-    N_TILES, n_col_blocks,
+    X, W, BIAS, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, PRE, ACT,
+    hidden, intermediate, x_row_stride, w_expert_stride, w_row_stride, w_k_stride, bias_expert_stride,
+    pre_row_stride, act_row_stride, N_TILES, n_col_blocks, pair_step, up_shift, limit, alpha, up_offset,
+    HAS_BIAS: tl.constexpr, CLAMPED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     """Per sorted row r (expert e; X holds the token rows in sorted order): gate, up = W[e] @ X[r]
-    for a column block of each half; stores them (PRE, for the backward) and silu(gate) * up (ACT).
-    W[e] is (2I, H) with strides (w_row_stride, w_k_stride): either may be the unit one (see
-    `expert_weight`)."""
+    (+ BIAS[e]) for a block of gate columns j (W's rows j * pair_step, and up_shift further the up
+    ones, see `epilogue_args`); stores them (PRE, same columns, for the backward) and the
+    activation (ACT). W[e] is (2I, H) with strides (w_row_stride, w_k_stride): either may be the
+    unit one (see `expert_weight`). The bias is the tile's expert's: one row, no gather."""
     pid = tl.program_id(0)
     n_idx = tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
+    # In-tile offsets of the block's gate rows from its first, gate0 (a scalar: int32 products of
+    # the index vector stay bounded by the tile).
+    gate_rows = n_idx * pair_step
     # The routing's tiles only (the launch is sized for their upper bound).
     n_items = tl.load(N_TILES) * n_col_blocks
     for item in range(pid, n_items, tl.num_programs(0)):
@@ -103,9 +167,10 @@ def _fused_moe_gate_up_kernel(
             item, n_col_blocks, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M, BLOCK_N
         )
         col_mask = n_idx < intermediate - col0
+        gate0 = col0 * pair_step
         x_rows = X + row0 * x_row_stride + m_idx[:, None] * x_row_stride
-        w_gate = W + expert * w_expert_stride + col0 * w_row_stride + n_idx[None, :] * w_row_stride
-        w_up = w_gate + intermediate * w_row_stride
+        w_gate = W + expert * w_expert_stride + gate0 * w_row_stride + gate_rows[None, :] * w_row_stride
+        w_up = w_gate + up_shift * w_row_stride
         gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         # One loop for both halves: each x tile is loaded once for the two GEMMs.
@@ -122,11 +187,22 @@ def _fused_moe_gate_up_kernel(
                 wu = wu.to(tl.float32)
             gate = tl.dot(x, wg, gate, input_precision=PRECISION)
             up = tl.dot(x, wu, up, input_precision=PRECISION)
+        if HAS_BIAS:
+            # The expert is loaded data: the row keeps its fill (ASC007).
+            bias = BIAS + expert * bias_expert_stride + gate0 + gate_rows
+            gate += tl.load(bias, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+            up += tl.load(bias + up_shift, mask=col_mask, other=0.0).to(tl.float32)[None, :]
         out_mask = row_mask[:, None] & col_mask[None, :]
-        pre = tile_ptrs(PRE, row0, m_idx, pre_row_stride, col0 + n_idx)
-        tl.store(pre, gate.to(PRE.dtype.element_ty), mask=out_mask)
-        tl.store(pre + intermediate, up.to(PRE.dtype.element_ty), mask=out_mask)
-        act = gate * tl.sigmoid(gate) * up
+        pre = tile_ptrs(PRE, row0, m_idx, pre_row_stride, gate0 + gate_rows)
+        gate_out = gate.to(PRE.dtype.element_ty)
+        up_out = up.to(PRE.dtype.element_ty)
+        tl.store(pre, gate_out, mask=out_mask)
+        tl.store(pre + up_shift, up_out, mask=out_mask)
+        if CLAMPED:
+            # From the stored values: the backward's clamp sees what this one clamped.
+            gate = gate_out.to(tl.float32)
+            up = up_out.to(tl.float32)
+        act = _fused_moe_activation(gate, up, limit, alpha, up_offset, CLAMPED)
         act_ptrs = tile_ptrs(ACT, row0, m_idx, act_row_stride, col0 + n_idx)
         tl.store(act_ptrs, act.to(ACT.dtype.element_ty), mask=out_mask)
 
@@ -161,12 +237,14 @@ def _fused_moe_down_backward_kernel(
     DY, W, WEIGHTS, PRE, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS,
     DPRE, WACT, DS_PARTIAL,
     hidden, intermediate, dy_row_stride, w_expert_stride, w_row_stride, w_col_stride, pre_row_stride, dpre_row_stride,
-    wact_row_stride, n_rows, N_TILES, n_col_blocks,
+    wact_row_stride, n_rows, N_TILES, n_col_blocks, pair_step, up_shift, limit, alpha, up_offset, CLAMPED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     """Per sorted row r (DY and WEIGHTS in sorted order: the row's token's incoming gradient and
-    routing weight s): d_act = DY[r] @ down_proj[e] for a column block; this block's share of <d_act, act> (the routing weight's gradient); the SwiGLU
-    backward of s * d_act into DPRE; and s * act (WACT, for down_proj's gradient)."""
+    routing weight s): d_act = DY[r] @ down_proj[e] for a column block; this block's share of
+    <d_act, act> (the routing weight's gradient); the activation's backward of s * d_act into
+    DPRE (PRE's gate and up columns, see `epilogue_args`); and s * act (WACT, for down_proj's
+    gradient)."""
     pid = tl.program_id(0)
     n_idx = tl.arange(0, BLOCK_N)
     n_items = tl.load(N_TILES) * n_col_blocks
@@ -183,18 +261,17 @@ def _fused_moe_down_backward_kernel(
             BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
         )  # fmt: skip
         tile_mask = row_mask[:, None] & col_mask[None, :]
-        pre = tile_ptrs(PRE, row0, m_idx, pre_row_stride, col0 + n_idx)
+        gate_cols = col0 * pair_step + n_idx * pair_step
+        pre = tile_ptrs(PRE, row0, m_idx, pre_row_stride, gate_cols)
         gate = tl.load(pre, mask=tile_mask, other=0.0).to(tl.float32)
-        up = tl.load(pre + intermediate, mask=tile_mask, other=0.0).to(tl.float32)
-        sig = tl.sigmoid(gate)
-        silu = gate * sig
-        act = silu * up
+        up = tl.load(pre + up_shift, mask=tile_mask, other=0.0).to(tl.float32)
+        act, d_gate, d_up = _fused_moe_activation_backward(gate, up, limit, alpha, up_offset, CLAMPED)
         ds = DS_PARTIAL + (item % n_col_blocks) * n_rows + row0 + m_idx
         tl.store(ds, tl.sum(d_act * act, axis=1), mask=row_mask)
         d_act = d_act * s[:, None]
-        dpre = tile_ptrs(DPRE, row0, m_idx, dpre_row_stride, col0 + n_idx)
-        tl.store(dpre, (d_act * up * sig * (1.0 + gate * (1.0 - sig))).to(DPRE.dtype.element_ty), mask=tile_mask)
-        tl.store(dpre + intermediate, (d_act * silu).to(DPRE.dtype.element_ty), mask=tile_mask)
+        dpre = tile_ptrs(DPRE, row0, m_idx, dpre_row_stride, gate_cols)
+        tl.store(dpre, (d_act * d_gate).to(DPRE.dtype.element_ty), mask=tile_mask)
+        tl.store(dpre + up_shift, (d_act * d_up).to(DPRE.dtype.element_ty), mask=tile_mask)
         wact = tile_ptrs(WACT, row0, m_idx, wact_row_stride, col0 + n_idx)
         tl.store(wact, (act * s[:, None]).to(WACT.dtype.element_ty), mask=tile_mask)
 
@@ -238,11 +315,13 @@ def _fused_moe_weight_grad_kernel(
 
 @triton.jit
 def _fused_moe_combine_kernel(
-    Y, WEIGHTS, ROW_OF_SLOT, OUT, n_cols, y_row_stride, out_row_stride, n_items, n_col_blocks,
-    TOP_K: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_N: tl.constexpr,
+    Y, WEIGHTS, ROW_OF_SLOT, BIAS, EXPERT_OF_ROW, OUT,
+    n_cols, y_row_stride, bias_expert_stride, out_row_stride, n_items, n_col_blocks,
+    TOP_K: tl.constexpr, WEIGHTED: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """OUT[t, cols] = sum_k s[t, k] * Y[row of (t, k), cols] (s = 1 unless WEIGHTED), in fp32:
-    each (token, column block) summed by one program, so the sum is deterministic."""
+    """OUT[t, cols] = sum_k s[t, k] * (Y[row r of (t, k), cols] (+ BIAS[expert of r, cols])) (s = 1
+    unless WEIGHTED), in fp32: each (token, column block) summed by one program, so the sum is
+    deterministic."""
     pid = tl.program_id(0)
     n_idx = tl.arange(0, BLOCK_N)
     for item in range(pid, n_items, tl.num_programs(0)):
@@ -255,6 +334,10 @@ def _fused_moe_combine_kernel(
             row = tl.load(ROW_OF_SLOT + slot).to(tl.int64)
             # A gather (the row is data): it keeps its fill, see ASC007 in tests/perf_rules.py.
             y = tl.load(Y + row * y_row_stride + col0 + n_idx, mask=mask, other=0.0).to(tl.float32)
+            if HAS_BIAS:
+                # The row's expert's bias: one row at a loaded index, like y's (a gather, its fill kept).
+                expert = tl.load(EXPERT_OF_ROW + row).to(tl.int64)
+                y += tl.load(BIAS + expert * bias_expert_stride + col0 + n_idx, mask=mask, other=0.0).to(tl.float32)
             if WEIGHTED:
                 y = y * tl.load(WEIGHTS + slot).to(tl.float32)
             acc += y
@@ -265,16 +348,19 @@ def _fused_moe_combine_kernel(
 # -- UB plan --------------------------------------------------------------------------------------
 
 # Tiles in the terms of the UB model (ub_model.md), by hand from the kernels; m, n, k the GEMM
-# tile (rows, columns, reduction step), b the operands' element bytes. Every GEMM holds its
-# operand tiles (DMA), its fp32 accumulator(s) (once) and the output mask.
+# tile (rows, columns, reduction step), b the operands' element bytes, ``bias`` a bias's (0:
+# none). Every GEMM holds its operand tiles (DMA), its fp32 accumulator(s) (once) and the output
+# mask.
 
 
-def gate_up_tiles(m: int, n: int, k: int, b: int) -> tuple[Tile, ...]:
-    # x, and the gate and up weight tiles; two accumulators; the epilogue's silu(gate) and the
-    # product at its peak; gate, up and act stored.
+def gate_up_tiles(m: int, n: int, k: int, b: int, bias: int = 0) -> tuple[Tile, ...]:
+    # x, and the gate and up weight tiles; two accumulators; the expert's gate and up bias rows;
+    # the epilogue's sigmoid and the product at its peak (the clamped activation clamps in
+    # place: the raw values are dead after their clamps); gate, up and act stored.
     operands = (*dma("x", m, k, b), *dma("w_gate", k, n, b), *dma("w_up", k, n, b))
+    biases = (*dma("bias_gate", 1, n, bias), *dma("bias_up", 1, n, bias))
     stores = (*dma("pre_gate", m, n, b), *dma("pre_up", m, n, b), *dma("act", m, n, b))
-    return (*operands, *once("acc_gate", m, n, FP32), *once("acc_up", m, n, FP32), *work("f32_", m, n, 2),
+    return (*operands, *once("acc_gate", m, n, FP32), *once("acc_up", m, n, FP32), *biases, *work("f32_", m, n, 2),
             *stores, *mask(m, n))  # fmt: skip
 
 
@@ -282,21 +368,25 @@ def matmul_tiles(m: int, n: int, k: int, b: int) -> tuple[Tile, ...]:
     return (*dma("a", m, k, b), *dma("w", k, n, b), *once("acc", m, n, FP32), *dma("out", m, n, b), *mask(m, n))
 
 
-def down_backward_tiles(m: int, n: int, k: int, b: int) -> tuple[Tile, ...]:
+def down_backward_tiles(m: int, n: int, k: int, b: int, clamped: bool = False) -> tuple[Tile, ...]:
     # dy rows and the weight tile; d_act; gate and up loaded; sigmoid, silu, act and the
-    # gradient at the epilogue's peak; the gate and up gradients and s * act stored.
+    # gradient at the epilogue's peak, and with the clamped activation the clamped gate and up
+    # beside the raw ones (their gradients' range tests read those); the gate and up gradients
+    # and s * act stored.
     operands = (*dma("dy", m, k, b), *dma("w", k, n, b), *once("d_act", m, n, FP32))
     loads = (*dma("gate", m, n, b), *dma("up", m, n, b))
     stores = (*dma("d_gate", m, n, b), *dma("d_up", m, n, b), *dma("wact", m, n, b))
-    return (*operands, *loads, *work("f32_", m, n, 4), *stores, *mask(m, n))
+    return (*operands, *loads, *work("f32_", m, n, 6 if clamped else 4), *stores, *mask(m, n))
 
 
 def weight_grad_tiles(m: int, n: int, k: int, b: int) -> tuple[Tile, ...]:
     return (*dma("p", m, k, b), *dma("q", k, n, b), *once("acc", m, n, FP32), *dma("dw", m, n, b), *mask(m, n))
 
 
-def combine_tiles(n: int, b: int) -> tuple[Tile, ...]:
-    return (*dma("y", 1, n, b), *once("acc", 1, n, FP32), *work("f32_", 1, n, 1), *dma("out", 1, n, b))
+def combine_tiles(n: int, b: int, bias: int = 0) -> tuple[Tile, ...]:
+    # y's row and the row's expert's bias row, each with its fp32 copy; the fp32 sum; out stored.
+    rows = (*dma("y", 1, n, b), *dma("bias", 1, n, bias), *f32_copy("bias", 1, n, bias))
+    return (*rows, *once("acc", 1, n, FP32), *work("f32_", 1, n, 1), *dma("out", 1, n, b))
 
 
 GEMM_TILES = {
@@ -305,6 +395,7 @@ GEMM_TILES = {
     "fused_moe_down_backward": down_backward_tiles,
     "fused_moe_weight_grad": weight_grad_tiles,
 }
+COMBINE = "fused_moe_combine"
 
 
 @dataclass(frozen=True)
@@ -312,7 +403,9 @@ class MoEPlan:
     """Rows of a routed tile (the token-row GEMMs' BLOCK_M), each GEMM kernel's (rows, output
     columns, reduction step), the gather-sum's column block, the fp32 dot precision, ``upcast``
     (the interpreter's bf16 ``tl.dot`` is garbage: there bf16 tiles are upcast to fp32 first, the
-    same products accumulated in fp32 as on the device) and the hardware the tiles were sized for."""
+    same products accumulated in fp32 as on the device), the hardware the tiles were sized for and
+    each kernel's tile options beyond its sizes (`plan_moe`: the biases' bytes, the clamped
+    activation), by kernel name."""
 
     block_m: int
     blocks: dict[str, tuple[int, int, int]]
@@ -321,6 +414,7 @@ class MoEPlan:
     upcast: bool
     elem_bytes: int
     hw: hardware.Hardware
+    options: dict[str, dict]
 
     def block_n(self, name: str) -> int:
         return self.blocks[name][1]
@@ -332,13 +426,14 @@ class MoEPlan:
     def kernel(self, name: str, items: int, pitches: tuple[int, ...], extent: int) -> KernelPlan:
         """The launch of GEMM kernel ``name`` over at most ``items`` work items: one program per AI
         core (never more than items), its tiles, rows of the given byte pitches, int32 extent."""
-        tiles = GEMM_TILES[name](*self.blocks[name], self.elem_bytes)
+        tiles = GEMM_TILES[name](*self.blocks[name], self.elem_bytes, **self.options[name])
         programs = max(1, min(items, self.hw.ai_cores))
         return KernelPlan(name, (programs,), tiles, self.blocks[name][0], pitches, extent)
 
-    def combine(self, items: int, extent: int) -> KernelPlan:
-        tiles = combine_tiles(self.combine_block, self.elem_bytes)
-        return KernelPlan("fused_moe_combine", (max(1, min(items, self.hw.vector_cores)),), tiles, 1, (), extent)
+    def combine(self, items: int, extent: int, bias: bool = False) -> KernelPlan:
+        """The gather-sum's launch; ``bias``: this one adds the down projection's bias."""
+        tiles = combine_tiles(self.combine_block, self.elem_bytes, **(self.options[COMBINE] if bias else {}))
+        return KernelPlan(COMBINE, (max(1, min(items, self.hw.vector_cores)),), tiles, 1, (), extent)
 
 
 # Each GEMM kernel's tile caps (rows, output columns, reduction step) in `hardware`: the weight
@@ -352,14 +447,14 @@ def _caps(name: str) -> tuple[int, int, int]:
     return hardware.MOE_ROWS_BLOCK_M, hardware.MOE_ROWS_BLOCK_N, hardware.MOE_ROWS_BLOCK_K
 
 
-def _gemm_blocks(name: str, b: int, hw: hardware.Hardware) -> tuple[int, int, int]:
+def _gemm_blocks(name: str, b: int, hw: hardware.Hardware, options: dict) -> tuple[int, int, int]:
     """Kernel ``name``'s rows, then widest column block, then longest reduction step, from its
-    caps in `hardware` (`_caps`) whose tiles fit the UB budget."""
+    caps in `hardware` (`_caps`) whose tiles (with ``options``) fit the UB budget."""
     tiles = GEMM_TILES[name]
     m, n, k = _caps(name)
 
     def fits(n: int, k: int) -> bool:
-        return sum(t.nbytes for t in tiles(m, n, k, b)) <= hw.ub_budget
+        return sum(t.nbytes for t in tiles(m, n, k, b, **options)) <= hw.ub_budget
 
     while not fits(n, k) and n > hardware.MOE_MIN_BLOCK:
         n //= 2
@@ -372,16 +467,27 @@ def _gemm_blocks(name: str, b: int, hw: hardware.Hardware) -> tuple[int, int, in
     return m, n, k
 
 
-def plan_moe(dtype: torch.dtype, hw: hardware.Hardware) -> MoEPlan:
-    """Each GEMM kernel's tile from the UB budget (`_gemm_blocks`), never from the token count.
-    fp32 dots in IEEE precision (HF32 would miss the contract's fp32 tolerance)."""
+def plan_moe(
+    dtype: torch.dtype,
+    hw: hardware.Hardware,
+    gate_up_bias: bool = False,
+    down_bias: bool = False,
+    clamped: bool = False,
+) -> MoEPlan:
+    """Each GEMM kernel's tile from the UB budget (`_gemm_blocks`), never from the token count,
+    counting the biases' tiles and the clamped activation's (fused_moe_clamped_swiglu) where the
+    op has them. fp32 dots in IEEE precision (HF32 would miss the contract's fp32 tolerance)."""
     b = dtype.itemsize
-    blocks = {name: _gemm_blocks(name, b, hw) for name in GEMM_TILES}
+    options = {name: {} for name in GEMM_TILES}
+    options["fused_moe_gate_up"] = {"bias": b if gate_up_bias else 0}
+    options["fused_moe_down_backward"] = {"clamped": clamped}
+    options[COMBINE] = {"bias": b if down_bias else 0}
+    blocks = {name: _gemm_blocks(name, b, hw, options[name]) for name in GEMM_TILES}
     combine = hardware.MOE_COMBINE_BLOCK
-    while sum(t.nbytes for t in combine_tiles(combine, b)) > hw.ub_budget:
+    while sum(t.nbytes for t in combine_tiles(combine, b, **options[COMBINE])) > hw.ub_budget:
         combine //= 2
     upcast = dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1"
-    return MoEPlan(hardware.MOE_ROWS_BLOCK_M, blocks, combine, "ieee", upcast, b, hw)
+    return MoEPlan(hardware.MOE_ROWS_BLOCK_M, blocks, combine, "ieee", upcast, b, hw, options)
 
 
 # -- launch ---------------------------------------------------------------------------------------
@@ -426,25 +532,42 @@ def _dense(w: torch.Tensor) -> torch.Tensor:
     return w.transpose(1, 2).contiguous().transpose(1, 2) if _transposed(w) else w.contiguous()
 
 
-def _combine(y: torch.Tensor, weights: torch.Tensor | None, r: Routing, out: torch.Tensor, plan: MoEPlan) -> None:
+def _combine(
+    y: torch.Tensor,
+    weights: torch.Tensor | None,
+    r: Routing,
+    out: torch.Tensor,
+    plan: MoEPlan,
+    bias: torch.Tensor | None = None,
+) -> None:
     n_tokens, n_cols = out.shape
     if n_tokens == 0:
         return
     n_col_blocks = triton.cdiv(n_cols, plan.combine_block)
     items = n_tokens * n_col_blocks
     launch(
-        _fused_moe_combine_kernel, plan.combine(items, y.shape[0] * y.stride(0)), plan.hw,
-        y, y if weights is None else weights, r.row_of_slot, out, n_cols, y.stride(0), out.stride(0), items,
-        n_col_blocks, TOP_K=r.row_of_slot.numel() // n_tokens, WEIGHTED=weights is not None,
+        _fused_moe_combine_kernel, plan.combine(items, y.shape[0] * y.stride(0), bias is not None), plan.hw,
+        y, y if weights is None else weights, r.row_of_slot, y if bias is None else bias, r.expert_of_row, out,
+        n_cols, y.stride(0), 0 if bias is None else bias.stride(0), out.stride(0), items, n_col_blocks,
+        TOP_K=r.row_of_slot.numel() // n_tokens, WEIGHTED=weights is not None, HAS_BIAS=bias is not None,
         BLOCK_N=plan.combine_block,
     )  # fmt: skip
 
 
 def fused_moe_forward(
-    x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, weights: torch.Tensor, r: Routing, plan: MoEPlan
+    x: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    weights: torch.Tensor,
+    r: Routing,
+    plan: MoEPlan,
+    epilogue: dict,
+    gate_up_bias: torch.Tensor | None = None,
+    down_bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(out, pre)``: the op's output and each sorted row's gate and up (the backward's input),
-    for row-aligned weights."""
+    """``(out, pre)``: the op's output and each sorted row's gate and up, biases added (the
+    backward's input), for row-aligned weights; ``epilogue``: the activation's kernel arguments
+    (`epilogue_args`)."""
     n_slots = r.token_of_row.numel()
     x_sorted = sorted_rows(x, r)
     hidden, intermediate = x.shape[1], w_down.shape[2]
@@ -452,6 +575,8 @@ def fused_moe_forward(
     act = padded_empty((n_slots, intermediate), x.dtype, x.device)
     y = padded_empty((n_slots, hidden), x.dtype, x.device)
     out = x.new_empty(x.shape)
+    has_bias = gate_up_bias is not None
+    bias_args = (gate_up_bias if has_bias else x, 0 if gate_up_bias is None else gate_up_bias.stride(0))
     if r.max_tiles:
         routing = (r.tile_expert, r.tile_row_start, r.expert_offsets)
         name = "fused_moe_gate_up"
@@ -461,9 +586,9 @@ def fused_moe_forward(
         extent = max(plan.block_m * x_sorted.stride(0), w_gate_up.stride(0), plan.block_m * pre.stride(0))
         launch(
             _fused_moe_gate_up_kernel, plan.kernel(name, items, pitches, extent), plan.hw,
-            x_sorted, w_gate_up, *routing, pre, act,
-            hidden, intermediate, x_sorted.stride(0), *w_gate_up.stride(), pre.stride(0), act.stride(0),
-            r.n_tiles, n_col_blocks, **plan.gemm(name),
+            x_sorted, w_gate_up, bias_args[0], *routing, pre, act,
+            hidden, intermediate, x_sorted.stride(0), *w_gate_up.stride(), bias_args[1], pre.stride(0), act.stride(0),
+            r.n_tiles, n_col_blocks, HAS_BIAS=has_bias, **epilogue, **plan.gemm(name),
         )  # fmt: skip
         name = "fused_moe_expert_matmul"
         n_col_blocks = triton.cdiv(hidden, plan.block_n(name))
@@ -476,7 +601,7 @@ def fused_moe_forward(
             hidden, intermediate, act.stride(0), *w_down.stride(), y.stride(0),
             r.n_tiles, n_col_blocks, **plan.gemm(name),
         )  # fmt: skip
-    _combine(y, weights, r, out, plan)
+    _combine(y, weights, r, out, plan, down_bias)
     return out, pre
 
 
@@ -489,8 +614,12 @@ def fused_moe_backward(
     pre: torch.Tensor,
     r: Routing,
     plan: MoEPlan,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(grad_x, grad_gate_up, grad_down, grad_weights)`` for row-aligned weights."""
+    epilogue: dict,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(grad_x, grad_gate_up, grad_down, ds, dpre)`` for row-aligned weights: ``ds`` the routing
+    weights' fp32 gradient from the activations (`routing_weights_grad`), ``dpre`` the gate-up
+    output's gradient (the gate-up bias's, summed per expert): a (rows, 2I) view, its rows padded
+    in memory only (`padded_empty`)."""
     n_slots = r.token_of_row.numel()
     dy_sorted, x_sorted = sorted_rows(dy, r), sorted_rows(x, r)
     weights_sorted = weights.reshape(-1).index_select(0, r.slot_of_row)
@@ -511,7 +640,7 @@ def fused_moe_backward(
             _fused_moe_down_backward_kernel, plan.kernel(name, items, pitches, extent), plan.hw,
             dy_sorted, w_down, weights_sorted, pre, *routing, dpre, wact, ds_partial,
             hidden, intermediate, dy_sorted.stride(0), *w_down.stride(), pre.stride(0), dpre.stride(0),
-            wact.stride(0), n_slots, r.n_tiles, col_blocks, **plan.gemm(name),
+            wact.stride(0), n_slots, r.n_tiles, col_blocks, **epilogue, **plan.gemm(name),
         )  # fmt: skip
         # gate_up_proj[e] is (2I, H): column h of the product is column h of the weight, k runs over 2I.
         name = "fused_moe_expert_matmul"
@@ -546,9 +675,12 @@ def fused_moe_backward(
             m_dim, n_dim, p.stride(0), q.stride(0), dw.stride(0), dw.stride(1), items, m_blocks, n_blocks,
             **plan.gemm(name),
         )  # fmt: skip
-    # The routing weights' gradient: the column blocks' partial dot products, back in (t, k) order.
-    d_weights = ds_partial.sum(0)[r.row_of_slot.long()].view(weights.shape).to(weights.dtype)
-    return dx, _dense(d_gate_up), _dense(d_down), d_weights
+    return dx, _dense(d_gate_up), _dense(d_down), routing_weights_grad(ds_partial, r, weights), dpre
+
+
+def routing_weights_grad(ds_partial: torch.Tensor, r: Routing, weights: torch.Tensor) -> torch.Tensor:
+    """The routing weights' fp32 gradient: the column blocks' partial dot products, back in (t, k) order."""
+    return ds_partial.sum(0)[r.row_of_slot.long()].view(weights.shape)
 
 
 @implements("fused_moe")
@@ -562,7 +694,8 @@ class LigerFusedMoEFunction(torch.autograd.Function):
         x = hidden_states
         w_gate_up, w_down = expert_weight(gate_up_proj), expert_weight(down_proj)
         weights = top_k_weights.contiguous()
-        out, pre = fused_moe_forward(x, w_gate_up, w_down, weights, r, plan)
+        ctx.epilogue = epilogue_args(down_proj.shape[-1])
+        out, pre = fused_moe_forward(x, w_gate_up, w_down, weights, r, plan, ctx.epilogue)
         # The bad-id count reached the host behind the kernels just queued (no idle device).
         expert_ids.check()
         ctx.save_for_backward(x, w_gate_up, w_down, weights, pre, *vars(r).values())
@@ -572,7 +705,53 @@ class LigerFusedMoEFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, w_gate_up, w_down, weights, pre, *routing = ctx.saved_tensors
-        dx, d_gate_up, d_down, d_weights = fused_moe_backward(
-            dy, x, w_gate_up, w_down, weights, pre, Routing(*routing), ctx.plan
+        dx, d_gate_up, d_down, ds, _ = fused_moe_backward(
+            dy, x, w_gate_up, w_down, weights, pre, Routing(*routing), ctx.plan, ctx.epilogue
         )
-        return dx, d_gate_up, d_down, None, d_weights
+        return dx, d_gate_up, d_down, None, ds.to(weights.dtype)
+
+
+@implements("fused_moe_clamped_swiglu")
+class LigerFusedMoEClampedSwiGLUFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx, hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights, gate_up_bias=None, down_bias=None,
+        limit=GPT_OSS_LIMIT, alpha=GPT_OSS_ALPHA, up_offset=GPT_OSS_UP_OFFSET, interleaved=True,
+    ):  # fmt: skip
+        check_clamped_args(
+            hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights, gate_up_bias, down_bias,
+            limit, alpha, up_offset, interleaved,
+        )  # fmt: skip
+        intermediate = down_proj.shape[-1]
+        hw = hardware.current(hidden_states.device)
+        plan = plan_moe(hidden_states.dtype, hw, gate_up_bias is not None, down_bias is not None, clamped=True)
+        r, expert_ids = route(top_k_index, gate_up_proj.shape[0], plan.block_m, CLAMPED_OP)
+        x = hidden_states
+        w_gate_up, w_down = expert_weight(gate_up_proj), expert_weight(down_proj)
+        weights = top_k_weights.contiguous()
+        # One bias row per tile (gate-up) or per sorted row (the gather-sum): unit column stride
+        # is all the kernels need (no tile spans two rows).
+        b_gate_up = None if gate_up_bias is None else gate_up_bias.contiguous()
+        b_down = None if down_bias is None else down_bias.contiguous()
+        ctx.epilogue = epilogue_args(intermediate, limit, alpha, up_offset, interleaved, clamped=True)
+        out, pre = fused_moe_forward(x, w_gate_up, w_down, weights, r, plan, ctx.epilogue, b_gate_up, b_down)
+        expert_ids.check()
+        ctx.save_for_backward(x, w_gate_up, w_down, weights, pre, b_gate_up, b_down, *vars(r).values())
+        ctx.plan = plan
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w_gate_up, w_down, weights, pre, b_gate_up, b_down, *routing = ctx.saved_tensors
+        r = Routing(*routing)
+        dx, d_gate_up, d_down, ds, dpre = fused_moe_backward(
+            dy, x, w_gate_up, w_down, weights, pre, r, ctx.plan, ctx.epilogue
+        )
+        d_b_gate_up = d_b_down = None
+        if b_gate_up is not None:
+            # dpre: the (rows, 2I) view of the padded rows, as the shared helper takes it.
+            d_b_gate_up = gate_up_bias_grad(dpre, r, b_gate_up)
+        if b_down is not None:
+            d_b_down, ds_bias = down_bias_backward(dy, b_down, r, weights)
+            ds = ds + ds_bias
+        return dx, d_gate_up, d_down, None, ds.to(weights.dtype), d_b_gate_up, d_b_down, None, None, None, None

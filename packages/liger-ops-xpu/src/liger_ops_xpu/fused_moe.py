@@ -12,6 +12,11 @@ routing weights' gradient (per column block partial dot products, summed on the 
 kernel's epilogue; grad_hidden_states through the gate-up weights and the same gather-sum; the
 weight gradients one program per (expert, tile of the weight), reducing over that expert's rows.
 Every GEMM accumulates in fp32 and rounds once.
+
+``fused_moe_clamped_swiglu`` (GPT-OSS's experts) runs on the same kernels: per-expert biases added
+in the gate-up epilogue and the gather-sum, gate and up columns interleaved or concatenated, and
+the clamped SwiGLU as the epilogue's activation (constexpr CLAMPED); its biases' gradients are
+core's shared GEMMs over the routing.
 """
 
 from __future__ import annotations
@@ -23,6 +28,16 @@ import triton
 import triton.language as tl
 from liger_core.backend import implements
 from liger_core.ops.fused_moe import Routing, check_args, route
+from liger_core.ops.fused_moe_clamped_swiglu import (
+    GPT_OSS_ALPHA,
+    GPT_OSS_LIMIT,
+    GPT_OSS_UP_OFFSET,
+    down_bias_backward,
+    epilogue_args,
+    gate_up_bias_grad,
+)
+from liger_core.ops.fused_moe_clamped_swiglu import OP_NAME as CLAMPED_OP
+from liger_core.ops.fused_moe_clamped_swiglu import check_args as check_clamped_args
 
 from liger_ops_xpu import hardware
 from liger_ops_xpu._tiling import static_trips
@@ -61,15 +76,54 @@ def _fused_moe_matmul_tile(
 
 
 @triton.jit
+def _fused_moe_activation(gate, up, limit, alpha, up_offset, CLAMPED: tl.constexpr):
+    """The experts' activation of fp32 gate and up: silu(gate) * up (fused_moe), or CLAMPED
+    (fused_moe_clamped_swiglu) min(gate, limit) * sigmoid(alpha * .) * (clamp(up, +-limit) + up_offset)."""
+    if CLAMPED:
+        gate = tl.minimum(gate, limit)
+        up = tl.minimum(tl.maximum(up, -limit), limit)
+        act = gate * tl.sigmoid(alpha * gate) * (up + up_offset)
+    else:
+        act = gate * tl.sigmoid(gate) * up
+    return act
+
+
+@triton.jit
+def _fused_moe_activation_backward(gate, up, limit, alpha, up_offset, CLAMPED: tl.constexpr):
+    """``(act, d act / d gate, d act / d up)`` at fp32 gate and up (a clamp passes the gradient
+    inside its closed range, as torch.clamp)."""
+    if CLAMPED:
+        gate_c = tl.minimum(gate, limit)
+        up_c = tl.minimum(tl.maximum(up, -limit), limit)
+        sig = tl.sigmoid(alpha * gate_c)
+        glu = gate_c * sig
+        up_term = up_c + up_offset
+        act = glu * up_term
+        d_gate = tl.where(gate <= limit, up_term * sig * (1.0 + alpha * gate_c * (1.0 - sig)), 0.0)
+        d_up = tl.where((up >= -limit) & (up <= limit), glu, 0.0)
+    else:
+        sig = tl.sigmoid(gate)
+        silu = gate * sig
+        act = silu * up
+        d_gate = up * sig * (1.0 + gate * (1.0 - sig))
+        d_up = silu
+    return act, d_gate, d_up
+
+
+@triton.jit
 def _fused_moe_gate_up_kernel(
-    X, W, TOKEN_OF_ROW, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, N_TILES, PRE, ACT,
-    hidden, intermediate, x_row_stride, w_expert_stride, w_row_stride, w_k_stride, pre_row_stride, act_row_stride,
+    X, W, BIAS, TOKEN_OF_ROW, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, N_TILES, PRE, ACT,
+    hidden, intermediate, x_row_stride, w_expert_stride, w_row_stride, w_k_stride, bias_expert_stride,
+    pre_row_stride, act_row_stride, pair_step, up_shift, limit, alpha, up_offset,
+    HAS_BIAS: tl.constexpr, CLAMPED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     K_STEPS: tl.constexpr,
 ):  # fmt: skip
-    """Per sorted row r (token t, expert e): gate, up = W[e] @ x[t] for this program's columns
-    of each half; stores them (PRE, for the backward) and silu(gate) * up (ACT). W[e] is (2I, H)
-    with strides (w_row_stride, w_k_stride): either may be the unit one (see `expert_weight`)."""
+    """Per sorted row r (token t, expert e): gate, up = W[e] @ x[t] (+ BIAS[e]) for this
+    program's gate columns j (W's rows j * pair_step, and up_shift further the up ones, see
+    `epilogue_args`); stores them (PRE, same columns, for the backward) and the activation (ACT).
+    W[e] is (2I, H) with strides (w_row_stride, w_k_stride): either may be the unit one (see
+    `expert_weight`)."""
     if tl.program_id(0) >= tl.load(N_TILES):  # past the routing's tiles (the grid's upper bound)
         return
     expert, rows, row_mask = _fused_moe_tile_rows(TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M)
@@ -77,8 +131,9 @@ def _fused_moe_gate_up_kernel(
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < intermediate
     x_rows = X + tokens[:, None] * x_row_stride
-    w_gate = W + expert * w_expert_stride + cols[None, :].to(tl.int64) * w_row_stride
-    w_up = w_gate + intermediate * w_row_stride
+    gate_rows = cols.to(tl.int64) * pair_step
+    w_gate = W + expert * w_expert_stride + gate_rows[None, :] * w_row_stride
+    w_up = w_gate + up_shift * w_row_stride
     gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     ks = tl.arange(0, BLOCK_K)
@@ -96,11 +151,21 @@ def _fused_moe_gate_up_kernel(
             wu = wu.to(tl.float32)
         gate = tl.dot(x, wg, gate, input_precision=PRECISION)
         up = tl.dot(x, wu, up, input_precision=PRECISION)
+    if HAS_BIAS:
+        bias = BIAS + expert * bias_expert_stride + gate_rows
+        gate += tl.load(bias, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+        up += tl.load(bias + up_shift, mask=col_mask, other=0.0).to(tl.float32)[None, :]
     mask = row_mask[:, None] & col_mask[None, :]
-    pre = PRE + rows[:, None] * pre_row_stride + cols[None, :]
-    tl.store(pre, gate.to(PRE.dtype.element_ty), mask=mask)
-    tl.store(pre + intermediate, up.to(PRE.dtype.element_ty), mask=mask)
-    act = gate * tl.sigmoid(gate) * up
+    pre = PRE + rows[:, None] * pre_row_stride + gate_rows[None, :]
+    gate_out = gate.to(PRE.dtype.element_ty)
+    up_out = up.to(PRE.dtype.element_ty)
+    tl.store(pre, gate_out, mask=mask)
+    tl.store(pre + up_shift, up_out, mask=mask)
+    if CLAMPED:
+        # From the stored values: the backward's clamp sees what this one clamped.
+        gate = gate_out.to(tl.float32)
+        up = up_out.to(tl.float32)
+    act = _fused_moe_activation(gate, up, limit, alpha, up_offset, CLAMPED)
     tl.store(ACT + rows[:, None] * act_row_stride + cols[None, :], act.to(ACT.dtype.element_ty), mask=mask)
 
 
@@ -132,13 +197,14 @@ def _fused_moe_down_backward_kernel(
     DY, W, WEIGHTS, PRE, TOKEN_OF_ROW, SLOT_OF_ROW, TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, N_TILES,
     DPRE, WACT, DS_PARTIAL,
     hidden, intermediate, dy_row_stride, w_expert_stride, w_row_stride, w_col_stride, pre_row_stride, dpre_row_stride,
-    wact_row_stride, n_rows,
+    wact_row_stride, n_rows, pair_step, up_shift, limit, alpha, up_offset, CLAMPED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     K_STEPS: tl.constexpr,
 ):  # fmt: skip
     """Per sorted row r (token t, routing weight s): d_act = dy[t] @ down_proj[e] for this
     program's columns; this block's share of <d_act, act> (the routing weight's gradient);
-    the SwiGLU backward of s * d_act into DPRE; and s * act (WACT, for down_proj's gradient)."""
+    the activation's backward of s * d_act into DPRE (PRE's columns); and s * act (WACT, for
+    down_proj's gradient)."""
     if tl.program_id(0) >= tl.load(N_TILES):
         return
     expert, rows, row_mask = _fused_moe_tile_rows(TILE_EXPERT, TILE_ROW_START, EXPERT_OFFSETS, BLOCK_M)
@@ -154,17 +220,16 @@ def _fused_moe_down_backward_kernel(
         BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST, K_STEPS,
     )  # fmt: skip
     mask = row_mask[:, None] & col_mask[None, :]
-    pre = PRE + rows[:, None] * pre_row_stride + cols[None, :]
+    gate_cols = cols[None, :].to(tl.int64) * pair_step
+    pre = PRE + rows[:, None] * pre_row_stride + gate_cols
     gate = tl.load(pre, mask=mask, other=0.0).to(tl.float32)
-    up = tl.load(pre + intermediate, mask=mask, other=0.0).to(tl.float32)
-    sig = tl.sigmoid(gate)
-    silu = gate * sig
-    act = silu * up
+    up = tl.load(pre + up_shift, mask=mask, other=0.0).to(tl.float32)
+    act, d_gate, d_up = _fused_moe_activation_backward(gate, up, limit, alpha, up_offset, CLAMPED)
     tl.store(DS_PARTIAL + tl.program_id(1).to(tl.int64) * n_rows + rows, tl.sum(d_act * act, axis=1), mask=row_mask)
     d_act = d_act * s[:, None]
-    dpre = DPRE + rows[:, None] * dpre_row_stride + cols[None, :]
-    tl.store(dpre, (d_act * up * sig * (1.0 + gate * (1.0 - sig))).to(DPRE.dtype.element_ty), mask=mask)
-    tl.store(dpre + intermediate, (d_act * silu).to(DPRE.dtype.element_ty), mask=mask)
+    dpre = DPRE + rows[:, None] * dpre_row_stride + gate_cols
+    tl.store(dpre, (d_act * d_gate).to(DPRE.dtype.element_ty), mask=mask)
+    tl.store(dpre + up_shift, (d_act * d_up).to(DPRE.dtype.element_ty), mask=mask)
     wact = WACT + rows[:, None] * wact_row_stride + cols[None, :]
     tl.store(wact, (act * s[:, None]).to(WACT.dtype.element_ty), mask=mask)
 
@@ -210,11 +275,11 @@ def _fused_moe_weight_grad_kernel(
 
 @triton.jit
 def _fused_moe_combine_kernel(
-    Y, WEIGHTS, ROW_OF_SLOT, OUT, n_cols, y_row_stride, out_row_stride,
-    TOP_K: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_N: tl.constexpr,
+    Y, WEIGHTS, ROW_OF_SLOT, BIAS, EXPERT_OF_ROW, OUT, n_cols, y_row_stride, bias_expert_stride, out_row_stride,
+    TOP_K: tl.constexpr, WEIGHTED: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """OUT[t, cols] = sum_k s[t, k] * Y[row of (t, k), cols] (s = 1 unless WEIGHTED), in fp32:
-    one program per (token, column block), so the sum is deterministic."""
+    """OUT[t, cols] = sum_k s[t, k] * (Y[row r of (t, k), cols] (+ BIAS[expert of r, cols])) (s = 1
+    unless WEIGHTED), in fp32: one program per (token, column block), so the sum is deterministic."""
     token = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = cols < n_cols
@@ -223,6 +288,9 @@ def _fused_moe_combine_kernel(
         slot = token * TOP_K + k
         row = tl.load(ROW_OF_SLOT + slot).to(tl.int64)
         y = tl.load(Y + row * y_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            expert = tl.load(EXPERT_OF_ROW + row).to(tl.int64)
+            y += tl.load(BIAS + expert * bias_expert_stride + cols, mask=mask, other=0.0).to(tl.float32)
         if WEIGHTED:
             y = y * tl.load(WEIGHTS + slot).to(tl.float32)
         acc += y
@@ -297,32 +365,53 @@ def plan_moe(dtype: torch.dtype, device: torch.device) -> MoEPlan:
     )
 
 
-def _combine(y: torch.Tensor, weights: torch.Tensor | None, r: Routing, out: torch.Tensor, plan: MoEPlan) -> None:
+def _combine(
+    y: torch.Tensor,
+    weights: torch.Tensor | None,
+    r: Routing,
+    out: torch.Tensor,
+    plan: MoEPlan,
+    bias: torch.Tensor | None = None,
+) -> None:
     n_tokens, n_cols = out.shape
     if n_tokens == 0:
         return
     grid = (n_tokens, triton.cdiv(n_cols, plan.combine_block))
     _fused_moe_combine_kernel[grid](
-        y, y if weights is None else weights, r.row_of_slot, out, n_cols, y.stride(0), out.stride(0),
-        TOP_K=r.row_of_slot.numel() // n_tokens, WEIGHTED=weights is not None, BLOCK_N=plan.combine_block,
+        y, y if weights is None else weights, r.row_of_slot, y if bias is None else bias, r.expert_of_row, out,
+        n_cols, y.stride(0), 0 if bias is None else bias.stride(0), out.stride(0),
+        TOP_K=r.row_of_slot.numel() // n_tokens, WEIGHTED=weights is not None, HAS_BIAS=bias is not None,
+        BLOCK_N=plan.combine_block,
     )  # fmt: skip
 
 
 def fused_moe_forward(
-    x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, weights: torch.Tensor, r: Routing, plan: MoEPlan
+    x: torch.Tensor,
+    w_gate_up: torch.Tensor,
+    w_down: torch.Tensor,
+    weights: torch.Tensor,
+    r: Routing,
+    plan: MoEPlan,
+    epilogue: dict,
+    gate_up_bias: torch.Tensor | None = None,
+    down_bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(out, pre)``: the op's output and each sorted row's gate and up (the backward's input)."""
+    """``(out, pre)``: the op's output and each sorted row's gate and up, biases added (the
+    backward's input); ``epilogue``: the activation's kernel arguments (`epilogue_args`)."""
     n_slots = r.token_of_row.numel()
     hidden, intermediate = x.shape[1], w_down.shape[2]
     pre = x.new_empty(n_slots, 2 * intermediate)
     act = x.new_empty(n_slots, intermediate)
     y = x.new_empty(n_slots, hidden)
     out = x.new_empty(x.shape)
+    has_bias = gate_up_bias is not None
+    bias_args = (gate_up_bias if has_bias else x, 0 if gate_up_bias is None else gate_up_bias.stride(0))
     if r.max_tiles:
         routing = (r.tile_expert, r.tile_row_start, r.expert_offsets, r.n_tiles)
         _fused_moe_gate_up_kernel[(r.max_tiles, triton.cdiv(intermediate, plan.rows.block_n))](
-            x, w_gate_up, r.token_of_row, *routing, pre, act,
-            hidden, intermediate, x.stride(0), *w_gate_up.stride(), pre.stride(0), act.stride(0),
+            x, w_gate_up, bias_args[0], r.token_of_row, *routing, pre, act,
+            hidden, intermediate, x.stride(0), *w_gate_up.stride(), bias_args[1], pre.stride(0), act.stride(0),
+            HAS_BIAS=has_bias, **epilogue,
             K_STEPS=static_trips(_fused_moe_gate_up_kernel, triton.cdiv(hidden, plan.rows.block_k)),
             **plan.gemm(plan.rows),
         )  # fmt: skip
@@ -332,7 +421,7 @@ def fused_moe_forward(
             K_STEPS=static_trips(_fused_moe_expert_matmul_kernel, triton.cdiv(intermediate, plan.rows.block_k)),
             **plan.gemm(plan.rows),
         )  # fmt: skip
-    _combine(y, weights, r, out, plan)
+    _combine(y, weights, r, out, plan, down_bias)
     return out, pre
 
 
@@ -345,8 +434,11 @@ def fused_moe_backward(
     pre: torch.Tensor,
     r: Routing,
     plan: MoEPlan,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(grad_x, grad_gate_up, grad_down, grad_weights)`` for contiguous ``dy``."""
+    epilogue: dict,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(grad_x, grad_gate_up, grad_down, ds, dpre)`` for contiguous ``dy``: ``ds`` the routing
+    weights' fp32 gradient from the activations (`routing_weights_grad`), ``dpre`` the gate-up
+    output's gradient (the gate-up bias's, summed per expert)."""
     n_slots = r.token_of_row.numel()
     n_experts, hidden, intermediate = w_down.shape
     col_blocks = triton.cdiv(intermediate, plan.rows.block_n)
@@ -360,7 +452,7 @@ def fused_moe_backward(
         _fused_moe_down_backward_kernel[(r.max_tiles, col_blocks)](
             dy, w_down, weights, pre, r.token_of_row, r.slot_of_row, *routing, dpre, wact, ds_partial,
             hidden, intermediate, dy.stride(0), *w_down.stride(), pre.stride(0), dpre.stride(0),
-            wact.stride(0), n_slots,
+            wact.stride(0), n_slots, **epilogue,
             K_STEPS=static_trips(_fused_moe_down_backward_kernel, triton.cdiv(hidden, plan.rows.block_k)),
             **plan.gemm(plan.rows),
         )  # fmt: skip
@@ -392,9 +484,12 @@ def fused_moe_backward(
             m_dim, n_dim, p.stride(0), q.stride(0), dw.stride(0), dw.stride(1),
             P_BY_TOKEN=p_by_token, Q_BY_TOKEN=q_by_token, K_STEPS=row_steps, **plan.gemm(plan.wgrad),
         )  # fmt: skip
-    # The routing weights' gradient: the column blocks' partial dot products, back in (t, k) order.
-    d_weights = ds_partial.sum(0)[r.row_of_slot.long()].view(weights.shape).to(weights.dtype)
-    return dx, d_gate_up, d_down, d_weights
+    return dx, d_gate_up, d_down, routing_weights_grad(ds_partial, r, weights), dpre
+
+
+def routing_weights_grad(ds_partial: torch.Tensor, r: Routing, weights: torch.Tensor) -> torch.Tensor:
+    """The routing weights' fp32 gradient: the column blocks' partial dot products, back in (t, k) order."""
+    return ds_partial.sum(0)[r.row_of_slot.long()].view(weights.shape)
 
 
 def expert_weight(w: torch.Tensor) -> torch.Tensor:
@@ -414,7 +509,8 @@ class LigerFusedMoEFunction(torch.autograd.Function):
         x = hidden_states.contiguous()
         w_gate_up, w_down = expert_weight(gate_up_proj), expert_weight(down_proj)
         weights = top_k_weights.contiguous()
-        out, pre = fused_moe_forward(x, w_gate_up, w_down, weights, r, plan)
+        ctx.epilogue = epilogue_args(down_proj.shape[-1])
+        out, pre = fused_moe_forward(x, w_gate_up, w_down, weights, r, plan, ctx.epilogue)
         # The bad-id count reached the host behind the kernels just queued (no idle device).
         expert_ids.check()
         ctx.save_for_backward(x, w_gate_up, w_down, weights, pre, *vars(r).values())
@@ -424,7 +520,50 @@ class LigerFusedMoEFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, w_gate_up, w_down, weights, pre, *routing = ctx.saved_tensors
-        dx, d_gate_up, d_down, d_weights = fused_moe_backward(
-            dy.contiguous(), x, w_gate_up, w_down, weights, pre, Routing(*routing), ctx.plan
+        dx, d_gate_up, d_down, ds, _ = fused_moe_backward(
+            dy.contiguous(), x, w_gate_up, w_down, weights, pre, Routing(*routing), ctx.plan, ctx.epilogue
         )
-        return dx, d_gate_up, d_down, None, d_weights
+        return dx, d_gate_up, d_down, None, ds.to(weights.dtype)
+
+
+@implements("fused_moe_clamped_swiglu")
+class LigerFusedMoEClampedSwiGLUFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx, hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights, gate_up_bias=None, down_bias=None,
+        limit=GPT_OSS_LIMIT, alpha=GPT_OSS_ALPHA, up_offset=GPT_OSS_UP_OFFSET, interleaved=True,
+    ):  # fmt: skip
+        check_clamped_args(
+            hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights, gate_up_bias, down_bias,
+            limit, alpha, up_offset, interleaved,
+        )  # fmt: skip
+        intermediate = down_proj.shape[-1]
+        plan = plan_moe(hidden_states.dtype, hidden_states.device)
+        r, expert_ids = route(top_k_index, gate_up_proj.shape[0], plan.block_m, CLAMPED_OP)
+        x = hidden_states.contiguous()
+        w_gate_up, w_down = expert_weight(gate_up_proj), expert_weight(down_proj)
+        weights = top_k_weights.contiguous()
+        b_gate_up = None if gate_up_bias is None else gate_up_bias.contiguous()
+        b_down = None if down_bias is None else down_bias.contiguous()
+        ctx.epilogue = epilogue_args(intermediate, limit, alpha, up_offset, interleaved, clamped=True)
+        out, pre = fused_moe_forward(x, w_gate_up, w_down, weights, r, plan, ctx.epilogue, b_gate_up, b_down)
+        expert_ids.check()
+        ctx.save_for_backward(x, w_gate_up, w_down, weights, pre, b_gate_up, b_down, *vars(r).values())
+        ctx.plan = plan
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w_gate_up, w_down, weights, pre, b_gate_up, b_down, *routing = ctx.saved_tensors
+        r = Routing(*routing)
+        dy = dy.contiguous()
+        dx, d_gate_up, d_down, ds, dpre = fused_moe_backward(
+            dy, x, w_gate_up, w_down, weights, pre, r, ctx.plan, ctx.epilogue
+        )
+        d_b_gate_up = d_b_down = None
+        if b_gate_up is not None:
+            d_b_gate_up = gate_up_bias_grad(dpre, r, b_gate_up)
+        if b_down is not None:
+            d_b_down, ds_bias = down_bias_backward(dy, b_down, r, weights)
+            ds = ds + ds_bias
+        return dx, d_gate_up, d_down, None, ds.to(weights.dtype), d_b_gate_up, d_b_down, None, None, None, None

@@ -308,9 +308,14 @@ def _transformers_eager(
 def _bench_args(s, dt, dev, gen):
     kw = moe._bench_args(s, dt, dev, gen)
     experts, _ = moe._moe_shape(s)
-    # GPT-OSS's storage: (E, H, 2I) and (E, I, H), passed as their transposes.
-    kw["gate_up_proj"] = kw["gate_up_proj"].transpose(1, 2).contiguous().transpose(1, 2)
-    kw["down_proj"] = kw["down_proj"].transpose(1, 2).contiguous().transpose(1, 2)
+    # GPT-OSS's parameters: (E, H, 2I) and (E, I, H), passed as the transposed views the patch makes
+    # every step (their gradients reach the parameters through the views' backward, as in training).
+    for name, (rows, cols), fan_in in (
+        ("gate_up_proj", (s.hidden, 2 * s.intermediate), s.hidden),
+        ("down_proj", (s.intermediate, s.hidden), s.intermediate),
+    ):
+        stored = B.normal((experts, rows, cols), dt, dev, gen, scale=fan_in**-0.5)
+        kw[name] = B.ViewOf(stored, lambda t: t.transpose(1, 2))
     kw["gate_up_bias"] = B.normal((experts, 2 * s.intermediate), dt, dev, gen, scale=0.5)
     kw["down_bias"] = B.normal((experts, s.hidden), dt, dev, gen, scale=0.5)
     return kw
