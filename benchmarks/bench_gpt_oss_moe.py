@@ -23,6 +23,7 @@ import os
 import sys
 
 import torch
+from block_timing import measure
 from transformers import GptOssConfig
 from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts, GptOssMLP
 
@@ -31,38 +32,6 @@ from liger_core.transformers.layers import clamped_experts_class
 DEV, DT = "cuda", torch.bfloat16
 SHAPES = {"gpt-oss-20b": dict(experts=32, top_k=4), "gpt-oss-120b": dict(experts=128, top_k=4)}
 HIDDEN = INTERMEDIATE = 2880
-
-
-def measure(step, params, n=10):
-    """(p50 ms, peak MB above the memory allocated before the step) of ``step()``; gradients are
-    dropped before each step, as ``zero_grad(set_to_none=True)`` does."""
-
-    def run():
-        for p in params:
-            p.grad = None
-        step()
-
-    for _ in range(2):
-        run()
-    for p in params:
-        p.grad = None
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    run()
-    torch.cuda.synchronize()
-    peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(n):
-        for p in params:
-            p.grad = None
-        start.record()
-        step()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[n // 2], peak
 
 
 def block(config, implementation, experts_class=None):

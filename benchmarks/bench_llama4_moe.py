@@ -22,6 +22,7 @@ import os
 import sys
 
 import torch
+from block_timing import measure
 from transformers import Llama4TextConfig
 from transformers.models.llama4.modeling_llama4 import Llama4TextMoe
 
@@ -30,38 +31,6 @@ from liger_core.transformers.layers import scaled_input_moe_class
 
 DEV, DT = "cuda", torch.bfloat16
 HIDDEN, INTERMEDIATE, EXPERTS, TOP_K = 5120, 8192, 16, 1
-
-
-def measure(step, params, n=10):
-    """(p50 ms, peak MB above the memory allocated before the step) of ``step()``; gradients are
-    dropped before each step, as ``zero_grad(set_to_none=True)`` does."""
-
-    def run():
-        for p in params:
-            p.grad = None
-        step()
-
-    for _ in range(2):
-        run()
-    for p in params:
-        p.grad = None
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    run()
-    torch.cuda.synchronize()
-    peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(n):
-        for p in params:
-            p.grad = None
-        start.record()
-        step()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[n // 2], peak
 
 
 def main(token_counts):

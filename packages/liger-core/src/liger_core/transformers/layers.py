@@ -292,19 +292,20 @@ def relu_squared_mlp_class(base: type) -> type:
 FUSED_MOE_ENV = "LIGER_FUSED_MOE"
 
 
-def fused_moe_reason(module: nn.Module, hidden_states: torch.Tensor) -> str | None:
-    """Why ``module``'s call cannot go to the fused_moe op (then each expert runs the activation
-    op), or None. Read per call: the flag, and whether a vendor backend serves the op on this
-    device (the PyTorch reference of fused_moe runs every expert on every token)."""
+def fused_moe_reason(module: nn.Module, hidden_states: torch.Tensor, op: str = "fused_moe") -> str | None:
+    """Why ``module``'s call cannot go to the fused MoE op ``op`` (fused_moe, or
+    fused_moe_clamped_swiglu for GPT-OSS's experts; then the experts run one at a time), or
+    None. Read per call: the flag, and whether a vendor backend serves the op on this device (its
+    PyTorch reference runs every expert on every token)."""
     if os.environ.get(FUSED_MOE_ENV, "1").strip() == "0":
         return f"{FUSED_MOE_ENV}=0"
     if getattr(module, "_is_expert_parallel", False):
         return "expert parallelism (ids of other ranks' experts)"
     if hidden_states.ndim != 2 or hidden_states.dtype != module.gate_up_proj.dtype:
         return "hidden states other than (tokens, hidden) rows in the experts' dtype"
-    serving = registry.serving("fused_moe", hidden_states.device.type)
+    serving = registry.serving(op, hidden_states.device.type)
     if serving.backend in (None, registry.REFERENCE):
-        return "no vendor backend serves fused_moe here"
+        return f"no vendor backend serves {op} here"
     return None
 
 
@@ -387,26 +388,12 @@ def experts_class(base: type, kind: str = "swiglu") -> type:
     return _subclass(base, ("experts", kind), kind, {"forward": forward, "_liger_structural": structural})
 
 
-def clamped_moe_reason(module: nn.Module, hidden_states: torch.Tensor) -> str | None:
-    """`fused_moe_reason` for the fused_moe_clamped_swiglu op (the flag is the same)."""
-    if os.environ.get(FUSED_MOE_ENV, "1").strip() == "0":
-        return f"{FUSED_MOE_ENV}=0"
-    if getattr(module, "_is_expert_parallel", False):
-        return "expert parallelism (ids of other ranks' experts)"
-    if hidden_states.ndim != 2 or hidden_states.dtype != module.gate_up_proj.dtype:
-        return "hidden states other than (tokens, hidden) rows in the experts' dtype"
-    serving = registry.serving("fused_moe_clamped_swiglu", hidden_states.device.type)
-    if serving.backend in (None, registry.REFERENCE):
-        return "no vendor backend serves fused_moe_clamped_swiglu here"
-    return None
-
-
 def clamped_experts_class(base: type) -> type:
     """Liger subclass of GPT-OSS's experts (``GptOssExperts``): ``gate_up_proj`` (E, H, 2I) with gate
     and up columns interleaved, ``down_proj`` (E, I, H), a bias on each, and the clamped SwiGLU
     ``min(gate, limit) * sigmoid(alpha * .) * (clamp(up, +-limit) + 1)``. The routed experts run
     the fused_moe_clamped_swiglu op on the weights' transposed views (read in place) where
-    `clamped_moe_reason` allows (a vendor backend serves it and LIGER_FUSED_MOE is not 0);
+    `fused_moe_reason` allows (a vendor backend serves it and LIGER_FUSED_MOE is not 0);
     otherwise the stock loop, which computes the same (the catalogue has no per-expert clamped
     SwiGLU op to put in it)."""
     fused = require_op("liger_fused_moe_clamped_swiglu")
@@ -418,7 +405,7 @@ def clamped_experts_class(base: type) -> type:
         if reason is not None:
             warn_fallback(type(self).__name__, reason)
             return base.forward(self, hidden_states, router_indices, routing_weights)
-        if clamped_moe_reason(self, hidden_states) is not None:
+        if fused_moe_reason(self, hidden_states, "fused_moe_clamped_swiglu") is not None:
             return base.forward(self, hidden_states, router_indices, routing_weights)
         return fused(
             hidden_states, self.gate_up_proj.transpose(1, 2), self.down_proj.transpose(1, 2), router_indices,
