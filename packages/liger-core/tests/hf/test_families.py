@@ -115,8 +115,11 @@ def _check_patched(patched, variant: str, fallbacks: list[str], model_type: str 
     norms = [m for m in liger if type(m)._liger_kind in ("rms_norm", "layer_norm")]
     assert norms and (mlps or fam is None or not (fam.mlps or fam.experts) or not fam.defaults.get(fam.mlp_flag))
     assert all(m._liger_fallback is None for m in norms)
-    # Experts whose activation the model fixes (GPT-OSS's clamped SwiGLU, not hidden_act): every variant fits.
-    assert all(m._liger_fallback is None for m in liger if type(m)._liger_kind == "clamped_swiglu")
+    # Clamped-SwiGLU experts: GPT-OSS's activation is fixed by the model (every variant fits); DeepSeek-V4's
+    # takes hidden_act, as the MLPs do.
+    clamped = [m for m in liger if type(m)._liger_kind == "clamped_swiglu"]
+    mlps += [m for m in clamped if type(m)._liger_clamped.activation_from_act_fn]
+    assert all(m._liger_fallback is None for m in clamped if not type(m)._liger_clamped.activation_from_act_fn)
     if variant == "kernel":
         assert all(m._liger_fallback is None for m in mlps)
         assert fallbacks == []

@@ -215,7 +215,7 @@ def test_llama4_moe_block_equals_transformers(monkeypatch, dtype, top_k, flag):
         _close(got[name].detach().float(), want[name].detach().float(), dtype, name)
 
 
-# -- GPT-OSS: biased experts, interleaved gate/up, the clamped SwiGLU --------------------------------
+# -- clamped SwiGLU experts: GPT-OSS (biased, interleaved gate/up, transposed) and DeepSeek-V4 ------
 
 
 def _on_eighths(t: torch.Tensor, gen: torch.Generator, low: int, high: int, scale: float) -> None:
@@ -223,43 +223,73 @@ def _on_eighths(t: torch.Tensor, gen: torch.Generator, low: int, high: int, scal
         t.copy_(torch.randint(low, high, t.shape, generator=gen) * scale)
 
 
-@pytest.mark.parametrize("flag", ("1", "0"))
-@pytest.mark.parametrize("implementation", ("eager", "grouped_mm"))
-@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("float32", "bfloat16"))
-def test_gpt_oss_experts_equal_transformers(monkeypatch, dtype, implementation, flag):
-    """`layers.clamped_experts_class` against transformers' ``GptOssExperts`` (its eager loop and its
-    grouped-GEMM implementation) on the same weights: output and the gradients of the hidden
-    states, both weights, both biases and the routing weights. The gate-up projection's inputs are
-    on a 1/8 grid (tokens in {-1, 0, 1}), so gate and up are exact in bf16 on both sides and a
-    limit of 0.9375 clamps the same third of them; where a vendor backend serves the op and the
-    flag is on, the fused op runs (its node in the graph), else the stock loop, never a warning."""
+def _gpt_oss_experts(gen: torch.Generator, implementation: str):
     from transformers import GptOssConfig
     from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
 
-    from liger_core import registry
-    from liger_core.transformers import layers
-    from liger_core.transformers.layers import LigerStockFallbackWarning
-
-    monkeypatch.setenv(layers.FUSED_MOE_ENV, flag)
     config = GptOssConfig(
         hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_local_experts=EXPERTS, num_experts_per_tok=TOP_K,
         swiglu_limit=0.9375,
     )  # fmt: skip
     config._experts_implementation = implementation
-    gen = torch.Generator().manual_seed(4)
     stock = GptOssExperts(config)
-    _on_eighths(stock.gate_up_proj, gen, -2, 3, 0.125)
     _on_eighths(stock.gate_up_proj_bias, gen, -4, 5, 0.125)
     with torch.no_grad():
-        stock.down_proj.copy_(torch.randn(stock.down_proj.shape, generator=gen) * INTERMEDIATE**-0.5)
         stock.down_proj_bias.copy_(torch.randn(stock.down_proj_bias.shape, generator=gen) * 0.5)
+
+    def gate_and_up(x: torch.Tensor, e: int) -> tuple[torch.Tensor, torch.Tensor]:
+        h = x @ stock.gate_up_proj[e].float() + stock.gate_up_proj_bias[e].float()
+        return h[:, 0::2], h[:, 1::2]
+
+    return config, GptOssExperts, stock, "gpt_oss", gate_and_up
+
+
+def _deepseek_v4_experts(gen: torch.Generator, implementation: str):
+    from transformers import DeepseekV4Config
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4Experts
+
+    config = DeepseekV4Config(
+        hidden_size=HIDDEN, moe_intermediate_size=INTERMEDIATE, n_routed_experts=EXPERTS, num_experts_per_tok=TOP_K,
+        swiglu_limit=0.9375,
+    )  # fmt: skip
+    config._experts_implementation = implementation
+    stock = DeepseekV4Experts(config)
+
+    def gate_and_up(x: torch.Tensor, e: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return (x @ stock.gate_up_proj[e].float().t()).chunk(2, dim=-1)
+
+    return config, DeepseekV4Experts, stock, "deepseek_v4", gate_and_up
+
+
+@pytest.mark.parametrize("flag", ("1", "0"))
+@pytest.mark.parametrize("implementation", ("eager", "grouped_mm"))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("float32", "bfloat16"))
+@pytest.mark.parametrize("family", (_gpt_oss_experts, _deepseek_v4_experts), ids=("gpt_oss", "deepseek_v4"))
+def test_clamped_experts_equal_transformers(monkeypatch, family, dtype, implementation, flag):
+    """`layers.clamped_experts_class` against transformers' own ``GptOssExperts`` and
+    ``DeepseekV4Experts`` (each one's eager loop and grouped-GEMM implementation) on the same
+    weights: output and the gradients of the hidden states, the weights, GPT-OSS's biases and the
+    routing weights. The gate-up projection's inputs are on a 1/8 grid (tokens in {-1, 0, 1}), so
+    gate and up are exact in bf16 on both sides and a limit of 0.9375 clamps the same elements;
+    where a vendor backend serves the op and the flag is on, the fused op runs (its node in the
+    graph), else the stock loop, never a warning."""
+    from liger_core import registry
+    from liger_core.transformers import layers
+    from liger_core.transformers.layers import LigerStockFallbackWarning
+
+    monkeypatch.setenv(layers.FUSED_MOE_ENV, flag)
+    gen = torch.Generator().manual_seed(4)
+    config, stock_class, stock, layout, gate_and_up = family(gen, implementation)
+    _on_eighths(stock.gate_up_proj, gen, -2, 3, 0.125)
+    with torch.no_grad():
+        stock.down_proj.copy_(torch.randn(stock.down_proj.shape, generator=gen) * INTERMEDIATE**-0.5)
     stock.to(dtype)
-    liger = layers.clamped_experts_class(GptOssExperts)(config).to(dtype)
+    liger = layers.clamped_experts_class(stock_class, layout)(config).to(dtype)
     liger.load_state_dict(stock.state_dict())
     assert liger._liger_fallback is None
 
     x = torch.randint(-1, 2, (TOKENS, HIDDEN), generator=gen).to(dtype)
-    # GptOssTopKRouter: top-k of the logits, softmax over those k, in the experts' dtype; expert 4 unused.
+    # A top-k of router logits, softmax over those k, in the experts' dtype; expert 4 unused.
     logits = torch.randn(TOKENS, EXPERTS, generator=gen)
     logits[:, 4] = -1e4
     top, index = torch.topk(logits, TOP_K, dim=-1)
@@ -282,14 +312,14 @@ def test_gpt_oss_experts_equal_transformers(monkeypatch, dtype, implementation, 
         grads = {name: p.grad for name, p in module.named_parameters()}
         results.append({"output": out, "grad_hidden_states": x_leaf.grad, "grad_routing_weights": w_leaf.grad, **grads})
     got, want = results
-    assert got.keys() == want.keys() and len(got) == 7
+    assert got.keys() == want.keys() and len(got) == (7 if layout == "gpt_oss" else 5)
     for name in want:
         assert got[name].dtype == want[name].dtype, name
         _close(got[name].detach().float(), want[name].detach().float(), dtype, name)
     # The clamps cut (expert 0's gate and up on every token): some gates above the limit, some up
     # values outside it, whose gradients both sides zero.
     with torch.no_grad():
-        h = x.float() @ stock.gate_up_proj[0].float() + stock.gate_up_proj_bias[0].float()
-    assert (h[:, 0::2] > config.swiglu_limit).any() and (h[:, 1::2].abs() > config.swiglu_limit).any()
-    assert not liger.gate_up_proj.grad[4].any() and not liger.gate_up_proj_bias.grad[4].any()
-    assert not liger.down_proj_bias.grad[4].any()
+        gate, up = gate_and_up(x.float(), 0)
+    assert (gate > config.swiglu_limit).any() and (up.abs() > config.swiglu_limit).any()
+    unused = [p.grad[4] for name, p in liger.named_parameters()]
+    assert not any(g.any() for g in unused)

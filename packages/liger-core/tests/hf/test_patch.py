@@ -26,7 +26,7 @@ def _stock_names(fam: mp.Family) -> list[str]:
         names += [*fam.norms, *(n for n, _ in fam.other_norms)]
     if fam.mlp_flag in on:
         names += [*fam.mlps, *(n for n, _ in fam.other_mlps), *fam.experts, *fam.scaled_input_moes]
-        names += fam.clamped_experts
+        names += [n for n, _ in fam.clamped_experts]
     if "layer_norm" in on:
         names += [n for n, _ in fam.layer_norms]
     return names

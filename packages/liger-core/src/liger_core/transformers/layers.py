@@ -23,6 +23,7 @@ import inspect
 import os
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -388,47 +389,110 @@ def experts_class(base: type, kind: str = "swiglu") -> type:
     return _subclass(base, ("experts", kind), kind, {"forward": forward, "_liger_structural": structural})
 
 
-def clamped_experts_class(base: type) -> type:
-    """Liger subclass of GPT-OSS's experts (``GptOssExperts``): ``gate_up_proj`` (E, H, 2I) with gate
-    and up columns interleaved, ``down_proj`` (E, I, H), a bias on each, and the clamped SwiGLU
-    ``min(gate, limit) * sigmoid(alpha * .) * (clamp(up, +-limit) + 1)``. The routed experts run
-    the fused_moe_clamped_swiglu op on the weights' transposed views (read in place) where
+@dataclass(frozen=True)
+class ClampedExperts:
+    """How a family's clamped-SwiGLU experts hold their weights and pick their activation
+    (fused_moe_clamped_swiglu's arguments). ``transposed``: weights stored ``(E, H, 2I)`` and
+    ``(E, I, H)``; ``biased``: ``gate_up_proj_bias`` and ``down_proj_bias``; ``interleaved``: gate
+    and up columns alternate (else the two halves, ``chunk(2)``); ``alpha_attr``: the module
+    attribute holding the sigmoid's slope (None: the module's ``act_fn`` must be SiLU, slope 1)."""
+
+    transposed: bool
+    biased: bool
+    interleaved: bool
+    up_offset: float
+    alpha_attr: str | None
+
+    @property
+    def activation_from_act_fn(self) -> bool:
+        """The activation follows the config's ``hidden_act`` (only SiLU fits), not fixed by the model."""
+        return self.alpha_attr is None
+
+
+# GPT-OSS: ``min(gate, limit) * sigmoid(alpha * .) * (clamp(up, +-limit) + 1)``, interleaved, biased.
+GPT_OSS_EXPERTS = ClampedExperts(transposed=True, biased=True, interleaved=True, up_offset=1.0, alpha_attr="alpha")
+# DeepSeek-V4: ``silu(min(gate, limit)) * clamp(up, +-limit)`` on the halves, no biases.
+DEEPSEEK_V4_EXPERTS = ClampedExperts(transposed=False, biased=False, interleaved=False, up_offset=0.0, alpha_attr=None)
+CLAMPED_EXPERTS = {"gpt_oss": GPT_OSS_EXPERTS, "deepseek_v4": DEEPSEEK_V4_EXPERTS}
+_SILU_CLASSES = ("SiLU", "SiLUActivation")
+
+
+def clamped_experts_class(base: type, layout: str = "gpt_oss") -> type:
+    """Liger subclass of experts with a clamped SwiGLU, laid out as `CLAMPED_EXPERTS` [``layout``]
+    says: GPT-OSS's ``GptOssExperts`` (``gate_up_proj`` (E, H, 2I) with gate and up columns
+    interleaved, ``down_proj`` (E, I, H), a bias on each, ``min(gate, limit) * sigmoid(alpha * .) *
+    (clamp(up, +-limit) + 1)``) or DeepSeek-V4's ``DeepseekV4Experts`` (``(E, 2I, H)`` halves, no
+    biases, ``silu(min(gate, limit)) * clamp(up, +-limit)``). The routed experts run the
+    fused_moe_clamped_swiglu op on the weights in place (transposed views for GPT-OSS) where
     `fused_moe_reason` allows (a vendor backend serves it and LIGER_FUSED_MOE is not 0);
     otherwise the stock loop, which computes the same (the catalogue has no per-expert clamped
     SwiGLU op to put in it)."""
+    if layout not in CLAMPED_EXPERTS:
+        raise ValueError(f"clamped_experts_class: layout must be one of {', '.join(CLAMPED_EXPERTS)}; got {layout!r}")
+    spec = CLAMPED_EXPERTS[layout]
     fused = require_op("liger_fused_moe_clamped_swiglu")
 
-    def forward(
-        self, hidden_states: torch.Tensor, router_indices: torch.Tensor, routing_weights: torch.Tensor
-    ) -> torch.Tensor:
+    # The stock forward's own parameter names (GPT-OSS: router_indices, routing_weights), so a
+    # caller passing them by keyword reaches the same arguments.
+    stock_signature = inspect.signature(stock_class(base).forward)
+
+    def forward(self, *args, **kwargs) -> torch.Tensor:
+        bound = stock_signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        hidden_states, top_k_index, top_k_weights = list(bound.arguments.values())[1:4]
         reason = self._liger_fallback or tensor_reason(hidden_states)
         if reason is not None:
             warn_fallback(type(self).__name__, reason)
-            return base.forward(self, hidden_states, router_indices, routing_weights)
+            return base.forward(self, *args, **kwargs)
         if fused_moe_reason(self, hidden_states, "fused_moe_clamped_swiglu") is not None:
-            return base.forward(self, hidden_states, router_indices, routing_weights)
+            return base.forward(self, *args, **kwargs)
+        gate_up, down = self.gate_up_proj, self.down_proj
+        if spec.transposed:
+            gate_up, down = gate_up.transpose(1, 2), down.transpose(1, 2)
+        gate_up_bias, down_bias = (self.gate_up_proj_bias, self.down_proj_bias) if spec.biased else (None, None)
+        alpha = 1.0 if spec.alpha_attr is None else float(getattr(self, spec.alpha_attr))
         return fused(
-            hidden_states, self.gate_up_proj.transpose(1, 2), self.down_proj.transpose(1, 2), router_indices,
-            routing_weights, self.gate_up_proj_bias, self.down_proj_bias, float(self.limit), float(self.alpha),
-            1.0, True,
+            hidden_states, gate_up, down, top_k_index, top_k_weights, gate_up_bias, down_bias,
+            float(self.limit), alpha, spec.up_offset, spec.interleaved,
         )  # fmt: skip
 
     def structural(module: nn.Module) -> str | None:
         gate_up, down = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
-        gate_up_bias, down_bias = getattr(module, "gate_up_proj_bias", None), getattr(module, "down_proj_bias", None)
-        if not all(isinstance(t, torch.Tensor) for t in (gate_up, down, gate_up_bias, down_bias)):
-            return "experts without gate_up_proj, down_proj and their biases"
-        n_experts, hidden, two_i = gate_up.shape if gate_up.ndim == 3 else (0, 0, 0)
-        shapes = (tuple(down.shape), tuple(gate_up_bias.shape), tuple(down_bias.shape))
-        want = ((n_experts, two_i // 2, hidden), (n_experts, two_i), (n_experts, hidden))
-        if not two_i or two_i % 2 or shapes != want:
-            return "experts weights laid out other than GPT-OSS's (experts, hidden, 2 * intermediate)"
-        if not all(isinstance(getattr(module, a, None), (int, float)) for a in ("limit", "alpha")):
-            return "experts without GPT-OSS's swiglu limit and alpha"
+        biases = (getattr(module, "gate_up_proj_bias", None), getattr(module, "down_proj_bias", None))
+        if not (isinstance(gate_up, torch.Tensor) and isinstance(down, torch.Tensor)):
+            return "experts without gate_up_proj and down_proj"
+        if spec.biased and not all(isinstance(b, torch.Tensor) for b in biases):
+            return "experts without gate_up_proj_bias and down_proj_bias"
+        if not spec.biased and any(b is not None for b in biases):
+            return f"experts with biases, which {layout}'s layout has not"
+        if gate_up.ndim == 3 and spec.transposed:
+            n_experts, hidden, two_i = gate_up.shape
+        elif gate_up.ndim == 3:
+            n_experts, two_i, hidden = gate_up.shape
+        else:
+            n_experts, two_i, hidden = 0, 0, 0
+        want_down = (n_experts, two_i // 2, hidden) if spec.transposed else (n_experts, hidden, two_i // 2)
+        shapes = [tuple(down.shape)]
+        wants = [want_down]
+        if spec.biased:
+            shapes += [tuple(b.shape) for b in biases]
+            wants += [(n_experts, two_i), (n_experts, hidden)]
+        if not two_i or two_i % 2 or shapes != wants:
+            layout_text = (
+                "(experts, hidden, 2 * intermediate)" if spec.transposed else "(experts, 2 * intermediate, hidden)"
+            )
+            return f"experts weights laid out other than {layout}'s {layout_text}"
+        if not isinstance(getattr(module, "limit", None), (int, float)):
+            return "experts without a numeric swiglu limit"
+        if spec.alpha_attr is not None and not isinstance(getattr(module, spec.alpha_attr, None), (int, float)):
+            return f"experts without a numeric {spec.alpha_attr}"
+        act = type(getattr(module, "act_fn", None)).__name__
+        if spec.activation_from_act_fn and act not in _SILU_CLASSES:
+            return f"experts whose activation (act_fn) is {act}, not SiLU"
         return None
 
-    namespace = {"forward": forward, "_liger_structural": structural}
-    return _subclass(base, ("clamped_experts",), "clamped_swiglu", namespace)
+    namespace = {"forward": forward, "_liger_structural": structural, "_liger_clamped": spec}
+    return _subclass(base, ("clamped_experts", layout), "clamped_swiglu", namespace)
 
 
 def scaled_input_moe_class(base: type) -> type:

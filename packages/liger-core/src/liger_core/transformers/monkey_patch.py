@@ -84,7 +84,8 @@ class Family:
     other_mlps: tuple[tuple[str, str], ...] = ()  # (class, kind): MLPs of another kind (vision towers)
     experts: tuple[str, ...] = ()  # fused-weight MoE experts classes (same activation as the MLPs)
     scaled_input_moes: tuple[str, ...] = ()  # MoE blocks that scale tokens before their experts (Llama 4)
-    clamped_experts: tuple[str, ...] = ()  # biased experts with the clamped SwiGLU (GPT-OSS)
+    # (class, layers.CLAMPED_EXPERTS layout): experts with a clamped SwiGLU (GPT-OSS, DeepSeek-V4)
+    clamped_experts: tuple[tuple[str, str], ...] = ()
     layer_norms: tuple[tuple[str, float], ...] = ()  # LayerNorm classes and their weight offset
     vision_layer_norm: bool = False  # layer_norm also converts a live model's torch.nn.LayerNorm modules
     rope: str | None = "full"  # layers.rope_function kind of `rope_fn`; None: not served
@@ -122,7 +123,6 @@ def _moe(module: str) -> LogitsSpec:
 _NO_ROPE_INTERLEAVED = (
     "its RoPE rotates interleaved pairs (x[..., 0::2], x[..., 1::2]); the catalogue's rope rotates halves"
 )
-_NO_SWIGLU_CLAMPED = "its MLP clamps gate and up before the activation, which the catalogue's swiglu does not"
 
 
 FAMILIES: dict[str, Family] = {
@@ -276,7 +276,7 @@ FAMILIES: dict[str, Family] = {
         _F32_SCALE,
         rope="half_table",
         logits=_moe("gpt_oss"),
-        clamped_experts=("GptOssExperts",),
+        clamped_experts=(("GptOssExperts", "gpt_oss"),),
     ),
     "llama4": Family(
         "llama4",
@@ -381,11 +381,14 @@ FAMILIES: dict[str, Family] = {
         ("DeepseekV4ForCausalLM",),
         ("DeepseekV4RMSNorm",),
         _F32_SCALE,
+        clamped_experts=(("DeepseekV4Experts", "deepseek_v4"),),
         rope=None,
         logits=_moe("deepseek_v4"),
-        off=("rope", "swiglu"),
-        unavailable=(("rope", "DeepSeek-V4 " + _NO_ROPE_INTERLEAVED), ("swiglu", _NO_SWIGLU_CLAMPED)),
-        lacks="RoPE (interleaved) and its clamped SwiGLU MLPs and experts",
+        off=("rope",),
+        unavailable=(("rope", "DeepSeek-V4 " + _NO_ROPE_INTERLEAVED),),
+        # The swiglu flag fuses the routed experts (fused_moe_clamped_swiglu); the dense and shared MLPs
+        # clamp gate and up before the activation, which the catalogue's swiglu does not.
+        lacks="RoPE (interleaved) and its clamped SwiGLU MLPs (the dense layers' and the shared experts')",
     ),
     # -- multimodal families: language model, vision tower, conditional-generation head
     "muse_glimmer": Family(
@@ -676,8 +679,9 @@ def _apply(model_type: str, flags: dict[str, bool], model: nn.Module | None, con
             swaps[stock] = layers.experts_class(stock, "geglu" if fam.mlp_kind == "geglu" else "swiglu")
         for stock in _classes(mod, fam.scaled_input_moes):
             swaps[stock] = layers.scaled_input_moe_class(stock)
-        for stock in _classes(mod, fam.clamped_experts):
-            swaps[stock] = layers.clamped_experts_class(stock)
+        for name, layout in fam.clamped_experts:
+            for stock in _classes(mod, (name,)):
+                swaps[stock] = layers.clamped_experts_class(stock, layout)
     vision_ln = None
     if "layer_norm" in on:
         for name, offset in fam.layer_norms:
@@ -837,7 +841,13 @@ def _doc(model_type: str, fam: Family) -> str:
         "norms": ", ".join([*fam.norms, *(n for n, _ in fam.other_norms)]) or "(none of its own)",
         "layer_norms": ", ".join(layer_norms) or "(none of its own)",
         "mlps": ", ".join(
-            [*fam.mlps, *(n for n, _ in fam.other_mlps), *fam.experts, *fam.scaled_input_moes, *fam.clamped_experts]
+            [
+                *fam.mlps,
+                *(n for n, _ in fam.other_mlps),
+                *fam.experts,
+                *fam.scaled_input_moes,
+                *(n for n, _ in fam.clamped_experts),
+            ]
         )
         or "(none of its own)",
         "decoder_layers": " and ".join(fam.decoder_layers) or "(no decoder layer)",
