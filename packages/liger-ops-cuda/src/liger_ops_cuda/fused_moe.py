@@ -603,9 +603,11 @@ def _grouped_mm_backward(
         BLOCK_M=block_m, BLOCK_N=block_n, **epilogue,
     )  # fmt: skip
     del d_act
-    _combine(torch._grouped_mm(dpre, w_gate_up, offs=offsets), None, r, dx, plan)
+    # The down weight's gradient first, so the gathered grad_out and the weighted activation are
+    # freed before the input gradient's rows and the gathered inputs exist (a lower peak).
     d_down = _grouped_weight_grad(dy_rows, wact, offsets, w_down)
-    del dy_rows
+    del dy_rows, wact
+    _combine(torch._grouped_mm(dpre, w_gate_up, offs=offsets), None, r, dx, plan)
     d_gate_up = _grouped_weight_grad(dpre, x.index_select(0, r.token_of_row), offsets, w_gate_up)
     return dx, d_gate_up, d_down, routing_weights_grad(ds_partial, r, weights), dpre
 
