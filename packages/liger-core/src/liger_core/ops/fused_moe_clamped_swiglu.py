@@ -267,6 +267,9 @@ def samples():
     yield from S.grid(
         args, dict(dtype=S.OPTION_DTYPES), bias=False, interleaved=False, alpha=1.0, up_offset=0.0, seed=1
     )
+    # ... and with its clamps cutting in the half dtypes (the 1/8 grid).
+    deepseek_v4 = dict(bias=False, interleaved=False, alpha=1.0, up_offset=0.0)
+    yield from S.grid(args, dict(dtype=S.DTYPES[1:]), eighths=True, seed=12, **deepseek_v4)
     # No clamp at all; biases with concatenated halves (MiniMax-M3's layout).
     yield sample(args, limit=pymath.inf, interleaved=False, seed=2)
     # Routing: top-1; experts without tokens (zero bias gradients); a token naming one expert
