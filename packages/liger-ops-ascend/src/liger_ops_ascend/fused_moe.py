@@ -47,7 +47,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.fused_moe import Routing, check_args, route
+from liger_core.ops.fused_moe import Routing, backward_frees_graph, check_args, route
 from liger_core.ops.fused_moe_clamped_swiglu import (
     GPT_OSS_ALPHA,
     GPT_OSS_LIMIT,
@@ -615,17 +615,19 @@ def fused_moe_backward(
     r: Routing,
     plan: MoEPlan,
     epilogue: dict,
+    overwrite_pre: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(grad_x, grad_gate_up, grad_down, ds, dpre)`` for row-aligned weights: ``ds`` the routing
     weights' fp32 gradient from the activations (`routing_weights_grad`), ``dpre`` the gate-up
-    output's gradient (the gate-up bias's, summed per expert): a (rows, 2I) view, its rows padded
+    output's gradient (the gate-up bias's, summed per expert), written over ``pre`` when
+    ``overwrite_pre`` (`backward_frees_graph`): a (rows, 2I) view, its rows padded
     in memory only (`padded_empty`)."""
     n_slots = r.token_of_row.numel()
     dy_sorted, x_sorted = sorted_rows(dy, r), sorted_rows(x, r)
     weights_sorted = weights.reshape(-1).index_select(0, r.slot_of_row)
     n_experts, hidden, intermediate = w_down.shape
     col_blocks = triton.cdiv(intermediate, plan.block_n("fused_moe_down_backward"))
-    dpre = padded_empty((n_slots, 2 * intermediate), x.dtype, x.device)
+    dpre = pre if overwrite_pre else padded_empty((n_slots, 2 * intermediate), x.dtype, x.device)
     wact = padded_empty((n_slots, intermediate), x.dtype, x.device)
     ds_partial = torch.zeros(col_blocks, n_slots, dtype=torch.float32, device=x.device)
     dx_rows = padded_empty((n_slots, hidden), x.dtype, x.device)
@@ -706,8 +708,9 @@ class LigerFusedMoEFunction(torch.autograd.Function):
     def backward(ctx, dy):
         x, w_gate_up, w_down, weights, pre, *routing = ctx.saved_tensors
         dx, d_gate_up, d_down, ds, _ = fused_moe_backward(
-            dy, x, w_gate_up, w_down, weights, pre, Routing(*routing), ctx.plan, ctx.epilogue
-        )
+            dy, x, w_gate_up, w_down, weights, pre, Routing(*routing), ctx.plan, ctx.epilogue,
+            backward_frees_graph(),
+        )  # fmt: skip
         return dx, d_gate_up, d_down, None, ds.to(weights.dtype)
 
 
@@ -745,8 +748,9 @@ class LigerFusedMoEClampedSwiGLUFunction(torch.autograd.Function):
         x, w_gate_up, w_down, weights, pre, b_gate_up, b_down, *routing = ctx.saved_tensors
         r = Routing(*routing)
         dx, d_gate_up, d_down, ds, dpre = fused_moe_backward(
-            dy, x, w_gate_up, w_down, weights, pre, r, ctx.plan, ctx.epilogue
-        )
+            dy, x, w_gate_up, w_down, weights, pre, r, ctx.plan, ctx.epilogue,
+            backward_frees_graph(),
+        )  # fmt: skip
         d_b_gate_up = d_b_down = None
         if b_gate_up is not None:
             # dpre: the (rows, 2I) view of the padded rows, as the shared helper takes it.

@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.fused_moe import Routing, check_args, route
+from liger_core.ops.fused_moe import Routing, backward_frees_graph, check_args, route
 from liger_core.ops.fused_moe_clamped_swiglu import (
     GPT_OSS_ALPHA,
     GPT_OSS_LIMIT,
@@ -435,14 +435,16 @@ def fused_moe_backward(
     r: Routing,
     plan: MoEPlan,
     epilogue: dict,
+    overwrite_pre: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(grad_x, grad_gate_up, grad_down, ds, dpre)`` for contiguous ``dy``: ``ds`` the routing
     weights' fp32 gradient from the activations (`routing_weights_grad`), ``dpre`` the gate-up
-    output's gradient (the gate-up bias's, summed per expert)."""
+    output's gradient (the gate-up bias's, summed per expert), written over ``pre`` when
+    ``overwrite_pre`` (`backward_frees_graph`)."""
     n_slots = r.token_of_row.numel()
     n_experts, hidden, intermediate = w_down.shape
     col_blocks = triton.cdiv(intermediate, plan.rows.block_n)
-    dpre = x.new_empty(n_slots, 2 * intermediate)
+    dpre = pre if overwrite_pre else x.new_empty(n_slots, 2 * intermediate)
     wact = x.new_empty(n_slots, intermediate)
     ds_partial = torch.zeros(col_blocks, n_slots, dtype=torch.float32, device=x.device)
     dx_rows = x.new_empty(n_slots, hidden)
@@ -521,8 +523,9 @@ class LigerFusedMoEFunction(torch.autograd.Function):
     def backward(ctx, dy):
         x, w_gate_up, w_down, weights, pre, *routing = ctx.saved_tensors
         dx, d_gate_up, d_down, ds, _ = fused_moe_backward(
-            dy.contiguous(), x, w_gate_up, w_down, weights, pre, Routing(*routing), ctx.plan, ctx.epilogue
-        )
+            dy.contiguous(), x, w_gate_up, w_down, weights, pre, Routing(*routing), ctx.plan, ctx.epilogue,
+            backward_frees_graph(),
+        )  # fmt: skip
         return dx, d_gate_up, d_down, None, ds.to(weights.dtype)
 
 
@@ -558,8 +561,9 @@ class LigerFusedMoEClampedSwiGLUFunction(torch.autograd.Function):
         r = Routing(*routing)
         dy = dy.contiguous()
         dx, d_gate_up, d_down, ds, dpre = fused_moe_backward(
-            dy, x, w_gate_up, w_down, weights, pre, r, ctx.plan, ctx.epilogue
-        )
+            dy, x, w_gate_up, w_down, weights, pre, r, ctx.plan, ctx.epilogue,
+            backward_frees_graph(),
+        )  # fmt: skip
         d_b_gate_up = d_b_down = None
         if b_gate_up is not None:
             d_b_gate_up = gate_up_bias_grad(dpre, r, b_gate_up)

@@ -5,6 +5,10 @@ stores ``(E, H, 2I)`` and ``(E, I, H)`` and hands over transposed views), is sav
 backward as itself, never as a copy (a Llama-4-Scout layer's experts are about 4 GB in bf16), and
 its gradient comes back in the weight's own strides, so autograd copies nothing either.
 
+The backward may also write the gate-up output's gradient over the buffer the op saved, but only
+when autograd frees the graph after it: under ``retain_graph`` a second backward must give the
+first one's gradients, bit for bit (`test_fused_moe_backward_twice_with_retained_graph`).
+
 The values are the conformance suite's business (its fused_moe samples include both layouts);
 this checks the memory behaviour, which the contract promises but the values cannot show. Widths
 are whole 32-byte units, so no backend needs padded rows. A vendor package runs it from its tests:
@@ -21,7 +25,7 @@ import torch
 from liger_core.conformance.check import make_args, op_callable
 from liger_core.interface import CATALOGUE
 
-__all__ = ["test_fused_moe_reads_weights_in_place"]
+__all__ = ["test_fused_moe_backward_twice_with_retained_graph", "test_fused_moe_reads_weights_in_place"]
 
 WEIGHTS = ("gate_up_proj", "down_proj")
 
@@ -75,3 +79,23 @@ def test_fused_moe_reads_weights_in_place(conformance_backend, conformance_devic
         args[name].requires_grad_(True)
     args["hidden_states"].requires_grad_(True)
     check_weights_in_place(conformance_backend, args, op)
+
+
+@pytest.mark.parametrize("op", ("fused_moe", "fused_moe_clamped_swiglu"))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_fused_moe_backward_twice_with_retained_graph(conformance_backend, conformance_device, dtype, op):
+    """Two backwards of one graph (``retain_graph=True``), then a third that frees it: the same
+    gradients each time, so no backward overwrote a saved buffer another one still reads."""
+    args = make_args(
+        op, conformance_device, tokens=9, hidden=40, intermediate=24, experts=3, top_k=2, dtype=dtype, seed=12
+    )
+    inputs = [args[name] for name in ("hidden_states", *WEIGHTS, "top_k_weights")]
+    inputs += [args[name] for name in ("gate_up_bias", "down_bias") if args.get(name) is not None]
+    for t in inputs:
+        t.requires_grad_(True)
+    out = op_callable(conformance_backend, op)(*CATALOGUE[op].bind(args).values())
+    dy = torch.randn(out.shape, generator=torch.Generator().manual_seed(13)).to(out.device, out.dtype)
+    runs = [torch.autograd.grad(out, inputs, dy, retain_graph=retain) for retain in (True, True, False)]
+    for run in runs[1:]:
+        for first, again in zip(runs[0], run, strict=True):
+            assert torch.equal(first, again), f"{op}: a backward of a retained graph changed the gradients"

@@ -209,6 +209,15 @@ class Routing:
         return self.tile_expert.shape[0]
 
 
+def backward_frees_graph() -> bool:
+    """Inside a backend's ``backward``: whether autograd frees the graph after this backward (no
+    ``retain_graph``), so no later backward reads what the op saved. Then a backend may write a
+    gradient over a buffer of its own that it saved (fused_moe's gate-up output over its gradient,
+    one (rows x 2I) buffer less at the backward's peak); under ``retain_graph`` it allocates one.
+    AOTAutograd asks autograd the same to free its saved tensors early."""
+    return not torch._C._autograd._get_current_graph_task_keep_graph()
+
+
 def max_tiles(n_slots: int, n_experts: int, block_m: int) -> int:
     """The most tiles any routing of ``n_slots`` selections over ``n_experts`` makes: every expert
     adds at most one partial tile, and every tile holds a row."""
