@@ -6,10 +6,12 @@ the op in this session (see conftest.py)."""
 
 from __future__ import annotations
 
+import inspect
 import warnings
 
 import pytest
 import torch
+from hf_models import require_family
 from transformers import MixtralConfig, Qwen3MoeConfig
 from transformers.models.mixtral.modeling_mixtral import MixtralExperts
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
@@ -224,6 +226,7 @@ def _on_eighths(t: torch.Tensor, gen: torch.Generator, low: int, high: int, scal
 
 
 def _gpt_oss_experts(gen: torch.Generator, implementation: str):
+    require_family("gpt_oss")
     from transformers import GptOssConfig
     from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
 
@@ -245,6 +248,7 @@ def _gpt_oss_experts(gen: torch.Generator, implementation: str):
 
 
 def _deepseek_v4_experts(gen: torch.Generator, implementation: str):
+    require_family("deepseek_v4")
     from transformers import DeepseekV4Config
     from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4Experts
 
@@ -299,12 +303,16 @@ def test_clamped_experts_equal_transformers(monkeypatch, family, dtype, implemen
         None,
         registry.REFERENCE,
     )
+    # The eager experts by keyword, under each stock class's own names (GPT-OSS: router_indices,
+    # routing_weights); transformers' grouped_mm wrapper takes them by position only, as the models pass them.
+    names = list(inspect.signature(stock_class.forward).parameters)[1:4] if implementation == "eager" else None
     results = []
     for module in (liger, stock):
         x_leaf, w_leaf = x.clone().requires_grad_(), weights.clone().requires_grad_()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            out = module(x_leaf, index, w_leaf)
+            routed = (x_leaf, index, w_leaf)
+            out = module(**dict(zip(names, routed, strict=True))) if names else module(*routed)
         if module is liger:
             assert _graph_has(out, "FusedMoEClampedSwiGLU") == fused
             assert [w for w in caught if w.category is LigerStockFallbackWarning] == []
