@@ -293,6 +293,22 @@ def _torch_cross_entropy(logits, target, ignore_index=-100, reduction="mean", **
     return F.cross_entropy(logits.float(), target, ignore_index=ignore_index, reduction=reduction)
 
 
+def _liger_kernel_vocab_parallel_cross_entropy():
+    # liger-kernel 0.8.5's ``LigerVocabParallelCEFunction`` (what its ``LigerVocabParallelCrossEntropy``
+    # calls) at one rank (``tp_group=None``): ``[seq, batch, vocab]`` logits, per-token float32 losses
+    # only, so the reduction is done here as ours does it. It keeps a float32 copy of exp(logits) for
+    # its backward; ours needs nothing of the logits' size besides the logits.
+    from liger_kernel.ops.vocab_parallel_cross_entropy import LigerVocabParallelCEFunction
+
+    def call(logits, target, group=None, ignore_index=-100, reduction="mean", **_):
+        rows = LigerVocabParallelCEFunction.apply(
+            logits[:, None, :], target[:, None], group, ignore_index, 0.0, "pytorch", "global"
+        ).view(-1)
+        return reduce_losses(rows, reduction, (target != ignore_index).sum()).to(logits.dtype)
+
+    return call
+
+
 OP = Op(
     vocab_parallel_cross_entropy,
     since=(1, 5),
@@ -350,6 +366,6 @@ OP = Op(
         _torch_cross_entropy,
         # forward reads the logits; backward reads them again and writes their gradient.
         lambda s, e: (s.tokens * s.vocab * e + 8 * s.tokens, 2 * s.tokens * s.vocab * e + 8 * s.tokens),
-        {},
+        {B.LIGER_KERNEL: B.Peer(_liger_kernel_vocab_parallel_cross_entropy)},
     ),
 )
