@@ -85,6 +85,15 @@ def _meta_routing(n_tokens: int, top_k: int, n_experts: int, block_m: int) -> Ro
     )
 
 
+# The kernels of one forward and backward, in launch order: the backward takes the down weight's
+# gradient right after the down backward (its inputs are then freed), the gate-up weight's last.
+LAUNCHES = [
+    f"fused_moe_{k}"
+    for k in ("gate_up", "expert_matmul", "combine", "down_backward", "weight_grad", "expert_matmul", "combine")
+    + ("weight_grad",)
+]
+
+
 @pytest.mark.parametrize("transposed", (False, True), ids=("contiguous", "transposed"))
 @pytest.mark.parametrize("soc", list(hardware.SOC_TABLE))
 def test_fused_moe_model_shapes_pass_the_guard(monkeypatch, soc, transposed):
@@ -112,9 +121,7 @@ def test_fused_moe_model_shapes_pass_the_guard(monkeypatch, soc, transposed):
         fused_moe.fused_moe_backward(torch.empty_like(out), x, w_gate_up, w_down, weights, pre, r, plan, epilogue)
         # Model widths are 32-byte multiples: no padded copy of the weights.
         assert fused_moe.expert_weight(w_gate_up) is w_gate_up and fused_moe.expert_weight(w_down) is w_down
-    per_call = ["gate_up", "expert_matmul", "combine", "down_backward", "expert_matmul", "combine"]
-    per_call += ["weight_grad"] * 2
-    assert seen == [f"fused_moe_{k}" for k in per_call] * 4, seen
+    assert seen == LAUNCHES * 4, seen
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
@@ -146,8 +153,7 @@ def test_fused_moe_clamped_swiglu_gpt_oss_shape_passes_the_guard(monkeypatch, so
     )
     assert fused_moe.expert_weight(w_gate_up) is w_gate_up and fused_moe.expert_weight(w_down) is w_down
     assert dpre.shape == (n_tokens * top_k, 2 * inter)  # the view the gate-up bias's gradient sums
-    per_call = ["gate_up", "expert_matmul", "combine", "down_backward", "expert_matmul", "combine"]
-    assert seen == [f"fused_moe_{k}" for k in per_call + ["weight_grad"] * 2], seen
+    assert seen == LAUNCHES, seen
     # The bias rows are modelled where the kernels read them (fused_moe's plan has none).
     tiles = {t.name for t in plan.kernel("fused_moe_gate_up", 1, (), 0).tiles + plan.combine(1, 0, bias=True).tiles}
     assert {"bias_gate", "bias_up", "bias"} <= tiles

@@ -623,14 +623,13 @@ def fused_moe_backward(
     ``overwrite_pre`` (`backward_frees_graph`): a (rows, 2I) view, its rows padded
     in memory only (`padded_empty`)."""
     n_slots = r.token_of_row.numel()
-    dy_sorted, x_sorted = sorted_rows(dy, r), sorted_rows(x, r)
+    dy_sorted = sorted_rows(dy, r)
     weights_sorted = weights.reshape(-1).index_select(0, r.slot_of_row)
-    n_experts, hidden, intermediate = w_down.shape
+    hidden, intermediate = w_down.shape[1:]
     col_blocks = triton.cdiv(intermediate, plan.block_n("fused_moe_down_backward"))
     dpre = pre if overwrite_pre else padded_empty((n_slots, 2 * intermediate), x.dtype, x.device)
     wact = padded_empty((n_slots, intermediate), x.dtype, x.device)
     ds_partial = torch.zeros(col_blocks, n_slots, dtype=torch.float32, device=x.device)
-    dx_rows = padded_empty((n_slots, hidden), x.dtype, x.device)
     dx = x.new_empty(x.shape)
     routing = (r.tile_expert, r.tile_row_start, r.expert_offsets)
     if r.max_tiles:
@@ -644,6 +643,12 @@ def fused_moe_backward(
             hidden, intermediate, dy_sorted.stride(0), *w_down.stride(), pre.stride(0), dpre.stride(0),
             wact.stride(0), n_slots, r.n_tiles, col_blocks, **epilogue, **plan.gemm(name),
         )  # fmt: skip
+    # grad_down[e] (H, I) = sum_r dy[t_r] (x) s_r act_r, first: the sorted grad_out and the
+    # weighted activation are freed before the input gradient's rows exist (a lower peak).
+    d_down = _weight_grad(w_down, dy_sorted, wact, r, plan)
+    del dy_sorted, wact
+    dx_rows = padded_empty((n_slots, hidden), x.dtype, x.device)
+    if r.max_tiles:
         # gate_up_proj[e] is (2I, H): column h of the product is column h of the weight, k runs over 2I.
         name = "fused_moe_expert_matmul"
         n_col_blocks = triton.cdiv(hidden, plan.block_n(name))
@@ -657,27 +662,33 @@ def fused_moe_backward(
             dx_rows.stride(0), r.n_tiles, n_col_blocks, **plan.gemm(name),
         )  # fmt: skip
     _combine(dx_rows, None, r, dx, plan)
-    # grad_down[e] (H, I) = sum_r dy[t_r] (x) s_r act_r; grad_gate_up[e] (2I, H) = sum_r dpre_r (x) x[t_r].
-    # Each in its weight's layout: a transposed one is written as the transposed product, so the
-    # kernel's stores stay aligned rows.
-    d_down, d_gate_up = _padded_like(w_down), _padded_like(w_gate_up)
-    for dw, p, q in ((d_down, dy_sorted, wact), (d_gate_up, dpre, x_sorted)):
-        if _transposed(dw):
-            dw, p, q = dw.transpose(1, 2), q, p
-        m_dim, n_dim = dw.shape[1], dw.shape[2]
-        name = "fused_moe_weight_grad"
-        m_blocks, n_blocks = triton.cdiv(m_dim, plan.blocks[name][0]), triton.cdiv(n_dim, plan.block_n(name))
-        items = n_experts * m_blocks * n_blocks
-        pitches = (_pitch(p), _pitch(q), _pitch(dw))
-        block_k = plan.blocks[name][2]
-        extent = max(block_k * p.stride(0), block_k * q.stride(0), dw.stride(0))
-        launch(
-            _fused_moe_weight_grad_kernel, plan.kernel(name, items, pitches, extent), plan.hw,
-            p, q, r.expert_offsets, dw,
-            m_dim, n_dim, p.stride(0), q.stride(0), dw.stride(0), dw.stride(1), items, m_blocks, n_blocks,
-            **plan.gemm(name),
-        )  # fmt: skip
-    return dx, _dense(d_gate_up), _dense(d_down), routing_weights_grad(ds_partial, r, weights), dpre
+    del dx_rows
+    # grad_gate_up[e] (2I, H) = sum_r dpre_r (x) x[t_r].
+    d_gate_up = _weight_grad(w_gate_up, dpre, sorted_rows(x, r), r, plan)
+    return dx, d_gate_up, d_down, routing_weights_grad(ds_partial, r, weights), dpre
+
+
+def _weight_grad(weight: torch.Tensor, p: torch.Tensor, q: torch.Tensor, r: Routing, plan: MoEPlan) -> torch.Tensor:
+    """``dw[e] = sum over expert e's sorted rows r of p[r] (x) q[r]``, dense, in ``weight``'s
+    layout: a transposed weight's gradient is written as the transposed product, so the kernel's
+    stores stay aligned rows."""
+    dw = grad = _padded_like(weight)
+    if _transposed(dw):
+        dw, p, q = dw.transpose(1, 2), q, p
+    n_experts, m_dim, n_dim = dw.shape
+    name = "fused_moe_weight_grad"
+    m_blocks, n_blocks = triton.cdiv(m_dim, plan.blocks[name][0]), triton.cdiv(n_dim, plan.block_n(name))
+    items = n_experts * m_blocks * n_blocks
+    pitches = (_pitch(p), _pitch(q), _pitch(dw))
+    block_k = plan.blocks[name][2]
+    extent = max(block_k * p.stride(0), block_k * q.stride(0), dw.stride(0))
+    launch(
+        _fused_moe_weight_grad_kernel, plan.kernel(name, items, pitches, extent), plan.hw,
+        p, q, r.expert_offsets, dw,
+        m_dim, n_dim, p.stride(0), q.stride(0), dw.stride(0), dw.stride(1), items, m_blocks, n_blocks,
+        **plan.gemm(name),
+    )  # fmt: skip
+    return _dense(grad)
 
 
 def routing_weights_grad(ds_partial: torch.Tensor, r: Routing, weights: torch.Tensor) -> torch.Tensor:

@@ -531,12 +531,11 @@ def fused_moe_backward(
     n_slots = r.token_of_row.numel()
     if plan.grouped_mm and n_slots:
         return _grouped_mm_backward(dy, x, w_gate_up, w_down, weights, pre, r, plan, epilogue, overwrite_pre)
-    n_experts, hidden, intermediate = w_down.shape
+    hidden, intermediate = w_down.shape[1:]
     col_blocks = triton.cdiv(intermediate, plan.rows.block_n)
     dpre = pre if overwrite_pre else x.new_empty(n_slots, 2 * intermediate)
     wact = x.new_empty(n_slots, intermediate)
     ds_partial = torch.zeros(col_blocks, n_slots, dtype=torch.float32, device=x.device)
-    dx_rows = x.new_empty(n_slots, hidden)
     dx = x.new_empty(x.shape)
     routing = (r.tile_expert, r.tile_row_start, r.expert_offsets, r.n_tiles)
     if r.max_tiles:
@@ -545,6 +544,12 @@ def fused_moe_backward(
             hidden, intermediate, dy.stride(0), *w_down.stride(), pre.stride(0), dpre.stride(0),
             wact.stride(0), n_slots, **epilogue, **plan.gemm(plan.rows),
         )  # fmt: skip
+    # grad_down[e] (H, I) = sum_r dy[t_r] (x) s_r act_r, first: the weighted activation is freed
+    # before the input gradient's rows exist (a lower peak).
+    d_down = _weight_grad(w_down, dy, wact, True, False, r, plan)
+    del wact
+    dx_rows = x.new_empty(n_slots, hidden)
+    if r.max_tiles:
         # gate_up_proj[e] is (2I, H): column h of the product is column h of the weight, k runs over 2I.
         _fused_moe_expert_matmul_kernel[(r.max_tiles, triton.cdiv(hidden, plan.rows.block_n))](
             dpre, w_gate_up, *routing, dx_rows,
@@ -553,22 +558,36 @@ def fused_moe_backward(
             **plan.gemm(plan.rows),
         )  # fmt: skip
     _combine(dx_rows, None, r, dx, plan)
-    # grad_down[e] (H, I) = sum_r dy[t_r] (x) s_r act_r; grad_gate_up[e] (2I, H) = sum_r dpre_r (x) x[t_r].
-    # Each in its weight's layout (empty_like keeps the strides): a transposed one is written as
-    # the transposed product, so the kernel's stores stay rows.
-    d_down = torch.empty_like(w_down)
-    d_gate_up = torch.empty_like(w_gate_up)
-    for dw, p, q, p_by_token, q_by_token in ((d_down, dy, wact, True, False), (d_gate_up, dpre, x, False, True)):
-        if dw.stride(2) != 1:
-            dw, p, q, p_by_token, q_by_token = dw.transpose(1, 2), q, p, q_by_token, p_by_token
-        m_dim, n_dim = dw.shape[1], dw.shape[2]
-        grid = (n_experts * triton.cdiv(m_dim, plan.wgrad.block_m), triton.cdiv(n_dim, plan.wgrad.block_n))
-        _fused_moe_weight_grad_kernel[grid](
-            p, q, r.token_of_row, r.expert_offsets, dw,
-            m_dim, n_dim, p.stride(0), q.stride(0), dw.stride(0), dw.stride(1),
-            P_BY_TOKEN=p_by_token, Q_BY_TOKEN=q_by_token, **plan.gemm(plan.wgrad),
-        )  # fmt: skip
+    del dx_rows
+    # grad_gate_up[e] (2I, H) = sum_r dpre_r (x) x[t_r].
+    d_gate_up = _weight_grad(w_gate_up, dpre, x, False, True, r, plan)
     return dx, d_gate_up, d_down, routing_weights_grad(ds_partial, r, weights), dpre
+
+
+def _weight_grad(
+    weight: torch.Tensor,
+    p: torch.Tensor,
+    q: torch.Tensor,
+    p_by_token: bool,
+    q_by_token: bool,
+    r: Routing,
+    plan: MoEPlan,
+) -> torch.Tensor:
+    """``dw[e] = sum over expert e's sorted rows r of p[r] (x) q[r]`` (``p``'s, ``q``'s row of the
+    row's token when ``p_by_token``, ``q_by_token``), in ``weight``'s layout (empty_like keeps the
+    strides): a transposed weight's gradient is written as the transposed product, so the
+    kernel's stores stay rows."""
+    dw = grad = torch.empty_like(weight)
+    if dw.stride(2) != 1:
+        dw, p, q, p_by_token, q_by_token = dw.transpose(1, 2), q, p, q_by_token, p_by_token
+    n_experts, m_dim, n_dim = dw.shape
+    grid = (n_experts * triton.cdiv(m_dim, plan.wgrad.block_m), triton.cdiv(n_dim, plan.wgrad.block_n))
+    _fused_moe_weight_grad_kernel[grid](
+        p, q, r.token_of_row, r.expert_offsets, dw,
+        m_dim, n_dim, p.stride(0), q.stride(0), dw.stride(0), dw.stride(1),
+        P_BY_TOKEN=p_by_token, Q_BY_TOKEN=q_by_token, **plan.gemm(plan.wgrad),
+    )  # fmt: skip
+    return grad
 
 
 def routing_weights_grad(ds_partial: torch.Tensor, r: Routing, weights: torch.Tensor) -> torch.Tensor:
