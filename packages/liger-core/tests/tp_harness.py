@@ -247,6 +247,16 @@ def check_placements(results: dict) -> None:
     assert torch_seq == "(Partial(sum),)"
     for name in ("rms_norm-seq", "rms_norm-batch-gemma", "fused_add_rms_norm-seq"):
         assert results[name]["placements"]["weight"] == torch_seq, name
+    # Inputs sharded over uneven shards (7 rows on 2 ranks): their gradients stay sharded, as torch's own
+    # RMSNorm returns them (not Replicate, which costs an all-gather per backward).
+    assert results["torch_rms_norm-seq"]["placements"]["x"] == "(Shard(dim=1),)"
+    assert results["rms_norm-seq"]["placements"]["x"] == "(Shard(dim=1),)"
+    assert results["rms_norm-batch-gemma"]["placements"]["x"] == "(Shard(dim=0),)"
+    assert results["fused_add_rms_norm-seq"]["placements"] == {
+        "x": "(Shard(dim=1),)",
+        "residual": "(Shard(dim=1),)",
+        "weight": torch_seq,
+    }
     assert results["layer_norm-seq"]["placements"] == {"x": "(Shard(dim=1),)", "weight": torch_seq, "bias": torch_seq}
     assert results["rms_norm-replicated"]["placements"]["weight"] == "(Replicate(),)"
     assert results["swiglu-colwise"]["placements"] == {"a": "(Shard(dim=2),)", "b": "(Shard(dim=2),)"}

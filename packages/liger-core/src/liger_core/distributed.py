@@ -67,6 +67,29 @@ class _WaitGrad(torch.autograd.Function):
         return _waited(grad)
 
 
+class _LocalShard(torch.autograd.Function):
+    """A DTensor's local tensor (``to_local``), whose backward hands back a gradient DTensor with
+    ``grad_placements`` and the DTensor's own global shape and strides. ``to_local``'s backward
+    derives the strides from the local shard, which for a shard of uneven size (7 rows over 2
+    ranks) differ from the tensor's; AccumulateGrad in torch 2.11 then copies the gradient into a
+    tensor of the parameter's layout, which comes back Replicate (an all-gather per backward)."""
+
+    @staticmethod
+    def forward(ctx: Any, t: Any, grad_placements: tuple) -> torch.Tensor:
+        ctx.mesh, ctx.grad_placements, ctx.shape, ctx.stride = t.device_mesh, grad_placements, t.shape, t.stride()
+        local = _waited(t.to_local())
+        return local.view_as(local)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, None]:
+        from torch.distributed.tensor import DTensor
+
+        grad = DTensor.from_local(
+            _waited(grad), ctx.mesh, ctx.grad_placements, run_check=False, shape=ctx.shape, stride=ctx.stride
+        )
+        return grad, None
+
+
 def call(op: str, args: tuple) -> Any:
     """Run ``op`` on its contract arguments ``args`` (positional, every one given), some of which
     may be DTensors: locally on each rank's shards where the declaration allows it."""
@@ -137,8 +160,8 @@ def call(op: str, args: tuple) -> Any:
                     f"{op}: {name} must be replicated on every rank (a norm weight under SequenceParallel is); "
                     f"got placements {tuple(t.placements)}"
                 )
-            grad = [Partial() if i in sharded_mesh_dims else Replicate() for i in range(mesh.ndim)]
-            local[names.index(name)] = _waited(t.to_local(grad_placements=grad))
+            grad = tuple(Partial() if i in sharded_mesh_dims else Replicate() for i in range(mesh.ndim))
+            local[names.index(name)] = _LocalShard.apply(t, grad)
         elif isinstance(t, torch.Tensor) and t.requires_grad and sharded_mesh_dims:
             # Its gradient would hold only this rank's rows' share, silently.
             raise TypeError(
@@ -146,7 +169,8 @@ def call(op: str, args: tuple) -> Any:
                 f"replicated DTensor (distribute_tensor(..., placements=[Replicate()]), as SequenceParallel does)"
             )
     for name in sharding.inputs:
-        local[names.index(name)] = _waited(named[name].to_local())
+        t = named[name]
+        local[names.index(name)] = _LocalShard.apply(t, tuple(t.placements))
 
     out = resolve(op, local[names.index(sharding.inputs[0])].device)(*local)
     outs = out if isinstance(out, tuple) else (out,)
