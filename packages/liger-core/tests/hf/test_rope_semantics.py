@@ -115,6 +115,76 @@ def test_interleaved_rope_is_glm4_apply_rotary_pos_emb(dtype, partial, layout):
 
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("float32", "bfloat16"))
+def test_interleaved_rope_is_glm4v_apply_rotary_pos_emb(dtype):
+    """GLM-4V's text RoPE (interleaved pairs over the first half of each head, M-RoPE sections of
+    three position grids) as the patch installs it, against the installed transformers' function
+    and rotary embedding: transformers 5.0 repeats the tables' first half pairwise inside the
+    function as GLM-4 does, later releases hand it tables that already repeat each angle pairwise;
+    the patch tells them apart by running the stock function (`interleaved_tables`)."""
+    from transformers.models.glm4v.configuration_glm4v import Glm4vTextConfig
+    from transformers.models.glm4v.modeling_glm4v import Glm4vTextRotaryEmbedding
+    from transformers.models.glm4v.modeling_glm4v import apply_rotary_pos_emb as glm4v_rope
+
+    from liger_core.transformers.layers import interleaved_tables, rope_function
+
+    batch, seq, q_heads, k_heads, head_dim = 2, 7, 4, 2, 32
+    config = Glm4vTextConfig(
+        hidden_size=q_heads * head_dim,
+        num_attention_heads=q_heads,
+        num_key_value_heads=k_heads,
+        head_dim=head_dim,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "mrope_section": [2, 3, 3],
+            "partial_rotary_factor": 0.5,
+        },
+    )
+    gen = torch.Generator().manual_seed(5)
+    # Three position grids (temporal, height, width) that differ, so each section's angles differ.
+    positions = torch.stack([torch.arange(seq) * (i + 1) + i for i in range(3)])[:, None].expand(3, batch, seq)
+    cos, sin = Glm4vTextRotaryEmbedding(config)(torch.zeros(batch, seq, 1, dtype=dtype), positions)
+    assert cos.shape == (batch, seq, head_dim // 2)
+    assert interleaved_tables(glm4v_rope) in ("interleaved", "paired_tables")
+    q_proj = torch.randn(batch, seq, q_heads * head_dim, generator=gen).to(dtype)
+    k_proj = torch.randn(batch, seq, k_heads * head_dim, generator=gen).to(dtype)
+    dq = torch.randn(batch, q_heads, seq, head_dim, generator=gen).to(dtype)
+    dk = torch.randn(batch, k_heads, seq, head_dim, generator=gen).to(dtype)
+
+    def run(fn):
+        qp, kp = q_proj.clone().requires_grad_(), k_proj.clone().requires_grad_()
+        q = qp.view(batch, seq, q_heads, head_dim).transpose(1, 2)
+        k = kp.view(batch, seq, k_heads, head_dim).transpose(1, 2)
+        q_out, k_out = fn(q, k, cos, sin)
+        torch.autograd.backward((q_out, k_out), (dq, dk))
+        return q_out, k_out, qp.grad, kp.grad
+
+    got, want = run(rope_function(glm4v_rope, "interleaved")), run(glm4v_rope)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    _assert_close_each(("q_out", "k_out", "grad_q", "grad_k"), got, want, tol)
+
+
+def test_interleaved_tables_tells_the_conventions_apart():
+    """The probe names GLM-4's convention, the pairwise one, and neither (a rotate-half RoPE)."""
+    from transformers.models.glm4.modeling_glm4 import apply_rotary_pos_emb as glm4_rope
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as llama_rope
+
+    from liger_core.transformers.layers import interleaved_tables
+
+    def paired(q, k, cos, sin, unsqueeze_dim=1):
+        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+
+        def rotate(x):
+            return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+
+        return q * cos + rotate(q) * sin, k * cos + rotate(k) * sin
+
+    assert interleaved_tables(glm4_rope) == "interleaved"
+    assert interleaved_tables(paired) == "paired_tables"
+    assert interleaved_tables(llama_rope) is None
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("float32", "bfloat16"))
 def test_complex_heads_major_rope_is_deepseek_v2_apply_rotary_emb(dtype):
     """DeepSeek-V2's RoPE as its attention calls it: the rope slice of heads-major q and the
     single-head k_pe view of the compressed projection, freqs_cis (scaled) from its own rotary

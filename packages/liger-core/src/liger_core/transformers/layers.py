@@ -624,19 +624,14 @@ def liger_half_table_rope(
     return F.liger_rotary_pos_emb(q, k, cos.repeat(1, 1, 2), sin.repeat(1, 1, 2), unsqueeze_dim=unsqueeze_dim)
 
 
-def liger_interleaved_rope(
-    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
+def _rotate_pairs(
+    q: torch.Tensor, k: torch.Tensor, cos_angles: torch.Tensor, sin_angles: torch.Tensor, unsqueeze_dim: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Liger's RoPE as GLM-4's ``apply_rotary_pos_emb``: the first ``cos.shape[-1]`` dims rotate
-    as interleaved pairs ``(x[2j], x[2j + 1])`` by angle j of the tables' first half (which GLM-4
-    repeats pairwise), the rest pass through.
-
-    That is Llama 4's complex-form rotation: the llama4_rope op with ``freqs_cis = cos + i sin``
-    over the first half of the tables, on q and k viewed as ``(batch, seq, heads, dim)``.
-    """
-    rot = cos.shape[-1]
-    half = rot // 2
-    freqs_cis = torch.complex(cos[..., :half].float(), sin[..., :half].float())
+    """The first ``2 * cos_angles.shape[-1]`` dims of q and k rotated as interleaved pairs
+    ``(x[2j], x[2j + 1])`` by angle j, the rest passed through: Llama 4's complex-form rotation,
+    the llama4_rope op with ``freqs_cis = cos + i sin`` on q and k viewed as ``(batch, seq, heads, dim)``."""
+    rot = 2 * cos_angles.shape[-1]
+    freqs_cis = torch.complex(cos_angles.float(), sin_angles.float())
 
     def seq_major(t: torch.Tensor) -> torch.Tensor:  # (batch, heads, seq, dim) <-> (batch, seq, heads, dim)
         return t.transpose(1, 2) if unsqueeze_dim == 1 else t
@@ -646,6 +641,50 @@ def liger_interleaved_rope(
     if rot == q.shape[-1]:
         return q_rot, k_rot
     return torch.cat([q_rot, q[..., rot:]], dim=-1), torch.cat([k_rot, k[..., rot:]], dim=-1)
+
+
+def liger_interleaved_rope(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Liger's RoPE as GLM-4's ``apply_rotary_pos_emb``: the first ``cos.shape[-1]`` dims rotate
+    as interleaved pairs ``(x[2j], x[2j + 1])`` by angle j of the tables' first half (which GLM-4
+    repeats pairwise), the rest pass through."""
+    half = cos.shape[-1] // 2
+    return _rotate_pairs(q, k, cos[..., :half], sin[..., :half], unsqueeze_dim)
+
+
+def liger_paired_tables_rope(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Liger's RoPE as GLM-4V's ``apply_rotary_pos_emb`` in the transformers releases whose rotary
+    embedding repeats each angle pairwise: the first ``cos.shape[-1]`` dims rotate as interleaved
+    pairs ``(x[2j], x[2j + 1])`` by the angle in columns 2j and 2j + 1, the rest pass through."""
+    return _rotate_pairs(q, k, cos[..., 0::2], sin[..., 0::2], unsqueeze_dim)
+
+
+def interleaved_tables(stock: Callable) -> str | None:
+    """How a stock interleaved-pairs ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)``
+    reads its tables, found by running it once on a tiny float64 input (transformers changed
+    GLM-4V's between releases): ``"interleaved"`` (angle j in column j of the first half, as
+    GLM-4), ``"paired_tables"`` (angle j in columns 2j and 2j + 1), None (neither, or it fails)."""
+    a, b = 0.3, 1.1
+    paired = torch.tensor([a, a, b, b], dtype=torch.float64)
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+
+    def rotated(angles: tuple[float, float]) -> torch.Tensor:
+        t = torch.tensor(angles, dtype=torch.float64)
+        even, odd = x[0::2], x[1::2]
+        return torch.stack((even * t.cos() - odd * t.sin(), odd * t.cos() + even * t.sin()), -1).flatten()
+
+    try:
+        q, _ = stock(x.view(1, 1, 1, 4), x.view(1, 1, 1, 4), paired.cos()[None, None], paired.sin()[None, None])
+        q = q.reshape(4)
+    except Exception:  # noqa: BLE001 - an unknown function: the caller keeps the stock one
+        return None
+    for kind, angles in (("paired_tables", (a, b)), ("interleaved", (a, a))):
+        if torch.allclose(q, rotated(angles), rtol=1e-9, atol=1e-12):
+            return kind
+    return None
 
 
 def _deinterleave(x: torch.Tensor) -> torch.Tensor:
@@ -667,13 +706,15 @@ def liger_deinterleaved_rope(
 
 # What each kind of family RoPE rotates: "full" every dim (LLaMA), "partial" the first
 # cos.shape[-1] dims (Phi-3, Nemotron, Qwen3-Next), "half_table" every dim from half-width tables
-# (GPT-OSS), "interleaved" the first cos.shape[-1] dims as interleaved pairs (GLM-4),
-# "deinterleaved" every dim as interleaved pairs, written out as halves (DeepSeek-V3).
+# (GPT-OSS), "interleaved" the first cos.shape[-1] dims as interleaved pairs (GLM-4; GLM-4V, whose
+# tables `interleaved_tables` tells apart), "deinterleaved" every dim as interleaved pairs, written
+# out as halves (DeepSeek-V3).
 _ROPE_KERNELS = {
     "full": liger_rope,
     "partial": liger_partial_rope,
     "half_table": liger_half_table_rope,
     "interleaved": liger_interleaved_rope,
+    "paired_tables": liger_paired_tables_rope,
     "deinterleaved": liger_deinterleaved_rope,
 }
 
@@ -691,7 +732,7 @@ def _rope_reason(q, k, cos, sin, unsqueeze_dim, kind: str) -> str | None:
     if (
         k.shape[-1] != head_dim
         or rot % 2
-        or (rot > head_dim if kind in ("partial", "interleaved") else rot != head_dim)
+        or (rot > head_dim if kind in ("partial", "interleaved", "paired_tables") else rot != head_dim)
         or k.shape[0] != q.shape[0]
         or not (q.shape[seq] == k.shape[seq] == cos.shape[1])
         or cos.shape[0] not in (1, q.shape[0])
@@ -802,13 +843,19 @@ def rope_function(stock: Callable, kind: str) -> Callable:
             return (q_out.transpose(1, 2), k_out.transpose(1, 2)) if heads_major else (q_out, k_out)
 
     else:
-        kernel = _ROPE_KERNELS[kind]
+        tables = kind
+        if kind == "interleaved":
+            # GLM-4V's function read its tables as GLM-4's does, then (a later transformers) pairwise.
+            tables = interleaved_tables(stock)
+        kernel = _ROPE_KERNELS.get(tables)
 
         def liger_fn(q, k, cos, sin, unsqueeze_dim=1):
             if unsqueeze_dim == 0 and cos.ndim == 2 and q.ndim == 4:
                 # Pixtral's (positions, dim) tables against (batch, heads, positions, dim): the same broadcast.
                 cos, sin, unsqueeze_dim = cos[None], sin[None], 1
             reason = _rope_reason(q, k, cos, sin, unsqueeze_dim, kind)
+            if reason is None and kernel is None:
+                reason = "its interleaved RoPE reads the tables in a way Liger's does not know"
             if reason is not None:
                 warn_fallback(where, reason)
                 return stock(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)

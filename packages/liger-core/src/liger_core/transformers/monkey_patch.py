@@ -505,10 +505,7 @@ FAMILIES: dict[str, Family] = {
         mlps=("Glm4vTextMLP",),
         mlp_kind="phi3",
         other_mlps=(("Glm4VisionMlp", "swiglu"),),
-        rope=None,
-        off=("rope",),
-        unavailable=(("rope", "GLM-4V " + _NO_ROPE_INTERLEAVED),),
-        lacks="RoPE (interleaved pairs)",
+        rope="interleaved",
     ),
     "glm4v_moe": Family(
         "glm4v_moe",
