@@ -73,3 +73,73 @@ def test_tiled_modules_reject_what_they_cannot_run():
         LigerTiledSwiGLUMLP(cfg, num_shards=0)
     with pytest.raises(ValueError, match="activation .* must be one of"):
         LigerTiledGEGLUMLP(cfg)
+
+
+def _tiled_args64(shape=(37, 12), intermediate=20):
+    args = T.args("cpu", shape=shape, intermediate=intermediate, dtype=torch.float32)
+    return {k: v.double().requires_grad_() for k, v in args.items()}
+
+
+class _MatmulCount(torch.overrides.TorchFunctionMode):
+    """Counts ``a @ b``: the orchestration's projections (``x_tile @ weight.t()``) and the down
+    projection's input gradient (``dy_tile @ down_weight``); its other GEMMs are ``mm``/``addmm_``."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch.Tensor.__matmul__, torch.Tensor.matmul):
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("keep_last", (False, True))
+@pytest.mark.parametrize("num_shards", (1, 4))
+def test_backward_recomputes_every_tile_but_the_kept_last(num_shards, keep_last):
+    a = {k: v.detach() for k, v in _tiled_args64().items()}
+    kernels = _torch_kernels("silu")
+    weights = (a["gate_weight"], a["up_weight"], a["down_weight"])
+    rows_per_tile = T.tile_rows(37, 12, num_shards)
+    out, kept = T.tiled_forward(a["x"], *weights, rows_per_tile, kernels, keep_last)
+    assert (kept is not None) == keep_last
+    with _MatmulCount() as counted:
+        grads = T.tiled_backward(out, a["x"], *weights, rows_per_tile, kernels, (True,) * 4, kept)
+    # Per tile: the down projection's input gradient; per recomputed tile: gate and up.
+    assert counted.count == num_shards + 2 * (num_shards - keep_last)
+    want = torch.autograd.grad(T.math(*(t.requires_grad_() for t in a.values()), "silu", None), list(a.values()), out)
+    for name, g, w in zip(a, grads, want):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12, msg=lambda m, name=name: f"grad_{name}: {m}")
+
+
+def test_a_retained_graph_backs_up_twice_to_the_same_gradients():
+    """The activation's backward writes its gradients over its inputs; the kept tile's saved
+    projections are not its inputs, so a second backward reads them unchanged."""
+    a = _tiled_args64()
+    out = _TorchTiledMLP.apply(*a.values(), "silu", 4)
+    dy = torch.randn(out.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    first = torch.autograd.grad(out, list(a.values()), dy, retain_graph=True)
+    second = torch.autograd.grad(out, list(a.values()), dy)
+    for name, g1, g2 in zip(a, first, second):
+        torch.testing.assert_close(g2, g1, rtol=0, atol=0, msg=lambda m, name=name: f"grad_{name}: {m}")
+
+
+def test_checkpointed_and_no_grad_calls():
+    """Under non-reentrant activation checkpointing the kept tile goes through the saved-tensor
+    hooks like x (discarded, recomputed): the gradients are the plain call's. Without grad mode
+    the forward keeps nothing."""
+    from torch.utils.checkpoint import checkpoint
+
+    a = _tiled_args64()
+    names = list(a)
+    ref = {k: v.detach().clone().requires_grad_() for k, v in a.items()}
+    dy = torch.randn(a["x"].shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    got = checkpoint(lambda *t: _TorchTiledMLP.apply(*t, "gelu_tanh", 3), *a.values(), use_reentrant=False)
+    got.backward(dy)
+    _TorchTiledMLP.apply(*ref.values(), "gelu_tanh", 3).backward(dy)
+    for name in names:
+        torch.testing.assert_close(a[name].grad, ref[name].grad, rtol=1e-12, atol=1e-12, msg=name)
+    kept = []
+    with torch.no_grad(), torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+        _TorchTiledMLP.apply(*a.values(), "silu", 3)
+    assert kept == []

@@ -46,10 +46,14 @@ def tiled_mlp(
     the untiled MLP's (transformers' ``LlamaMLP``); only memory and time depend on the tiles.
 
     The tokens (every dim of ``x`` but the last, flattened) are cut into ``num_shards`` tiles of
-    consecutive rows. Forward runs the MLP tile by tile and keeps nothing of a tile; backward
-    recomputes each tile's projections and activation and accumulates the weight gradients, so
-    the intermediate activations alive at any time are one tile's (``rows / num_shards`` x
-    ``intermediate``), not the sequence's.
+    consecutive rows. Forward runs the MLP tile by tile and keeps the last tile's gate and up
+    projections (when a gradient is wanted); backward starts from that tile, recomputes every
+    other tile's projections and activation, and accumulates the weight gradients, so the
+    intermediate activations alive at any time are one or two tiles' (``rows / num_shards`` x
+    ``intermediate``), not the sequence's. Keeping the last tile is torch's
+    ``checkpoint_sequential`` choice for its last segment: backward needs it first, so its
+    recompute would buy no memory (two of the untiled MLP's nine GEMMs are recomputed, less
+    the last tile's share).
 
     Args:
         x: ``(..., hidden)``, float32, bfloat16 or float16 (the weights' dtype and device).
@@ -175,14 +179,22 @@ def tiled_forward(
     down_weight: torch.Tensor,
     rows_per_tile: int,
     kernels: GatedKernels,
-) -> torch.Tensor:
-    """The MLP of contiguous ``(rows, hidden)`` ``x2d``, tile by tile; nothing of a tile survives it."""
+    keep_last: bool = False,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+    """The MLP of contiguous ``(rows, hidden)`` ``x2d``, tile by tile, and the last tile's
+    ``(gate, up)`` projections when ``keep_last`` (else None); nothing of another tile survives."""
     out = torch.empty_like(x2d)
+    kept = None
     for start, end in _tiles(x2d.shape[0], rows_per_tile):
         x_tile = x2d[start:end]
-        hidden = kernels.forward(x_tile @ gate_weight.t(), x_tile @ up_weight.t())
+        gate, up = x_tile @ gate_weight.t(), x_tile @ up_weight.t()
+        hidden = kernels.forward(gate, up)
+        if keep_last and end == x2d.shape[0]:
+            kept = (gate, up)
+        del gate, up  # before the down GEMM: a tile's working set is its hidden and output
         torch.mm(hidden, down_weight.t(), out=out[start:end])
-    return out
+        del hidden
+    return out, kept
 
 
 def _accumulate(grad_w: torch.Tensor, a_t: torch.Tensor, b: torch.Tensor, first: bool) -> None:
@@ -202,10 +214,13 @@ def tiled_backward(
     rows_per_tile: int,
     kernels: GatedKernels,
     needs: tuple[bool, bool, bool, bool],
+    kept: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor | None, ...]:
     """``(grad_x2d, grad_gate_weight, grad_up_weight, grad_down_weight)`` of the MLP at contiguous
-    ``x2d`` for the contiguous ``(rows, hidden)`` ``grad_out``, recomputing each tile's forward;
-    ``needs`` says which are wanted (None for the others)."""
+    ``x2d`` for the contiguous ``(rows, hidden)`` ``grad_out``, recomputing each tile's forward
+    but the last's when ``kept`` holds its ``(gate, up)`` from `tiled_forward` (read, not
+    written: a retained graph backs up through them again); ``needs`` says which are wanted
+    (None for the others)."""
     need_x, need_gate, need_up, need_down = needs
     grad_x = torch.empty_like(x2d) if need_x else None
     grad_gate = torch.empty_like(gate_weight) if need_gate else None
@@ -217,9 +232,18 @@ def tiled_backward(
             if g is not None:
                 g.zero_()
         return grad_x, grad_gate, grad_up, grad_down
-    for i, (start, end) in enumerate(_tiles(x2d.shape[0], rows_per_tile)):
+    tiles = list(_tiles(x2d.shape[0], rows_per_tile))
+    if kept is not None:
+        tiles = tiles[-1:] + tiles[:-1]  # the kept tile first: its projections are at hand
+    for i, (start, end) in enumerate(tiles):
         x_tile, dy_tile = x2d[start:end], grad_out[start:end]
-        gate, up = x_tile @ gate_weight.t(), x_tile @ up_weight.t()
+        if kept is not None:
+            # Copies: the activation's backward writes its gradients over them. The kept pair
+            # stays saved until backward ends, so this costs no more than a recompute's buffers.
+            gate, up = (t.clone() for t in kept)
+            kept = None
+        else:
+            gate, up = x_tile @ gate_weight.t(), x_tile @ up_weight.t()
         if need_down:
             _accumulate(grad_down, dy_tile.t(), kernels.forward(gate, up), i == 0)
         grad_hidden = dy_tile @ down_weight
@@ -239,25 +263,28 @@ def tiled_backward(
 class TiledMLPFunction(torch.autograd.Function):
     """The autograd of `tiled_mlp` over a backend's `GatedKernels`: a vendor's ``@implements``
     Function subclasses it, checks the arguments and calls `shared_forward` with its kernels.
-    Saved for backward: ``x`` and the weights only."""
+    Saved for backward: ``x``, the weights and the last tile's gate and up projections (through
+    ``save_for_backward``, so activation checkpointing and offloading hooks see them)."""
 
     @staticmethod
     def shared_forward(ctx, x, gate_weight, up_weight, down_weight, num_shards, kernels: GatedKernels):
         x2d = x.reshape(-1, x.shape[-1]).contiguous()
         weights = [w.contiguous() for w in (gate_weight, up_weight, down_weight)]
         rows_per_tile = tile_rows(x2d.shape[0], x2d.shape[1], num_shards)
-        out = tiled_forward(x2d, *weights, rows_per_tile, kernels)
-        ctx.save_for_backward(x2d, *weights)
+        keep_last = any(ctx.needs_input_grad[:4])
+        out, kept = tiled_forward(x2d, *weights, rows_per_tile, kernels, keep_last)
+        ctx.save_for_backward(x2d, *weights, *(kept or (None, None)))
         ctx.rows_per_tile, ctx.kernels, ctx.shape = rows_per_tile, kernels, x.shape
         return out.view(x.shape)
 
     @staticmethod
     def backward(ctx, grad_out):
-        x2d, gate_weight, up_weight, down_weight = ctx.saved_tensors
+        x2d, gate_weight, up_weight, down_weight, kept_gate, kept_up = ctx.saved_tensors
+        kept = None if kept_gate is None else (kept_gate, kept_up)
         dy = grad_out.reshape(x2d.shape).contiguous()
         needs = tuple(ctx.needs_input_grad[:4])
         grad_x, grad_gate, grad_up, grad_down = tiled_backward(
-            dy, x2d, gate_weight, up_weight, down_weight, ctx.rows_per_tile, ctx.kernels, needs
+            dy, x2d, gate_weight, up_weight, down_weight, ctx.rows_per_tile, ctx.kernels, needs, kept
         )
         grad_x = None if grad_x is None else grad_x.view(ctx.shape)
         return grad_x, grad_gate, grad_up, grad_down, None, None
@@ -364,10 +391,14 @@ def _bench_args(s, dt, dev, gen):
 
 
 def _flops(s) -> tuple[int, int]:
-    """Three (tokens x hidden x intermediate) GEMMs forward; backward recomputes two of them
-    (gate, up) and runs six (two per weight: its gradient and the input's)."""
-    gemm = 2 * s.batch * s.seq * s.hidden * s.intermediate
-    return 3 * gemm, 8 * gemm
+    """Three (tokens x hidden x intermediate) GEMMs forward; backward runs six (two per weight:
+    its gradient and the input's) and recomputes two (gate, up) over every tile but the kept
+    last one (the default tiles: the bench passes no ``num_shards``)."""
+    rows = s.batch * s.seq
+    per_row = 2 * s.hidden * s.intermediate
+    tiles = list(_tiles(rows, tile_rows(rows, s.hidden, None)))
+    recomputed = tiles[-1][0] if tiles else 0  # the rows before the last tile
+    return 3 * rows * per_row, (6 * rows + 2 * recomputed) * per_row
 
 
 OP = Op(
