@@ -19,7 +19,8 @@ when the incoming gradient is not 1 (`scale_unless_one`, decided on the device).
 - tvd: ``grad_p = 0.5 * sign(p - q)`` times the reduction's scale (a device scalar: the counted
   rows are never read on the host); "none" writes the per-element loss.
 - fused_ce_tvd: over logits, one program per row streams the vocabulary twice (both rows' lse
-  by the online step, then ``sum |p - q|`` and ``sigma = sum p sign(p - q)``) and keeps only
+  by the online step, then ``sum |p - q|`` and ``sigma = sum p sign(p - q)``), or loads a row
+  once when it fits in registers (``hardware.CE_TVD_ONE_PASS_MAX_COLS``), and keeps only
   per-row fp32 scalars; backward runs on (row, vocabulary tile) programs from them:
   ``grad = grad_ce (p - [v == y]) + grad_tvd 0.5 p (sign(p - q) - sigma)``.
 """
@@ -303,9 +304,10 @@ class LigerTVDFunction(LigerDivergenceFunction):
 @triton.jit
 def _fused_ce_tvd_forward_kernel(
     S, s_row_stride, T, t_row_stride, Y, CE, TVD, S_LSE, T_LSE, SIGMA, n_cols, ignore_index,
-    BLOCK_N: tl.constexpr,
+    BLOCK_N: tl.constexpr, ONE_PASS: tl.constexpr,
 ):  # fmt: skip
     # One program per row. Pass 1: both rows' lse; pass 2: sum |p - q| and sigma = sum p sign(p - q).
+    # ONE_PASS (BLOCK_N >= n_cols): both passes over one load of the rows.
     row = tl.program_id(0)
     y = tl.load(Y + row)
     if y == ignore_index:
@@ -318,28 +320,41 @@ def _fused_ce_tvd_forward_kernel(
     s_row = S + row_offset(row, s_row_stride)
     t_row = T + row_offset(row, t_row_stride)
     offs = tl.arange(0, BLOCK_N)
-    s_max, s_sum = float("-inf"), 0.0
-    t_max, t_sum = float("-inf"), 0.0
-    for start in range(0, n_cols, BLOCK_N):
-        cols = start + offs
-        mask = cols < n_cols
-        s = tl.load(s_row + cols, mask=mask, other=float("-inf")).to(tl.float32)
-        t = tl.load(t_row + cols, mask=mask, other=float("-inf")).to(tl.float32)
-        s_max, s_sum = online_lse_step(s_max, s_sum, s)
-        t_max, t_sum = online_lse_step(t_max, t_sum, t)
-    s_lse = s_max + tl.log(s_sum)
-    t_lse = t_max + tl.log(t_sum)
-    abs_sum = 0.0
-    sigma = 0.0
-    for start in range(0, n_cols, BLOCK_N):
-        cols = start + offs
-        mask = cols < n_cols
-        # Masked lanes: -inf logits, so p = q = 0 and they add nothing.
-        p = tl.exp(tl.load(s_row + cols, mask=mask, other=float("-inf")).to(tl.float32) - s_lse)
-        q = tl.exp(tl.load(t_row + cols, mask=mask, other=float("-inf")).to(tl.float32) - t_lse)
-        d = p - q
-        abs_sum += tl.sum(tl.abs(d), axis=0)
-        sigma += tl.sum(tl.where(d > 0, p, tl.where(d < 0, -p, 0.0)), axis=0)
+    # Masked lanes: -inf logits, so p = q = 0 and they add nothing.
+    if ONE_PASS:
+        mask = offs < n_cols
+        s = tl.load(s_row + offs, mask=mask, other=float("-inf")).to(tl.float32)
+        t = tl.load(t_row + offs, mask=mask, other=float("-inf")).to(tl.float32)
+        s_max, s_sum = online_lse_step(float("-inf"), 0.0, s)
+        t_max, t_sum = online_lse_step(float("-inf"), 0.0, t)
+        s_lse = s_max + tl.log(s_sum)
+        t_lse = t_max + tl.log(t_sum)
+        p = tl.exp(s - s_lse)
+        d = p - tl.exp(t - t_lse)
+        abs_sum = tl.sum(tl.abs(d), axis=0)
+        sigma = tl.sum(tl.where(d > 0, p, tl.where(d < 0, -p, 0.0)), axis=0)
+    else:
+        s_max, s_sum = float("-inf"), 0.0
+        t_max, t_sum = float("-inf"), 0.0
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + offs
+            mask = cols < n_cols
+            s = tl.load(s_row + cols, mask=mask, other=float("-inf")).to(tl.float32)
+            t = tl.load(t_row + cols, mask=mask, other=float("-inf")).to(tl.float32)
+            s_max, s_sum = online_lse_step(s_max, s_sum, s)
+            t_max, t_sum = online_lse_step(t_max, t_sum, t)
+        s_lse = s_max + tl.log(s_sum)
+        t_lse = t_max + tl.log(t_sum)
+        abs_sum = 0.0
+        sigma = 0.0
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + offs
+            mask = cols < n_cols
+            p = tl.exp(tl.load(s_row + cols, mask=mask, other=float("-inf")).to(tl.float32) - s_lse)
+            q = tl.exp(tl.load(t_row + cols, mask=mask, other=float("-inf")).to(tl.float32) - t_lse)
+            d = p - q
+            abs_sum += tl.sum(tl.abs(d), axis=0)
+            sigma += tl.sum(tl.where(d > 0, p, tl.where(d < 0, -p, 0.0)), axis=0)
     # An out-of-range target (reported by the caller after the launch) reads nothing.
     x_y = tl.load(s_row + y, mask=(y >= 0) & (y < n_cols), other=0.0).to(tl.float32)
     tl.store(CE + row, s_lse - x_y)
@@ -378,15 +393,24 @@ def _fused_ce_tvd_backward_kernel(
     tl.store(g_row + cols, grad.to(G.dtype.element_ty), mask=mask)
 
 
+def plan_ce_tvd_rows(n_cols: int) -> tuple[int, int, bool]:
+    """(block, warps, one_pass) of fused_ce_tvd's one-program-per-row forward: the whole row in
+    one block up to ``hardware.CE_TVD_ONE_PASS_MAX_COLS``, else the streaming plan."""
+    width = triton.next_power_of_2(max(n_cols, 1))
+    if width <= hardware.CE_TVD_ONE_PASS_MAX_COLS:
+        return width, max(1, min(hardware.CE_TVD_ONE_PASS_NUM_WARPS, width // 32)), True
+    return *plan_vocab_rows(n_cols), False
+
+
 def fused_ce_tvd_forward(s: torch.Tensor, t: torch.Tensor, target: torch.Tensor, ignore_index: int):
     """``(ce, tvd, s_lse, t_lse, sigma)``, fp32 per row, over (rows, vocab) logits with unit column stride."""
     n, v = s.shape
     ce, tvd, s_lse, t_lse, sigma = (torch.empty(n, dtype=torch.float32, device=s.device) for _ in range(5))
     if n:
-        block, warps = plan_vocab_rows(v)
+        block, warps, one_pass = plan_ce_tvd_rows(v)
         _fused_ce_tvd_forward_kernel[(n,)](
             s, s.stride(0), t, t.stride(0), target, ce, tvd, s_lse, t_lse, sigma, v, ignore_index,
-            BLOCK_N=block, num_warps=warps,
+            BLOCK_N=block, ONE_PASS=one_pass, num_warps=warps,
         )  # fmt: skip
     return ce, tvd, s_lse, t_lse, sigma
 
