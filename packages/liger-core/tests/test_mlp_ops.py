@@ -124,9 +124,11 @@ def test_a_retained_graph_backs_up_twice_to_the_same_gradients():
         torch.testing.assert_close(g2, g1, rtol=0, atol=0, msg=lambda m, name=name: f"grad_{name}: {m}")
 
 
-def test_checkpointed_and_no_grad_calls():
-    """Under non-reentrant activation checkpointing the kept tile goes through the saved-tensor
-    hooks like x (discarded, recomputed): the gradients are the plain call's. Without grad mode
+@pytest.mark.parametrize("use_reentrant", (False, True))
+def test_checkpointed_and_no_grad_calls(use_reentrant):
+    """Under activation checkpointing the kept tile is dropped and recomputed with the rest
+    (non-reentrant: through the saved-tensor hooks, like x; reentrant: the first forward runs
+    without grad and records nothing): the gradients are the plain call's. Without grad mode
     the forward keeps nothing."""
     from torch.utils.checkpoint import checkpoint
 
@@ -134,7 +136,7 @@ def test_checkpointed_and_no_grad_calls():
     names = list(a)
     ref = {k: v.detach().clone().requires_grad_() for k, v in a.items()}
     dy = torch.randn(a["x"].shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    got = checkpoint(lambda *t: _TorchTiledMLP.apply(*t, "gelu_tanh", 3), *a.values(), use_reentrant=False)
+    got = checkpoint(lambda *t: _TorchTiledMLP.apply(*t, "gelu_tanh", 3), *a.values(), use_reentrant=use_reentrant)
     got.backward(dy)
     _TorchTiledMLP.apply(*ref.values(), "gelu_tanh", 3).backward(dy)
     for name in names:
