@@ -482,9 +482,6 @@ def liger_modulated_rms_norm(
     return resolve("modulated_rms_norm", x.device)(x, weight, scale, shift, eps, offset, casting_mode, in_place)
 
 
-__all__ = sorted(name for name in dir() if name.startswith("liger_"))
-
-
 def liger_fused_linear_dpo(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -696,3 +693,7 @@ def liger_fused_neighborhood_attention(
     around each query, ``(batch, heads, seq, head_dim)``; see
     `liger_core.ops.fused_neighborhood_attention` for the contract."""
     return resolve("fused_neighborhood_attention", query.device)(query, key, value, kernel_size, dilation, scale)
+
+
+# Built last, so that every entry point above is exported (an early `__all__` once hid 13 of them).
+__all__ = sorted(name for name in dir() if name.startswith("liger_"))

@@ -1,0 +1,24 @@
+"""The top-level public API: every catalogue op's functional entry point is importable from
+``liger_core`` and listed in its ``__all__``."""
+
+from __future__ import annotations
+
+import pytest
+
+import liger_core
+from liger_core import functional
+from liger_core.interface import CATALOGUE
+
+
+@pytest.mark.parametrize("op", list(CATALOGUE))
+def test_every_catalogue_op_has_a_top_level_entry_point(op):
+    name = f"liger_{op}"
+    assert callable(getattr(functional, name, None)), f"liger_core.functional lacks {name}"
+    assert name in functional.__all__, f"{name} is missing from liger_core.functional.__all__"
+    assert getattr(liger_core, name, None) is getattr(functional, name), f"liger_core.{name} is not exported"
+    assert name in liger_core.__all__
+
+
+def test_functional_all_lists_every_entry_point():
+    defined = sorted(n for n in dir(functional) if n.startswith("liger_") and callable(getattr(functional, n)))
+    assert functional.__all__ == defined
