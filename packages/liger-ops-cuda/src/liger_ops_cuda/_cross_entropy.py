@@ -387,7 +387,7 @@ class TargetCheck:
         if self.skip:
             return
         if target.is_cuda:
-            self.host = torch.empty((), dtype=count.dtype, pin_memory=True)
+            self.host = torch.empty((), dtype=count.dtype, device="cpu", pin_memory=True)  # not the default device
             self.host.copy_(count, non_blocking=True)
             self.event = torch.cuda.Event()
             self.event.record()

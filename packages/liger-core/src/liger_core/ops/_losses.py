@@ -137,6 +137,13 @@ def take_fused_grads(ctx) -> tuple:
     return grads
 
 
+def pinned_host_empty(shape: torch.Size | tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised pinned host buffer. The device is named: under `torch.set_default_device`
+    or a ``with torch.device(...)`` block a bare `torch.empty` would allocate on that device, and
+    only CPU tensors can be pinned."""
+    return torch.empty(shape, dtype=dtype, device="cpu", pin_memory=True)
+
+
 class HostCopy:
     """A small device tensor's values on their way to the host without a synchronisation: a
     copy into pinned memory behind an event, queued now; `tolist` waits for that event only, so
@@ -147,7 +154,7 @@ class HostCopy:
         if values.device.type == "cpu":
             self._host, self._event = values, None
         else:
-            self._host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+            self._host = pinned_host_empty(values.shape, values.dtype)
             self._host.copy_(values, non_blocking=True)
             self._event = torch.Event(device=values.device)
             self._event.record()
