@@ -46,6 +46,7 @@ import torch
 from torch import nn
 from torch.nn import functional as torch_F
 
+from liger_core.transformers import layers
 from liger_core.transformers.layers import require_op, tensor_reason, warn_fallback
 from liger_core.transformers.sharding import call_head, stock_head_class, unwrap_head
 
@@ -385,8 +386,9 @@ def make_forward(spec: LogitsSpec, stock_forward: Callable) -> Callable:
     at = kinds.index(inspect.Parameter.VAR_KEYWORD) if inspect.Parameter.VAR_KEYWORD in kinds else len(kinds)
     new_params = list(signature.parameters.values())
     new_params.insert(at, extra)
+    # The stock metadata (name, module, annotations, __wrapped__...), then the signature with skip_logits.
+    layers.carry_stock_metadata(forward, stock_forward)
     forward.__signature__ = signature.replace(parameters=new_params)
-    forward.__doc__ = stock_forward.__doc__
     forward._liger_forward = True
     forward._liger_stock = stock_forward
     return forward

@@ -18,7 +18,6 @@ Every op goes through `liger_core.functional`, so the backend serving the tensor
 
 from __future__ import annotations
 
-import functools
 import inspect
 import os
 import warnings
@@ -82,6 +81,21 @@ def stock_class(cls: type) -> type:
     return cls.__dict__["_liger_base"] if is_liger_class(cls) else cls
 
 
+def carry_stock_metadata(replacement: Callable, stock: Callable, *, keep_name: bool = False) -> Callable:
+    """Give ``replacement`` its stock twin's metadata: ``__wrapped__``, ``__doc__``, the annotations
+    (a copy, the stock ones winning; transformers' tests read ``forward.__annotations__["return"]``)
+    and, unless ``keep_name`` (a replacement that pickles by a name of its own), ``__name__``,
+    ``__qualname__`` and ``__module__``. Attributes in ``__dict__`` (``_liger_stock``...) stay."""
+    own = dict(getattr(replacement, "__annotations__", {}))
+    assigned = ("__doc__",) if keep_name else ("__module__", "__name__", "__qualname__", "__doc__")
+    for attr in assigned:
+        if hasattr(stock, attr):
+            setattr(replacement, attr, getattr(stock, attr))
+    replacement.__annotations__ = {**own, **getattr(stock, "__annotations__", {})}
+    replacement.__wrapped__ = stock
+    return replacement
+
+
 def _subclass(base: type, key: tuple, kind: str, namespace: dict) -> type:
     """The Liger subclass of ``base``; ``namespace`` holds its ``forward`` and ``_liger_structural``.
 
@@ -93,11 +107,15 @@ def _subclass(base: type, key: tuple, kind: str, namespace: dict) -> type:
     cls = _CLASSES.get((base, key))
     if cls is None:
 
-        @functools.wraps(base.__init__)  # the stock signature, for anything that inspects it
         def __init__(self, *args, **kwargs) -> None:
             base.__init__(self, *args, **kwargs)
             prepare_live(self)
 
+        carry_stock_metadata(__init__, base.__init__)  # the stock signature, for anything that inspects it
+
+        for name, fn in namespace.items():  # each method in place of a stock one carries its metadata
+            if inspect.isfunction(fn) and inspect.isfunction(getattr(base, name, None)):
+                carry_stock_metadata(fn, getattr(base, name))
         namespace = {
             "_liger_structural": lambda module: None,
             **namespace,
@@ -871,8 +889,8 @@ def rope_function(stock: Callable, kind: str) -> Callable:
     # A module-level name derived from the stock function's, so attention modules holding it
     # (rotary_fn) pickle, and a patched process finds it under the same name when unpickling.
     name = "liger_rope__" + where.replace(".", "_") + ("" if kind == "full" else f"__{kind}")
+    carry_stock_metadata(liger_fn, stock, keep_name=True)
     liger_fn.__name__ = liger_fn.__qualname__ = name
-    liger_fn.__doc__ = f"Liger's RoPE in place of {where}, which runs wherever Liger's does not fit."
     liger_fn._liger_stock = stock
     globals()[name] = liger_fn
     _ROPES[(stock, kind)] = liger_fn
@@ -984,12 +1002,11 @@ def decoder_layer_forward(cls: type, stock: Callable, pattern: str) -> Callable:
             hidden_states = self.post_feedforward_layernorm(hidden_states)
         return residual + hidden_states
 
-    forward.__name__ = "forward"
-    forward.__qualname__ = f"{cls.__qualname__}.forward"
-    forward.__doc__ = f"{where} with the residual add and {norm_name} in one fused_add_rms_norm call."
+    # Stock metadata (the residual add and the norm run as one fused_add_rms_norm call).
+    carry_stock_metadata(forward, stock)
     forward._liger_stock = stock
     forward._liger_forward = True
-    forward = _as_layer_forward(cls, forward)
+    forward = carry_stock_metadata(_as_layer_forward(cls, forward), stock)
     forward._liger_stock = stock  # on the wrapper too, whatever transformers' wrapping copies
     forward._liger_forward = True
     _LAYER_FORWARDS[(cls, stock, pattern)] = forward

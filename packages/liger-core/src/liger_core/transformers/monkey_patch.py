@@ -801,7 +801,8 @@ def _patch_cross_entropy() -> None:
             loss = loss / num_items_in_batch
         return loss
 
-    _set(loss_utils, "fixed_cross_entropy", fixed_cross_entropy)
+    stock = _stock_value(loss_utils, "fixed_cross_entropy")
+    _set(loss_utils, "fixed_cross_entropy", layers.carry_stock_metadata(fixed_cross_entropy, stock))
 
 
 _ALL_FLAGS = ("rope", "cross_entropy", "fused_linear_cross_entropy", "rms_norm", "layer_norm", *MLP_FLAGS, FUSED_ADD)
