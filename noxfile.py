@@ -198,6 +198,8 @@ def _build_package(session: nox.Session, pkg: liger_ci.Package) -> tuple[Path, P
     if pkg.version not in wheels[0].name:
         session.error(f"{wheels[0].name} does not carry {pkg.name}'s version {pkg.version}")
     session.run("twine", "check", "--strict", str(wheels[0]), str(sdists[0]))
+    if missing := liger_ci.missing_licence(wheels[0], sdists[0]):
+        session.error("; ".join(missing))
     return wheels[0], sdists[0]
 
 

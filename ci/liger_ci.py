@@ -294,6 +294,35 @@ def _matrix_refs(job: dict[str, Any]) -> set[str]:
     return set(re.findall(r"\bmatrix\.([A-Za-z0-9_-]+)", json.dumps(job)))
 
 
+def licence_problems(pkg: Package, root: Path = ROOT) -> list[str]:
+    """Each distribution carries the repository's LICENSE: a copy in the package, named by
+    ``license-files`` (hatch cannot include a file above the package's folder)."""
+    copy, original = pkg.path / "LICENSE", root / "LICENSE"
+    if not original.is_file():
+        return ["no LICENSE at the repository root"]
+    problems = []
+    if not copy.is_file() or copy.read_bytes() != original.read_bytes():
+        problems.append(f"package {pkg.name}: {copy.relative_to(root)} is not a copy of the root LICENSE")
+    if pkg.pyproject["project"].get("license-files") != ["LICENSE"]:
+        problems.append(f'package {pkg.name}: its pyproject.toml lacks license-files = ["LICENSE"]')
+    return problems
+
+
+def missing_licence(wheel: Path, sdist: Path) -> list[str]:
+    """What a built wheel and sdist lack of the licence file (empty when both carry it)."""
+    import tarfile
+    import zipfile
+
+    missing = []
+    with zipfile.ZipFile(wheel) as zf:
+        if not any(n.split("/")[0].endswith(".dist-info") and n.endswith("/licenses/LICENSE") for n in zf.namelist()):
+            missing.append(f"{wheel.name}: no *.dist-info/licenses/LICENSE")
+    with tarfile.open(sdist) as tf:
+        if not any(n.count("/") == 1 and n.endswith("/LICENSE") for n in tf.getnames()):
+            missing.append(f"{sdist.name}: no LICENSE at its top")
+    return missing
+
+
 def consistency_problems(
     matrix: dict[str, Any],
     sessions: list[dict[str, Any]],
@@ -318,6 +347,7 @@ def consistency_problems(
             problems.append(f"package {name}: no [tool.towncrier] or no {pkg.fragments_dir.name}/ folder")
         if pkg.tag not in all_tags:
             problems.append(f"package {name}: no nox session carries its tag {pkg.tag!r}")
+        problems += licence_problems(pkg, root)
         if f"build({name})" not in names:
             problems.append(f"package {name}: no build({name}) nox session")
         if pkg.vendor:
