@@ -179,6 +179,9 @@ def math(
         h = x @ w_gate_up[e].t()
         if gate_up_bias is not None:
             h = h + gate_up_bias[e].to(compute)
+        # Rounded to the input dtype once before the clamp, as the contract says (the clamp's
+        # gradient mask then reads the values the forward clamped).
+        h = h.to(hidden_states.dtype).to(compute)
         y = activation(h, limit, alpha, up_offset, interleaved) @ w_down[e].t()
         if down_bias is not None:
             y = y + down_bias[e].to(compute)
