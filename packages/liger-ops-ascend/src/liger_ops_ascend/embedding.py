@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.embedding import check_args
+from liger_core.ops.embedding import check_args, clamp_indices
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import flat_indices, tile_indices, tile_ptrs
@@ -224,10 +224,13 @@ class LigerEmbeddingFunction(torch.autograd.Function):
     def forward(ctx, weight, indices, padding_idx):
         check_args(weight, indices, padding_idx)
         hw = hardware.current(weight.device)
-        idx = indices.reshape(-1)
+        # Out-of-table indices read row 0 meanwhile; `pending.check` raises the contract's IndexError.
+        idx, pending = clamp_indices(indices.reshape(-1), weight.shape[0])
         ctx.save_for_backward(idx)
         ctx.table, ctx.padding_idx, ctx.hw = (weight.shape[0], weight.dtype), padding_idx, hw
-        return embedding_forward(weight, idx, hw).view(*indices.shape, weight.shape[1])
+        out = embedding_forward(weight, idx, hw)
+        pending.check()
+        return out.view(*indices.shape, weight.shape[1])
 
     @staticmethod
     def backward(ctx, dy):

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.embedding import check_args
+from liger_core.ops.embedding import check_args, clamp_indices
 from liger_ops_cuda import hardware
 
 
@@ -146,10 +146,13 @@ class LigerEmbeddingFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, weight, indices, padding_idx):
         check_args(weight, indices, padding_idx)
-        idx = indices.reshape(-1)
+        # Out-of-table indices read row 0 meanwhile; `pending.check` raises the contract's IndexError.
+        idx, pending = clamp_indices(indices.reshape(-1), weight.shape[0])
         ctx.save_for_backward(idx)
         ctx.table, ctx.padding_idx = (weight.shape[0], weight.dtype), padding_idx
-        return embedding_forward(weight, idx).view(*indices.shape, weight.shape[1])
+        out = embedding_forward(weight, idx)
+        pending.check()
+        return out.view(*indices.shape, weight.shape[1])
 
     @staticmethod
     def backward(ctx, dy):

@@ -19,7 +19,9 @@ def embedding(weight: torch.Tensor, indices: torch.Tensor, padding_idx: int | No
     Args:
         weight: ``(num_embeddings, embedding_dim)``, float32, bfloat16 or float16, any strides.
         indices: int64 or int32 of any shape (an empty one included), every value in
-            ``[0, num_embeddings)``; the values are not checked (that would need a device sync).
+            ``[0, num_embeddings)``; anything else (negative included) is an IndexError naming
+            ``indices`` (counted on the device: a backend reads the count behind an event once its
+            kernels are queued, which run on clamped indices meanwhile, never out of the table).
         padding_idx: None, or a row of ``weight`` (negative counts from the end, as in torch)
             that receives no gradient; its row is looked up as any other.
 
@@ -30,7 +32,8 @@ def embedding(weight: torch.Tensor, indices: torch.Tensor, padding_idx: int | No
         zero for rows no position looked up and for ``padding_idx``. ``weight`` is not modified.
     """
     check_args(weight, indices, padding_idx)
-    return math(weight, indices, padding_idx)
+    check_indices(indices, weight.shape[0])
+    return _ReferenceEmbedding.apply(weight, indices, padding_idx)
 
 
 def check_args(weight: torch.Tensor, indices: torch.Tensor, padding_idx: int | None) -> None:
@@ -64,6 +67,77 @@ def check_args(weight: torch.Tensor, indices: torch.Tensor, padding_idx: int | N
     raise ValueError(f"embedding: padding_idx must be None or an int in [{-n}, {n}); got {padding_idx!r}")
 
 
+def _bad_indices(indices: torch.Tensor, num_embeddings: int) -> torch.Tensor:
+    return (indices < 0) | (indices >= num_embeddings)
+
+
+def _raise_bad_indices(indices: torch.Tensor, num_embeddings: int, n_bad: int) -> None:
+    first = int(indices[_bad_indices(indices, num_embeddings)][0])
+    raise IndexError(
+        f"embedding: indices must be in [0, {num_embeddings}) (the rows of weight); {n_bad} are not (first: {first})"
+    )
+
+
+def check_indices(indices: torch.Tensor, num_embeddings: int) -> None:
+    """Raise IndexError for an index outside ``[0, num_embeddings)`` (one host synchronisation)."""
+    n_bad = int(_bad_indices(indices, num_embeddings).sum())
+    if n_bad:
+        _raise_bad_indices(indices, num_embeddings, n_bad)
+
+
+class PendingIndexCheck:
+    """The bad-index count on its way to the host (`HostCopy`, queued before the lookup's kernels);
+    `check` raises the contract's IndexError once they are queued (they read clamped indices
+    meanwhile, so their output is discarded, never memory outside the table). Inside a CUDA graph
+    capture nothing is copied or checked: a replay runs on whatever indices it is given, clamped."""
+
+    def __init__(self, indices: torch.Tensor, num_embeddings: int, n_bad: torch.Tensor) -> None:
+        from liger_core.ops._losses import HostCopy
+
+        self._indices, self._num_embeddings = indices, num_embeddings
+        capturing = indices.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        self._n_bad = None if capturing else HostCopy(n_bad)
+
+    def check(self) -> None:
+        """Raise IndexError for an index outside ``[0, num_embeddings)``."""
+        if self._n_bad is not None:
+            n_bad = int(self._n_bad.tolist())
+            self._n_bad = None
+            if n_bad:
+                _raise_bad_indices(self._indices, self._num_embeddings, n_bad)
+
+
+def clamp_indices(indices: torch.Tensor, num_embeddings: int) -> tuple[torch.Tensor, PendingIndexCheck]:
+    """``indices`` with those outside ``[0, num_embeddings)`` replaced by 0, for the kernels, and the
+    pending check of the originals (no host synchronisation here): call its ``check`` after queuing
+    the forward's kernels. Shared by every backend, so a bad index fails alike everywhere."""
+    bad = _bad_indices(indices, num_embeddings)
+    pending = PendingIndexCheck(indices, num_embeddings, bad.sum())
+    return indices.masked_fill(bad, 0), pending
+
+
+class _ReferenceEmbedding(torch.autograd.Function):
+    """The reference: `math`'s lookup, and the contract's gradient (each row's incoming gradients
+    summed in float32 and rounded once; torch's own backward sums a bfloat16 table in bfloat16)."""
+
+    @staticmethod
+    def forward(ctx, weight: torch.Tensor, indices: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
+        ctx.save_for_backward(indices)
+        ctx.table, ctx.padding_idx = (weight.shape[0], weight.dtype), padding_idx
+        return math(weight, indices, padding_idx)
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        (indices,) = ctx.saved_tensors
+        (num_embeddings, dtype), padding_idx = ctx.table, ctx.padding_idx
+        acc = torch.float64 if dtype == torch.float64 else torch.float32
+        grad = torch.zeros((num_embeddings, dy.shape[-1]), dtype=acc, device=dy.device)
+        grad.index_add_(0, indices.reshape(-1).long(), dy.reshape(-1, dy.shape[-1]).to(acc))
+        if padding_idx is not None:
+            grad[padding_idx] = 0
+        return grad.to(dtype), None, None
+
+
 def math(weight: torch.Tensor, indices: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
     """The formula, differentiable by autograd in weight, for any floating dtype (float64 for the oracle)."""
     return torch.nn.functional.embedding(indices, weight, padding_idx)
@@ -95,6 +169,12 @@ def args(
     if padding_idx is not None and indices.numel():
         indices.view(-1)[0] = padding_idx % num_embeddings  # the padding row is looked up
     return dict(weight=weight, indices=indices, padding_idx=padding_idx)
+
+
+def _with_first(indices: torch.Tensor, value: int) -> torch.Tensor:
+    out = indices.clone()
+    out.view(-1)[0] = value
+    return out
 
 
 def samples():
@@ -165,6 +245,20 @@ OP = Op(
         bad("padding_idx", ValueError, r"padding_idx must be None or an int in \[-50, 50\); got 50", padding_idx=50),
         bad("padding_idx_type", ValueError, r"padding_idx must be None or an int .*got 1.5", padding_idx=1.5),
         bad("mixed_devices", ValueError, r"one device.*weight is on .*indices is on", indices=on_other_device),
+        # Out of the table: past the end, negative, far past the end (a raw read there can end the process).
+        bad(
+            "index_past_end",
+            IndexError,
+            r"embedding: indices must be in \[0, 50\) \(the rows of weight\); 1 are not \(first: 50\)",
+            indices=lambda i: _with_first(i, 50),
+        ),
+        bad("index_negative", IndexError, r"indices must be in \[0, 50\).*first: -1\)", indices=lambda i: _with_first(i, -1)),
+        bad(
+            "index_far_past_end",
+            IndexError,
+            r"indices must be in \[0, 50\).*first: 1000000\)",
+            indices=lambda i: _with_first(i, 1_000_000),
+        ),
     ),
     bench=B.BenchSpec(
         group="activations",
