@@ -252,7 +252,12 @@ OP = Op(
             r"embedding: indices must be in \[0, 50\) \(the rows of weight\); 1 are not \(first: 50\)",
             indices=lambda i: _with_first(i, 50),
         ),
-        bad("index_negative", IndexError, r"indices must be in \[0, 50\).*first: -1\)", indices=lambda i: _with_first(i, -1)),
+        bad(
+            "index_negative",
+            IndexError,
+            r"indices must be in \[0, 50\).*first: -1\)",
+            indices=lambda i: _with_first(i, -1),
+        ),
         bad(
             "index_far_past_end",
             IndexError,
