@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 import liger_core
@@ -22,3 +24,12 @@ def test_every_catalogue_op_has_a_top_level_entry_point(op):
 def test_functional_all_lists_every_entry_point():
     defined = sorted(n for n in dir(functional) if n.startswith("liger_") and callable(getattr(functional, n)))
     assert functional.__all__ == defined
+
+
+@pytest.mark.parametrize("name", functional.__all__)
+def test_a_non_tensor_argument_is_a_type_error_naming_it(name):
+    fn = getattr(functional, name)
+    params = [p for p in inspect.signature(fn).parameters.values() if p.default is p.empty]
+    args = [[[1.0, 2.0]] for _ in params]  # a nested list where each tensor belongs
+    with pytest.raises(TypeError, match=rf"^\w+: {params[0].name} must be a torch.Tensor\b.*; got list"):
+        fn(*args)

@@ -99,6 +99,8 @@ def call(op: str, args: tuple) -> Any:
     named = dict(zip(_parameters(op), args))
     dtensors = {n: v for n, v in named.items() if isinstance(v, DTensor)}
     if not dtensors:  # another tensor subclass (a Parameter): the ordinary path
+        if not isinstance(args[0], torch.Tensor):
+            raise TypeError(f"{op}: {_parameters(op)[0]} must be a torch.Tensor; got {type(args[0]).__name__}")
         return resolve(op, args[0].device)(*args)
     sharding = spec.sharding
     if sharding is None:

@@ -12,6 +12,15 @@ from liger_core.registry import resolve
 Tensor = torch.Tensor
 
 
+def _device(op: str, name: str, value: object) -> torch.device:
+    """``value.device``, or a TypeError naming the argument when ``value`` is not a tensor (a list
+    would otherwise fail as ``AttributeError: 'list' object has no attribute 'device'``)."""
+    try:
+        return value.device
+    except AttributeError:
+        raise TypeError(f"{op}: {name} must be a torch.Tensor; got {type(value).__name__}") from None
+
+
 def liger_rms_norm(
     x: torch.Tensor,
     weight: torch.Tensor | None = None,
@@ -23,7 +32,7 @@ def liger_rms_norm(
     """RMSNorm; see `liger_core.ops.rms_norm.rms_norm` for the contract."""
     if type(x) is not Tensor:
         return distributed.call("rms_norm", (x, weight, eps, offset, casting_mode, in_place))
-    return resolve("rms_norm", x.device)(x, weight, eps, offset, casting_mode, in_place)
+    return resolve("rms_norm", _device("rms_norm", "x", x))(x, weight, eps, offset, casting_mode, in_place)
 
 
 def liger_fused_add_rms_norm(
@@ -39,7 +48,9 @@ def liger_fused_add_rms_norm(
     `liger_core.ops.fused_add_rms_norm.fused_add_rms_norm` for the contract."""
     if type(x) is not Tensor:
         return distributed.call("fused_add_rms_norm", (x, residual, weight, eps, offset, casting_mode, in_place))
-    return resolve("fused_add_rms_norm", x.device)(x, residual, weight, eps, offset, casting_mode, in_place)
+    return resolve("fused_add_rms_norm", _device("fused_add_rms_norm", "x", x))(
+        x, residual, weight, eps, offset, casting_mode, in_place
+    )
 
 
 def liger_layer_norm(
@@ -51,7 +62,7 @@ def liger_layer_norm(
     """LayerNorm over the last dimension; see `liger_core.ops.layer_norm.layer_norm` for the contract."""
     if type(x) is not Tensor:
         return distributed.call("layer_norm", (x, weight, bias, eps))
-    return resolve("layer_norm", x.device)(x, weight, bias, eps)
+    return resolve("layer_norm", _device("layer_norm", "x", x))(x, weight, bias, eps)
 
 
 def liger_group_norm(
@@ -63,31 +74,31 @@ def liger_group_norm(
     eps: float = 1e-5,
 ) -> torch.Tensor:
     """GroupNorm over (batch, channels, ...); see `liger_core.ops.group_norm.group_norm` for the contract."""
-    return resolve("group_norm", x.device)(x, weight, bias, num_channels, num_groups, eps)
+    return resolve("group_norm", _device("group_norm", "x", x))(x, weight, bias, num_channels, num_groups, eps)
 
 
 def liger_poly_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """PolyNorm; see `liger_core.ops.poly_norm.poly_norm` for the contract."""
-    return resolve("poly_norm", x.device)(x, weight, bias, eps)
+    return resolve("poly_norm", _device("poly_norm", "x", x))(x, weight, bias, eps)
 
 
 def liger_dyt(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None) -> torch.Tensor:
     """Dynamic Tanh ``gamma * tanh(alpha * x) + beta``; see `liger_core.ops.dyt.dyt` for the contract."""
-    return resolve("dyt", x.device)(x, alpha, gamma, beta)
+    return resolve("dyt", _device("dyt", "x", x))(x, alpha, gamma, beta)
 
 
 def liger_swiglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
     """``silu(a) * b``; see `liger_core.ops.swiglu.swiglu` for the contract (``in_place`` included)."""
     if type(a) is not Tensor:
         return distributed.call("swiglu", (a, b, in_place))
-    return resolve("swiglu", a.device)(a, b, in_place)
+    return resolve("swiglu", _device("swiglu", "a", a))(a, b, in_place)
 
 
 def liger_geglu(a: torch.Tensor, b: torch.Tensor, in_place: bool = False) -> torch.Tensor:
     """``gelu_tanh(a) * b``; see `liger_core.ops.geglu.geglu` for the contract."""
     if type(a) is not Tensor:
         return distributed.call("geglu", (a, b, in_place))
-    return resolve("geglu", a.device)(a, b, in_place)
+    return resolve("geglu", _device("geglu", "a", a))(a, b, in_place)
 
 
 def liger_rope(
@@ -101,7 +112,7 @@ def liger_rope(
     """Rotate-half RoPE on q and k; see `liger_core.ops.rope.rope` for the contract."""
     if type(q) is not Tensor:
         return distributed.call("rope", (q, k, cos, sin, position_ids, unsqueeze_dim))
-    return resolve("rope", q.device)(q, k, cos, sin, position_ids, unsqueeze_dim)
+    return resolve("rope", _device("rope", "q", q))(q, k, cos, sin, position_ids, unsqueeze_dim)
 
 
 # Drop-in for transformers' ``apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1)``
@@ -118,7 +129,7 @@ def liger_qwen2vl_mrope(
     unsqueeze_dim: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Qwen2-VL's multimodal RoPE; see `liger_core.ops.qwen2vl_mrope.qwen2vl_mrope` for the contract."""
-    return resolve("qwen2vl_mrope", q.device)(q, k, cos, sin, mrope_section, unsqueeze_dim)
+    return resolve("qwen2vl_mrope", _device("qwen2vl_mrope", "q", q))(q, k, cos, sin, mrope_section, unsqueeze_dim)
 
 
 # Drop-in for transformers' Qwen2-VL ``apply_multimodal_rotary_pos_emb``, under its liger-kernel name.
@@ -127,17 +138,17 @@ liger_multimodal_rotary_pos_emb = liger_qwen2vl_mrope
 
 def liger_relu_squared(x: torch.Tensor) -> torch.Tensor:
     """``relu(x) ** 2`` (Nemotron's activation); see `liger_core.ops.relu_squared.relu_squared` for the contract."""
-    return resolve("relu_squared", x.device)(x)
+    return resolve("relu_squared", _device("relu_squared", "x", x))(x)
 
 
 def liger_softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dimension; see `liger_core.ops.softmax.softmax` for the contract."""
-    return resolve("softmax", x.device)(x)
+    return resolve("softmax", _device("softmax", "x", x))(x)
 
 
 def liger_sparsemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Sparsemax along ``dim``; see `liger_core.ops.sparsemax.sparsemax` for the contract."""
-    return resolve("sparsemax", x.device)(x, dim)
+    return resolve("sparsemax", _device("sparsemax", "x", x))(x, dim)
 
 
 def liger_cross_entropy(
@@ -154,7 +165,7 @@ def liger_cross_entropy(
 ):
     """Cross-entropy with z-loss and softcapping; see `liger_core.ops.cross_entropy.cross_entropy`
     (``in_place=True``: the gradient may overwrite ``logits``; do not read them afterwards)."""
-    return resolve("cross_entropy", logits.device)(
+    return resolve("cross_entropy", _device("cross_entropy", "logits", logits))(
         logits,
         target,
         weight,
@@ -179,7 +190,7 @@ def liger_vocab_parallel_cross_entropy(
     """Cross-entropy over this rank's vocabulary shard of ``group`` (every rank calls it with the
     same targets and gets the same loss); see
     `liger_core.ops.vocab_parallel_cross_entropy.vocab_parallel_cross_entropy` for the contract."""
-    return resolve("vocab_parallel_cross_entropy", logits.device)(
+    return resolve("vocab_parallel_cross_entropy", _device("vocab_parallel_cross_entropy", "logits", logits))(
         logits, target, group, ignore_index, reduction, in_place
     )
 
@@ -200,7 +211,7 @@ def liger_fused_linear_cross_entropy(
 ):
     """lm_head + cross-entropy without the full logits; see
     `liger_core.ops.fused_linear_cross_entropy.fused_linear_cross_entropy`."""
-    return resolve("fused_linear_cross_entropy", input.device)(
+    return resolve("fused_linear_cross_entropy", _device("fused_linear_cross_entropy", "input", input))(
         input,
         weight,
         target,
@@ -224,7 +235,7 @@ def liger_kl_div(
     eps: float = 1e-10,
 ) -> torch.Tensor:
     """KL divergence; see `liger_core.ops.kl_div.kl_div` for the contract."""
-    return resolve("kl_div", y_pred.device)(y_pred, y_true, reduction, log_target, eps)
+    return resolve("kl_div", _device("kl_div", "y_pred", y_pred))(y_pred, y_true, reduction, log_target, eps)
 
 
 def liger_jsd(
@@ -235,7 +246,9 @@ def liger_jsd(
     ignore_index: int = -100,
 ) -> torch.Tensor:
     """Generalised Jensen-Shannon divergence; see `liger_core.ops.jsd.jsd` for the contract."""
-    return resolve("jsd", student_logp.device)(student_logp, teacher_logp, shift_labels, beta, ignore_index)
+    return resolve("jsd", _device("jsd", "student_logp", student_logp))(
+        student_logp, teacher_logp, shift_labels, beta, ignore_index
+    )
 
 
 def liger_fused_linear_jsd(
@@ -249,7 +262,7 @@ def liger_fused_linear_jsd(
     temperature: float = 1.0,
 ) -> torch.Tensor:
     """lm_heads + JSD without the full logits; see `liger_core.ops.fused_linear_jsd.fused_linear_jsd`."""
-    return resolve("fused_linear_jsd", student_input.device)(
+    return resolve("fused_linear_jsd", _device("fused_linear_jsd", "student_input", student_input))(
         student_input, student_weight, teacher_input, teacher_weight, shift_labels, jsd_beta, ignore_index, temperature
     )
 
@@ -262,13 +275,13 @@ def liger_tvd(
     ignore_index: int = -100,
 ) -> torch.Tensor:
     """Total variation distance; see `liger_core.ops.tvd.tvd` for the contract."""
-    return resolve("tvd", p.device)(p, q, shift_labels, reduction, ignore_index)
+    return resolve("tvd", _device("tvd", "p", p))(p, q, shift_labels, reduction, ignore_index)
 
 
 def liger_fused_gate_up_swiglu(gate_up: torch.Tensor, in_place: bool = False) -> torch.Tensor:
     """``silu(gate) * up`` of one fused ``(..., 2 * I)`` gate-up projection output (gate first);
     see `liger_core.ops.fused_gate_up_swiglu.fused_gate_up_swiglu` for the contract."""
-    return resolve("fused_gate_up_swiglu", gate_up.device)(gate_up, in_place)
+    return resolve("fused_gate_up_swiglu", _device("fused_gate_up_swiglu", "gate_up", gate_up))(gate_up, in_place)
 
 
 def liger_tiled_mlp(
@@ -281,12 +294,14 @@ def liger_tiled_mlp(
 ) -> torch.Tensor:
     """The gated MLP over tiles of tokens, recomputed in backward (activation memory of one tile);
     see `liger_core.ops.tiled_mlp.tiled_mlp` for the contract."""
-    return resolve("tiled_mlp", x.device)(x, gate_weight, up_weight, down_weight, activation, num_shards)
+    return resolve("tiled_mlp", _device("tiled_mlp", "x", x))(
+        x, gate_weight, up_weight, down_weight, activation, num_shards
+    )
 
 
 def liger_llama4_rope(q: torch.Tensor, k: torch.Tensor, freqs_cis: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Llama 4's complex-form RoPE; see `liger_core.ops.llama4_rope.llama4_rope` for the contract."""
-    return resolve("llama4_rope", q.device)(q, k, freqs_cis)
+    return resolve("llama4_rope", _device("llama4_rope", "q", q))(q, k, freqs_cis)
 
 
 # Drop-in for transformers' Llama4 ``apply_rotary_emb(xq, xk, freqs_cis)``, under liger-kernel's name.
@@ -302,7 +317,7 @@ def liger_fused_moe(
 ) -> torch.Tensor:
     """The routed SwiGLU experts of an MoE MLP (liger-kernel's ``LigerFusedMoEFunction``); see
     `liger_core.ops.fused_moe.fused_moe` for the contract."""
-    return resolve("fused_moe", hidden_states.device)(
+    return resolve("fused_moe", _device("fused_moe", "hidden_states", hidden_states))(
         hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights
     )
 
@@ -322,7 +337,7 @@ def liger_fused_moe_clamped_swiglu(
 ) -> torch.Tensor:
     """The routed experts of GPT-OSS's MoE MLP (biased projections, interleaved gate and up, the
     clamped SwiGLU); see `liger_core.ops.fused_moe_clamped_swiglu.fused_moe_clamped_swiglu`."""
-    return resolve("fused_moe_clamped_swiglu", hidden_states.device)(
+    return resolve("fused_moe_clamped_swiglu", _device("fused_moe_clamped_swiglu", "hidden_states", hidden_states))(
         hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights, gate_up_bias, down_bias,
         limit, alpha, up_offset, interleaved,
     )  # fmt: skip
@@ -357,7 +372,7 @@ def liger_fused_linear_grpo(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """lm_head + the GRPO-family losses of TRL without the logits: ``(loss, metrics)``; see
     `liger_core.ops.fused_linear_grpo.fused_linear_grpo`."""
-    return resolve("fused_linear_grpo", input.device)(
+    return resolve("fused_linear_grpo", _device("fused_linear_grpo", "input", input))(
         input, weight, selected_token_ids, attention_mask, advantages, bias, ref_per_token_logps,
         old_per_token_logps, vllm_is_ratio, num_items_in_batch, beta, epsilon_low, epsilon_high, loss_type,
         max_completion_length, importance_sampling_level, sapo_temperature_pos, sapo_temperature_neg, temperature,
@@ -394,7 +409,7 @@ def liger_grpo_loss(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The GRPO loss from logits (liger-kernel's ``triton_grpo_loss``); see
     `liger_core.ops.grpo_loss.grpo_loss`."""
-    return resolve("grpo_loss", logits.device)(
+    return resolve("grpo_loss", _device("grpo_loss", "logits", logits))(
         logits, old_logp, ref_logp, completion_ids, advantages, completion_mask, temperature, beta, eps_low,
         eps_high, in_place, loss_type, max_completion_length, importance_sampling_level, reduce,
         sapo_temperature_pos, sapo_temperature_neg, vllm_is_ratio, delta, use_bias_correction_kl, num_items_in_batch,
@@ -414,7 +429,7 @@ def liger_fused_linear_kl_div(
 ) -> torch.Tensor:
     """The student's lm_head + KL from a target distribution without the logits; see
     `liger_core.ops.fused_linear_kl_div.fused_linear_kl_div`."""
-    return resolve("fused_linear_kl_div", student_input.device)(
+    return resolve("fused_linear_kl_div", _device("fused_linear_kl_div", "student_input", student_input))(
         student_input, student_weight, target, shift_labels, reduction, ignore_index, temperature, eps
     )
 
@@ -435,7 +450,8 @@ def liger_fused_linear_cosine_similarity(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """lm_heads + cosine-similarity distillation (and hard CE) without the logits: ``(loss,
     soft_loss, hard_loss)``; see `liger_core.ops.fused_linear_cosine_similarity`."""
-    return resolve("fused_linear_cosine_similarity", student_input.device)(
+    device = _device("fused_linear_cosine_similarity", "student_input", student_input)
+    return resolve("fused_linear_cosine_similarity", device)(
         student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias, teacher_bias,
         weight_hard_loss, weight_soft_loss, beta, ignore_index, temperature,
     )  # fmt: skip
@@ -457,7 +473,7 @@ def liger_fused_linear_jsd_loss(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """lm_heads + JSD distillation with a hard cross-entropy term, without the logits: ``(loss,
     soft_loss, hard_loss)``; see `liger_core.ops.fused_linear_jsd_loss`."""
-    return resolve("fused_linear_jsd_loss", student_input.device)(
+    return resolve("fused_linear_jsd_loss", _device("fused_linear_jsd_loss", "student_input", student_input))(
         student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias, teacher_bias,
         weight_hard_loss, weight_soft_loss, beta, ignore_index, temperature,
     )  # fmt: skip
@@ -465,7 +481,7 @@ def liger_fused_linear_jsd_loss(
 
 def liger_embedding(weight: torch.Tensor, indices: torch.Tensor, padding_idx: int | None = None) -> torch.Tensor:
     """``weight[indices]`` (nn.Embedding); see `liger_core.ops.embedding.embedding` for the contract."""
-    return resolve("embedding", weight.device)(weight, indices, padding_idx)
+    return resolve("embedding", _device("embedding", "weight", weight))(weight, indices, padding_idx)
 
 
 def liger_modulated_rms_norm(
@@ -479,7 +495,9 @@ def liger_modulated_rms_norm(
     in_place: bool = False,
 ) -> torch.Tensor:
     """``(1 + scale) * rms_norm(x) + shift``; see `liger_core.ops.modulated_rms_norm.modulated_rms_norm`."""
-    return resolve("modulated_rms_norm", x.device)(x, weight, scale, shift, eps, offset, casting_mode, in_place)
+    return resolve("modulated_rms_norm", _device("modulated_rms_norm", "x", x))(
+        x, weight, scale, shift, eps, offset, casting_mode, in_place
+    )
 
 
 def liger_fused_linear_dpo(
@@ -504,7 +522,7 @@ def liger_fused_linear_dpo(
     chosen_logps, rejected_logps, chosen_logits_mean, rejected_logits_mean, nll_loss,
     chosen_rewards, rejected_rewards)``; see `liger_core.ops.fused_linear_dpo.fused_linear_dpo`
     for the contract."""
-    return resolve("fused_linear_dpo", input.device)(
+    return resolve("fused_linear_dpo", _device("fused_linear_dpo", "input", input))(
         input, weight, target, bias, ref_input, ref_weight, ref_bias, ignore_index, beta, compute_nll_loss,
         use_ref_model, average_log_prob, loss_type, label_smoothing, discopop_tau, alpha,
     )  # fmt: skip
@@ -523,7 +541,9 @@ def liger_fused_linear_orpo(
     chosen_logps, rejected_logps, chosen_logits_mean, rejected_logits_mean, nll_loss,
     chosen_rewards, rejected_rewards)``; see `liger_core.ops.fused_linear_orpo.fused_linear_orpo`
     for the contract."""
-    return resolve("fused_linear_orpo", input.device)(input, weight, target, bias, ignore_index, beta, compute_nll_loss)
+    return resolve("fused_linear_orpo", _device("fused_linear_orpo", "input", input))(
+        input, weight, target, bias, ignore_index, beta, compute_nll_loss
+    )
 
 
 def liger_fused_linear_cpo(
@@ -542,7 +562,7 @@ def liger_fused_linear_cpo(
 ) -> tuple[torch.Tensor, ...]:
     """lm_head + CPO loss (``loss_type`` sigmoid, hinge, ipo or simpo); outputs as
     `liger_fused_linear_dpo`'s; see `liger_core.ops.fused_linear_cpo.fused_linear_cpo` for the contract."""
-    return resolve("fused_linear_cpo", input.device)(
+    return resolve("fused_linear_cpo", _device("fused_linear_cpo", "input", input))(
         input, weight, target, bias, ignore_index, beta, alpha, label_smoothing, compute_nll_loss, average_log_prob,
         loss_type, simpo_gamma,
     )  # fmt: skip
@@ -562,7 +582,7 @@ def liger_fused_linear_simpo(
 ) -> tuple[torch.Tensor, ...]:
     """lm_head + SimPO loss; outputs as `liger_fused_linear_dpo`'s; see
     `liger_core.ops.fused_linear_simpo.fused_linear_simpo` for the contract."""
-    return resolve("fused_linear_simpo", input.device)(
+    return resolve("fused_linear_simpo", _device("fused_linear_simpo", "input", input))(
         input, weight, target, bias, ignore_index, beta, alpha, label_smoothing, compute_nll_loss, gamma
     )
 
@@ -577,8 +597,10 @@ def liger_attn_res(
     (``V``: ``(N, ..., hidden)``, or a list of the ``N`` blocks, stacked here as liger-kernel does);
     see `liger_core.ops.attn_res.attn_res` for the contract."""
     if isinstance(V, (list, tuple)):
+        if not all(isinstance(block, torch.Tensor) for block in V):
+            raise TypeError(f"attn_res: V must be a torch.Tensor or a list of them; got a {type(V).__name__} of others")
         V = torch.stack(V)
-    return resolve("attn_res", V.device)(V, w_query, w_norm, eps)
+    return resolve("attn_res", _device("attn_res", "V", V))(V, w_query, w_norm, eps)
 
 
 def liger_fused_ce_tvd(
@@ -589,7 +611,9 @@ def liger_fused_ce_tvd(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token ``(ce, tvd)`` of student logits against a teacher's, unreduced; see
     `liger_core.ops.fused_ce_tvd.fused_ce_tvd` for the contract."""
-    return resolve("fused_ce_tvd", student_logits.device)(student_logits, teacher_logits, target, ignore_index)
+    return resolve("fused_ce_tvd", _device("fused_ce_tvd", "student_logits", student_logits))(
+        student_logits, teacher_logits, target, ignore_index
+    )
 
 
 def liger_fused_linear_kto(
@@ -613,7 +637,7 @@ def liger_fused_linear_kto(
     chosen_logps_sum, rejected_logps_sum, chosen_logits_sum, rejected_logits_sum,
     chosen_rewards_sum, rejected_rewards_sum)``; see `liger_core.ops.fused_linear_kto.fused_linear_kto`
     for the contract."""
-    return resolve("fused_linear_kto", input.device)(
+    return resolve("fused_linear_kto", _device("fused_linear_kto", "input", input))(
         input, weight, target, preference_labels, bias, ref_input, ref_weight, ref_bias, kl, ignore_index, beta,
         use_ref_model, average_log_prob, desirable_weight, undesirable_weight,
     )  # fmt: skip
@@ -631,7 +655,7 @@ def liger_multi_token_attention(
 ) -> torch.Tensor:
     """Multi-token attention's convolution over causal softmax (or sparsemax) probabilities; see
     `liger_core.ops.multi_token_attention.multi_token_attention` for the contract."""
-    return resolve("multi_token_attention", scores.device)(
+    return resolve("multi_token_attention", _device("multi_token_attention", "scores", scores))(
         scores, weight, bias, stride, padding, dilation, groups, sparse
     )
 
@@ -645,7 +669,9 @@ def liger_fused_linear_scaled_cross_entropy(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token ``(nll, entropy)`` of ``softmax(input @ weight.T / temperature)``, unreduced, without
     the logits; see `liger_core.ops.fused_linear_scaled_cross_entropy` for the contract."""
-    return resolve("fused_linear_scaled_cross_entropy", input.device)(input, weight, target, temperature, ignore_index)
+    return resolve("fused_linear_scaled_cross_entropy", _device("fused_linear_scaled_cross_entropy", "input", input))(
+        input, weight, target, temperature, ignore_index
+    )
 
 
 def liger_mhc_coeffs(
@@ -664,7 +690,7 @@ def liger_mhc_coeffs(
     """mHC routing coefficients ``(h_pre, h_post, h_res)`` of ``HC`` residual streams ``x``
     (``(..., HC, C)``): sigmoid maps and the Sinkhorn-normalised mixing matrix; see
     `liger_core.ops.mhc_coeffs.mhc_coeffs` for the contract."""
-    return resolve("mhc_coeffs", x.device)(
+    return resolve("mhc_coeffs", _device("mhc_coeffs", "x", x))(
         x, phi, b, alpha_pre, alpha_post, alpha_res, tmax, rms_eps, pre_eps, sinkhorn_eps, post_mult
     )
 
@@ -672,13 +698,13 @@ def liger_mhc_coeffs(
 def liger_mhc_pre(x: torch.Tensor, h_pre: torch.Tensor) -> torch.Tensor:
     """mHC pre-mix: the wrapped layer's input ``sum_s h_pre[..., s] * x[..., s, :]`` of ``HC``
     residual streams ``x`` (``(..., HC, C)``); see `liger_core.ops.mhc_pre.mhc_pre` for the contract."""
-    return resolve("mhc_pre", x.device)(x, h_pre)
+    return resolve("mhc_pre", _device("mhc_pre", "x", x))(x, h_pre)
 
 
 def liger_mhc_post_res(x: torch.Tensor, f_out: torch.Tensor, h_post: torch.Tensor, h_res: torch.Tensor) -> torch.Tensor:
     """mHC post + residual mix: ``h_res @ x + h_post * f_out`` per token, back to ``HC`` streams;
     see `liger_core.ops.mhc_post_res.mhc_post_res` for the contract."""
-    return resolve("mhc_post_res", x.device)(x, f_out, h_post, h_res)
+    return resolve("mhc_post_res", _device("mhc_post_res", "x", x))(x, f_out, h_post, h_res)
 
 
 def liger_fused_neighborhood_attention(
@@ -692,7 +718,9 @@ def liger_fused_neighborhood_attention(
     """Softmax attention over a sliding window of ``kernel_size`` keys (spaced by ``dilation``)
     around each query, ``(batch, heads, seq, head_dim)``; see
     `liger_core.ops.fused_neighborhood_attention` for the contract."""
-    return resolve("fused_neighborhood_attention", query.device)(query, key, value, kernel_size, dilation, scale)
+    return resolve("fused_neighborhood_attention", _device("fused_neighborhood_attention", "query", query))(
+        query, key, value, kernel_size, dilation, scale
+    )
 
 
 # Built last, so that every entry point above is exported (an early `__all__` once hid 13 of them).
