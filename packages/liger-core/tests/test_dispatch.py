@@ -117,7 +117,19 @@ def test_liger_backend_naming_absent_backend(clean_registry, monkeypatch):
     message = str(info.value)
     assert "LIGER_BACKEND=nosuch names no installed backend" in message
     assert "installed: reference" in message
-    assert "pip install liger-ops-nosuch" in message and "unset LIGER_BACKEND" in message
+    assert "'nosuch' is no Liger backend (known: reference, cuda, ascend, xpu)" in message
+    assert "pip install" not in message and "unset LIGER_BACKEND" in message
+
+
+def test_absent_vendor_backend_says_how_to_install_it(clean_registry, monkeypatch):
+    monkeypatch.delenv("LIGER_BACKEND", raising=False)
+    clean_registry.reset()
+    with pytest.raises(LigerBackendError) as info:
+        clean_registry.get_backend("ascend")
+    message = str(info.value)
+    assert message.startswith("backend 'ascend' names no installed backend")  # not blaming LIGER_BACKEND
+    assert "LIGER_BACKEND" not in message
+    assert "pip install -e packages/liger-ops-ascend" in message
 
 
 def test_liger_backend_naming_broken_backend(fake_backend, clean_registry, monkeypatch):

@@ -201,8 +201,8 @@ def _prepare_device(chosen: str | None, device: str | None) -> tuple[str, str | 
     if declared and device not in declared and os.environ.get("TRITON_INTERPRET") != "1":
         os.environ["TRITON_INTERPRET"] = "1"
         return device, (
-            f"no {'/'.join(declared)} device for backend {chosen!r}: set TRITON_INTERPRET=1, "
-            f"its kernels run in the Triton interpreter on {device}"
+            f"no {'/'.join(declared)} device for backend {chosen!r}: liger check has set TRITON_INTERPRET=1 "
+            f"(nothing to do), so its kernels run in the Triton interpreter on {device}"
         )
     return device, None
 

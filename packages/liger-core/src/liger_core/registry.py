@@ -29,6 +29,7 @@ import torch
 from liger_core import compile as _compile
 from liger_core.backend import (
     ENTRY_POINT_GROUP,
+    VENDORS,
     Backend,
     LigerBackendError,
     validate,
@@ -181,9 +182,19 @@ class Registry:
         if name in self.problems:
             raise LigerBackendError(f"LIGER_BACKEND={name} names an unusable backend: {self.problems[name].error}")
         known = ", ".join(sorted(self.backends))
+        # Blame LIGER_BACKEND only when it is what named the backend (`liger check --backend` also asks).
+        from_env = os.environ.get("LIGER_BACKEND", "").strip() == name
+        what = f"LIGER_BACKEND={name}" if from_env else f"backend {name!r}"
+        vendor = vendor_named(name)
+        if vendor is None:
+            names = ", ".join([REFERENCE, *(v.name for v in VENDORS)])
+            fix = f"{name!r} is no Liger backend (known: {names})"
+        else:
+            # The vendor packages are installed from the repository (they are not on the package index yet).
+            fix = f"install {vendor.distribution} from the repository: pip install -e packages/{vendor.distribution}"
         raise LigerBackendError(
-            f"LIGER_BACKEND={name} names no installed backend; installed: {known}. "
-            f"Install it (e.g. pip install liger-ops-{name}) or unset LIGER_BACKEND"
+            f"{what} names no installed backend; installed: {known}. {fix}"
+            + ("; or unset LIGER_BACKEND" if from_env else "")
         )
 
     def resolve(self, op: str, device: str | torch.device) -> Callable:
