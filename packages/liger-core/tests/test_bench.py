@@ -699,3 +699,27 @@ def test_shape_set_errors(capsys):
         run_bench(ops=["rms_norm"], config="tiny", shapes="tiny", device="cpu")
     with pytest.raises(ValueError, match="unknown shape set 'huge'"):
         run_bench(ops=["rms_norm"], shapes="huge", device="cpu")
+
+
+def test_cli_refuses_an_absent_device(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as e:
+        bench_main(capsys, "--device", "cuda", "--ops", "rms_norm", "--out", str(tmp_path), "--no-progress")
+    assert e.value.code == 2
+    assert "--device cuda: no cuda device is available on this machine" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # refused before timing or writing anything
+
+
+def test_cli_pins_cpu_threads_while_timing(capsys, monkeypatch, tmp_path):
+    seen = []
+    from liger_core.bench import runner
+
+    real_run = runner.run_bench
+    monkeypatch.setattr(runner, "run_bench", lambda **kw: (seen.append(torch.get_num_threads()), real_run(**kw))[1])
+    before = torch.get_num_threads()
+    rc, _, err = bench_main(
+        capsys, "--config", "tiny", "--device", "cpu", "--ops", "rms_norm", "--providers", "liger",
+        "--modes", "forward", "--rep-ms", "1", "--out", str(tmp_path), "--no-progress", "--no-plots",
+    )  # fmt: skip
+    assert rc == 0 and seen == [1] and "1 torch CPU thread(s)" in err
+    assert torch.get_num_threads() == before  # restored for the rest of the process

@@ -86,6 +86,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="time this backend's kernels as 'liger' (default: whatever dispatch picks); sets TRITON_INTERPRET=1 "
         "when its device is absent",
     )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="torch CPU threads while timing on the CPU (default 1: ratios that do not swing with machine load)",
+    )
     p.add_argument("--timer", default="auto", choices=TIMERS, help="auto: cudagraph on CUDA, do_bench, else wall")
     p.add_argument("--rep-ms", type=int, default=100, help="time budget per measurement in ms (default 100)")
     p.add_argument("--out", metavar="DIR", default="bench-results", help="output folder (default ./bench-results)")
@@ -165,6 +172,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(note, file=sys.stderr)
     else:
         device = args.device
+    from liger_core.device import device_available, infer_device
+
+    if device is not None and not device_available(device):
+        # Refuse up front rather than fill every row with the same error.
+        parser.error(f"--device {device}: no {device} device is available on this machine")
+    import torch
+
+    threads_before = torch.get_num_threads()
+    if (device or infer_device()) == "cpu" or args.threads is not None:
+        torch.set_num_threads(args.threads or 1)
+        print(f"note: timing with {torch.get_num_threads()} torch CPU thread(s) (--threads)", file=sys.stderr)
     sizes = {axis: getattr(args, axis) for axis in AXES if getattr(args, axis) is not None}
     if args.shapes and (args.config or args.sweep or sizes):
         parser.error("--shapes replaces --config, --sweep and the size options; give one or the other")
@@ -187,6 +205,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         )
     except ValueError as e:
         parser.error(str(e))
+    finally:
+        torch.set_num_threads(threads_before)
     for note in result.meta.get("notes", []):
         print(f"note: {note}", file=sys.stderr)
     print(report.render_summary(result))
