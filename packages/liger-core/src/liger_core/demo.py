@@ -180,6 +180,16 @@ def train_once(variant: str, setup: Setup, device: str, progress: bool = True) -
     }
 
 
+def speed_ratio(stock_s: float, liger_s: float) -> str:
+    """Liger's speed against stock in words: a ratio below 1 printed as ``0.00x`` said nothing
+    (the Triton interpreter on a CPU is hundreds of times slower than stock)."""
+    if stock_s <= 0 or liger_s <= 0:
+        return "no ratio: a zero time"
+    if liger_s <= stock_s:
+        return f"liger {stock_s / liger_s:.2f}x as fast"
+    return f"liger {liger_s / stock_s:.3g}x slower"
+
+
 def _table(stock: dict, liger: dict, setup: Setup, device: str, where: str) -> str:
     lines = [
         f"LLaMA from config: hidden {setup.hidden}, {setup.layers} layers, {setup.heads} heads / {setup.kv_heads} KV, "
@@ -203,7 +213,7 @@ def _table(stock: dict, liger: dict, setup: Setup, device: str, where: str) -> s
     lines += [
         "",
         f"max |loss difference|: {worst:.2e}",
-        f"mean step time (steps 2..): stock {ts:.3f} s, liger {tl:.3f} s ({ts / tl:.2f}x)",
+        f"mean step time (steps 2..): stock {ts:.3f} s, liger {tl:.3f} s ({speed_ratio(ts, tl)})",
         f"{mem}: stock {ms:.1f} MiB, liger {ml:.1f} MiB ({(ml - ms) / ms * 100:+.1f}%)",
     ]
     if device == "cpu":
