@@ -56,6 +56,13 @@ def fused_linear_cross_entropy(
         The loss in float32 (scalar, or ``(tokens,)`` for ``"none"``), or ``(loss, z_loss)``.
         Backward gives ``grad_input``, ``grad_weight`` and ``grad_bias`` in their tensors' dtypes.
         The logits are computed in ``input.dtype`` (tensor cores) and the cross-entropy in float32.
+        With no target to count (every target ``ignore_index``, or no tokens) the ``"mean"`` loss
+        is 0.0 with zero gradients, where ``F.cross_entropy`` returns nan: a batch of padding
+        does not poison the step.
+
+    Mixed dtypes: ``weight`` (and ``bias``) of another float dtype than ``input`` are cast to
+    ``input.dtype`` for the matmul (autocast's rule; their gradients come back in their own
+    dtypes). `fused_moe` does not cast: its expert weights must share ``hidden_states``' dtype.
     """
     args = (input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap)
     check_args(*args, return_z_loss, accum_dtype)
