@@ -351,26 +351,38 @@ def collect_families() -> dict[str, Any]:
 _NO_TRANSFORMERS = "not installed (pip install 'liger-core[transformers]')"
 
 
-def render_families(info: dict[str, Any]) -> str:
+def render_families(info: dict[str, Any], width: int = 100) -> str:
+    """One block per family, wrapped at ``width`` columns (a table's rows reached 366)."""
+    import textwrap
+
     version = info["transformers"]
-    rows = []
+
+    def wrapped(label: str, text: str) -> list[str]:
+        return textwrap.wrap(f"{label}: {text}", width, initial_indent="    ", subsequent_indent="        ")
+
+    out = [
+        *textwrap.wrap(
+            f"{len(info['families'])} model families (apply_liger_kernel_to_<model_type>, AutoLigerKernelForCausalLM, "
+            "AutoLigerKernelForImageTextToText, apply_liger_kernel_to_instance); ops with every flag at its default.",
+            width,
+        ),
+        "transformers: " + (version or _NO_TRANSFORMERS),
+    ]
     for model_type, f in info["families"].items():
         ops = ", ".join(f["ops_by_default"]) or "-"
         if f["composite"]:
             ops += " (+ its language model's and vision tower's families)"
         here = "yes" if f["in_installed_transformers"] else "no"
-        rows.append((model_type, ops, f["not_yet"] or "-", here))
-    out = [
-        f"{len(info['families'])} model families (apply_liger_kernel_to_<model_type>, AutoLigerKernelForCausalLM, "
-        "AutoLigerKernelForImageTextToText, apply_liger_kernel_to_instance); ops with every flag at its default.",
-        "transformers: " + (version or _NO_TRANSFORMERS),
+        out += ["", f"{model_type} (in transformers {version or '-'}: {here})", *wrapped("ops", ops)]
+        if f["not_yet"]:
+            out += wrapped("not patched yet (the catalogue lacks it)", f["not_yet"])
+    out += [
         "",
-        _table(
-            ("model_type", "ops", "not patched yet (the catalogue lacks it)", f"in transformers {version or '-'}"), rows
+        *textwrap.wrap(
+            "Text configs of multimodal families patched by them: "
+            + ", ".join(f"{a} -> {t}" for a, t in info["aliases"].items()),
+            width,
         ),
-        "",
-        "Text configs of multimodal families patched by them: "
-        + ", ".join(f"{a} -> {t}" for a, t in info["aliases"].items()),
     ]
     return "\n".join(out)
 

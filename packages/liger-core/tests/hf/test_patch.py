@@ -342,3 +342,4 @@ def test_liger_families_lists_every_family_and_its_ops(capsys):
     assert main(["families"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("45 model families") and "deepseek_v3" in text and "RoPE (interleaved)" in text
+    assert max(len(line) for line in text.splitlines()) <= 100  # wrapped (table rows reached 366 columns)
