@@ -304,8 +304,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         if result == "FAIL":
             failures.append((f"{op} {dname} {sname} on {bname}", error))
 
-    print()
-    print(_table(("op", "backend", "dtype", "shape", "result", "time", "error"), rows))
+    # Each result is printed once, as it comes; the table repeats only those that did not pass.
+    not_passed = [row for row in rows if row[4] != "PASS"]
+    if not_passed:
+        print()
+        print(_table(("op", "backend", "dtype", "shape", "result", "time", "error"), not_passed))
     if failures:
         print("\nFailures:")
         for what, error in failures:
