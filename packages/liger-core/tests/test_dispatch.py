@@ -268,3 +268,16 @@ def test_module_without_affine():
     torch.testing.assert_close(y, x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
     y.sum().backward()
     assert x.grad is not None and x.grad.shape == x.shape
+
+
+def test_forced_vendor_backend_off_its_device_needs_the_interpreter(fake_backend, clean_registry, monkeypatch):
+    # A vendor package forced on CPU tensors without TRITON_INTERPRET=1: a clear error, not Triton's
+    # "0 active drivers" from inside the first kernel launch.
+    clean_registry.register_backend(fake_backend(name="xpu", distribution="liger-ops-xpu", device_types=("xpu",)))
+    monkeypatch.setenv("LIGER_BACKEND", "xpu")
+    clean_registry.reset()
+    with pytest.raises(LigerBackendError, match=r"LIGER_BACKEND=xpu runs Triton kernels on xpu devices.*'cpu'"):
+        liger_rms_norm(torch.randn(2, 4))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter runs them on CPU tensors
+    clean_registry.reset()
+    assert clean_registry.REGISTRY.backend_for_device("cpu").name == "xpu"

@@ -163,7 +163,21 @@ class Registry:
         self.load()
         forced = os.environ.get("LIGER_BACKEND", "").strip()
         if forced:
-            return self._named(forced)
+            backend = self._named(forced)
+            if (
+                vendor_named(backend.name) is not None  # this project's Triton packages (not a test's stub)
+                and device_type not in backend.device_types
+                and os.environ.get("TRITON_INTERPRET") != "1"
+            ):
+                # Triton would fail deep inside ("0 active drivers"): say what is wrong here.
+                served = "/".join(backend.device_types)
+                raise LigerBackendError(
+                    f"LIGER_BACKEND={forced} runs Triton kernels on {served} devices, but these tensors are on "
+                    f"{device_type!r} and TRITON_INTERPRET is not 1: move the tensors to a {served} device, set "
+                    f"TRITON_INTERPRET=1 before the first op to run the kernels in the Triton interpreter, or "
+                    f"unset LIGER_BACKEND"
+                )
+            return backend
         for problem in self.problems.values():
             if device_type in (problem.device_types or declared_devices(problem.name)):
                 raise LigerBackendError(
