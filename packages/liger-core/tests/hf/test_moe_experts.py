@@ -277,8 +277,9 @@ def test_clamped_experts_equal_transformers(monkeypatch, family, dtype, implemen
     weights: output and the gradients of the hidden states, the weights, GPT-OSS's biases and the
     routing weights. The gate-up projection's inputs are on a 1/8 grid (tokens in {-1, 0, 1}), so
     gate and up are exact in bf16 on both sides and a limit of 0.9375 clamps the same elements;
-    where a vendor backend serves the op and the flag is on, the fused op runs (its node in the
-    graph), else the stock loop, never a warning."""
+    where a vendor backend serves the op, the flag is on and the implementation is grouped_mm
+    (transformers' default), the fused op runs (its node in the graph), else the stock forward,
+    never a warning."""
     from liger_core import registry
     from liger_core.transformers import layers
     from liger_core.transformers.layers import LigerStockFallbackWarning
@@ -301,10 +302,8 @@ def test_clamped_experts_equal_transformers(monkeypatch, family, dtype, implemen
     top, index = torch.topk(logits, TOP_K, dim=-1)
     weights = torch.softmax(top, dim=1).to(dtype)
     dy = torch.randn(TOKENS, HIDDEN, generator=gen).to(dtype)
-    fused = flag == "1" and registry.serving("fused_moe_clamped_swiglu", "cpu").backend not in (
-        None,
-        registry.REFERENCE,
-    )
+    # The fused op stands in for transformers' default grouped_mm only; eager runs stock.
+    fused = flag == "1" and implementation == "grouped_mm" and registry.vendor_serves("fused_moe_clamped_swiglu", "cpu")
     # The eager experts by keyword, under each stock class's own names (GPT-OSS: router_indices,
     # routing_weights); transformers' grouped_mm wrapper takes them by position only, as the models pass them.
     names = list(inspect.signature(stock_class.forward).parameters)[1:4] if implementation == "eager" else None
