@@ -34,7 +34,16 @@ nox.options.default_venv_backend = "uv|virtualenv"
 # ci and build are cheap (about 1 and 3 minutes); compat re-runs each vendor's conformance suite
 # (minutes per vendor, and while the oldest allowed liger-core is the working tree's it is the
 # same check as <vendor>-interpreter), so it runs in the pull-request jobs, not here.
-nox.options.sessions = ["lint", "core", "cuda-interpreter", "ascend-interpreter", "xpu-interpreter", "ci", "build"]
+nox.options.sessions = [
+    "lint",
+    "core",
+    "cuda-interpreter",
+    "ascend-interpreter",
+    "xpu-interpreter",
+    "xpu-interpreter-triton37",
+    "ci",
+    "build",
+]
 nox.options.error_on_missing_interpreters = False
 
 # The test sessions that run on CPU spread their tests over the machine's cores with pytest-xdist
@@ -110,8 +119,11 @@ def core(session: nox.Session) -> None:
     session.run("pytest", "-q", *_workers(), str(CORE / "tests"), *_junit(session), *session.posargs, env=_worker_env())
 
 
-def _vendor_session(vendor: str, native: bool):
-    package, device, tritons, native_extra, dist = VENDORS[vendor]
+def _vendor_session(vendor: str, native: bool, tritons: list[str] | None = None, tests: str = "tests"):
+    """``tritons``: the interpreter venv's Triton instead of VENDORS'; ``tests``: what under the
+    package runs (a folder or one file)."""
+    package, device, vendor_tritons, native_extra, dist = VENDORS[vendor]
+    tritons = vendor_tritons if tritons is None else tritons
     pkg_dir = PACKAGES / package
 
     def run(session: nox.Session) -> None:
@@ -132,12 +144,13 @@ def _vendor_session(vendor: str, native: bool):
             _install_core(session, *tritons)
             session.install("--no-deps", "-e", str(pkg_dir))
             env, workers = _worker_env({"TRITON_INTERPRET": "1"}), _workers()
-        _report_triton(session, dist)
-        tests = str(pkg_dir / "tests")
-        session.run("pytest", "-q", "-rs", *workers, tests, *_junit(session), *session.posargs, env=env)
+        _report_triton(session, dist if tritons is vendor_tritons else tritons[0].split("=")[0])
+        session.run("pytest", "-q", "-rs", *workers, str(pkg_dir / tests), *_junit(session), *session.posargs, env=env)
 
     run.__doc__ = (
-        f"{package} natively on {device}" if native else f"{package} in the Triton interpreter on CPU ({dist})"
+        f"{package} natively on {device}"
+        if native
+        else f"{package} {tests} in the Triton interpreter on CPU ({' '.join(tritons)})"
     )
     return run
 
@@ -362,6 +375,15 @@ HF_TESTS = CORE / "tests" / "hf"
 HF_TRAINERS = ("accelerate>=1.10.1", "datasets>=4.7.0", "trl>=1.0")
 # tests/hf/test_peft.py: patched models under PEFT LoRA (installed wherever the hf tests run).
 HF_PEFT = ("peft>=0.17",)
+
+# PyTorch's XPU builds (torch 2.10-2.13) ship Intel's Triton 3.6-3.7.x, newer than the triton-xpu
+# the xpu-interpreter session runs: the XPU kernels also go through upstream Triton 3.7's
+# interpreter (the same language level; the Intel-only launch options stay behind
+# liger_ops_xpu.hardware's shim). The conformance suite alone: every op, every sample input.
+XPU_TRITON_37 = "triton==3.7.1"
+nox.session(name="xpu-interpreter-triton37", tags=["xpu", "liger-ops-xpu", "interpreter", "cpu"])(
+    _vendor_session("xpu", False, [XPU_TRITON_37, "numpy"], "tests/test_conformance.py")
+)
 
 
 @nox.session(name="hf-interpreter", tags=["core", "hf", "cpu"])

@@ -304,6 +304,12 @@ def install() -> None:
     EAGER_ONLY.update(eager_only)
     _EAGER_CALLS.update({name: _eager_call(name) for name in eager_only})
 
+    # Which backend serves a device is fixed while a process runs: Dynamo calls vendor_serves
+    # while tracing and keeps its answer, instead of tracing the registry (its lock, its imports).
+    from liger_core import registry
+
+    torch.compiler.assume_constant_result(registry.vendor_serves)
+
     # Dynamo inlines this in place of Registry.resolve; eager calls still run Registry.resolve.
     @torch.compiler.substitute_in_graph(Registry.resolve)
     def _resolve_while_compiling(self: Registry, op: str, device: str | torch.device) -> Callable:

@@ -321,5 +321,11 @@ def serving(op: str, device_type: str) -> Serving:
     return Serving(REFERENCE, True, None)
 
 
+def vendor_serves(op: str, device_type: str) -> bool:
+    """Whether a vendor backend, not the PyTorch reference, serves ``op`` on ``device_type``.
+    torch.compile takes the answer as a constant of the compiled code (`liger_core.compile`)."""
+    return serving(op, device_type).backend not in (None, REFERENCE)
+
+
 # torch.compile: while Dynamo traces, resolve hands out the liger:: custom ops (liger_core.compile).
 _compile.install_when_dynamo_loads()

@@ -109,13 +109,13 @@ def test_liger_experts_refuse_other_activations():
 @pytest.mark.parametrize("flag", ("1", "0"))
 def test_patched_experts_run_fused_moe_where_a_backend_serves_it(monkeypatch, flag):
     """The transformers patch's experts (`layers.experts_class`) take the fused_moe op where a vendor
-    backend serves it and the flag is on (else the swiglu op per expert): equal to stock either way."""
+    backend serves it and the flag is on (else the stock forward): equal to stock either way."""
     from liger_core import registry
     from liger_core.transformers import layers
 
     monkeypatch.setenv(layers.FUSED_MOE_ENV, flag)
     config, _ = _qwen3()
-    config._experts_implementation = "eager"
+    config._experts_implementation = "grouped_mm"  # transformers' default, the one the fused op stands in for
     gen = torch.Generator().manual_seed(2)
     stock = Qwen3MoeExperts(config)
     with torch.no_grad():
@@ -169,7 +169,7 @@ def test_llama4_moe_block_equals_transformers(monkeypatch, dtype, top_k, flag):
     against transformers' ``Llama4TextMoe`` on the same weights: output, router logits and every
     gradient (hidden states, router, both expert weights, shared expert). Where a vendor backend
     serves fused_moe and the flag is on, the fused op runs (its node in the graph); otherwise the
-    selected experts one at a time through the swiglu op. Neither falls back to stock."""
+    stock block, bit for bit. Neither warns."""
     from transformers import Llama4TextConfig
     from transformers.models.llama4.modeling_llama4 import Llama4TextMoe
 
@@ -212,6 +212,8 @@ def test_llama4_moe_block_equals_transformers(monkeypatch, dtype, top_k, flag):
         results.append({"output": out, "router_logits": logits, "grad_hidden_states": x_leaf.grad, **grads})
     got, want = results
     assert got.keys() == want.keys() and len(got) == 9
+    if not fused:
+        assert all(torch.equal(got[name], want[name]) for name in want), "not the stock computation"
     for name in want:
         assert got[name].dtype == want[name].dtype, name
         _close(got[name].detach().float(), want[name].detach().float(), dtype, name)
@@ -275,8 +277,9 @@ def test_clamped_experts_equal_transformers(monkeypatch, family, dtype, implemen
     weights: output and the gradients of the hidden states, the weights, GPT-OSS's biases and the
     routing weights. The gate-up projection's inputs are on a 1/8 grid (tokens in {-1, 0, 1}), so
     gate and up are exact in bf16 on both sides and a limit of 0.9375 clamps the same elements;
-    where a vendor backend serves the op and the flag is on, the fused op runs (its node in the
-    graph), else the stock loop, never a warning."""
+    where a vendor backend serves the op, the flag is on and the implementation is grouped_mm
+    (transformers' default), the fused op runs (its node in the graph), else the stock forward,
+    never a warning."""
     from liger_core import registry
     from liger_core.transformers import layers
     from liger_core.transformers.layers import LigerStockFallbackWarning
@@ -299,10 +302,8 @@ def test_clamped_experts_equal_transformers(monkeypatch, family, dtype, implemen
     top, index = torch.topk(logits, TOP_K, dim=-1)
     weights = torch.softmax(top, dim=1).to(dtype)
     dy = torch.randn(TOKENS, HIDDEN, generator=gen).to(dtype)
-    fused = flag == "1" and registry.serving("fused_moe_clamped_swiglu", "cpu").backend not in (
-        None,
-        registry.REFERENCE,
-    )
+    # The fused op stands in for transformers' default grouped_mm only; eager runs stock.
+    fused = flag == "1" and implementation == "grouped_mm" and registry.vendor_serves("fused_moe_clamped_swiglu", "cpu")
     # The eager experts by keyword, under each stock class's own names (GPT-OSS: router_indices,
     # routing_weights); transformers' grouped_mm wrapper takes them by position only, as the models pass them.
     names = list(inspect.signature(stock_class.forward).parameters)[1:4] if implementation == "eager" else None
@@ -331,3 +332,139 @@ def test_clamped_experts_equal_transformers(monkeypatch, family, dtype, implemen
     assert (gate > config.swiglu_limit).any() and (up.abs() > config.swiglu_limit).any()
     unused = [p.grad[4] for name, p in liger.named_parameters()]
     assert not any(g.any() for g in unused)
+
+
+# -- the stock computation where the fused op does not run (issue 37, item 5) ---------------------
+
+
+def _experts_of_every_family() -> list:
+    """(model type, experts class name, Liger class factory) for every family whose experts the
+    patch swaps (`experts_class` and `clamped_experts_class`)."""
+    from liger_core.transformers import layers
+    from liger_core.transformers.monkey_patch import FAMILIES
+
+    found, seen = [], set()
+    for model_type, fam in FAMILIES.items():
+        named = [(name, layers.experts_class) for name in fam.experts]
+        named += [
+            (name, lambda base, layout=layout: layers.clamped_experts_class(base, layout))
+            for name, layout in fam.clamped_experts
+        ]
+        for name, make in named:
+            if name not in seen:
+                seen.add(name)
+                found.append(pytest.param(model_type, name, make, id=f"{model_type}-{name}"))
+    return found
+
+
+def _stock_experts(model_type: str, name: str, implementation: str):
+    """transformers' own experts module ``name`` of ``model_type``'s tiny config (hf_models), weights
+    drawn, the experts implementation chosen as ``from_pretrained(experts_implementation=...)`` sets it."""
+    from hf_models import SIZES, mini_config
+
+    from liger_core.transformers.monkey_patch import FAMILIES, _modeling
+
+    require_family(model_type)
+    stock_cls = getattr(_modeling(model_type, FAMILIES[model_type]), name, None)
+    if stock_cls is None:
+        pytest.skip(f"this transformers has no {name}")
+    config = mini_config(model_type, SIZES["tiny"]).get_text_config()
+    config.hidden_act = "silu"  # every real checkpoint's
+    config._experts_implementation = implementation
+    gen = torch.Generator().manual_seed(5)
+    stock = stock_cls(config)
+    with torch.no_grad():
+        for p in stock.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+    return config, stock_cls, stock, gen
+
+
+@pytest.mark.parametrize("flag", ("1", "0"))
+@pytest.mark.parametrize("implementation", ("eager", "batched_mm", "grouped_mm"))
+@pytest.mark.parametrize(("model_type", "name", "make"), _experts_of_every_family())
+def test_patched_experts_run_stock_unless_the_fused_op_runs(monkeypatch, model_type, name, make, implementation, flag):
+    """Every patched experts class runs the fused op only for transformers' default experts
+    implementation (``grouped_mm``), where a vendor backend serves it and LIGER_FUSED_MOE is not 0.
+    Everywhere else it runs the stock forward: the chosen implementation's own function is called
+    (spied in transformers' experts registry) and the output is bit for bit stock's."""
+    from transformers.integrations import moe as hf_moe
+
+    from liger_core import registry
+    from liger_core.transformers import layers
+
+    monkeypatch.setenv(layers.FUSED_MOE_ENV, flag)
+    config, stock_cls, stock, gen = _stock_experts(model_type, name, implementation)
+    liger_cls = make(stock_cls)
+    liger = liger_cls(config)
+    liger.load_state_dict(stock.state_dict())
+    assert liger._liger_fallback is None
+
+    calls = []
+    mapping = hf_moe.ALL_EXPERTS_FUNCTIONS._global_mapping
+    for impl in ("batched_mm", "grouped_mm"):
+        if impl in mapping:
+
+            def spy(*args, _impl=impl, _fn=mapping[impl], **kwargs):
+                calls.append(_impl)
+                return _fn(*args, **kwargs)
+
+            monkeypatch.setitem(mapping, impl, spy)
+
+    n_experts = stock.gate_up_proj.shape[0]
+    hidden = config.hidden_size
+    x = torch.randn(TOKENS, hidden, generator=gen)
+    index = torch.stack([torch.randperm(n_experts, generator=gen)[:TOP_K] for _ in range(TOKENS)])
+    weights = torch.softmax(torch.randn(TOKENS, TOP_K, generator=gen), -1)
+
+    op = "fused_moe_clamped_swiglu" if getattr(liger_cls, "_liger_clamped", None) else "fused_moe"
+    fused = flag == "1" and implementation == "grouped_mm" and registry.vendor_serves(op, "cpu")
+    x_leaf = x.clone().requires_grad_()
+    got = liger(x_leaf, index, weights)
+    assert _graph_has(got, "FusedMoE") == fused
+    assert calls == ([] if fused or implementation == "eager" else [implementation])
+    calls.clear()
+    want = stock(x, index, weights)
+    if fused:
+        _close(got.detach(), want.detach(), torch.float32, "output")
+    else:
+        assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("flag", ("1", "0"))
+@pytest.mark.parametrize("model_type", ("mixtral", "qwen3_moe"))
+def test_patched_moe_model_compiles_fullgraph(monkeypatch, model_type, flag):
+    """A tiny patched SiLU Mixtral / Qwen3-MoE compiles with ``fullgraph=True`` (transformers'
+    test_generate_compile_model_forward_fullgraph compiles its forward so), with the fused op
+    (where a vendor backend serves it) and without: logits equal the uncompiled patched model's.
+    The experts module alone compiles too on a registry not yet loaded (its lookup is a constant)."""
+    from hf_models import SIZES, batches, build
+
+    from liger_core import registry
+    from liger_core.transformers import MODEL_TYPE_TO_APPLY_LIGER_FN
+
+    monkeypatch.setenv("LIGER_FUSED_MOE", flag)
+    MODEL_TYPE_TO_APPLY_LIGER_FN[model_type]()
+    try:
+        model = build(model_type, SIZES["tiny"], torch.float32, "cpu", hidden_act="silu").eval()
+        batch = batches(SIZES["tiny"], 1, "cpu", model_type=model_type, config=model.config)[0]
+        batch = {k: v for k, v in batch.items() if k != "labels"}
+        with torch.no_grad():
+            want = model(**batch).logits  # eager first, as generate's warm-up: transformers' own hooks install
+            got = torch.compile(model, fullgraph=True, backend="eager")(**batch).logits
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+            experts = model.model.layers[0].mlp.experts
+            assert type(experts).__name__.startswith("Liger")
+            x = torch.randn(TOKENS, model.config.hidden_size)
+            index = torch.randint(0, experts.gate_up_proj.shape[0], (TOKENS, TOP_K))
+            weights = torch.softmax(torch.randn(TOKENS, TOP_K), -1)
+            want = experts(x, index, weights)
+            registry.reset()
+            torch._dynamo.reset()
+            got = torch.compile(experts, fullgraph=True, backend="eager")(x, index, weights)
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    finally:
+        from liger_core.transformers import revert_liger_kernel_patches
+
+        revert_liger_kernel_patches()
+        torch._dynamo.reset()

@@ -307,25 +307,53 @@ def relu_squared_mlp_class(base: type) -> type:
     return _subclass(base, ("relu_squared_mlp",), "relu_squared", {"forward": forward, "_liger_structural": structural})
 
 
-# The fused_moe op for the SwiGLU experts (on by default; LIGER_FUSED_MOE=0 turns it off).
+# The fused MoE ops for the SwiGLU experts (on by default; LIGER_FUSED_MOE=0 turns them off).
 FUSED_MOE_ENV = "LIGER_FUSED_MOE"
+# transformers' experts implementation (``experts_implementation``) the fused MoE ops stand in for:
+# its default, grouped GEMMs over the tokens sorted by expert, the computation the fused ops run.
+# A model can only be told apart from one built with it unset once built (transformers writes the
+# default into the config), so an explicit "grouped_mm" takes the fused op too; every other choice
+# (eager, batched_mm, a hub or user kernel) runs the stock forward, which dispatches on it.
+FUSED_STANDS_IN_FOR = "grouped_mm"
+
+
+def experts_choice_reason(module: nn.Module) -> str | None:
+    """Why ``module``'s ``experts_implementation`` keeps it off the fused op (the stock forward
+    honours the choice), or None: unset, transformers' default, or an experts class that does not
+    dispatch on it (transformers' ``use_experts_implementation`` gives the module its ``config``)."""
+    if not getattr(type(module), "_liger_dispatches", False):
+        return None
+    choice = getattr(getattr(module, "config", None), "_experts_implementation", None)
+    if choice is None or choice == FUSED_STANDS_IN_FOR:
+        return None
+    return f"experts_implementation={choice!r}"
 
 
 def fused_moe_reason(module: nn.Module, hidden_states: torch.Tensor, op: str = "fused_moe") -> str | None:
     """Why ``module``'s call cannot go to the fused MoE op ``op`` (fused_moe, or
-    fused_moe_clamped_swiglu for GPT-OSS's experts; then the experts run one at a time), or
-    None. Read per call: the flag, and whether a vendor backend serves the op on this device (its
-    PyTorch reference runs every expert on every token)."""
+    fused_moe_clamped_swiglu for GPT-OSS's and DeepSeek-V4's experts; then the stock forward runs),
+    or None. Read per call: the flag, the experts implementation chosen, and whether a vendor
+    backend serves the op on this device (its PyTorch reference runs every expert on every token).
+    Traceable by torch.compile without a graph break (`registry.vendor_serves` is a constant there)."""
     if os.environ.get(FUSED_MOE_ENV, "1").strip() == "0":
         return f"{FUSED_MOE_ENV}=0"
     if getattr(module, "_is_expert_parallel", False):
         return "expert parallelism (ids of other ranks' experts)"
+    choice = experts_choice_reason(module)
+    if choice is not None:
+        return choice
     if hidden_states.ndim != 2 or hidden_states.dtype != module.gate_up_proj.dtype:
         return "hidden states other than (tokens, hidden) rows in the experts' dtype"
-    serving = registry.serving(op, hidden_states.device.type)
-    if serving.backend in (None, registry.REFERENCE):
+    if not registry.vendor_serves(op, hidden_states.device.type):
         return f"no vendor backend serves {op} here"
     return None
+
+
+def _dispatches_on_choice(base: type) -> bool:
+    """Whether the stock experts class's forward is transformers' ``use_experts_implementation``
+    wrapper (it reads ``config._experts_implementation`` on every call)."""
+    code = getattr(stock_class(base).forward, "__code__", None)
+    return code is not None and "_experts_implementation" in code.co_names
 
 
 def _experts_layout_reason(experts: nn.Module | None, transposed: bool = False) -> str | None:
@@ -346,45 +374,16 @@ def _experts_layout_reason(experts: nn.Module | None, transposed: bool = False) 
     return None
 
 
-def _experts_loop(
-    op: Callable,
-    hidden_states: torch.Tensor,
-    gate_up_proj: torch.Tensor,
-    down_proj: torch.Tensor,
-    top_k_index: torch.Tensor,
-    top_k_weights: torch.Tensor,
-) -> torch.Tensor:
-    """The routed experts one selected expert at a time, the activation through ``op``:
-    ``gate_up_proj`` (E, 2I, H) and ``down_proj`` (E, H, I) in any layout (transposed views too)."""
-    n_experts = gate_up_proj.shape[0]
-    out = torch.zeros_like(hidden_states)
-    with torch.no_grad():
-        # num_experts + 1 classes: expert parallelism marks tokens of other ranks' experts
-        # with index num_experts (newer transformers); those are skipped.
-        mask = nn.functional.one_hot(top_k_index, num_classes=n_experts + 1).permute(2, 1, 0)
-        hit = (mask.sum(dim=(-1, -2)) > 0).nonzero().flatten().tolist()
-    for e in hit:
-        if e == n_experts:
-            continue
-        pos, tokens = torch.where(mask[e])
-        gate, up = nn.functional.linear(hidden_states[tokens], gate_up_proj[e]).chunk(2, dim=-1)
-        y = nn.functional.linear(op(gate, up), down_proj[e])
-        y = y * top_k_weights[tokens, pos, None]
-        out.index_add_(0, tokens, y.to(out.dtype))
-    return out
-
-
-def experts_class(base: type, kind: str = "swiglu") -> type:
-    """Liger subclass of the fused-weight MoE experts (Mixtral, Qwen3-MoE, DeepSeek, ..., transformers 5.x).
+def experts_class(base: type) -> type:
+    """Liger subclass of the fused-weight SwiGLU MoE experts (Mixtral, Qwen3-MoE, DeepSeek, ...,
+    transformers 5.x).
 
     The experts hold ``gate_up_proj`` (experts, 2 * intermediate, hidden) and ``down_proj``
-    (experts, hidden, intermediate). SwiGLU experts run the fused_moe op (grouped GEMMs over the
-    tokens sorted by expert) where `fused_moe_reason` allows; otherwise, and for ``kind`` geglu
-    (Gemma 4), each expert's tokens run through the ``kind`` op. Layouts other than that one run
-    the stock forward.
+    (experts, hidden, intermediate). They run the fused_moe op (grouped GEMMs over the tokens
+    sorted by expert) where `fused_moe_reason` allows; everywhere else the stock forward, which
+    runs the ``experts_implementation`` the model was given (see `FUSED_STANDS_IN_FOR`).
     """
-    op = require_op(f"liger_{kind}")
-    fused = require_op("liger_fused_moe") if kind == "swiglu" else None
+    fused = require_op("liger_fused_moe")
 
     def forward(
         self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
@@ -392,19 +391,20 @@ def experts_class(base: type, kind: str = "swiglu") -> type:
         reason = self._liger_fallback or tensor_reason(hidden_states)
         if reason is None and top_k_weights.shape != top_k_index.shape:
             # transformers 5.0's HunYuan-MoE hands over one weight per expert, which its stock experts
-            # implementation reads differently from the loop below.
+            # implementation reads its own way.
             reason = "routing weights other than one per selected expert"
         if reason is not None:
             warn_fallback(type(self).__name__, reason)
             return base.forward(self, hidden_states, top_k_index, top_k_weights)
-        if fused is not None and fused_moe_reason(self, hidden_states) is None:
-            return fused(hidden_states, self.gate_up_proj, self.down_proj, top_k_index, top_k_weights)
-        return _experts_loop(op, hidden_states, self.gate_up_proj, self.down_proj, top_k_index, top_k_weights)
+        if fused_moe_reason(self, hidden_states) is not None:
+            return base.forward(self, hidden_states, top_k_index, top_k_weights)
+        return fused(hidden_states, self.gate_up_proj, self.down_proj, top_k_index, top_k_weights)
 
     def structural(module: nn.Module) -> str | None:
-        return _experts_layout_reason(module) or _activation_reason(_act(module), kind)
+        return _experts_layout_reason(module) or _activation_reason(_act(module), "swiglu")
 
-    return _subclass(base, ("experts", kind), kind, {"forward": forward, "_liger_structural": structural})
+    namespace = {"forward": forward, "_liger_structural": structural, "_liger_dispatches": _dispatches_on_choice(base)}
+    return _subclass(base, ("experts", "swiglu"), "swiglu", namespace)
 
 
 @dataclass(frozen=True)
@@ -442,9 +442,9 @@ def clamped_experts_class(base: type, layout: str = "gpt_oss") -> type:
     (clamp(up, +-limit) + 1)``) or DeepSeek-V4's ``DeepseekV4Experts`` (``(E, 2I, H)`` halves, no
     biases, ``silu(min(gate, limit)) * clamp(up, +-limit)``). The routed experts run the
     fused_moe_clamped_swiglu op on the weights in place (transposed views for GPT-OSS) where
-    `fused_moe_reason` allows (a vendor backend serves it and LIGER_FUSED_MOE is not 0);
-    otherwise the stock loop, which computes the same (the catalogue has no per-expert clamped
-    SwiGLU op to put in it)."""
+    `fused_moe_reason` allows (a vendor backend serves it, LIGER_FUSED_MOE is not 0, the
+    experts implementation is transformers' default); otherwise the stock forward, which runs the
+    ``experts_implementation`` the model was given."""
     if layout not in CLAMPED_EXPERTS:
         raise ValueError(f"clamped_experts_class: layout must be one of {', '.join(CLAMPED_EXPERTS)}; got {layout!r}")
     spec = CLAMPED_EXPERTS[layout]
@@ -509,7 +509,12 @@ def clamped_experts_class(base: type, layout: str = "gpt_oss") -> type:
             return f"experts whose activation (act_fn) is {act}, not SiLU"
         return None
 
-    namespace = {"forward": forward, "_liger_structural": structural, "_liger_clamped": spec}
+    namespace = {
+        "forward": forward,
+        "_liger_structural": structural,
+        "_liger_clamped": spec,
+        "_liger_dispatches": _dispatches_on_choice(base),
+    }
     return _subclass(base, ("clamped_experts", layout), "clamped_swiglu", namespace)
 
 
@@ -520,12 +525,10 @@ def scaled_input_moe_class(base: type) -> type:
     Stock runs every expert on every token (the unselected ones on zero rows: E times the
     routed FLOPs). Here only the selected ones run: the token rows scaled by their scores, one
     row per selection, go through the fused_moe op with unit routing weights, the experts'
-    weights read in place as transposed views (they are stored ``(E, H, 2I)`` and ``(E, I, H)``);
-    where `fused_moe_reason` says no, one selected expert at a time through the swiglu op. The
-    router and the shared expert stay the block's own modules; scores and gradients reach the
-    router as in stock.
+    weights read in place as transposed views (they are stored ``(E, H, 2I)`` and ``(E, I, H)``).
+    Where `fused_moe_reason` says no, the stock block runs. The router and the shared expert stay
+    the block's own modules; scores and gradients reach the router as in stock.
     """
-    op = require_op("liger_swiglu")
     fused = require_op("liger_fused_moe")
 
     def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -535,6 +538,9 @@ def scaled_input_moe_class(base: type) -> type:
             return base.forward(self, hidden_states)
         experts = self.experts
         x = hidden_states.reshape(-1, self.hidden_dim)
+        # x: (tokens, hidden) in the dtype of the rows the fused op would take.
+        if fused_moe_reason(experts, x) is not None:
+            return base.forward(self, hidden_states)
         router_scores, router_logits = self.router(x)
         # The router's own selection (the same top-k of the same logits), its scores gathered so
         # their gradient reaches the router through its sigmoid.
@@ -545,10 +551,7 @@ def scaled_input_moe_class(base: type) -> type:
         ids = index.reshape(-1, 1)
         ones = torch.ones(ids.shape, dtype=rows.dtype, device=rows.device)
         gate_up, down = experts.gate_up_proj.transpose(1, 2), experts.down_proj.transpose(1, 2)
-        if fused_moe_reason(experts, rows) is None:
-            routed = fused(rows, gate_up, down, ids, ones)
-        else:
-            routed = _experts_loop(op, rows, gate_up, down, ids, ones)
+        routed = fused(rows, gate_up, down, ids, ones)
         if top_k > 1:
             routed = routed.view(n_tokens, top_k, -1).sum(dim=1)
         out = self.shared_expert(x)

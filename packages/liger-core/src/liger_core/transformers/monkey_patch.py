@@ -301,7 +301,6 @@ FAMILIES: dict[str, Family] = {
         _F32_SCALE,
         mlps=("Gemma4TextMLP",),
         mlp_kind="geglu",
-        experts=("Gemma4TextExperts",),
         rope="one_tensor",
         logits=LogitsSpec(softcap_attr="final_logit_softcapping"),
         flags=_TEXT_GEGLU,
@@ -441,7 +440,6 @@ FAMILIES: dict[str, Family] = {
         _F32_SCALE,
         mlps=("Gemma4TextMLP", "Gemma4VisionMLP"),
         mlp_kind="geglu",
-        experts=("Gemma4TextExperts",),
         vision_layer_norm=True,
         rope="one_tensor",
         logits=LogitsSpec(softcap_attr="final_logit_softcapping"),
@@ -673,7 +671,7 @@ def _apply(model_type: str, flags: dict[str, bool], model: nn.Module | None, con
             for stock in _classes(mod, (name,)):
                 swaps[stock] = _mlp_class(stock, kind)
         for stock in _classes(mod, fam.experts):
-            swaps[stock] = layers.experts_class(stock, "geglu" if fam.mlp_kind == "geglu" else "swiglu")
+            swaps[stock] = layers.experts_class(stock)
         for stock in _classes(mod, fam.scaled_input_moes):
             swaps[stock] = layers.scaled_input_moe_class(stock)
         for name, layout in fam.clamped_experts:
