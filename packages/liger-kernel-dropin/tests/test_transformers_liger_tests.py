@@ -6,7 +6,8 @@ the version in the 5.x releases, which call ``transformers.integrations.liger.ap
 the project's own tests, run here as they are, with two changes for a CPU machine, marked CHANGED:
 the two trainer tests drop ``@require_torch_accelerator``/``@require_torch_non_multi_accelerator``
 (they run on CPU, the kernels in the Triton interpreter) and train ``TRAINER_STEPS`` steps of
-``TRAINER_TOKENS``-token sequences instead of 20 steps of 128 (each interpreted step costs seconds). Whatever transformers calls there reaches the drop-in.
+``TRAINER_TOKENS``-token sequences instead of 20 steps of 128 (each interpreted step costs seconds).
+Whatever transformers calls there reaches the drop-in.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ class TrainerLigerKernelTest(TestCasePlus):
         import importlib
 
         from liger_kernel.transformers import liger_rotary_pos_emb
-
         from transformers.integrations.liger import apply_liger_kernel
         from transformers.models.llama import modeling_llama
 
@@ -64,7 +64,6 @@ class TrainerLigerKernelTest(TestCasePlus):
         import importlib
 
         from liger_kernel.transformers import LigerRMSNorm
-
         from transformers.integrations.liger import apply_liger_kernel
         from transformers.models.llama import modeling_llama
 
