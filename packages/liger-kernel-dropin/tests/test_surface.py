@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import inspect
 
-import pytest
-import torch
-
 import liger_kernel
 import liger_kernel.chunked_loss as chunked_loss
 import liger_kernel.transformers as lkt
+import pytest
+import torch
 from liger_kernel.transformers import monkey_patch
 
 # liger-kernel 0.8.5's flag names, per patch, where they are not the common text-model set.
@@ -62,8 +61,9 @@ def test_the_modules_frameworks_import():
 
 
 def test_liger_rms_norm_module_runs_and_answers_isinstance_for_patched_layers():
-    from liger_core.transformers import layers
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    from liger_core.transformers import layers
 
     norm = lkt.LigerRMSNorm(8)
     assert isinstance(norm, lkt.LigerRMSNorm)
