@@ -417,6 +417,35 @@ def hf_deepspeed(session: nox.Session) -> None:
     session.run("pytest", "-q", "-rs", "-k", "zero3", tests, *_junit(session), *session.posargs, env=env)
 
 
+# --- The drop-in `liger_kernel` namespace (liger-kernel-dropin, issue 36): the frameworks' own switches that import
+# upstream Liger Kernel by name (transformers' Trainer and its own Liger tests, LLaMA-Factory, OpenRLHF's and verl's
+# calls) on tiny models, liger-ops-cuda's kernels in the Triton interpreter. LLaMA-Factory is installed without its
+# dependencies (only its liger module is loaded; peft for its constants). The drop-in is installed from a built wheel,
+# not editable, so transformers reads its version through the distribution metadata as a user's install does.
+DROPIN = PACKAGES / "liger-kernel-dropin"
+DROPIN_FRAMEWORKS = ("llamafactory==0.9.5",)
+
+
+@nox.session(name="hf-dropin", tags=["dropin", "hf", "cpu"])
+def hf_dropin(session: nox.Session) -> None:
+    """liger-kernel-dropin under transformers' use_liger_kernel (and its own Liger tests), LLaMA-Factory, OpenRLHF's
+    and verl's calls, liger-ops-cuda in the Triton interpreter; then its refusal to import beside liger-kernel."""
+    _install_core(session, "transformers>=5.0.0", "accelerate>=1.10.1", "peft>=0.17", "triton", "numpy")
+    session.install("--no-deps", "-e", str(PACKAGES / "liger-ops-cuda"), str(DROPIN), *DROPIN_FRAMEWORKS)
+    _report_triton(session, "triton")
+    env = {
+        "TRITON_INTERPRET": "1",
+        "LIGER_BACKEND": "cuda",
+        "OMP_NUM_THREADS": "1",
+        "LIGER_DROPIN_FRAMEWORKS": "1",
+        "LIGER_DROPIN_UPSTREAM": "1",
+    }
+    with session.chdir(_tmp(session)):  # not from the source tree: the installed liger_kernel is under test
+        session.run(
+            "pytest", "-q", "-rs", *_workers(), str(DROPIN / "tests"), *_junit(session), *session.posargs, env=env
+        )
+
+
 @nox.session(tags=["demo"])
 def demo(session: nox.Session) -> None:
     """The main job: a small LLaMA trained stock and with Liger on this machine's device; loss/time/memory table.
@@ -428,4 +457,4 @@ def demo(session: nox.Session) -> None:
     session.run("python", "-m", "liger_core.demo", *session.posargs)
 
 
-nox.options.sessions += ["hf-interpreter", "hf-oldest", "hf-deepspeed"]
+nox.options.sessions += ["hf-interpreter", "hf-oldest", "hf-deepspeed", "hf-dropin"]

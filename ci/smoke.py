@@ -18,13 +18,20 @@ import sys
 from pathlib import Path
 
 
+def import_name(dist: str) -> str:
+    """The top-level module the installed distribution ships (liger-kernel-dropin ships liger_kernel)."""
+    shipped = sorted(m for m, dists in md.packages_distributions().items() if dist in dists and not m.startswith("_"))
+    return shipped[0] if len(shipped) == 1 else dist.replace("-", "_")
+
+
 def main(dist: str, version: str, backend: str | None = None) -> int:
     errors = []
     # Where the module would be imported from, without importing torch here: `liger info` below
     # imports it (and the backend, through its entry point), and one torch import is enough.
-    spec = importlib.util.find_spec(dist.replace("-", "_"))
+    module = import_name(dist)
+    spec = importlib.util.find_spec(module)
     where = Path(spec.origin).resolve() if spec and spec.origin else None
-    print(f"{dist.replace('-', '_')}: {where}")
+    print(f"{module}: {where}")
     if where is None or Path(sys.prefix).resolve() not in where.parents:
         errors.append(f"{dist} is not importable from the venv {sys.prefix} (found: {where})")
     if md.version(dist) != version:

@@ -11,7 +11,7 @@ import liger_ci
 import pytest
 from conftest import ROOT
 
-ALL = {"liger-core", "liger-ops-cuda", "liger-ops-ascend", "liger-ops-xpu"}
+ALL = {"liger-core", "liger-ops-cuda", "liger-ops-ascend", "liger-ops-xpu", "liger-kernel-dropin"}
 
 
 @pytest.mark.parametrize(
