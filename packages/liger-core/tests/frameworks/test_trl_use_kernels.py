@@ -60,7 +60,7 @@ def _train(path: str, out, use_kernels: bool) -> tuple[list[float], object]:
     return losses, trainer.model
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("family", ["llama"])  # Qwen3 runs in test_kernels_hub; one trainer run costs ~50 s
 def test_sft_trainer_model_init_kwargs_use_kernels(family, tmp_path):
     kernels_hub.register_kernels_hub(("cpu",), model_types=(family,))
     path = save_tiny(family, tmp_path / "model")

@@ -120,17 +120,11 @@ class LigerRMSNorm(nn.Module):
 
 
 def _stock_function(func_module: nn.Module):
-    """The function a ``kernels`` function layer (``use_kernel_forward_from_hub`` on a function) wraps.
-
-    ``kernels`` turns the function into an ``nn.Module`` class whose ``forward`` calls it from its
-    closure; the function's module and name say which family (and RoPE kind) it is.
-    """
-    forward = type(func_module).forward
-    for cell in getattr(forward, "__closure__", None) or ():
-        value = cell.cell_contents
-        if callable(value) and getattr(value, "__module__", None) and not isinstance(value, nn.Module):
-            return value
-    return None
+    """The function a ``kernels`` function layer wraps (its module and name say the family), or None."""
+    try:
+        return layers.kernels_function(func_module)
+    except TypeError:
+        return None
 
 
 _ROPES: dict[type, object] = {}
