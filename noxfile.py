@@ -458,3 +458,33 @@ def demo(session: nox.Session) -> None:
 
 
 nox.options.sessions += ["hf-interpreter", "hf-oldest", "hf-deepspeed", "hf-dropin"]
+
+
+# --- The switches other projects offer (issue 36): transformers' hub-kernel path (use_kernels / kernelize through
+# Hugging Face's `kernels`), TRL's model_init_kwargs={"use_kernels": True}, axolotl's plugins. kernels 0.17.2 is the newest on the
+# package index; transformers 5.22 is the newest release that accepts it (5.23+ wants kernels 0.18).
+KERNELS = "kernels==0.17.2"
+TRANSFORMERS_FOR_KERNELS = "transformers>=5.20,<5.23"
+FRAMEWORK_TESTS = CORE / "tests" / "frameworks"
+AXOLOTL = "axolotl==0.19.0"
+
+
+@nox.session(name="hf-kernels", tags=["core", "hf", "cpu"])
+def hf_kernels(session: nox.Session) -> None:
+    """liger_core.transformers.kernels_hub with transformers' use_kernels/kernelize and TRL's SFTTrainer, and the
+    axolotl plugin through axolotl's PluginManager: tiny LLaMA and Qwen3 models on CPU, liger-ops-cuda in the
+    Triton interpreter."""
+    _install_core(session, KERNELS, TRANSFORMERS_FOR_KERNELS, "accelerate>=1.10.1", "datasets>=4.7.0", "trl>=1.16")
+    session.install("triton", "numpy")
+    session.install("--no-deps", "-e", str(PACKAGES / "liger-ops-cuda"))
+    # axolotl's full install pulls GPU builds (bitsandbytes, flash-attn, ...); its plugin loader
+    # (axolotl.integrations.base) imports only peft, addict and pydantic besides what is here.
+    session.install("peft>=0.17", "addict", "pydantic>=2")
+    session.install("--no-deps", AXOLOTL)
+    _report_triton(session, "triton")
+    env = {"TRITON_INTERPRET": "1", "LIGER_BACKEND": "cuda", "OMP_NUM_THREADS": "1", "LIGER_FRAMEWORK_TESTS": "1"}
+    tests = str(FRAMEWORK_TESTS)
+    session.run("pytest", "-q", "-rs", *_workers(), tests, *_junit(session), *session.posargs, env=env)
+
+
+nox.options.sessions += ["hf-kernels"]

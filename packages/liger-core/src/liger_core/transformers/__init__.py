@@ -29,6 +29,11 @@ def __getattr__(name: str):
         from liger_core.transformers import auto_model
 
         return getattr(auto_model, name)
+    if name == "register_kernels_hub":
+        # Hugging Face's kernels library provider (liger_core.transformers.kernels_hub).
+        from liger_core.transformers import kernels_hub
+
+        return kernels_hub.register_kernels_hub
     raise AttributeError(name)
 
 
@@ -40,6 +45,7 @@ __all__ = [
     "SUPPORTED",
     "LigerStockFallbackWarning",
     "apply_liger_kernel_to_instance",
+    "register_kernels_hub",
     "revert_liger_kernel_patches",
     *_AUTO,
     *_APPLY,

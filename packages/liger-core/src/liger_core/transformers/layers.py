@@ -801,6 +801,15 @@ def _mrope_reason(q, k, cos, sin, mrope_section, unsqueeze_dim) -> str | None:
     return None
 
 
+def kernels_function(layer: nn.Module) -> Callable:
+    """The function a ``kernels`` function layer (``use_kernel_forward_from_hub`` on a function) wraps: its
+    class's forward calls it from its closure."""
+    for cell in getattr(type(layer).forward, "__closure__", None) or ():
+        if inspect.isfunction(cell.cell_contents):
+            return cell.cell_contents
+    raise TypeError(f"{type(layer).__qualname__}: not a kernels function layer (no function in its forward)")
+
+
 # (stock function, kind) -> its Liger replacement, so repeated patches give the same function.
 _ROPES: dict[tuple[Callable, str], Callable] = {}
 
@@ -822,6 +831,10 @@ def rope_function(stock: Callable, kind: str) -> Callable:
     if kind not in kinds:
         raise ValueError(f"kind must be one of {kinds}; got {kind!r}")
     stock = getattr(stock, "_liger_stock", stock)
+    if isinstance(stock, nn.Module):
+        # With Hugging Face's `kernels` installed, transformers' decorated RoPE function is a `kernels`
+        # function layer (an nn.Module instance whose forward calls the function): patch the function itself.
+        stock = kernels_function(stock)
     fn = _ROPES.get((stock, kind))
     if fn is not None:
         return fn

@@ -1,0 +1,1 @@
+"""Plugins for training frameworks that load them by import path (axolotl: `liger_core.integrations.axolotl`)."""
