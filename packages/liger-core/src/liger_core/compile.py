@@ -32,9 +32,10 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import inspect
+import os
 import sys
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -440,12 +441,74 @@ def _build() -> tuple[torch.library.Library, dict[str, CompiledOp], dict[str, st
     return library, compiled, eager_only
 
 
+# Per op, how compiled code runs it: "opaque" (the backend's kernels behind ``torch.ops.liger.<op>``)
+# or "decompose" (the declaration's ``math`` traced by Dynamo: Inductor fuses it with its neighbours and
+# derives the backward; argument checks are not run). Opaque everywhere until GPU timings inside a
+# compiled training step say otherwise. ``LIGER_COMPILE_DECOMPOSE`` overrides it for measurement.
+COMPILE_STRATEGY: dict[str, str] = {}
+DECOMPOSE_ENV = "LIGER_COMPILE_DECOMPOSE"
+
+
+def decomposed_ops(environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The ops compiled code runs as their traced ``math``: `COMPILE_STRATEGY`'s, or those that
+    ``LIGER_COMPILE_DECOMPOSE`` names (``rms_norm,rope,swiglu``; ``all``; ``none`` or empty: the table).
+    A clear error for an unknown op name."""
+    value = (os.environ if environ is None else environ).get(DECOMPOSE_ENV, "").strip()
+    if not value:
+        return frozenset(name for name, how in COMPILE_STRATEGY.items() if how == "decompose")
+    if value == "none":
+        return frozenset()
+    if value == "all":
+        return frozenset(CATALOGUE)
+    names = frozenset(n.strip() for n in value.split(",") if n.strip())
+    unknown = sorted(names - set(CATALOGUE))
+    if unknown:
+        raise ValueError(
+            f"{DECOMPOSE_ENV}={value!r} names unknown ops {unknown}; expected 'all', 'none' or a comma-separated "
+            f"list of catalogue ops (e.g. rms_norm,rope,swiglu)"
+        )
+    return names
+
+
+class DecomposedOp:
+    """An op as its declaration's ``math``, for Dynamo to trace (same positional arguments and
+    arity as the eager call)."""
+
+    def __init__(self, op: Op) -> None:
+        self.op = op
+        self.names = names = list(op.signature.parameters)
+        self.option_slots = {
+            k: names.index(f"return_{name}") for k, name in enumerate(op.outputs) if k > 0 and f"return_{name}" in names
+        }
+
+    def __call__(self, *args: Any) -> Any:
+        out = self.op.math(*args)
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        # The contract's dtypes (``math`` may return its compute dtype, as cross_entropy's float32 loss).
+        checks = self.op.checks
+        dtypes = (
+            checks.out_dtypes(dict(zip(self.names, args, strict=True)))
+            if checks.out_dtypes
+            else (next(a.dtype for a in args if isinstance(a, torch.Tensor)),) * len(outs)
+        )
+        outs = [
+            o.to(d) if isinstance(o, torch.Tensor) and d is not None else o for o, d in zip(outs, dtypes, strict=False)
+        ]
+        if len(self.op.outputs) == 1:
+            return outs[0]
+        for k, slot in self.option_slots.items():
+            if not args[slot]:
+                return outs[0] if k == 1 else tuple(outs[:k])
+        return tuple(outs)
+
+
 _LIBRARY: torch.library.Library | None = None
 COMPILED: dict[str, CompiledOp] = {}
 # Ops with an argument a custom op cannot take (vocab_parallel_cross_entropy's process group): compiled
 # code calls them eagerly, a graph break at each call; op -> why.
 EAGER_ONLY: dict[str, str] = {}
 _EAGER_CALLS: dict[str, Callable] = {}
+_DECOMPOSED: dict[str, DecomposedOp] = {}
 
 
 def compiled(op: str) -> CompiledOp:
@@ -470,11 +533,17 @@ def install() -> None:
     COMPILED.update(built)
     EAGER_ONLY.update(eager_only)
     _EAGER_CALLS.update({name: _eager_call(name) for name in eager_only})
+    _DECOMPOSED.update({name: DecomposedOp(op) for name, op in CATALOGUE.items()})
 
     # Dynamo inlines this in place of Registry.resolve; eager calls still run Registry.resolve.
     @torch.compiler.substitute_in_graph(Registry.resolve)
     def _resolve_while_compiling(self: Registry, op: str, device: str | torch.device) -> Callable:
+        if is_decomposed(op):
+            return _DECOMPOSED[op]
         return COMPILED[op] if op in COMPILED else _EAGER_CALLS[op]
+
+    # A constant to Dynamo, read while tracing: torch._dynamo.reset() after changing the setting.
+    is_decomposed = torch._dynamo.assume_constant_result(lambda op: op in decomposed_ops())
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
