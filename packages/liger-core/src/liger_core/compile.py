@@ -11,11 +11,26 @@ eager calls do (CUDA, NPU, XPU, or the Triton interpreter on the CPU).
 
 - Forward: ``liger::<op>`` runs the backend's op without autograd; outputs are returned
   contiguous and never aliasing an input (custom ops may not alias).
-- Backward: ``liger::<op>_backward`` runs the backend's autograd Function again on the saved
-  inputs and calls its own backward (through ``torch.autograd.grad``). Recomputing the forward
-  costs one extra forward of the op in the backward pass, in exchange for needing nothing from
-  the backend beyond its eager op: the vendor Functions keep Python state in ``ctx`` (plans,
-  flags) that a compiled graph cannot carry between two opaque ops.
+- Scalar losses (`Op.grads_in_forward` true for the call's arguments, some input requiring grad:
+  the fused linear losses and cross_entropy with reduction "mean"/"sum", the distillation,
+  preference and GRPO losses): ``liger::<op>_with_grads`` returns the outputs and every gradient
+  at upstream 1, and the backward only multiplies those by the loss's upstream gradient (traced
+  elementwise ops Inductor fuses; no custom op, nothing re-run). The op drives the backend's
+  autograd Function's own ``forward`` and ``backward`` on a `RecordingCtx` (vendor-neutral: the
+  fused losses compute the gradients in ``forward`` and ``backward`` hands them over, so this is
+  their eager cost: one chunked pass, no logits); a plain function (the reference) runs under
+  autograd. Its fake gives each gradient its input's shape and dtype; a backend gradient of
+  another shape is a clear error.
+- Backward of every other op (and of reduction "none"): ``liger::<op>_backward`` runs the
+  backend's autograd Function again on the saved inputs and calls its own backward (through
+  ``torch.autograd.grad``). Recomputing the forward costs one extra forward of the op in the
+  backward pass, in exchange for needing nothing from the backend beyond its eager op: the
+  vendor Functions keep Python state in ``ctx`` (plans, flags) that a compiled graph cannot carry
+  between two opaque ops. ``LIGER_COMPILE_DECOMPOSE`` avoids it for the ops it names (below).
+- Strategy per op (`COMPILE_STRATEGY`, overridden by ``LIGER_COMPILE_DECOMPOSE=rms_norm,rope`` /
+  ``all`` / ``none``): "opaque" (the custom ops above; the default for every op) or "decompose"
+  (compiled code traces the declaration's ``math``, cast to the contract's output dtypes:
+  Inductor fuses it with its neighbours and derives its backward; no argument checks run).
 - Fake: the declaration's ``math`` run on fake tensors gives each output's shape and dtype.
 - ``in_place=True`` is an allowance (the backend *may* overwrite a buffer); compiled calls
   pass ``False``, since a compiled graph must know every mutation.
