@@ -230,7 +230,9 @@ class CompiledOp:
             for k, i in enumerate(self.grad_slots):
                 needs_input_grad[i] = bool(needs_grad[k]) and args[i] is not None
             ctx = RecordingCtx(needs_input_grad)
-            with torch.no_grad():
+            # As under ``apply``: grad mode off, autograd dispatch on (some Functions differentiate a
+            # small part of their loss with autograd inside ``forward``).
+            with _autograd_dispatch(), torch.no_grad():
                 out = function.forward(ctx, *args)
                 outs = list(out) if isinstance(out, (tuple, list)) else [out]
                 self._check_scalar_loss(outs[0], args)
