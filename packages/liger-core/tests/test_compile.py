@@ -87,7 +87,13 @@ def _compare(op: Op, args: dict, backend: str = "aot_eager") -> None:
         torch.testing.assert_close(a, b, msg=lambda m, name=name: f"{op.name} output {name}: {m}")
     assert len(got_grads) == len(want_grads)
     for a, b in zip(got_grads, want_grads, strict=True):
-        torch.testing.assert_close(a, b, msg=lambda m: f"{op.name} gradient: {m}")
+        tol = {}
+        if op.grads_in_forward is not None and op.grads_in_forward(args) and b.dtype in (torch.bfloat16, torch.float16):
+            # Compiled: the gradient at upstream 1, rounded, then times the upstream and rounded again
+            # (what the vendors' fused losses do eagerly too); the reference's eager autograd carries the
+            # upstream through instead. One rounding apart: one ulp of the dtype at the gradient's scale.
+            tol = {"rtol": 1.6e-2, "atol": torch.finfo(b.dtype).eps * float(b.abs().max())}
+        torch.testing.assert_close(a, b, msg=lambda m: f"{op.name} gradient: {m}", **tol)
 
 
 @pytest.mark.parametrize(("op", "sample"), list(_cases()))
