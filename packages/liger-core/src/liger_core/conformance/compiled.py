@@ -10,7 +10,7 @@
 A vendor package runs it from its tests, its conftest naming the backend in
 ``LIGER_CONFORMANCE_BACKEND``:
 
-    # tests/test_compiled.py
+    # tests/test_torch_compile.py
     from liger_core.conformance.compiled import *  # noqa: F403
 """
 
