@@ -11,11 +11,26 @@ eager calls do (CUDA, NPU, XPU, or the Triton interpreter on the CPU).
 
 - Forward: ``liger::<op>`` runs the backend's op without autograd; outputs are returned
   contiguous and never aliasing an input (custom ops may not alias).
-- Backward: ``liger::<op>_backward`` runs the backend's autograd Function again on the saved
-  inputs and calls its own backward (through ``torch.autograd.grad``). Recomputing the forward
-  costs one extra forward of the op in the backward pass, in exchange for needing nothing from
-  the backend beyond its eager op: the vendor Functions keep Python state in ``ctx`` (plans,
-  flags) that a compiled graph cannot carry between two opaque ops.
+- Scalar losses (`Op.grads_in_forward` true for the call's arguments, some input requiring grad:
+  the fused linear losses and cross_entropy with reduction "mean"/"sum", the distillation,
+  preference and GRPO losses): ``liger::<op>_with_grads`` returns the outputs and every gradient
+  at upstream 1, and the backward only multiplies those by the loss's upstream gradient (traced
+  elementwise ops Inductor fuses; no custom op, nothing re-run). The op drives the backend's
+  autograd Function's own ``forward`` and ``backward`` on a `RecordingCtx` (vendor-neutral: the
+  fused losses compute the gradients in ``forward`` and ``backward`` hands them over, so this is
+  their eager cost: one chunked pass, no logits); a plain function (the reference) runs under
+  autograd. Its fake gives each gradient its input's shape and dtype; a backend gradient of
+  another shape is a clear error.
+- Backward of every other op (and of reduction "none"): ``liger::<op>_backward`` runs the
+  backend's autograd Function again on the saved inputs and calls its own backward (through
+  ``torch.autograd.grad``). Recomputing the forward costs one extra forward of the op in the
+  backward pass, in exchange for needing nothing from the backend beyond its eager op: the
+  vendor Functions keep Python state in ``ctx`` (plans, flags) that a compiled graph cannot carry
+  between two opaque ops. ``LIGER_COMPILE_DECOMPOSE`` avoids it for the ops it names (below).
+- Strategy per op (`COMPILE_STRATEGY`, overridden by ``LIGER_COMPILE_DECOMPOSE=rms_norm,rope`` /
+  ``all`` / ``none``): "opaque" (the custom ops above; the default for every op) or "decompose"
+  (compiled code traces the declaration's ``math``, cast to the contract's output dtypes:
+  Inductor fuses it with its neighbours and derives its backward; no argument checks run).
 - Fake: the declaration's ``math`` run on fake tensors gives each output's shape and dtype.
 - ``in_place=True`` is an allowance (the backend *may* overwrite a buffer); compiled calls
   pass ``False``, since a compiled graph must know every mutation.
@@ -27,13 +42,15 @@ eager calls do (CUDA, NPU, XPU, or the Triton interpreter on the CPU).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import inspect
+import os
 import sys
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -105,17 +122,45 @@ class CompiledOp:
         torch.library.register_autograd(
             f"{NAMESPACE}::{name}", self._autograd_backward, setup_context=self._setup_context, lib=library
         )
+        # Scalar losses (`Op.grads_in_forward`): one op returns the outputs and every gradient at
+        # upstream 1; its backward scales them (elementwise, traced: no custom op, no recompute).
+        self.grads_in_forward = op.grads_in_forward
+        self.with_grads_op = None
+        if op.grads_in_forward is not None:
+            n_grads = len(self.grad_slots)
+            outs_with_grads = "(" + ", ".join(["Tensor"] * (self.n_out + n_grads)) + ")"
+            library.define(f"{name}_with_grads(bool[] needs_grad, {args}) -> {outs_with_grads}")
+            library.impl(f"{name}_with_grads", self._forward_with_grads, "CompositeExplicitAutograd")
+            torch.library.register_fake(f"{NAMESPACE}::{name}_with_grads", self._fake_forward_with_grads, lib=library)
+            self.with_grads_op = getattr(getattr(torch.ops, NAMESPACE), f"{name}_with_grads").default
+            torch.library.register_autograd(
+                f"{NAMESPACE}::{name}_with_grads",
+                self._scale_grads_backward,
+                setup_context=self._setup_with_grads,
+                lib=library,
+            )
 
     # -- what compiled code calls ---------------------------------------------------------------
 
     def __call__(self, *args: Any) -> torch.Tensor | tuple[torch.Tensor, ...]:
         if self.in_place_slot is not None and args[self.in_place_slot]:
             args = (*args[: self.in_place_slot], False, *args[self.in_place_slot + 1 :])
-        out = self.forward_op(*args)
+        needs = self._needs_grad(args)
+        if any(needs) and self.grads_in_forward(dict(zip(self.names, args, strict=True))):
+            out = self.with_grads_op(needs, *args)[: self.n_out]
+        else:
+            out = self.forward_op(*args)
         if self.n_out == 1:
-            return out
+            return out[0] if isinstance(out, (tuple, list)) else out
         kept = self._kept(args)
         return out[0] if kept == 1 else tuple(out[:kept])
+
+    def _needs_grad(self, args: Sequence[Any]) -> list[bool]:
+        """Per differentiable input, whether the gradients-in-forward op must compute its gradient
+        (all False: the op is not declared so, or grad mode is off). Dynamo reads these at trace time."""
+        if self.grads_in_forward is None or not torch.is_grad_enabled():
+            return [False] * len(self.grad_slots)
+        return [isinstance(args[i], torch.Tensor) and args[i].requires_grad for i in self.grad_slots]
 
     def _kept(self, args: Sequence[Any]) -> int:
         """How many outputs an eager call returns: all, or the first where an option drops the rest."""
@@ -167,6 +212,107 @@ class CompiledOp:
         while len(result) < self.n_out:
             result.append(result[0].new_zeros(()))
         return result[0] if self.n_out == 1 else tuple(result)
+
+    # -- gradients in the forward (scalar losses) -----------------------------------------------
+
+    def _forward_with_grads(self, needs_grad: list[bool], *args: Any):
+        """The outputs and, per differentiable input, its gradient at upstream 1 (an empty
+        placeholder where not needed). A backend's autograd Function runs its own ``forward`` and
+        ``backward`` on a `RecordingCtx` (the fused losses compute the gradients in ``forward``;
+        ``backward`` hands them over); a plain function (the reference) runs under autograd."""
+        from liger_core.registry import REGISTRY
+
+        fn = REGISTRY.resolve(self.op.name, self._device(args))
+        function = getattr(fn, "__self__", None)
+        grads: Sequence[torch.Tensor | None]
+        if isinstance(function, type) and issubclass(function, torch.autograd.Function):
+            needs_input_grad = [False] * len(args)
+            for k, i in enumerate(self.grad_slots):
+                needs_input_grad[i] = bool(needs_grad[k]) and args[i] is not None
+            ctx = RecordingCtx(needs_input_grad)
+            # As under ``apply``: grad mode off, autograd dispatch on (some Functions differentiate a
+            # small part of their loss with autograd inside ``forward``).
+            with _autograd_dispatch(), torch.no_grad():
+                out = function.forward(ctx, *args)
+                outs = list(out) if isinstance(out, (tuple, list)) else [out]
+                self._check_scalar_loss(outs[0], args)
+                upstream = [torch.ones_like(outs[0])] + [
+                    torch.zeros_like(o) if ctx.materialize_grads else None for o in outs[1:]
+                ]
+                all_grads = function.backward(ctx, *upstream)
+            all_grads = list(all_grads) if isinstance(all_grads, (tuple, list)) else [all_grads]
+            grads = [all_grads[i] if i < len(all_grads) else None for i in self.grad_slots]
+        else:
+            inputs = list(args)
+            leaves = []
+            for k, i in enumerate(self.grad_slots):
+                if needs_grad[k] and args[i] is not None:
+                    inputs[i] = args[i].detach().requires_grad_(True)
+                    leaves.append(inputs[i])
+            with _autograd_dispatch():
+                out = fn(*inputs)
+                outs = list(out) if isinstance(out, (tuple, list)) else [out]
+                self._check_scalar_loss(outs[0], args)
+                found = iter(torch.autograd.grad(outs[0], leaves, allow_unused=True) if outs[0].requires_grad else [])
+            grads = [next(found, None) if needs_grad[k] and args[i] is not None else None
+                     for k, i in enumerate(self.grad_slots)]  # fmt: skip
+            out = [o.detach() for o in outs]
+        result = self._outputs(out, args)
+        result = list(result) if self.n_out > 1 else [result]
+        for k, i in enumerate(self.grad_slots):
+            g = grads[k]
+            if not needs_grad[k] or args[i] is None:
+                result.append(_nothing(args))
+                continue
+            if g is None:  # the loss does not depend on this input
+                g = torch.zeros_like(args[i], memory_format=torch.contiguous_format)
+            if g.shape != args[i].shape:
+                raise RuntimeError(
+                    f"{self.op.name}: the backend's gradient of {self.names[i]!r} has shape {tuple(g.shape)}; "
+                    f"expected the input's shape {tuple(args[i].shape)} (liger_core.compile, gradients in forward)"
+                )
+            result.append(g.to(args[i].dtype).contiguous())  # autograd would cast it alike
+        return tuple(result)
+
+    def _check_scalar_loss(self, loss: torch.Tensor, args: Sequence[Any]) -> None:
+        if loss.dim() != 0:
+            raise RuntimeError(
+                f"{self.op.name}: Op.grads_in_forward is true for these arguments, so the first output must be "
+                f"a scalar loss; the backend returned shape {tuple(loss.shape)}"
+            )
+
+    def _fake_forward_with_grads(self, needs_grad: list[bool], *args: Any):
+        outs = self._fake_forward(*args)
+        outs = list(outs) if self.n_out > 1 else [outs]
+        if outs[0].dim() != 0:
+            raise RuntimeError(
+                f"{self.op.name}: Op.grads_in_forward is true for these arguments, but the first output "
+                f"has shape {tuple(outs[0].shape)}, not a scalar"
+            )
+        for k, i in enumerate(self.grad_slots):
+            outs.append(
+                torch.empty(args[i].shape, dtype=args[i].dtype, device=args[i].device)
+                if needs_grad[k] and args[i] is not None
+                else _nothing(args)
+            )
+        return tuple(outs)
+
+    def _setup_with_grads(self, ctx, inputs: tuple[Any, ...], output: Any) -> None:
+        ctx.needs = list(inputs[0])
+        ctx.n_args = len(inputs) - 1
+        ctx.save_for_backward(*output[self.n_out :])
+
+    def _scale_grads_backward(self, ctx, *grads: torch.Tensor | None):
+        """Each gradient computed in the forward times the loss's upstream gradient: a few
+        elementwise ops in the traced backward (Inductor fuses them), no custom op."""
+        result: list[torch.Tensor | None] = [None] * (1 + ctx.n_args)
+        upstream = grads[0]
+        if upstream is None:
+            return tuple(result)
+        for k, (i, g) in enumerate(zip(self.grad_slots, ctx.saved_tensors, strict=True)):
+            if ctx.needs[k] and ctx.needs_input_grad[1 + i]:
+                result[1 + i] = (g * upstream).to(g.dtype)
+        return tuple(result)
 
     # -- backward -------------------------------------------------------------------------------
 
@@ -233,6 +379,45 @@ class CompiledOp:
         return result
 
 
+@contextlib.contextmanager
+def _autograd_dispatch() -> Iterator[None]:
+    """Autograd back on inside a custom op's kernel: the op's own autograd formula runs its kernel
+    below the autograd dispatch keys and with grad mode off, so a function differentiated there
+    (a reference backend's loss) would record nothing."""
+    exclude = torch._C._dispatch_tls_local_exclude_set()
+    for key in ("AutogradFunctionality", "AutogradOther", "AutogradNestedTensor", "ADInplaceOrView"):
+        exclude = exclude.remove(getattr(torch._C.DispatchKey, key))
+    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude), torch.enable_grad():
+        yield
+
+
+class RecordingCtx:
+    """What an autograd Function's ``forward`` and ``backward`` see as ``ctx`` when compiled code
+    drives them directly (not through ``apply``): the saved tensors and attributes stay on this
+    object between the two calls, inside one custom op."""
+
+    def __init__(self, needs_input_grad: Sequence[bool]) -> None:
+        self.needs_input_grad = tuple(needs_input_grad)
+        self.materialize_grads = True
+        self._saved: tuple[torch.Tensor | None, ...] = ()
+
+    def save_for_backward(self, *tensors: torch.Tensor | None) -> None:
+        self._saved = tensors
+
+    @property
+    def saved_tensors(self) -> tuple[torch.Tensor | None, ...]:
+        return self._saved
+
+    def mark_non_differentiable(self, *tensors: torch.Tensor) -> None:
+        pass
+
+    def mark_dirty(self, *tensors: torch.Tensor) -> None:
+        pass
+
+    def set_materialize_grads(self, value: bool) -> None:
+        self.materialize_grads = value
+
+
 def _nothing(args: Sequence[Any]) -> torch.Tensor:
     """The placeholder for a gradient nobody asked for (a tensor list holds no None)."""
     first = next(a for a in args if isinstance(a, torch.Tensor))
@@ -273,12 +458,74 @@ def _build() -> tuple[torch.library.Library, dict[str, CompiledOp], dict[str, st
     return library, compiled, eager_only
 
 
+# Per op, how compiled code runs it: "opaque" (the backend's kernels behind ``torch.ops.liger.<op>``)
+# or "decompose" (the declaration's ``math`` traced by Dynamo: Inductor fuses it with its neighbours and
+# derives the backward; argument checks are not run). Opaque everywhere until GPU timings inside a
+# compiled training step say otherwise. ``LIGER_COMPILE_DECOMPOSE`` overrides it for measurement.
+COMPILE_STRATEGY: dict[str, str] = {}
+DECOMPOSE_ENV = "LIGER_COMPILE_DECOMPOSE"
+
+
+def decomposed_ops(environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The ops compiled code runs as their traced ``math``: `COMPILE_STRATEGY`'s, or those that
+    ``LIGER_COMPILE_DECOMPOSE`` names (``rms_norm,rope,swiglu``; ``all``; ``none`` or empty: the table).
+    A clear error for an unknown op name."""
+    value = (os.environ if environ is None else environ).get(DECOMPOSE_ENV, "").strip()
+    if not value:
+        return frozenset(name for name, how in COMPILE_STRATEGY.items() if how == "decompose")
+    if value == "none":
+        return frozenset()
+    if value == "all":
+        return frozenset(CATALOGUE)
+    names = frozenset(n.strip() for n in value.split(",") if n.strip())
+    unknown = sorted(names - set(CATALOGUE))
+    if unknown:
+        raise ValueError(
+            f"{DECOMPOSE_ENV}={value!r} names unknown ops {unknown}; expected 'all', 'none' or a comma-separated "
+            f"list of catalogue ops (e.g. rms_norm,rope,swiglu)"
+        )
+    return names
+
+
+class DecomposedOp:
+    """An op as its declaration's ``math``, for Dynamo to trace (same positional arguments and
+    arity as the eager call)."""
+
+    def __init__(self, op: Op) -> None:
+        self.op = op
+        self.names = names = list(op.signature.parameters)
+        self.option_slots = {
+            k: names.index(f"return_{name}") for k, name in enumerate(op.outputs) if k > 0 and f"return_{name}" in names
+        }
+
+    def __call__(self, *args: Any) -> Any:
+        out = self.op.math(*args)
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        # The contract's dtypes (``math`` may return its compute dtype, as cross_entropy's float32 loss).
+        checks = self.op.checks
+        dtypes = (
+            checks.out_dtypes(dict(zip(self.names, args, strict=True)))
+            if checks.out_dtypes
+            else (next(a.dtype for a in args if isinstance(a, torch.Tensor)),) * len(outs)
+        )
+        outs = [
+            o.to(d) if isinstance(o, torch.Tensor) and d is not None else o for o, d in zip(outs, dtypes, strict=False)
+        ]
+        if len(self.op.outputs) == 1:
+            return outs[0]
+        for k, slot in self.option_slots.items():
+            if not args[slot]:
+                return outs[0] if k == 1 else tuple(outs[:k])
+        return tuple(outs)
+
+
 _LIBRARY: torch.library.Library | None = None
 COMPILED: dict[str, CompiledOp] = {}
 # Ops with an argument a custom op cannot take (vocab_parallel_cross_entropy's process group): compiled
 # code calls them eagerly, a graph break at each call; op -> why.
 EAGER_ONLY: dict[str, str] = {}
 _EAGER_CALLS: dict[str, Callable] = {}
+_DECOMPOSED: dict[str, DecomposedOp] = {}
 
 
 def compiled(op: str) -> CompiledOp:
@@ -303,6 +550,7 @@ def install() -> None:
     COMPILED.update(built)
     EAGER_ONLY.update(eager_only)
     _EAGER_CALLS.update({name: _eager_call(name) for name in eager_only})
+    _DECOMPOSED.update({name: DecomposedOp(op) for name, op in CATALOGUE.items()})
 
     # Which backend serves a device is fixed while a process runs: Dynamo calls vendor_serves
     # while tracing and keeps its answer, instead of tracing the registry (its lock, its imports).
@@ -313,7 +561,12 @@ def install() -> None:
     # Dynamo inlines this in place of Registry.resolve; eager calls still run Registry.resolve.
     @torch.compiler.substitute_in_graph(Registry.resolve)
     def _resolve_while_compiling(self: Registry, op: str, device: str | torch.device) -> Callable:
+        if is_decomposed(op):
+            return _DECOMPOSED[op]
         return COMPILED[op] if op in COMPILED else _EAGER_CALLS[op]
+
+    # A constant to Dynamo, read while tracing: torch._dynamo.reset() after changing the setting.
+    is_decomposed = torch._dynamo.assume_constant_result(lambda op: op in decomposed_ops())
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

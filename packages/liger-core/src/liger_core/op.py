@@ -192,6 +192,11 @@ class Sharding:
     replicated: tuple[str, ...] = ()
 
 
+def always(args: Args) -> bool:
+    """A predicate true for every argument set (``Op.grads_in_forward`` of a loss that is always a scalar)."""
+    return True
+
+
 @dataclass(frozen=True)
 class Op:
     """One op of the interface, declared once (see the module docstring).
@@ -213,6 +218,11 @@ class Op:
         checks: how results are compared (see `Checks`).
         bench: the benchmark spec, or None.
         sharding: how it runs on DTensor inputs (see `Sharding`); None: it does not.
+        grads_in_forward: for which arguments the first output is a scalar loss and every other
+            output carries no gradient, so that every gradient is the upstream scalar times
+            the gradient at upstream 1. Compiled calls then take the gradients from the forward
+            (where the fused losses compute them anyway) and the backward only scales them
+            (`liger_core.compile`). None: never.
     """
 
     reference: Callable
@@ -228,6 +238,7 @@ class Op:
     checks: Checks = field(default_factory=Checks)
     bench: Any = None  # liger_core.bench.spec.BenchSpec (not imported here: the bench is optional)
     sharding: Sharding | None = None
+    grads_in_forward: Callable[[Args], bool] | None = None
 
     @property
     def name(self) -> str:

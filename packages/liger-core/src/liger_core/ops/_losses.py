@@ -123,6 +123,11 @@ def label_stats(
     return _check_label_figures(op, target, ignore_index, n_classes, stats)
 
 
+def reduced(args: dict) -> bool:
+    """``Op.grads_in_forward`` of a loss whose ``reduction`` other than ``"none"`` makes it a scalar."""
+    return args["reduction"] != "none"
+
+
 def take_fused_grads(ctx) -> tuple:
     """The gradients a fused loss computed in its forward and kept as ``ctx.fused_grads``, taken
     off ``ctx`` so that autograd holds the only reference: it then adopts grad_weight as ``.grad``

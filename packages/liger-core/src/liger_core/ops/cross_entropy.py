@@ -10,6 +10,7 @@ from liger_core.bench import spec as B
 from liger_core.op import Checks, Op, bad, on_other_device, sample, set_item
 from liger_core.ops import _losses as L
 from liger_core.ops import _samples as S
+from liger_core.ops._losses import reduced as _losses_reduced
 
 REDUCTIONS = L.CE_REDUCTIONS
 
@@ -310,6 +311,7 @@ OP = Op(
     since=(1, 3),
     math=math,
     grads=("logits",),
+    grads_in_forward=_losses_reduced,
     outputs=("loss", "z_loss"),
     no_grad_outputs=("z_loss",),
     samples=samples,

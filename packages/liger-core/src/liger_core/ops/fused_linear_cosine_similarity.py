@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from liger_core.bench import spec as B
 from liger_core.op import Checks, Op, bad, sample
+from liger_core.op import always as _always
 from liger_core.ops import _losses as L
 from liger_core.ops import _samples as S
 
@@ -329,6 +330,7 @@ OP = Op(
     outputs=("loss", "soft_loss", "hard_loss"),
     no_grad_outputs=("soft_loss", "hard_loss"),
     grads=("student_input", "student_weight", "student_bias"),
+    grads_in_forward=_always,
     samples=samples,
     smoke=(sample(args, shape=(3, 8, 8, 5)), sample(args, shape=(20, 16, 12, 700))),
     error_sample=sample(args, ignored=0.0),

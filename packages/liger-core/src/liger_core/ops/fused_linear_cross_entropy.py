@@ -13,6 +13,7 @@ from liger_core.op import Checks, Op, bad, on_other_device, sample, set_item
 from liger_core.ops import _losses as L
 from liger_core.ops import _samples as S
 from liger_core.ops import cross_entropy as _ce
+from liger_core.ops._losses import reduced as _losses_reduced
 
 ACCUM_DTYPES = (None, torch.float32, torch.bfloat16, torch.float16)
 REDUCTIONS = L.CE_REDUCTIONS
@@ -256,6 +257,7 @@ OP = Op(
     since=(1, 3),
     math=math,
     grads=("input", "weight", "bias"),
+    grads_in_forward=_losses_reduced,
     outputs=("loss", "z_loss"),
     no_grad_outputs=("z_loss",),
     samples=samples,

@@ -23,6 +23,7 @@ import torch
 
 from liger_core.bench import spec as B
 from liger_core.op import Checks, Op, bad, sample
+from liger_core.op import always as _always
 from liger_core.ops import _losses as L
 from liger_core.ops import _samples as S
 from liger_core.ops._checks import check_floating, check_same_device
@@ -780,6 +781,7 @@ OP = Op(
     since=(1, 6),
     math=math,
     grads=("input", "weight", "bias"),
+    grads_in_forward=_always,
     outputs=("loss", "metrics"),
     no_grad_outputs=("metrics",),
     samples=samples,

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from liger_core.bench import spec as B
 from liger_core.op import Checks, Op, bad, sample
+from liger_core.op import always as _always
 from liger_core.ops import _losses as L
 from liger_core.ops import _samples as S
 from liger_core.ops import jsd as _jsd
@@ -205,6 +206,7 @@ OP = Op(
     math=math,
     outputs=("loss",),
     grads=("student_input", "student_weight"),
+    grads_in_forward=_always,
     samples=samples,
     # (tokens, hidden, teacher_hidden, vocab)
     smoke=(sample(args, shape=(3, 8, 8, 5)), sample(args, shape=(20, 16, 12, 700))),

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from liger_core.bench import spec as B
 from liger_core.op import Checks, Op, bad, sample, set_item
+from liger_core.op import always as _always
 from liger_core.ops import _losses as L
 from liger_core.ops import _preference as P
 from liger_core.ops import _samples as S
@@ -191,6 +192,7 @@ OP = Op(
     since=(1, 6),
     math=math,
     grads=("input", "weight", "bias"),
+    grads_in_forward=_always,
     outputs=OUTPUTS,
     no_grad_outputs=OUTPUTS[1:],
     samples=samples,

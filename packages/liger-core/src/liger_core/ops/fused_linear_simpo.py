@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from liger_core.op import Op, bad, sample
+from liger_core.op import always as _always
 from liger_core.ops import _losses as L
 from liger_core.ops import _preference as P
 from liger_core.ops import _samples as S
@@ -121,6 +122,7 @@ OP = Op(
     since=(1, 6),
     math=math,
     grads=("input", "weight", "bias"),
+    grads_in_forward=_always,
     outputs=OUTPUTS,
     no_grad_outputs=OUTPUTS[1:],
     samples=samples,

@@ -1,0 +1,127 @@
+"""Shared check for vendor backends: `liger_core.compile`'s paths run this backend's ops under
+``torch.compile`` and give what its eager calls give.
+
+- A scalar fused loss (fused_linear_cross_entropy, "mean" and "sum") compiles to one
+  ``liger::<op>_with_grads`` call that drives the backend's autograd Function's ``forward`` and
+  ``backward`` on a `liger_core.compile.RecordingCtx`; the compiled backward holds no Liger op and
+  runs no backend op.
+- rms_norm, as the opaque custom op and decomposed (``LIGER_COMPILE_DECOMPOSE``).
+
+A vendor package runs it from its tests, its conftest naming the backend in
+``LIGER_CONFORMANCE_BACKEND``:
+
+    # tests/test_torch_compile.py
+    from liger_core.conformance.compiled import *  # noqa: F403
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+import torch
+
+from liger_core import functional as F
+from liger_core.registry import REGISTRY, LigerFallbackWarning
+
+__all__ = ["test_compiled_fused_loss_takes_gradients_from_forward", "test_compiled_rms_norm", "vendor_dispatch"]
+
+
+@pytest.fixture
+def vendor_dispatch(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Dispatch of CPU tensors to the backend under test (``LIGER_CONFORMANCE_BACKEND``)."""
+    name = os.environ.get("LIGER_CONFORMANCE_BACKEND", "").strip()
+    if not name:
+        raise RuntimeError("LIGER_CONFORMANCE_BACKEND must name the backend under test (set it in conftest.py)")
+    import torch._dynamo  # noqa: F401  (installs the liger:: custom ops)
+
+    monkeypatch.setenv("LIGER_BACKEND", name)
+    monkeypatch.setattr(REGISTRY, "cache", {})
+    assert REGISTRY.backend_for_device("cpu").name == name
+    return name
+
+
+def _capture(graphs: dict):
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def keep(kind):
+        def compiler(gm, example_inputs):
+            graphs.setdefault(kind, []).append(gm)
+            return make_boxed_func(gm.forward)
+
+        return compiler
+
+    return aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward"))
+
+
+def _targets(gms) -> set[str]:
+    return {str(n.target) for gm in gms for n in gm.graph.nodes if n.op == "call_function"}
+
+
+def _leaves(tensors):
+    return [t.detach().clone().requires_grad_(True) for t in tensors]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_compiled_fused_loss_takes_gradients_from_forward(vendor_dispatch, reduction, monkeypatch):
+    fn = REGISTRY.resolve("fused_linear_cross_entropy", torch.device("cpu"))
+    function = getattr(fn, "__self__", None)
+    assert isinstance(function, type) and issubclass(function, torch.autograd.Function), (
+        f"{vendor_dispatch}: fused_linear_cross_entropy is no autograd Function ({fn!r})"
+    )
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(7, 8, generator=g), torch.randn(30, 8, generator=g), torch.randn(30, generator=g)
+    target = torch.randint(0, 30, (7,), generator=g)
+    target[2] = -100
+
+    def loss_of(x, w, b):
+        return F.liger_fused_linear_cross_entropy(x, w, target, b, reduction=reduction) * 0.75
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LigerFallbackWarning)
+        eager = _leaves((x, w, b))
+        want = loss_of(*eager)
+        want.backward()
+        graphs: dict = {}
+        torch._dynamo.reset()
+        compiled = _leaves((x, w, b))
+        got = torch.compile(loss_of, backend=_capture(graphs), fullgraph=True)(*compiled)
+    assert "liger.fused_linear_cross_entropy_with_grads.default" in _targets(graphs["forward"])
+    resolves = []
+    real_resolve = REGISTRY.resolve
+    monkeypatch.setattr(REGISTRY, "resolve", lambda *a: resolves.append(a) or real_resolve(*a))
+    got.backward()
+    assert not [t for t in _targets(graphs["backward"]) if t.startswith("liger.")], _targets(graphs["backward"])
+    assert resolves == [], f"the compiled backward ran backend ops: {resolves}"
+    torch.testing.assert_close(got, want)
+    for name, a, e in zip(("input", "weight", "bias"), compiled, eager, strict=True):
+        torch.testing.assert_close(a.grad, e.grad, msg=lambda m, name=name: f"grad of {name}: {m}")
+
+
+@pytest.mark.parametrize("decompose", [False, True], ids=["opaque", "decomposed"])
+def test_compiled_rms_norm(vendor_dispatch, decompose, monkeypatch):
+    monkeypatch.setenv("LIGER_COMPILE_DECOMPOSE", "rms_norm" if decompose else "none")
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(2, 5, 32, generator=g), torch.randn(32, generator=g)
+    up = torch.randn(2, 5, 32, generator=g)
+
+    def norm(x, w):
+        return F.liger_rms_norm(x, w, 1e-6)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LigerFallbackWarning)
+        eager = _leaves((x, w))
+        want = norm(*eager)
+        want.backward(up)
+        graphs: dict = {}
+        torch._dynamo.reset()
+        compiled = _leaves((x, w))
+        got = torch.compile(norm, backend=_capture(graphs), fullgraph=True)(*compiled)
+        got.backward(up)
+    in_graph = "liger.rms_norm.default" in _targets(graphs["forward"])
+    assert in_graph != decompose, _targets(graphs["forward"])
+    torch.testing.assert_close(got, want)
+    for a, e in zip(compiled, eager, strict=True):
+        torch.testing.assert_close(a.grad, e.grad)
