@@ -152,7 +152,8 @@ def test_transformers_trainer_torch_compile(tmp_path, monkeypatch):
 
     tokenizer = _tokenizer()
     data = [tokenizer(s) for s in _sentences(32, seed=0)]
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm=False)
+    # Every batch padded to 16 tokens (sentences hold 6 to 13 words): one shape, one compile per model.
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm=False, pad_to_multiple_of=16)
     args = TrainingArguments(**_common_args(tmp_path), torch_compile=True, torch_compile_backend="aot_eager")
 
     def make_trainer(model):
