@@ -15,17 +15,25 @@ runs in its own process, so patches never mix and each peak-memory figure stands
   quiet slow figure);
 - ``liger-unfused-add`` (not run by default): ``liger`` with ``fused_add_rms_norm=False``, the
   decoder layers stock apart from their norms and MLPs: what the fused add-norm alone gives.
+- ``stock-compiled``, ``liger-kernel-compiled``, ``liger-compiled`` (not run by default): the same
+  three with the model under ``torch.compile(model)`` (default mode; ``--compile-mode`` picks
+  ``max-autotune-no-cudagraphs`` or ``reduce-overhead``; the optimizer step stays eager). The
+  compile happens in the warmup steps (``first_step_s`` records the first step, compile included).
+  Their losses are compared with stock eager's like every variant's: a compiled model that trains
+  differently shows there.
 
 Per run: ``--warmup`` steps, then ``--steps`` timed steps (CUDA-synchronised wall time per
 step); tokens/s from the median step; peak ``torch.cuda.max_memory_allocated`` (and reserved)
 over the whole run (model, optimizer states, activations); the loss of every step (same seed and
 data for every variant: each variant's losses are compared with stock's, ``loss_vs_stock``).
-``--profile N`` (default 2, CUDA only) adds N steps under `torch.profiler` after the timed ones
+``--profile N`` (default 2) adds N steps under `torch.profiler` after the timed ones
 (not timed) and records, per step, the device time of each kernel category (GEMM, attention,
 optimizer, the patched ops' Triton kernels by op, the rest) and the top kernels: where each
-model's step goes. An out-of-memory run is recorded as such. Writes JSON (``--out``) and prints
-a table, with each variant's tokens/s relative to stock and to liger-kernel and the geometric
-mean over the models.
+model's step goes (on a CPU-only host: CPU self time per operator instead, for the smoke test).
+``--profile-dir DIR`` also writes each run's whole per-kernel table (name, calls, ms per step,
+sorted by time) to ``DIR/<model>_<variant>_b<batch>.json``. An out-of-memory run is recorded as
+such. Writes JSON (``--out``) and prints a table, with each variant's tokens/s relative to stock
+and to liger-kernel and the geometric mean over the models.
 
 On a GPU host without a package index, from the source trees (see benchmarks/fetch_wheels.sh
 and ``benchmarks/run_e2e_gpu.sh setup``/``bench``): about 6 minutes on one H100 for the three
@@ -52,9 +60,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SRC_PATHS = [ROOT / "packages" / "liger-core" / "src", ROOT / "packages" / "liger-ops-cuda" / "src"]
 VARIANTS = ("stock", "liger-kernel", "liger")
+COMPILED_SUFFIX = "-compiled"
 # Not run by default: this project without the decoder layer's fused add-norm (fused_add_rms_norm=False), to
-# measure what that fusion alone gives.
-EXTRA_VARIANTS = ("liger-unfused-add",)
+# measure what that fusion alone gives; and each variant under torch.compile(model).
+EXTRA_VARIANTS = ("liger-unfused-add", *(v + COMPILED_SUFFIX for v in VARIANTS))
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead")
 
 
 @dataclass(frozen=True)
@@ -184,6 +194,7 @@ def _versions() -> dict:
 
 def _patch(variant: str, model_type: str) -> dict:
     """Apply the variant's patch to the model's family before the model is built; what served the ops."""
+    variant = variant.removesuffix(COMPILED_SUFFIX)
     if variant == "stock":
         return {}
     if variant == "liger-kernel":
@@ -244,29 +255,46 @@ def _category(name: str) -> str:
     return "other elementwise/reduction"
 
 
-def _profile_steps(step, n: int) -> dict:
-    """Device time per step by kernel category and the 40 costliest kernels, over ``n`` steps."""
+def _profile_steps(step, n: int, cuda: bool = True) -> tuple[dict, list[dict]]:
+    """Device time per step by kernel category and the 40 costliest kernels, over ``n`` steps; and every
+    kernel's calls and time per step, costliest first. Without CUDA: each operator's CPU self time."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
         for _ in range(n):
             step()
-        torch.cuda.synchronize()
+        if cuda:
+            torch.cuda.synchronize()
     per_kernel: dict[str, float] = {}
-    for evt in prof.events():
-        if evt.device_type == torch.autograd.DeviceType.CUDA:  # a kernel (or memcpy/memset) on the device
-            per_kernel[evt.name] = per_kernel.get(evt.name, 0.0) + evt.time_range.elapsed_us() / 1e3  # ms
+    calls: dict[str, int] = {}
+    if cuda:
+        for evt in prof.events():
+            if evt.device_type == torch.autograd.DeviceType.CUDA:  # a kernel (or memcpy/memset) on the device
+                per_kernel[evt.name] = per_kernel.get(evt.name, 0.0) + evt.time_range.elapsed_us() / 1e3  # ms
+                calls[evt.name] = calls.get(evt.name, 0) + 1
+    else:
+        for avg in prof.key_averages():
+            if avg.self_cpu_time_total > 0:
+                per_kernel[avg.key] = avg.self_cpu_time_total / 1e3
+                calls[avg.key] = avg.count
     cats: dict[str, float] = {}
     for name, ms in per_kernel.items():
         cats[_category(name)] = cats.get(_category(name), 0.0) + ms / n
-    top = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:40]
-    return {
+    ranked = sorted(per_kernel.items(), key=lambda kv: -kv[1])
+    summary = {
         "steps": n,
+        "timer": "cuda kernels" if cuda else "cpu operators (self time)",
         "device_ms_per_step": sum(cats.values()),
         "category_ms_per_step": dict(sorted(cats.items(), key=lambda kv: -kv[1])),
-        "top_kernels_ms_per_step": [[name[:120], ms / n] for name, ms in top],
+        "top_kernels_ms_per_step": [[name[:120], ms / n] for name, ms in ranked[:40]],
     }
+    table = [
+        {"name": name, "category": _category(name), "calls_per_step": calls[name] / n, "ms_per_step": ms / n}
+        for name, ms in ranked
+    ]
+    return summary, table
 
 
 def _optimizer(params, name: str):
@@ -287,6 +315,9 @@ def run_one(
     smoke: bool,
     profile_steps: int = 0,
     optimizer: str = "adamw-fused",
+    compile_mode: str = "default",
+    compile_backend: str = "inductor",
+    profile_dir: str | None = None,
 ) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
@@ -301,6 +332,12 @@ def run_one(
     net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     net.train()
     opt = _optimizer(net.parameters(), optimizer)
+    compiled = variant.endswith(COMPILED_SUFFIX)
+    if compiled:
+        head["compile"] = {"mode": compile_mode, "backend": compile_backend}
+        forward = torch.compile(net, backend=compile_backend, mode=None if compile_mode == "default" else compile_mode)
+    else:
+        forward = net
     g = torch.Generator(device="cpu").manual_seed(1234)
     data = [torch.randint(0, config.vocab_size, (batch, seq), generator=g) for _ in range(warmup + steps)]
     cuda = device == "cuda"
@@ -314,7 +351,7 @@ def run_one(
             if cuda:
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            loss = net(input_ids=ids, labels=ids).loss
+            loss = forward(input_ids=ids, labels=ids).loss
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -326,22 +363,28 @@ def run_one(
         return {**head, "oom": True, "error": str(e).splitlines()[0], **info}
     timed = times[warmup:]
     median = statistics.median(timed)
-    if profile_steps and cuda:
+    if profile_steps:
 
         def step():
             ids = data[-1].to(device)
-            net(input_ids=ids, labels=ids).loss.backward()
+            forward(input_ids=ids, labels=ids).loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
 
         try:
-            info["profile"] = _profile_steps(step, profile_steps)
+            info["profile"], table = _profile_steps(step, profile_steps, cuda)
+            if profile_dir:
+                path = Path(profile_dir) / f"{model}_{variant}_b{batch}.json"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps({**head, "timer": info["profile"]["timer"], "kernels": table}, indent=1))
+                info["profile_file"] = str(path)
         except Exception as e:  # noqa: BLE001 - the profile is extra; never lose the timed result over it
             info["profile_error"] = repr(e)
     return {
         **head,
         "oom": False,
         "params": sum(p.numel() for p in net.parameters()),
+        "first_step_s": times[0],
         "step_s": timed,
         "median_step_s": median,
         "tokens_per_s": batch * seq / median,
@@ -350,6 +393,10 @@ def run_one(
         "losses": losses,
         **info,
     }
+
+
+# What each variant's speed and memory are compared with (its loss: with stock eager's).
+PEERS = ("stock", "liger-kernel", "stock-compiled")
 
 
 def compare(results: list[dict]) -> dict:
@@ -361,7 +408,7 @@ def compare(results: list[dict]) -> dict:
     rows = []
     for r in ok:
         row = {"model": r["model"], "batch": r["batch"], "variant": r["variant"], "tokens_per_s": r["tokens_per_s"]}
-        for peer in ("stock", "liger-kernel"):
+        for peer in PEERS:
             ref = by.get((r["model"], r["batch"], peer))
             if ref is None:
                 continue
@@ -379,7 +426,7 @@ def compare(results: list[dict]) -> dict:
     geomean = {}
     models = sorted({r["model"] for r in ok})
     for variant in sorted({r["variant"] for r in ok}):
-        for peer in ("stock", "liger-kernel"):
+        for peer in PEERS:
             ratios = []
             for m in models:
                 batches = [b for (mm, b, v) in by if mm == m and v == variant and (m, b, peer) in by]
@@ -427,7 +474,7 @@ def _table(results: list[dict], comparison: dict) -> str:
 
 def _installed(variant: str) -> str | None:
     """Why ``variant`` cannot run here (None: it can)."""
-    if variant == "liger-kernel":
+    if variant.removesuffix(COMPILED_SUFFIX) == "liger-kernel":
         import importlib.util
 
         if importlib.util.find_spec("liger_kernel") is None:
@@ -450,21 +497,41 @@ def main(argv: list[str] | None = None) -> int:
         help="torch.optim.AdamW(fused=True) (Trainer's default adamw_torch_fused), or foreach=True",
     )
     p.add_argument("--smoke", action="store_true", help="tiny configs, 1+2 steps: checks the script")
-    p.add_argument("--profile", type=int, default=2, metavar="N", help="profile N extra steps (CUDA only; 0: none)")
+    p.add_argument("--profile", type=int, default=2, metavar="N", help="profile N extra steps (0: none)")
+    p.add_argument("--profile-dir", help="write each run's per-kernel table (JSON) into this folder")
+    p.add_argument(
+        "--compile-mode", default="default", choices=COMPILE_MODES, help="torch.compile mode of the -compiled variants"
+    )
+    p.add_argument(
+        "--compile-backend",
+        default="inductor",
+        help="torch.compile backend of the -compiled variants (aot_eager: the cheap CPU check of the smoke test)",
+    )
     p.add_argument("--out", help="JSON file to write")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
     if args.child:
         model, variant, batch = args.child.split(":")
-        if variant.startswith("liger") and variant != "liger-kernel":
+        if variant.startswith("liger") and not variant.startswith("liger-kernel"):
             sys.path[:0] = [str(path) for path in SRC_PATHS]
             import torch
 
             if torch.cuda.is_available():
                 os.environ["LIGER_STRICT"] = "1"
         result = run_one(
-            model, variant, int(batch), args.seq, args.steps, args.warmup, args.smoke, args.profile, args.optimizer
+            model,
+            variant,
+            int(batch),
+            args.seq,
+            args.steps,
+            args.warmup,
+            args.smoke,
+            args.profile,
+            args.optimizer,
+            args.compile_mode,
+            args.compile_backend,
+            args.profile_dir,
         )
         print("RESULT " + json.dumps(result))
         return 0
@@ -494,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
         + ("fused=True" if args.optimizer == "adamw-fused" else "foreach=True"),
         "gradient_checkpointing": True,
         "attention": "sdpa",
+        "compile": {"mode": args.compile_mode, "backend": args.compile_backend},
     }
     print(json.dumps(env_info["versions"]), flush=True)
     results = []
@@ -508,6 +576,8 @@ def main(argv: list[str] | None = None) -> int:
                 cmd = [sys.executable, __file__, "--child", f"{model}:{variant}:{batch}", "--seq", str(args.seq)]
                 cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup), "--profile", str(args.profile)]
                 cmd += ["--optimizer", args.optimizer] + (["--smoke"] if args.smoke else [])
+                cmd += ["--compile-mode", args.compile_mode, "--compile-backend", args.compile_backend]
+                cmd += ["--profile-dir", args.profile_dir] if args.profile_dir else []
                 print(f"running {model} {variant} at batch {batch} x {args.seq} ...", flush=True)
                 t0 = time.perf_counter()
                 proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -4,6 +4,7 @@ variant the machine has produces the result rows and comparisons the GPU run wri
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import os
 import sys
@@ -102,3 +103,33 @@ def test_arguments(bench_e2e, capsys):
     assert bench_e2e._category("triton_rms_norm_forward_kernel") == "triton/rms_norm"
     assert bench_e2e._category("_rope_backward_kernel") == "triton/rope"
     assert bench_e2e._category("sm90_xmma_gemm_bf16") == "gemm"
+
+
+def test_compiled_variants_and_kernel_profile(bench_e2e, monkeypatch, tmp_path):
+    """The -compiled variants (aot_eager here: the script's compile path without Inductor's CPU compile time)
+    train like stock eager, and --profile-dir writes each run's per-kernel table."""
+    monkeypatch.setenv("LIGER_EXTRA_BACKENDS", os.environ.get("LIGER_EXTRA_BACKENDS", ""))
+    from liger_core.transformers import revert_liger_kernel_patches
+
+    results = []
+    for variant in ("stock", "stock-compiled", "liger-compiled"):
+        try:
+            run = bench_e2e.run_one(
+                "gemma-3-1b", variant, batch=2, seq=16, steps=2, warmup=1, smoke=True, profile_steps=1,
+                compile_backend="aot_eager", profile_dir=str(tmp_path),
+            )  # fmt: skip
+        finally:
+            revert_liger_kernel_patches()
+            torch._dynamo.reset()
+        assert not run["oom"] and len(run["losses"]) == 3 and run["first_step_s"] > 0, run
+        assert "profile_error" not in run, run["profile_error"]
+        results.append(run)
+    assert results[1]["compile"] == {"mode": "default", "backend": "aot_eager"}
+    kernels = json.loads((tmp_path / "gemma-3-1b_liger-compiled_b2.json").read_text())["kernels"]
+    names = [k["name"] for k in kernels]
+    assert any(n.startswith("liger::") for n in names), names[:20]  # the compiled step calls the custom ops
+    assert [k["ms_per_step"] for k in kernels] == sorted((k["ms_per_step"] for k in kernels), reverse=True)
+    rows = {r["variant"]: r for r in bench_e2e.compare(results)["rows"]}
+    for variant in ("stock-compiled", "liger-compiled"):
+        assert rows[variant]["loss_vs_stock"]["max_rel_diff"] < 2e-2, rows[variant]  # bf16
+    assert "speed_vs_stock_compiled" in rows["liger-compiled"]

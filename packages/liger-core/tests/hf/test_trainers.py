@@ -143,6 +143,37 @@ def test_transformers_trainer(tmp_path, monkeypatch):
     _compare(make_trainer, monkeypatch)
 
 
+def test_transformers_trainer_torch_compile(tmp_path, monkeypatch):
+    """``TrainingArguments(torch_compile=True)``: the Trainer compiles the patched model (``aot_eager``, the
+    AOTAutograd path Inductor takes, without Inductor's CPU compile time) and logs stock's compiled losses,
+    with no graph break."""
+    _need("accelerate")
+    from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
+
+    tokenizer = _tokenizer()
+    data = [tokenizer(s) for s in _sentences(32, seed=0)]
+    # Every batch padded to 16 tokens (sentences hold 6 to 13 words): one shape, one compile per model.
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm=False, pad_to_multiple_of=16)
+    args = TrainingArguments(**_common_args(tmp_path), torch_compile=True, torch_compile_backend="aot_eager")
+
+    def make_trainer(model):
+        model.config.use_cache = False
+        trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=collator)
+        assert args.torch_compile and args.torch_compile_backend == "aot_eager"
+        return trainer
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    try:
+        _compare(make_trainer, monkeypatch)
+        breaks = dict(torch._dynamo.utils.counters["graph_break"])
+        compiled_frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    finally:
+        torch._dynamo.reset()
+    assert compiled_frames > 0, "the Trainer compiled nothing"
+    assert breaks == {}, breaks
+
+
 def test_trl_sft_trainer(tmp_path, monkeypatch):
     """TRL's SFTTrainer computes its loss with its own fused LM head (``add_fused_lm_head``, TRL >= 1.0), which
     it installs on the model it is given: Liger's norms, RoPE and MLP kernels run under it, and the loss is TRL's.
