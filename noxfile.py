@@ -460,9 +460,10 @@ def demo(session: nox.Session) -> None:
 nox.options.sessions += ["hf-interpreter", "hf-oldest", "hf-deepspeed", "hf-dropin"]
 
 
-# --- The switches other projects offer (issue 36): transformers' hub-kernel path (use_kernels / kernelize through
-# Hugging Face's `kernels`), TRL's model_init_kwargs={"use_kernels": True}, axolotl's plugins. kernels 0.17.2 is the newest on the
-# package index; transformers 5.22 is the newest release that accepts it (5.23+ wants kernels 0.18).
+# --- The switches other projects offer (issue 36): transformers' hub-kernel path (use_kernels / kernelize
+# through Hugging Face's `kernels`), TRL's model_init_kwargs={"use_kernels": True}, axolotl's plugins.
+# kernels 0.17.2 is the newest on the package index; transformers 5.22 is the newest release that accepts
+# it (5.23+ wants kernels 0.18).
 KERNELS = "kernels==0.17.2"
 TRANSFORMERS_FOR_KERNELS = "transformers>=5.20,<5.23"
 FRAMEWORK_TESTS = CORE / "tests" / "frameworks"
