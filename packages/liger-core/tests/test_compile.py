@@ -398,3 +398,30 @@ def test_decompose_setting():
     assert C.decomposed_ops({C.DECOMPOSE_ENV: " rms_norm, rope "}) == {"rms_norm", "rope"}
     with pytest.raises(ValueError, match=r"LIGER_COMPILE_DECOMPOSE='rms_norm,rmsnorm' names unknown ops \['rmsnorm'\]"):
         C.decomposed_ops({C.DECOMPOSE_ENV: "rms_norm,rmsnorm"})
+
+
+def _storages(tensors) -> list[int]:
+    return [t.untyped_storage().data_ptr() for t in tensors if isinstance(t, torch.Tensor) and t.numel()]
+
+
+@pytest.mark.parametrize("op", [o for n, o in CATALOGUE.items() if n not in EAGER_ONLY_OPS], ids=lambda o: o.name)
+def test_backward_op_outputs_alias_nothing(op: Op):
+    """``liger::<op>_backward`` returns gradients that share no storage with each other or with any input
+    (the incoming gradients included). A custom op may not alias: Inductor treats its outputs as buffers of
+    their own and reuses them in place. fused_add_rms_norm's backend hands back one tensor as both x's and
+    the residual's gradient, and under Inductor that corrupted Gemma-3's residual stream gradients."""
+    compiled = C.compiled(op.name)
+    args = _prepare(op, op.smoke[0])
+    values = [args[n] for n in compiled.names]
+    with torch.no_grad():
+        outs = compiled.forward_op(*values)
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    torch.manual_seed(3)
+    grad_outputs = [torch.randn_like(o) if o.is_floating_point() else None for o in outs]
+    needs = [isinstance(args[n], torch.Tensor) and args[n].requires_grad for n in op.grads]
+    detached = [v.detach() if isinstance(v, torch.Tensor) else v for v in values]
+    grads = compiled.backward_op(grad_outputs, needs, *detached)
+    inputs = _storages([*grad_outputs, *detached])
+    produced = _storages(grads)
+    assert len(set(produced)) == len(produced), f"{op.name}: two gradients share storage"
+    assert not set(produced) & set(inputs), f"{op.name}: a gradient aliases an input"

@@ -180,15 +180,7 @@ class CompiledOp:
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         while len(outs) < self.n_out:
             outs.append(outs[0].new_zeros(()))
-        taken = {args[i].untyped_storage().data_ptr() for i in self.tensor_slots if args[i] is not None}
-        result = []
-        for t in outs:
-            t = t.contiguous()
-            ptr = t.untyped_storage().data_ptr()
-            if ptr in taken and t.numel():
-                t = t.clone()
-            taken.add(t.untyped_storage().data_ptr())
-            result.append(t)
+        result = _unaliased(outs, [args[i] for i in self.tensor_slots])
         return result[0] if self.n_out == 1 else tuple(result)
 
     def _forward(self, *args: Any):
@@ -271,8 +263,8 @@ class CompiledOp:
                     f"{self.op.name}: the backend's gradient of {self.names[i]!r} has shape {tuple(g.shape)}; "
                     f"expected the input's shape {tuple(args[i].shape)} (liger_core.compile, gradients in forward)"
                 )
-            result.append(g.to(args[i].dtype).contiguous())  # autograd would cast it alike
-        return tuple(result)
+            result.append(g.to(args[i].dtype))  # autograd would cast it alike
+        return tuple(_unaliased(result, [args[i] for i in self.tensor_slots]))
 
     def _check_scalar_loss(self, loss: torch.Tensor, args: Sequence[Any]) -> None:
         if loss.dim() != 0:
@@ -363,10 +355,11 @@ class CompiledOp:
                 result.append(_nothing(args))
                 continue
             g = next(found)
-            result.append(
-                torch.zeros_like(args[i], memory_format=torch.contiguous_format) if g is None else g.contiguous()
-            )
-        return result
+            result.append(torch.zeros_like(args[i], memory_format=torch.contiguous_format) if g is None else g)
+        # A backend's gradients may alias each other (fused_add_rms_norm returns one tensor for x and the
+        # residual) or an incoming gradient (a pass-through); Inductor reuses a custom op's outputs as
+        # distinct buffers, so an alias there corrupts the other gradient silently.
+        return _unaliased(result, [*grad_outputs, *(args[i] for i in self.tensor_slots)])
 
     def _fake_backward(self, grad_outputs: list[torch.Tensor | None], needs_grad: list[bool], *args: Any):
         result = []
@@ -416,6 +409,22 @@ class RecordingCtx:
 
     def set_materialize_grads(self, value: bool) -> None:
         self.materialize_grads = value
+
+
+def _unaliased(tensors: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor | None]) -> list[torch.Tensor]:
+    """``tensors`` as a custom op's outputs: contiguous, none sharing storage with an input or with an
+    earlier output (a custom op may not alias; copies only where a backend returned an alias)."""
+    taken = {t.untyped_storage().data_ptr() for t in inputs if isinstance(t, torch.Tensor) and t.numel()}
+    result = []
+    for t in tensors:
+        t = t.contiguous()
+        if t.numel():
+            ptr = t.untyped_storage().data_ptr()
+            if ptr in taken:
+                t = t.clone()
+            taken.add(t.untyped_storage().data_ptr())
+        result.append(t)
+    return result
 
 
 def _nothing(args: Sequence[Any]) -> torch.Tensor:
