@@ -330,5 +330,5 @@ def test_check_runs_a_new_ops_declared_smoke_samples(fake_backend, clean_registr
     clean_registry.register_backend(fake_backend(device_types=("cpu",)))
     rc, out, _ = run_main(capsys, "check", "--device", "cpu")
     assert rc == 0, out
-    assert re.search(r"^  scale\s+reference\s+bfloat16\s+2x7x9\s+PASS", out, re.M), out
-    assert re.search(r"^  rms_norm\s+fakevendor\s+float32\s+3x5\s+PASS", out, re.M), out
+    assert re.search(r"^\[\d+/\d+\] scale bfloat16 2x7x9 on reference/cpu \.\.\. PASS", out, re.M), out
+    assert re.search(r"^\[\d+/\d+\] rms_norm float32 3x5 on fakevendor/cpu \.\.\. PASS", out, re.M), out
