@@ -1,6 +1,6 @@
 """`liger_core.ops.fused_moe.route`, the routing every backend's grouped GEMMs run over: no host
 synchronisation (it runs on meta tensors, which have no values to read: every shape comes from
-the inputs' shapes) and the bad expert-id check deferred to `PendingExpertIds.check`. Its sorted
+the inputs' shapes) and the bad expert-id check deferred to `PendingBadCount.check`. Its sorted
 rows and tiles are checked by each vendor's tests/test_fused_moe.py."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from liger_core.ops import _losses
 from liger_core.ops import fused_moe as M
 
 
@@ -23,7 +24,7 @@ class _Unread:
 
 @pytest.mark.parametrize("tokens, experts, top_k, block_m", [(4096, 128, 8, 64), (13, 5, 2, 16), (0, 3, 1, 64)])
 def test_route_reads_no_value_on_the_host(monkeypatch, tokens, experts, top_k, block_m):
-    monkeypatch.setattr(M, "HostCopy", _Unread)
+    monkeypatch.setattr(_losses, "HostCopy", _Unread)
     index = torch.empty(tokens, top_k, dtype=torch.int64, device="meta")
     r, expert_ids = M.route(index, experts, block_m)
     slots = tokens * top_k

@@ -171,6 +171,26 @@ class HostCopy:
         return self._host.tolist()
 
 
+class PendingBadCount:
+    """A count of bad values (ids, indices) on its way to the host (`HostCopy`, queued before an op's
+    kernels, which run on clamped values meanwhile); `check` calls ``raise_bad(count)`` when it is not
+    zero, once the kernels are queued. Inside a CUDA graph capture nothing is copied or checked: a
+    replay runs on whatever values it is given, clamped. Shared by fused_moe's ids and embedding's
+    indices, so both fail alike without a host synchronisation."""
+
+    def __init__(self, n_bad: torch.Tensor, raise_bad: Callable[[int], None]) -> None:
+        capturing = n_bad.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        self._n_bad = None if capturing else HostCopy(n_bad)
+        self._raise_bad = raise_bad
+
+    def check(self) -> None:
+        if self._n_bad is not None:
+            n_bad = int(self._n_bad.tolist())
+            self._n_bad = None
+            if n_bad:
+                self._raise_bad(n_bad)
+
+
 class PendingLabelStats:
     """`label_stats` whose host read waits until `result`: the figures travel to the host behind
     an event (`HostCopy`), so work queued in between (GEMMs that do not read the targets) keeps the

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from liger_core.bench import spec as B
 from liger_core.op import Op, bad, on_other_device, sample
 from liger_core.ops import _samples as S
 from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device
+
+if TYPE_CHECKING:
+    from liger_core.ops._losses import PendingBadCount
 
 INDEX_DTYPES = frozenset((torch.int32, torch.int64))
 
@@ -85,34 +90,14 @@ def check_indices(indices: torch.Tensor, num_embeddings: int) -> None:
         _raise_bad_indices(indices, num_embeddings, n_bad)
 
 
-class PendingIndexCheck:
-    """The bad-index count on its way to the host (`HostCopy`, queued before the lookup's kernels);
-    `check` raises the contract's IndexError once they are queued (they read clamped indices
-    meanwhile, so their output is discarded, never memory outside the table). Inside a CUDA graph
-    capture nothing is copied or checked: a replay runs on whatever indices it is given, clamped."""
-
-    def __init__(self, indices: torch.Tensor, num_embeddings: int, n_bad: torch.Tensor) -> None:
-        from liger_core.ops._losses import HostCopy
-
-        self._indices, self._num_embeddings = indices, num_embeddings
-        capturing = indices.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-        self._n_bad = None if capturing else HostCopy(n_bad)
-
-    def check(self) -> None:
-        """Raise IndexError for an index outside ``[0, num_embeddings)``."""
-        if self._n_bad is not None:
-            n_bad = int(self._n_bad.tolist())
-            self._n_bad = None
-            if n_bad:
-                _raise_bad_indices(self._indices, self._num_embeddings, n_bad)
-
-
-def clamp_indices(indices: torch.Tensor, num_embeddings: int) -> tuple[torch.Tensor, PendingIndexCheck]:
+def clamp_indices(indices: torch.Tensor, num_embeddings: int) -> tuple[torch.Tensor, PendingBadCount]:
     """``indices`` with those outside ``[0, num_embeddings)`` replaced by 0, for the kernels, and the
     pending check of the originals (no host synchronisation here): call its ``check`` after queuing
     the forward's kernels. Shared by every backend, so a bad index fails alike everywhere."""
     bad = _bad_indices(indices, num_embeddings)
-    pending = PendingIndexCheck(indices, num_embeddings, bad.sum())
+    from liger_core.ops._losses import PendingBadCount
+
+    pending = PendingBadCount(bad.sum(), lambda n_bad: _raise_bad_indices(indices, num_embeddings, n_bad))
     return indices.masked_fill(bad, 0), pending
 
 

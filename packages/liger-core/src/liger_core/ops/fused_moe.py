@@ -21,7 +21,7 @@ from liger_core.bench import spec as B
 from liger_core.op import Op, bad, on_other_device, sample, set_item
 from liger_core.ops import _samples as S
 from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device
-from liger_core.ops._losses import INDEX_DTYPES, HostCopy
+from liger_core.ops._losses import INDEX_DTYPES, PendingBadCount
 
 OP_NAME = "fused_moe"
 
@@ -224,40 +224,25 @@ def max_tiles(n_slots: int, n_experts: int, block_m: int) -> int:
     return min(n_slots, -(-n_slots // block_m) + n_experts)
 
 
-class PendingExpertIds:
-    """The bad expert-id count on its way to the host (`HostCopy`, queued before the GEMMs);
-    `check` raises the contract's ValueError once the forward's kernels are queued (they run on
-    clamped ids meanwhile, so their output is discarded, never wrong memory). Inside a CUDA graph
-    capture nothing is copied or checked: a replay runs on whatever ids it is given, clamped."""
-
-    def __init__(self, ids: torch.Tensor, n_experts: int, n_bad: torch.Tensor, op: str = OP_NAME) -> None:
-        self._ids, self._n_experts, self._op = ids, n_experts, op
-        capturing = ids.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-        self._n_bad = None if capturing else HostCopy(n_bad)
-
-    def check(self) -> None:
-        """Raise ValueError for an expert id outside ``[0, n_experts)``."""
-        if self._n_bad is not None:
-            n_bad = int(self._n_bad.tolist())
-            self._n_bad = None
-            if n_bad:
-                _raise_bad_ids(self._ids, self._n_experts, n_bad, self._op)
+def pending_expert_ids(ids: torch.Tensor, n_experts: int, n_bad: torch.Tensor, op: str = OP_NAME) -> PendingBadCount:
+    """The bad expert-id check, deferred (`PendingBadCount`): its ``check`` raises the contract's ValueError."""
+    return PendingBadCount(n_bad, lambda count: _raise_bad_ids(ids, n_experts, count, op))
 
 
 def route(
     top_k_index: torch.Tensor, n_experts: int, block_m: int, op: str = OP_NAME
-) -> tuple[Routing, PendingExpertIds]:
+) -> tuple[Routing, PendingBadCount]:
     """Sort the selections by expert and tile each expert's rows by ``block_m``, with no host
     synchronisation: every shape comes from the inputs' shapes (``max_tiles`` tiles), the real
     tile count stays on the device. Bad expert ids are clamped to expert 0 for the kernels; the
-    returned `PendingExpertIds` raises the contract's ValueError for them: call its ``check``
+    returned `PendingBadCount` raises the contract's ValueError for them: call its ``check``
     after queuing the forward's kernels."""
     device = top_k_index.device
     n_slots = top_k_index.numel()
     top_k = top_k_index.shape[1]
     ids = top_k_index.reshape(-1).long()
     bad_ids = _bad_ids(ids, n_experts)
-    pending = PendingExpertIds(ids, n_experts, bad_ids.sum(), op)
+    pending = pending_expert_ids(ids, n_experts, bad_ids.sum(), op)
     safe = torch.where(bad_ids, torch.zeros((), dtype=ids.dtype, device=device), ids)
     # Each expert's rows from the sorted ids (bincount would read their maximum on the host).
     sorted_ids, slot_of_row = torch.sort(safe, stable=True)
