@@ -124,3 +124,48 @@ def test_compiled_patched_matches_stock(patched):
     torch.testing.assert_close(loss, stock_loss, atol=2e-5, rtol=1e-5)
     for name, g in grads.items():
         torch.testing.assert_close(g, stock_grads[name], atol=5e-5, rtol=1e-3, msg=lambda m, n=name: f"grad {n}: {m}")
+
+
+def _sdpa(model):
+    model.config._attn_implementation = "sdpa"  # hf_models.build picks eager attention
+    return model
+
+
+def _sdpa_masks(model, input_ids) -> list[object]:
+    """The ``attn_mask`` of every SDPA call in the graph Dynamo captures for ``model``'s forward."""
+    masks = []
+
+    def backend(gm, example_inputs):
+        for node in gm.graph.nodes:
+            if node.target is torch.nn.functional.scaled_dot_product_attention:
+                masks.append(node.kwargs.get("attn_mask", node.args[3] if len(node.args) > 3 else None))
+        return gm.forward
+
+    torch.compile(model, backend=backend)(input_ids=input_ids)
+    return masks
+
+
+def test_compiled_model_skips_the_causal_mask_as_eager_does(monkeypatch):
+    """Without a padding mask, compiled patched models call SDPA with ``is_causal`` as eager ones do, not with a
+    materialised (batch, 1, seq, seq) mask (2.7x slower attention on an H200). torch before 2.14 folds
+    ``torch.compiler.is_exporting()`` to True while compiling; the stand-in below gives transformers that answer on
+    any torch."""
+    from transformers import masking_utils
+
+    if not hasattr(masking_utils, "is_torchdynamo_exporting"):
+        pytest.skip("this transformers never skips the causal mask while compiling (it tests is_tracing)")
+    require_family("llama")
+    # What transformers' check sees under torch < 2.14: True in every compiled frame.
+    monkeypatch.setattr(masking_utils, "is_torchdynamo_exporting", torch.compiler.is_compiling)
+    input_ids = torch.randint(0, TINY.vocab, (1, TINY.seq))
+    try:
+        stock = _sdpa(build("llama", TINY, torch.float32, "cpu"))
+        assert any(m is not None for m in _sdpa_masks(stock, input_ids)), "the stand-in did not reproduce old torch"
+        torch._dynamo.reset()
+        MODEL_TYPE_TO_APPLY_LIGER_FN["llama"]()
+        patched = _sdpa(build("llama", TINY, torch.float32, "cpu"))
+        masks = _sdpa_masks(patched, input_ids)
+        assert masks and all(m is None for m in masks), masks
+    finally:
+        revert_liger_kernel_patches()
+        torch._dynamo.reset()
