@@ -128,11 +128,11 @@ def test_compiled_patched_matches_stock(patched):
 
 def _sdpa(model):
     model.config._attn_implementation = "sdpa"  # hf_models.build picks eager attention
-    return model
+    return model.train()
 
 
-def _sdpa_masks(model, input_ids) -> list[object]:
-    """The ``attn_mask`` of every SDPA call in the graph Dynamo captures for ``model``'s forward."""
+def _sdpa_masks(model, input_ids, **kwargs) -> list[object]:
+    """The ``attn_mask`` of every SDPA call in the graph Dynamo captures for a training call of ``model``."""
     masks = []
 
     def backend(gm, example_inputs):
@@ -141,31 +141,35 @@ def _sdpa_masks(model, input_ids) -> list[object]:
                 masks.append(node.kwargs.get("attn_mask", node.args[3] if len(node.args) > 3 else None))
         return gm.forward
 
-    torch.compile(model, backend=backend)(input_ids=input_ids)
+    torch.compile(model, backend=backend)(input_ids=input_ids, labels=input_ids, use_cache=False, **kwargs)
     return masks
 
 
-def test_compiled_model_skips_the_causal_mask_as_eager_does(monkeypatch):
-    """Without a padding mask, compiled patched models call SDPA with ``is_causal`` as eager ones do, not with a
-    materialised (batch, 1, seq, seq) mask (2.7x slower attention on an H200). torch before 2.14 folds
-    ``torch.compiler.is_exporting()`` to True while compiling; the stand-in below gives transformers that answer on
-    any torch."""
+def test_compiled_training_skips_the_causal_mask_as_eager_does(monkeypatch):
+    """A training batch without attention mask or position ids: compiled patched models call SDPA with
+    ``is_causal`` as eager ones do, not with a materialised (batch, 1, seq, seq) mask (2.7x slower attention on an
+    H200). Stock transformers cannot tell under compile that the positions it numbered itself are not packed
+    sequences; and torch before 2.14 folds ``torch.compiler.is_exporting()`` to True while compiling, which the
+    stand-in below reproduces on any torch (both must be answered for the mask to go)."""
     from transformers import masking_utils
 
-    if not hasattr(masking_utils, "is_torchdynamo_exporting"):
+    if not hasattr(masking_utils, "find_packed_sequence_indices"):
         pytest.skip("this transformers never skips the causal mask while compiling (it tests is_tracing)")
     require_family("llama")
-    # What transformers' check sees under torch < 2.14: True in every compiled frame.
     monkeypatch.setattr(masking_utils, "is_torchdynamo_exporting", torch.compiler.is_compiling)
-    input_ids = torch.randint(0, TINY.vocab, (1, TINY.seq))
+    input_ids = torch.randint(0, TINY.vocab, (2, TINY.seq))
     try:
         stock = _sdpa(build("llama", TINY, torch.float32, "cpu"))
-        assert any(m is not None for m in _sdpa_masks(stock, input_ids)), "the stand-in did not reproduce old torch"
+        assert any(m is not None for m in _sdpa_masks(stock, input_ids)), "stock compiled skipped the mask"
         torch._dynamo.reset()
         MODEL_TYPE_TO_APPLY_LIGER_FN["llama"]()
         patched = _sdpa(build("llama", TINY, torch.float32, "cpu"))
         masks = _sdpa_masks(patched, input_ids)
         assert masks and all(m is None for m in masks), masks
+        # Positions given by the caller may be packed: they are read as stock reads them.
+        torch._dynamo.reset()
+        masks = _sdpa_masks(patched, input_ids, position_ids=torch.arange(TINY.seq).expand(2, -1))
+        assert masks and all(m is not None for m in masks), masks
     finally:
         revert_liger_kernel_patches()
         torch._dynamo.reset()

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from liger_core.transformers import layers
-from liger_core.transformers.causal_lm import LogitsSpec, make_forward
+from liger_core.transformers.causal_lm import LogitsSpec, make_forward, packed_sequence_check
 
 MIN_TRANSFORMERS = "5.0.0"
 
@@ -759,16 +759,23 @@ def _export_flag() -> bool:
 def _patch_compiled_causal_mask() -> None:
     """Let compiled models skip the materialised causal mask where eager ones do.
 
-    With no padding mask and as many queries as keys, transformers (5.2x) calls SDPA with ``is_causal=True``
-    instead of a mask tensor, unless ``is_torchdynamo_exporting()`` says an export is tracing. Before torch
-    2.14 Dynamo folds ``torch.compiler.is_exporting()`` to True in every compiled frame, so every compiled model
-    built a (batch, 1, seq, seq) mask and ran masked attention: on an H200, LLaMA-3.2-1B's attention took
-    85 ms a step compiled against 32 ms eager (cuDNN's flash kernels with a bias input). Reading the
-    flag itself gives the answer torch 2.14's Dynamo gives. Older transformers never skip while compiling
-    (they test ``is_tracing``); nothing is changed there.
+    Two checks in transformers' mask building read tensor values, so under torch.compile they answer "build a
+    (batch, 1, seq, seq) mask" and SDPA runs masked (on an H200, LLaMA-3.2-1B's attention took 87 ms a step
+    compiled against 32 ms eager):
+    - the packed-sequence check on the position ids, when no attention mask is given (a training batch):
+      `causal_lm.packed_sequence_check` answers it without reading when the patched model numbered the
+      positions itself;
+    - with no padding mask and as many queries as keys, transformers (5.2x) calls SDPA with ``is_causal=True``
+      unless ``is_torchdynamo_exporting()`` says an export is tracing, and before torch 2.14 Dynamo folds
+      ``torch.compiler.is_exporting()`` to True in every compiled frame. Reading the export flag itself gives
+      the answer torch 2.14's Dynamo gives. Older transformers never skip while compiling (they test
+      ``is_tracing``); nothing is changed there.
     """
     from transformers import masking_utils
 
+    stock_check = getattr(masking_utils, "find_packed_sequence_indices", None)
+    if stock_check is not None and _stock_value(masking_utils, "find_packed_sequence_indices") is stock_check:
+        _set(masking_utils, "find_packed_sequence_indices", packed_sequence_check(stock_check))
     if not hasattr(masking_utils, "is_torchdynamo_exporting") or not hasattr(torch.compiler, "_is_exporting_flag"):
         return
     if _stock_value(masking_utils, "is_torchdynamo_exporting") is not masking_utils.is_torchdynamo_exporting:
