@@ -27,7 +27,7 @@ Output (--out DIR): <op>.json, <op>.csv, <op>.png (matplotlib optional) and summ
 every op in DIR; runs of different ops into one DIR add up.
 
 Examples:
-  liger bench --config llama-3-8b --out benchmarks/results/H100
+  liger bench --config llama-3-8b --out benchmarks/results/H100/ops
   liger bench --ops rms_norm,swiglu --sweep tokens=1024,2048,4096,8192
   liger bench --ops fused_linear_cross_entropy --sweep tokens=4096,8192,16384 --hidden 2048 --vocab 128256
   liger bench --ops losses --shapes flce-training   # the fused linear losses at five training shapes
