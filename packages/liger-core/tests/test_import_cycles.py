@@ -7,7 +7,8 @@ module's source (no imports run), builds the module import graph from every ``im
 and fails listing each circle.
 
 Edges: ``import a.b`` -> ``a.b``; ``from a import b`` -> ``a.b`` where ``b`` is a module, else ->
-``a`` (the name comes from ``a``'s body, ``__init__.py`` for a package). A package's ``__init__``
+``a`` (the name comes from ``a``'s body, ``__init__.py`` for a package); ``import_module("a.b")``
+with a literal name -> ``a.b``. A package's ``__init__``
 run on the way to a submodule is not counted as an edge: it is Python's loading order, not a
 dependency the importing module chose.
 """
@@ -49,6 +50,14 @@ def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
                 for alias in node.names:
                     if alias.name in modules:
                         graph[name].add(alias.name)
+            elif (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value in modules
+            ):
+                graph[name].add(node.args[0].value)  # importlib.import_module("liger_core.x")
             elif isinstance(node, ast.ImportFrom):
                 source = node.module or ""
                 if node.level:
@@ -147,7 +156,7 @@ def test_the_checker_sees_function_local_and_relative_imports(tmp_path: Path) ->
     (package / "a.py").write_text("def f():\n    from pkg.sub import b\n")
     (package / "sub" / "__init__.py").write_text("")
     (package / "sub" / "b.py").write_text("from .. import c\n")
-    (package / "c.py").write_text("import pkg.a\n")
+    (package / "c.py").write_text("import importlib\n\nimportlib.import_module('pkg.a')\n")
     (package / "d.py").write_text("from pkg import c\n")  # into the circle, not part of it
     graph = import_graph(module_files(tmp_path, "pkg"))
     assert graph["pkg.a"] == {"pkg.sub.b"}
