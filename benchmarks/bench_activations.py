@@ -17,7 +17,8 @@ what the interface-1.2 acceptance needs in one run on one device:
 positions per program and warps) and prints the fastest, to set in ``hardware.py``.
 
     PYTHONPATH=packages/liger-core/src:packages/liger-ops-cuda/src \\
-        python benchmarks/bench_activations.py --tune --out benchmarks/results/activations_H200.json
+        python benchmarks/bench_activations.py --tune \\
+        --out benchmarks/results/H200/activations-tuning/activations_H200.json
 
 liger-kernel 0.8.5 is a peer when importable (e.g. on PYTHONPATH). ``--smoke`` runs the
 plumbing on CPU in the Triton interpreter at tiny sizes (wall clock; numbers meaningless).

@@ -4,7 +4,7 @@ One variant per launch (patches never mix), every rank a process:
 
     torchrun --nproc_per_node 2 benchmarks/bench_fsdp.py --variant liger --out OUT/fsdp2_liger.json
     for v in stock liger-kernel liger; do torchrun --nproc_per_node 2 benchmarks/bench_fsdp.py \\
-        --variant $v --out benchmarks/results/fsdp2_$v.json; done
+        --variant $v --out benchmarks/results/H100/fsdp2-1gpu/fsdp2_$v.json; done
 
 The model is one of bench_e2e.py's presets (default LLaMA-3.2-1B as released, random weights, bf16),
 each decoder layer and then the root wrapped with ``fully_shard`` (FSDP2), gradient checkpointing,

@@ -7,7 +7,7 @@ liger_ops_cuda/hardware.py can be set from measurements. Device time only: each 
 captured in a CUDA graph and replayed (triton.testing.do_bench_cudagraph).
 
     PYTHONPATH=packages/liger-core/src:packages/liger-ops-cuda/src \\
-        python benchmarks/bench_norms.py --out benchmarks/results/norms_tune_H200.json
+        python benchmarks/bench_norms.py --out benchmarks/results/H200/norms-tuning/norms_tune_H200.json
 
 Shapes: 4096 x 4096 bf16 rows (LLaMA-3-8B) for fused_add_rms_norm, layer_norm, poly_norm and
 dyt; 32 x 128 x 8192 fp32 with 32 groups for group_norm. ``--smoke`` runs every candidate

@@ -6,7 +6,7 @@ memory, the device's copy bandwidth measured in the same run, and the dispatch o
 of `liger_rms_norm` over calling the CUDA autograd Function directly. Writes JSON.
 
     PYTHONPATH=packages/liger-core/src:packages/liger-ops-cuda/src \
-        python benchmarks/bench_rms_norm.py --out benchmarks/results/rms_norm_H100.json
+        python benchmarks/bench_rms_norm.py --out benchmarks/results/H100/rms-norm-tuning/rms_norm_H100.json
 
 `--tune` first times the candidate tile plans of the CUDA kernels and prints them. `--smoke`
 runs every code path once on CPU in the Triton interpreter at 8 x 64 (wall clock, no peak

@@ -17,7 +17,7 @@ per round after a warm-up step. Memory: ``max_memory_allocated`` during a step, 
 allocated before it (x, the weights, the incoming gradient).
 
     PYTHONPATH=packages/liger-core/src:packages/liger-ops-cuda/src \\
-        python benchmarks/bench_tiled_mlp.py --out benchmarks/results/H200-tiled-mlp/tiled_mlp.json
+        python benchmarks/bench_tiled_mlp.py --out benchmarks/results/H200/tiled-mlp/tiled_mlp.json
 
 ``--smoke`` runs the plumbing on CPU in the Triton interpreter at tiny sizes (numbers meaningless).
 """

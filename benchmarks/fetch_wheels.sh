@@ -8,7 +8,7 @@
 #   python3 -m venv --system-site-packages /tmp/e2e          # keeps the host's torch, triton, numpy
 #   /tmp/e2e/bin/pip install --no-index --find-links .whl/hf transformers==5.23.0
 #   /tmp/e2e/bin/pip install --no-index --no-deps .whl/hf/liger_kernel-0.8.5-py3-none-any.whl
-#   /tmp/e2e/bin/python benchmarks/bench_e2e.py --out benchmarks/results/e2e_llama-3.2-1b_H100.json
+#   /tmp/e2e/bin/python benchmarks/bench_e2e.py --out benchmarks/results/H100/e2e/e2e_llama-3.2-1b_H100.json
 #
 #   bash benchmarks/fetch_wheels.sh [python-version, default 3.12]
 set -euo pipefail

@@ -10,7 +10,7 @@
 #                                          # stock vs liger-kernel 0.8.5 vs this project, kernel-category profiles
 #   bash benchmarks/run_e2e_gpu.sh demo    # the main job on the GPU
 #
-# Each step stays within about 10 minutes on an H100/H200; results go to benchmarks/results/.
+# Each step stays within about 10 minutes on an H100/H200; results go to benchmarks/results/<GPU>/<topic>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # pip --target, not a venv: a --system-site-packages venv on those hosts does not see the
@@ -56,11 +56,13 @@ case "${1:-}" in
         ;;
     bench)
         shift
-        $PY benchmarks/bench_e2e.py --out "benchmarks/results/e2e_$(gpu).json" "$@"
+        mkdir -p "benchmarks/results/$(gpu)/e2e"
+        $PY benchmarks/bench_e2e.py --out "benchmarks/results/$(gpu)/e2e/e2e_$(gpu).json" "$@"
         ;;
     demo)
         shift
-        $PY -m liger_core.demo --json "benchmarks/results/demo_$(gpu).json" "$@"
+        mkdir -p "benchmarks/results/$(gpu)/demo"
+        $PY -m liger_core.demo --json "benchmarks/results/$(gpu)/demo/demo_$(gpu).json" "$@"
         ;;
     *)
         echo "usage: $0 setup|tests|bench|demo [options]" >&2

@@ -2,7 +2,7 @@
 # `liger bench` on an NVIDIA GPU host, from the source trees (no install, no index needed):
 # every catalogue op at LLaMA-3-8B shapes (tokens 4096, bf16) against torch eager, torch.compile,
 # liger-kernel 0.8.5 and cut-cross-entropy 25.1.1, CUDA-graph timing. Results go to
-# benchmarks/results/<GPU>/ (<op>.json, <op>.csv, summary.md; <op>.png when matplotlib is there).
+# benchmarks/results/<GPU>/ops/ (<op>.json, <op>.csv, summary.md; <op>.png when matplotlib is there).
 #
 #   bash benchmarks/run_gpu.sh [norms|activations|losses|all] [more liger bench options]
 #
@@ -10,7 +10,7 @@
 # folder. Peers: liger-kernel 0.8.5 and cut-cross-entropy 25.1.1 wheels in .whl/ are installed with
 # `pip install --no-deps --target` into $BENCH_SITE (default /tmp/site) when they do not import. Without matplotlib on the
 # host, draw the plots and the README table elsewhere from the committed JSON:
-#   liger bench --replot benchmarks/results/<GPU> --readme README.md
+#   liger bench --replot benchmarks/results/<GPU>/ops --readme README.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -29,7 +29,7 @@ export LIGER_EXTRA_BACKENDS=liger_ops_cuda
 if [ -z "${BENCH_OUT:-}" ]; then
     GPU=$($PY -c "import torch; n = torch.cuda.get_device_name(); print(next((g for g in ('H200', 'H100', 'B200', 'A100', 'L40S') if g in n), n.replace(' ', '_')))")
 fi
-OUT=${BENCH_OUT:-benchmarks/results/$GPU}
+OUT=${BENCH_OUT:-benchmarks/results/$GPU/ops}
 case "$GROUP" in
     norms | activations | losses) OPS=(--ops "$GROUP") ;;
     all) OPS=() ;;

@@ -26,7 +26,7 @@ ALL = {"liger-core", "liger-ops-cuda", "liger-ops-ascend", "liger-ops-xpu", "lig
         (["noxfile.py"], ALL),
         (["ci/matrix.toml"], ALL),
         ([".github/workflows/ci.yml"], ALL),
-        (["README.md", "benchmarks/results/rms_norm_H200.json"], set()),
+        (["README.md", "benchmarks/results/H200/rms-norm-tuning/rms_norm_H200.json"], set()),
         (None, ALL),  # push to main, manual run
     ],
 )

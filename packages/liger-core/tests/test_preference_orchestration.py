@@ -1,5 +1,5 @@
 """core's chunked preference orchestration over plain-torch kernels: the Functions
-`_preference.autograd_functions` builds give the reference's gradients, scale them by the incoming
+`_preference_functions.autograd_functions` builds give the reference's gradients, scale them by the incoming
 gradient, hand them to autograd once, and check the targets' range before any kernel reads them."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from liger_core.conformance.check import make_args
-from liger_core.ops import _preference as P
 from liger_core.ops import fused_linear_dpo as dpo
 from liger_core.ops import fused_linear_kto as kto
+from liger_core.ops._preference_functions import autograd_functions
 
 
 class TorchTokenLogps:
@@ -40,7 +40,7 @@ class TorchTokenLogpsScaling(TorchTokenLogps):
 
 
 def _dpo(kernels):  # one pair a chunk: three chunks
-    return P.autograd_functions(kernels, lambda: 2 * 5 * 40, __name__)["fused_linear_dpo"]
+    return autograd_functions(kernels, lambda: 2 * 5 * 40, __name__)["fused_linear_dpo"]
 
 
 DPO = _dpo(TorchTokenLogps())
@@ -99,7 +99,7 @@ def test_a_target_out_of_range_raises_before_the_loss_is_used():
 
 
 # KTO runs the same chunk step over runs of whole sequences: one sequence a chunk, five chunks.
-KTO = P.autograd_functions(TorchTokenLogps(), lambda: 5 * 40, __name__)["fused_linear_kto"]
+KTO = autograd_functions(TorchTokenLogps(), lambda: 5 * 40, __name__)["fused_linear_kto"]
 KTO_NAMES = ("input", "weight", "target", "preference_labels", "bias", "ref_input", "ref_weight", "ref_bias", "kl")
 KTO_OPTIONS = (-100, 0.5, True, False, 1.3, 0.7)  # ignore_index ... undesirable_weight, in order
 

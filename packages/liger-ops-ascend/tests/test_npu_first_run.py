@@ -118,8 +118,8 @@ def _record_launches(monkeypatch, rows: list[dict]) -> None:
 def test_every_kernel_compiles_within_the_modelled_ub(monkeypatch, backend, ub_rows, op):
     """Each op forward and backward at llama-3-8b's shapes (bf16) and on its smoke samples: every
     launch compiles on the NPU, and the compiler's UB need is at most what the model planned."""
+    from liger_core.bench.catalogue import specs
     from liger_core.bench.configs import get_config
-    from liger_core.bench.spec import specs
     from liger_core.conformance.check import check_sample
     from liger_core.interface import CATALOGUE
 
@@ -149,7 +149,7 @@ def test_every_kernel_compiles_within_the_modelled_ub(monkeypatch, backend, ub_r
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_msprof_each_kernel_family(family):
     """msprof op over `liger bench` of the family's ops (this backend only): op_summary per kernel."""
-    from liger_core.bench.spec import specs
+    from liger_core.bench.catalogue import specs
 
     ops = [op for op in FAMILIES[family] if op in specs()]
     out = REPORT / "msprof" / family

@@ -5,6 +5,7 @@ The public API: the nn modules (``LigerRMSNorm``...) and functional entry points
 vendor package needs (``Backend``).
 """
 
+from liger_core import compile as _compile
 from liger_core import functional as _functional
 from liger_core import nn as _nn
 from liger_core.__about__ import __version__
@@ -27,3 +28,8 @@ __all__ = [
     *_functional.__all__,
     *_nn.__all__,
 ]
+
+# torch.compile: while Dynamo traces, dispatch hands out the liger:: custom ops (liger_core.compile).
+# Here, not in the registry: the package's __init__ runs before any of its modules is used, and
+# the registry stays below compile (compile uses the registry; the registry never imports compile).
+_compile.install_when_dynamo_loads()

@@ -23,9 +23,9 @@ import torch
 from liger_core import registry
 from liger_core.__about__ import __version__
 from liger_core.backend import Backend, LigerBackendError
+from liger_core.bench.cli import add_parser as add_bench_parser
 from liger_core.device import DEVICE_TYPES, device_available, infer_device
 from liger_core.interface import CATALOGUE, INTERFACE_VERSION, format_version, parse_version
-from liger_core.registry import REFERENCE
 
 # What each environment variable does, for `liger info`.
 ENV_VARS = {
@@ -190,23 +190,6 @@ def cmd_info(args: argparse.Namespace) -> int:
 # -- liger check -----------------------------------------------------------------------------
 
 
-def _prepare_device(chosen: str | None, device: str | None) -> tuple[str, str | None]:
-    """Pick the input device; set TRITON_INTERPRET=1 when ``chosen``'s kernels must run on a device
-    they do not serve natively. Runs before any registry call, so before vendor imports."""
-    if not chosen or chosen == REFERENCE:
-        return device or infer_device(), None
-    declared = registry.declared_devices(chosen)
-    if device is None:
-        device = next((d for d in declared if device_available(d)), "cpu")
-    if declared and device not in declared and os.environ.get("TRITON_INTERPRET") != "1":
-        os.environ["TRITON_INTERPRET"] = "1"
-        return device, (
-            f"no {'/'.join(declared)} device for backend {chosen!r}: liger check has set TRITON_INTERPRET=1 "
-            f"(nothing to do), so its kernels run in the Triton interpreter on {device}"
-        )
-    return device, None
-
-
 def _parse_ops(text: str | None, parser: argparse.ArgumentParser) -> list[str]:
     if not text:
         return list(CATALOGUE)
@@ -236,7 +219,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     ops = _parse_ops(args.ops, args.parser)
     chosen = args.backend or os.environ.get("LIGER_BACKEND", "").strip() or None
-    device, note = _prepare_device(chosen, args.device)
+    device, note = registry.device_for_backend(chosen, args.device)
     if note:
         print(note)
     if not device_available(device):
@@ -413,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
         "type, environment overrides in effect and problems found with backends.",
     )
     info.add_argument("--json", action="store_true", help="machine-readable output")
+    info.set_defaults(run=cmd_info)
     families = sub.add_parser(
         "families",
         help="the transformers model families liger_core.transformers patches and the ops each uses",
@@ -421,6 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
         "has it.",
     )
     families.add_argument("--json", action="store_true", help="machine-readable output (flags, ops per flag)")
+    families.set_defaults(run=cmd_families)
     check = sub.add_parser(
         "check",
         help="run every op against the float64 reference on this machine",
@@ -440,9 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
         "when its device is absent (see above)",
     )
     check.add_argument("--ops", metavar="A,B", help="comma-separated ops to check (default: all)")
-    check.set_defaults(parser=check)
-    from liger_core.bench.cli import add_parser as add_bench_parser
-
+    check.set_defaults(parser=check, run=cmd_check)
+    # Every subcommand is registered the same way: its parser's ``run`` default is its command.
     add_bench_parser(sub)
     return parser
 
@@ -450,15 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "info":
-        return cmd_info(args)
-    if args.command == "check":
-        return cmd_check(args)
-    if args.command == "families":
-        return cmd_families(args)
-    if args.command == "bench":
-        from liger_core.bench.cli import cmd_bench
-
-        return cmd_bench(args)
-    parser.print_help()
-    return 2
+    run = getattr(args, "run", None)
+    if run is None:
+        parser.print_help()
+        return 2
+    return run(args)

@@ -55,8 +55,10 @@ from typing import Any
 
 import torch
 
+from liger_core import registry
 from liger_core.interface import CATALOGUE
 from liger_core.op import Op
+from liger_core.registry import REGISTRY, Registry
 
 NAMESPACE = "liger"
 
@@ -184,8 +186,6 @@ class CompiledOp:
         return result[0] if self.n_out == 1 else tuple(result)
 
     def _forward(self, *args: Any):
-        from liger_core.registry import REGISTRY
-
         with torch.no_grad():
             out = REGISTRY.resolve(self.op.name, self._device(args))(*args)
         return self._outputs(out, args)
@@ -212,8 +212,6 @@ class CompiledOp:
         placeholder where not needed). A backend's autograd Function runs its own ``forward`` and
         ``backward`` on a `RecordingCtx` (the fused losses compute the gradients in ``forward``;
         ``backward`` hands them over); a plain function (the reference) runs under autograd."""
-        from liger_core.registry import REGISTRY
-
         fn = REGISTRY.resolve(self.op.name, self._device(args))
         function = getattr(fn, "__self__", None)
         grads: Sequence[torch.Tensor | None]
@@ -327,8 +325,6 @@ class CompiledOp:
         return tuple(result)
 
     def _backward(self, grad_outputs: list[torch.Tensor | None], needs_grad: list[bool], *args: Any):
-        from liger_core.registry import REGISTRY
-
         inputs = list(args)
         leaves = []
         for k, i in enumerate(self.grad_slots):
@@ -447,8 +443,6 @@ def _eager_call(name: str) -> Callable:
     """``name``'s backend op run eagerly from compiled code: Dynamo breaks the graph around the call."""
 
     def call(*args: Any) -> Any:
-        from liger_core.registry import REGISTRY
-
         device = next(a.device for a in args if isinstance(a, torch.Tensor))
         return REGISTRY.resolve(name, device)(*args)
 
@@ -553,8 +547,6 @@ def install() -> None:
     global _LIBRARY
     if _LIBRARY is not None:
         return
-    from liger_core.registry import Registry
-
     _LIBRARY, built, eager_only = _build()
     COMPILED.update(built)
     EAGER_ONLY.update(eager_only)
@@ -563,8 +555,6 @@ def install() -> None:
 
     # Which backend serves a device is fixed while a process runs: Dynamo calls vendor_serves
     # while tracing and keeps its answer, instead of tracing the registry (its lock, its imports).
-    from liger_core import registry
-
     torch.compiler.assume_constant_result(registry.vendor_serves)
 
     # Dynamo inlines this in place of Registry.resolve; eager calls still run Registry.resolve.

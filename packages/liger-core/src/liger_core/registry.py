@@ -26,7 +26,6 @@ from importlib.metadata import entry_points
 
 import torch
 
-from liger_core import compile as _compile
 from liger_core.backend import (
     ENTRY_POINT_GROUP,
     VENDORS,
@@ -36,6 +35,7 @@ from liger_core.backend import (
     vendor_for_device,
     vendor_named,
 )
+from liger_core.device import device_available, infer_device
 from liger_core.interface import CATALOGUE, INTERFACE_VERSION, format_version
 
 REFERENCE = "reference"
@@ -307,6 +307,25 @@ class Serving:
     error: str | None
 
 
+def device_for_backend(backend: str | None, device: str | None) -> tuple[str, str | None]:
+    """The device to run ``backend``'s kernels on (``device`` if given, else the first of its
+    declared devices present, else the CPU), and a note when this set TRITON_INTERPRET=1 because
+    ``backend``'s kernels must run on a device they do not serve natively. Call it before the
+    backend is imported: Triton reads TRITON_INTERPRET when the kernels are defined."""
+    if not backend or backend == REFERENCE:
+        return device or infer_device(), None
+    declared = declared_devices(backend)
+    if device is None:
+        device = next((d for d in declared if device_available(d)), "cpu")
+    if declared and device not in declared and os.environ.get("TRITON_INTERPRET") != "1":
+        os.environ["TRITON_INTERPRET"] = "1"
+        return device, (
+            f"no {'/'.join(declared)} device for backend {backend!r}: liger has set TRITON_INTERPRET=1 "
+            f"(nothing to do), so its kernels run in the Triton interpreter on {device}"
+        )
+    return device, None
+
+
 def serving(op: str, device_type: str) -> Serving:
     """Which backend serves ``op`` on ``device_type`` (no fallback warning is emitted)."""
     try:
@@ -325,7 +344,3 @@ def vendor_serves(op: str, device_type: str) -> bool:
     """Whether a vendor backend, not the PyTorch reference, serves ``op`` on ``device_type``.
     torch.compile takes the answer as a constant of the compiled code (`liger_core.compile`)."""
     return serving(op, device_type).backend not in (None, REFERENCE)
-
-
-# torch.compile: while Dynamo traces, resolve hands out the liger:: custom ops (liger_core.compile).
-_compile.install_when_dynamo_loads()

@@ -9,14 +9,14 @@ coefficients ``c_t``, cross-entropy's gradient kernel with per-row upstream ``-c
 chunk's logits with ``c_t (onehot - softmax)``, the gradient of the loss w.r.t. the logits.
 
 The ops' autograd Functions (argument checks, that orchestration, the gradients' two ends) are
-liger-core's, built over this module's kernel adapter by `_preference.autograd_functions`; this
+liger-core's, built over this module's kernel adapter by `_preference_functions.autograd_functions`; this
 module registers them under their public names.
 """
 
 from __future__ import annotations
 
 from liger_core.backend import implements
-from liger_core.ops import _preference as P
+from liger_core.ops._preference_functions import autograd_functions
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._cross_entropy import CEOptions, cross_entropy_backward, cross_entropy_forward, prepare_target
@@ -41,7 +41,7 @@ class TokenLogps:
 
 
 KERNELS = TokenLogps()
-FUNCTIONS = P.autograd_functions(KERNELS, lambda: hardware.PREFERENCE_CHUNK_ELEMENTS, __name__)
+FUNCTIONS = autograd_functions(KERNELS, lambda: hardware.PREFERENCE_CHUNK_ELEMENTS, __name__)
 
 LigerFusedLinearDPOFunction = implements("fused_linear_dpo")(FUNCTIONS["fused_linear_dpo"])
 LigerFusedLinearORPOFunction = implements("fused_linear_orpo")(FUNCTIONS["fused_linear_orpo"])

@@ -43,7 +43,7 @@ INT32_MAX = 2**31 - 1
 
 KIB = 1024
 
-# -- tuned sizes (where each comes from: benchmarks/results/tuning-ascend.md) -----------------
+# -- tuned sizes (where each comes from: benchmarks/tuning/ascend.md) -----------------
 
 # Most rows in one tile (also heads per rope block, channels per group-norm block): more only
 # lengthens the per-row vectors without saving a DMA.
@@ -64,7 +64,7 @@ PREFERENCE_CHUNK_ELEMENTS = 1 << 26
 # fixed; BLOCK_N and BLOCK_K are caps of each kernel's output columns and reduction step, which
 # its plan halves (columns first) until its tiles fit the UB budget, never below MOE_MIN_BLOCK
 # (tl.dot's smallest tile); the gather-sum's column block cap. Untuned starting points:
-# benchmarks/results/tuning-ascend.md.
+# benchmarks/tuning/ascend.md.
 MOE_ROWS_BLOCK_M = 64
 MOE_ROWS_BLOCK_N = 256
 MOE_ROWS_BLOCK_K = 64
@@ -97,7 +97,7 @@ def _soc(name: str, ub_kib: int, ai_cores: int) -> SocInfo:
     return SocInfo(name, ub_kib * KIB, ai_cores, 2 * ai_cores)
 
 
-# UB KiB and AI cores per SoC (sources: benchmarks/results/tuning-ascend.md). Ascend950's
+# UB KiB and AI cores per SoC (sources: benchmarks/tuning/ascend.md). Ascend950's
 # 32 AI cores are a placeholder: the run-time query supersedes it on a real device.
 SOC_TABLE: dict[str, SocInfo] = {
     s.name: s

@@ -8,7 +8,7 @@ import os
 import torch
 
 # Tuned sizes: where each number comes from (measurements, or why it is an untuned starting
-# point) is in benchmarks/results/tuning-cuda.md; retune there, then change it here.
+# point) is in benchmarks/tuning/cuda.md; retune there, then change it here.
 
 # Largest row tile kept in registers in one piece (backward holds ~5 fp32 copies of the tile:
 # beyond this it spills); wider rows are processed in CHUNK_BLOCK-wide chunks.
@@ -170,7 +170,7 @@ FLJSD_CHUNK_ELEMENTS = 32 * 2**20
 # Measured on an H100 at Qwen3-30B-A3B's expert layer (full step, 4096 tokens, bf16): row tiles
 # 64 x 128 x 64 with 8 warps and 4 stages 4.39 ms (3 stages 4.60, 64 x 256 4.44, 128 x 128 4.69,
 # 64 x 64 5.31); the weight-gradient tile moved the step by under 0.1 ms over nine shapes
-# (benchmarks/results/tuning-cuda.md).
+# (benchmarks/tuning/cuda.md).
 MOE_ROWS_BLOCK_M = 64
 MOE_ROWS_BLOCK_N = 128
 MOE_ROWS_BLOCK_K = 64

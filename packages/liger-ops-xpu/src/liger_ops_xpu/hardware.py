@@ -8,7 +8,7 @@ GRF per thread), which halves the resident threads per EU and caps a work-group 
 sub-groups.
 
 Where each tuned size comes from (and which are still untuned starting points):
-benchmarks/results/tuning-xpu.md in the repository.
+benchmarks/tuning/xpu.md in the repository.
 """
 
 from __future__ import annotations

@@ -5,12 +5,14 @@
     write_results(result, "bench-results/H100")
 
 Each op's benchmark is part of its declaration (``liger_core/ops/<op>.py``, a
-`liger_core.bench.spec.BenchSpec`); `spec.specs()` lists the ops benchable now. The modules by
-job: `spec` (what a benchmark is), `providers` (this project and its peers as callables),
+`liger_core.bench.spec.BenchSpec`); `catalogue.specs()` lists the ops benchable now. The modules by
+job: `spec` (what a benchmark is; below the catalogue), `catalogue` (every op's spec; above it),
+`providers` (this project and its peers as callables),
 `timing` (the timers), `runner` (the loop), `report` (JSON, CSV, plots, tables), `cli`.
 
-The names below are imported on first use: the op declarations import `spec` while the
-catalogue is being built, before the runner (which needs the catalogue) can be imported.
+The names below are imported on first use: the op declarations import `spec`, and Python runs
+this package's ``__init__`` first, while the catalogue is being built; importing the runner
+(which needs the catalogue) here would run it before the catalogue exists.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ _EXPORTS = {
     "ModelShape": "configs",
     "MODES": "spec",
     "BenchSpec": "spec",
-    "specs": "spec",
+    "specs": "catalogue",
     "PROVIDERS": "providers",
     "FIELDS": "runner",
     "BenchResult": "runner",

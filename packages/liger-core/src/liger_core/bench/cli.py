@@ -27,7 +27,7 @@ Output (--out DIR): <op>.json, <op>.csv, <op>.png (matplotlib optional) and summ
 every op in DIR; runs of different ops into one DIR add up.
 
 Examples:
-  liger bench --config llama-3-8b --out benchmarks/results/H100
+  liger bench --config llama-3-8b --out benchmarks/results/H100/ops
   liger bench --ops rms_norm,swiglu --sweep tokens=1024,2048,4096,8192
   liger bench --ops fused_linear_cross_entropy --sweep tokens=4096,8192,16384 --hidden 2048 --vocab 128256
   liger bench --ops losses --shapes flce-training   # the fused linear losses at five training shapes
@@ -106,7 +106,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "<!-- liger-bench:begin --> and <!-- liger-bench:end -->",
     )
     p.add_argument("--list", action="store_true", help="list benchable ops, providers and model configs")
-    p.set_defaults(parser=p)
+    p.set_defaults(parser=p, run=cmd_bench)
     return p
 
 
@@ -116,10 +116,10 @@ def _split(text: str | None) -> list[str] | None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from liger_core.bench import report
+    from liger_core.bench.catalogue import groups, missing_specs, specs
     from liger_core.bench.configs import AXES, MODEL_CONFIGS, SHAPE_SETS
     from liger_core.bench.providers import PROVIDERS
     from liger_core.bench.runner import run_bench
-    from liger_core.bench.spec import groups, missing_specs, specs
 
     parser = args.parser
     if args.list:
@@ -165,9 +165,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if sweep[0] not in AXES or not sweep[1]:
             parser.error(f"--sweep axis must be one of {', '.join(AXES)} with at least one value; got {args.sweep!r}")
     if args.backend:
-        from liger_core.cli import _prepare_device
+        from liger_core.registry import device_for_backend
 
-        device, note = _prepare_device(args.backend, args.device)
+        device, note = device_for_backend(args.backend, args.device)
         if note:
             print(note, file=sys.stderr)
     else:

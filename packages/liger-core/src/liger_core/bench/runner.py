@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from liger_core.bench import timing
+from liger_core.bench.catalogue import groups, specs
 from liger_core.bench.configs import AXES, ModelShape, custom_shape, get_config, get_shape_set
 from liger_core.bench.providers import (
     ERROR,
@@ -39,12 +40,10 @@ from liger_core.bench.spec import (
     MODES,
     BenchSpec,
     ViewOf,
-    groups,
     input_generator,
     materialise,
     randn,
     seeded_generator,
-    specs,
 )
 from liger_core.device import infer_device
 

@@ -177,26 +177,6 @@ def vocab_rows(build: Builder, torch_fn, traffic, peers: dict[str, Peer]) -> Ben
     return BenchSpec("losses", ("tokens", "vocab"), {"rows": build}, torch_fn, traffic, vocab_text, peers=peers)
 
 
-def specs() -> dict[str, BenchSpec]:
-    """The spec of every catalogue op that declares one, in catalogue order."""
-    from liger_core.interface import CATALOGUE
-
-    return {name: replace(op.bench, op=name, bind=op.bind) for name, op in CATALOGUE.items() if op.bench is not None}
-
-
-def missing_specs() -> list[str]:
-    """Catalogue ops without a bench spec (they cannot be benchmarked until their declaration has one)."""
-    from liger_core.interface import CATALOGUE
-
-    return [name for name, op in CATALOGUE.items() if op.bench is None]
-
-
-def groups() -> dict[str, tuple[str, ...]]:
-    """Group name -> its ops (for ``--ops norms``)."""
-    all_specs = specs()
-    return {g: tuple(name for name, s in all_specs.items() if s.group == g) for g in GROUPS}
-
-
 # -- inputs ------------------------------------------------------------------------------------
 
 

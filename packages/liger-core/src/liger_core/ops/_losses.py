@@ -315,7 +315,7 @@ def grad_scale_through(grad_out: torch.Tensor, operand: torch.Tensor) -> float:
 
 def autograd_function(name: str, module: str, forward: Callable, backward: Callable) -> type[torch.autograd.Function]:
     """A ``torch.autograd.Function`` subclass built from its two static methods: for the loss
-    factories (`_preference.autograd_functions`, ...), whose Functions a backend module registers
+    factories (`_preference_functions.autograd_functions`, ...), whose Functions a backend module registers
     as its own. ``module`` is that backend module's name: `backend.collect_ops` takes only objects
     defined in the module it reads. Built by ``type`` so that autograd's metaclass names the
     backward node after ``name`` (``<name>Backward``), as a class statement would."""

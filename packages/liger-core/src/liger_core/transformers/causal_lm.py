@@ -46,8 +46,9 @@ import torch
 from torch import nn
 from torch.nn import functional as torch_F
 
+from liger_core import functional as F
 from liger_core.transformers import layers
-from liger_core.transformers.layers import require_op, tensor_reason, warn_fallback
+from liger_core.transformers.layers import tensor_reason, warn_fallback
 from liger_core.transformers.sharding import call_head, stock_head_class, unwrap_head
 
 
@@ -256,7 +257,7 @@ def _head_loss(
     if bias is not None and multiplier is not None:
         bias = bias * multiplier
     num_items = kwargs.get("num_items_in_batch")
-    loss = require_op("liger_fused_linear_cross_entropy")(
+    loss = F.liger_fused_linear_cross_entropy(
         hidden,
         weight,
         shift_labels.reshape(-1).to(hidden.device),

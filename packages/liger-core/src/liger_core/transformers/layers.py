@@ -145,19 +145,6 @@ def prepare_live(module: nn.Module) -> None:
         warn_fallback(type(module).__name__, reason)
 
 
-def require_op(name: str) -> Callable:
-    """``liger_core.functional.<name>``, or an error saying this liger-core predates it."""
-    fn = getattr(F, name, None)
-    if fn is None:
-        from liger_core.__about__ import __version__
-
-        raise ImportError(
-            f"liger-core {__version__} has no {name}; the transformers integration needs a liger-core "
-            f"whose interface includes it (pip install -U liger-core)"
-        )
-    return fn
-
-
 # -- RMSNorm ---------------------------------------------------------------------------------
 
 
@@ -243,7 +230,7 @@ def gated_mlp_class(base: type, kind: str, multipliers: bool = False) -> type:
     reuse their memory for its gradients. ``multipliers``: Falcon-H1's MLP scales the gate
     projection by ``gate_multiplier`` and the output by ``down_multiplier``.
     """
-    op = require_op(f"liger_{kind}")
+    op = getattr(F, f"liger_{kind}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         reason = self._liger_fallback or tensor_reason(x)
@@ -270,7 +257,7 @@ def phi3_mlp_class(base: type) -> type:
     tensor-parallel DTensor output (the fused op has no sharding) takes the halves to
     `liger_swiglu`, which runs on shards.
     """
-    fused = require_op("liger_fused_gate_up_swiglu")
+    fused = F.liger_fused_gate_up_swiglu
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         reason = self._liger_fallback or tensor_reason(hidden_states)
@@ -292,7 +279,7 @@ def phi3_mlp_class(base: type) -> type:
 
 def relu_squared_mlp_class(base: type) -> type:
     """Liger subclass of Nemotron's ungated MLP, ``down_proj(relu(up_proj(x)) ** 2)``."""
-    op = require_op("liger_relu_squared")
+    op = F.liger_relu_squared
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         reason = self._liger_fallback or tensor_reason(x)
@@ -383,7 +370,7 @@ def experts_class(base: type) -> type:
     sorted by expert) where `fused_moe_reason` allows; everywhere else the stock forward, which
     runs the ``experts_implementation`` the model was given (see `FUSED_STANDS_IN_FOR`).
     """
-    fused = require_op("liger_fused_moe")
+    fused = F.liger_fused_moe
 
     def forward(
         self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
@@ -448,7 +435,7 @@ def clamped_experts_class(base: type, layout: str = "gpt_oss") -> type:
     if layout not in CLAMPED_EXPERTS:
         raise ValueError(f"clamped_experts_class: layout must be one of {', '.join(CLAMPED_EXPERTS)}; got {layout!r}")
     spec = CLAMPED_EXPERTS[layout]
-    fused = require_op("liger_fused_moe_clamped_swiglu")
+    fused = F.liger_fused_moe_clamped_swiglu
 
     # The stock forward's own parameter names (GPT-OSS: router_indices, routing_weights), so a
     # caller passing them by keyword reaches the same arguments.
@@ -529,7 +516,7 @@ def scaled_input_moe_class(base: type) -> type:
     Where `fused_moe_reason` says no, the stock block runs. The router and the shared expert stay
     the block's own modules; scores and gradients reach the router as in stock.
     """
-    fused = require_op("liger_fused_moe")
+    fused = F.liger_fused_moe
 
     def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         reason = self._liger_fallback or tensor_reason(hidden_states)
@@ -587,7 +574,7 @@ def layer_norm_class(base: type, offset: float = 0.0) -> type:
 
     ``offset``: added to the weight (Nemotron's LayerNorm1P stores ``weight - 1``).
     """
-    op = require_op("liger_layer_norm")
+    op = F.liger_layer_norm
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         weight, bias = self.weight, self.bias
@@ -841,7 +828,7 @@ def rope_function(stock: Callable, kind: str) -> Callable:
     where = f"{stock.__module__}.{stock.__qualname__}"
 
     if kind == "mrope":
-        mrope = require_op("liger_qwen2vl_mrope")
+        mrope = F.liger_qwen2vl_mrope
 
         def liger_fn(q, k, cos, sin, mrope_section, unsqueeze_dim=1):
             reason = _mrope_reason(q, k, cos, sin, mrope_section, unsqueeze_dim)
@@ -851,7 +838,7 @@ def rope_function(stock: Callable, kind: str) -> Callable:
             return mrope(q, k, cos, sin, list(mrope_section), unsqueeze_dim)
 
     elif kind == "one_tensor":
-        rope = require_op("liger_rotary_pos_emb")
+        rope = F.liger_rotary_pos_emb
 
         def liger_fn(x, cos, sin, unsqueeze_dim=1):
             # The op rotates q and k: x as q, a key of no heads (nothing to rotate, no gradient).
@@ -863,7 +850,7 @@ def rope_function(stock: Callable, kind: str) -> Callable:
             return rope(x, no_keys, cos, sin, unsqueeze_dim=unsqueeze_dim)[0]
 
     elif kind in ("complex", "complex_heads_major"):
-        complex_rope = require_op("liger_llama4_rope")
+        complex_rope = F.liger_llama4_rope
         heads_major = kind == "complex_heads_major"
 
         def liger_fn(xq, xk, freqs_cis):

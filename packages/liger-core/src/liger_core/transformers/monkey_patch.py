@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from liger_core import functional as F
 from liger_core.transformers import layers
 from liger_core.transformers.causal_lm import LogitsSpec, make_forward, packed_sequence_check
 
@@ -696,17 +697,13 @@ def _apply(model_type: str, flags: dict[str, bool], model: nn.Module | None, con
             stock_fn = _stock_value(mod, name)
             if kind is not None and callable(stock_fn):
                 ropes[name] = layers.rope_function(stock_fn, kind)
-    if "cross_entropy" in on:
-        layers.require_op("liger_cross_entropy")
     heads: dict[type, Callable] = {}
     if "fused_linear_cross_entropy" in on:
-        layers.require_op("liger_fused_linear_cross_entropy")
         for head in _classes(mod, fam.heads):
             heads[head] = make_forward(fam.logits, _stock_value(head, "forward"))
     layer_forwards: dict[type, Callable] = {}
     # The fused norm is the family's RMSNorm computed by the op: only where rms_norm swaps that norm in.
     if FUSED_ADD in on and "rms_norm" in on:
-        layers.require_op("liger_fused_add_rms_norm")
         for cls in _classes(mod, fam.decoder_layers):
             layer_forwards[cls] = layers.decoder_layer_forward(cls, _stock_value(cls, "forward"), fam.layer_pattern)
     subs = _sub_families(model_type, fam, model, config, on, sub)
@@ -822,7 +819,7 @@ def _patch_cross_entropy() -> None:
     """
     from transformers.loss import loss_utils
 
-    liger_ce = layers.require_op("liger_cross_entropy")
+    liger_ce = F.liger_cross_entropy
 
     def fixed_cross_entropy(source, target, num_items_in_batch=None, ignore_index: int = -100, **kwargs):
         reduction = "sum" if num_items_in_batch is not None else "mean"

@@ -7,7 +7,7 @@ parameter whose compiled gradient is further from stock's than the patched eager
 max-abs error over the gradient's max-abs, ``--factor`` times eager's plus 1e-2), and a per-step loss
 of ``--steps`` AdamW steps (lr ``--lr``) of each. ``--smoke``: the preset's tiny config (CPU).
 
-    python benchmarks/compile_grad_check.py --model gemma-3-1b --batch 2 --seq 1024
+    python benchmarks/probes/compile_grad_check.py --model gemma-3-1b --batch 2 --seq 1024
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ written once), cuBLAS GEMMs plus one elementwise pass per logits buffer standing
 kernels; and this project's fused linear cross-entropy op at the same shapes (bf16).
 
     PYTHONPATH=packages/liger-core/src:packages/liger-ops-cuda/src LIGER_EXTRA_BACKENDS=liger_ops_cuda \\
-        OUT=DIR python benchmarks/flce_layout_probe.py
+        OUT=DIR python benchmarks/probes/flce_layout_probe.py
 
 Writes DIR/flce_layout_probe.json. liger-kernel's chunk: next_power_of_2(ceil(tokens / ceil(vocab /
 hidden))) tokens; the vocabulary-major skeleton takes as many vocabulary rows as fit the same

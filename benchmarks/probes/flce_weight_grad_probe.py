@@ -2,13 +2,13 @@
 one token chunk cost at liger-kernel's chunk (16384 x 2048 x 128256, bf16, 512-token chunks), and
 whether grad_weight's per-chunk accumulation (K = the chunk) pays for its read-modify-write.
 
-    python benchmarks/flce_weight_grad_probe.py [CHUNK]            # cuBLAS mm / addmm, Triton GEMMs
-    python benchmarks/flce_weight_grad_probe.py [CHUNK] --steps    # cuBLAS GEMMs, then both FLCE steps
+    python benchmarks/probes/flce_weight_grad_probe.py [CHUNK]            # cuBLAS mm / addmm, Triton GEMMs
+    python benchmarks/probes/flce_weight_grad_probe.py [CHUNK] --steps    # cuBLAS GEMMs, then both FLCE steps
 
 Triton GEMM modes: 0 writes C = A @ B; 1 loads the C tile before the K loop and adds it after;
 2 starts the accumulator at C. `--steps` needs liger-kernel 0.8.5 importable and this project's
 sources on PYTHONPATH (LIGER_EXTRA_BACKENDS=liger_ops_cuda). Results:
-benchmarks/results/H200-flce-gemm-probe.md.
+benchmarks/results/H200/flce-gemm-probe/README.md.
 """
 
 import sys

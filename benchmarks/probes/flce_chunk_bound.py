@@ -13,7 +13,7 @@ has K = the chunk's tokens. This script times, per shape, in one process:
 - ``liger-kernel``: liger-kernel's full step and peak memory, when installed.
 
     PYTHONPATH=packages/liger-core/src:packages/liger-ops-cuda/src \\
-        python benchmarks/flce_chunk_bound.py --out benchmarks/results/H100-flce-chunks.json
+        python benchmarks/probes/flce_chunk_bound.py --out benchmarks/results/H100/flce-chunks/flce-chunks.json
 """
 
 from __future__ import annotations
