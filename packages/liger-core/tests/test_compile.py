@@ -29,6 +29,14 @@ from liger_core.registry import REGISTRY, LigerFallbackWarning
 # Ops no custom op can carry (a process group argument): compiled code calls them eagerly.
 EAGER_ONLY_OPS = ("vocab_parallel_cross_entropy",)
 
+
+@pytest.fixture(autouse=True)
+def _opaque(monkeypatch):
+    """This file checks the custom ops, so every op runs opaque (``COMPILE_STRATEGY`` decomposes some by
+    default); the decomposition tests name their ops."""
+    monkeypatch.setenv(C.DECOMPOSE_ENV, "none")
+
+
 torch._dynamo.config.cache_size_limit = 64  # one graph per op and sample; the default 8 would recompile too often
 
 
