@@ -19,6 +19,7 @@ from liger_core.functional import (
     liger_tvd,
     liger_vocab_parallel_cross_entropy,
 )
+from liger_core.memory_budget import module_memory_budget
 from liger_core.ops import _losses as L
 from liger_core.ops.fused_linear_cross_entropy import ACCUM_DTYPES
 
@@ -148,6 +149,7 @@ class LigerFusedLinearCrossEntropyLoss(_CrossEntropyOptions):
         softcap: float | None = None,
         return_z_loss: bool = False,
         accum_dtype: torch.dtype | None = None,
+        memory_budget: int | str | None = None,
     ) -> None:
         super().__init__(ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss)
         if accum_dtype not in ACCUM_DTYPES:
@@ -157,10 +159,18 @@ class LigerFusedLinearCrossEntropyLoss(_CrossEntropyOptions):
             )
         self.ce_weight = ce_weight
         self.accum_dtype = accum_dtype
+        self.memory_budget = module_memory_budget("LigerFusedLinearCrossEntropyLoss", memory_budget)
 
     def forward(self, lin_weight: torch.Tensor, _input: torch.Tensor, target: torch.Tensor, bias=None):
         return liger_fused_linear_cross_entropy(
-            _input, lin_weight, target, bias, self.ce_weight, *self.ce_options(), self.accum_dtype
+            _input,
+            lin_weight,
+            target,
+            bias,
+            self.ce_weight,
+            *self.ce_options(),
+            self.accum_dtype,
+            memory_budget=self.memory_budget,
         )
 
 
@@ -196,9 +206,17 @@ class LigerFusedLinearJSD(nn.Module):
     """Student and teacher lm_heads + JSD without materialising the logits.
     ``forward(student_input, student_weight, teacher_input, teacher_weight, shift_labels=None)``."""
 
-    def __init__(self, jsd_beta: float = 0.5, ignore_index: int = -100, temperature: float = 1.0) -> None:
+    def __init__(
+        self,
+        jsd_beta: float = 0.5,
+        ignore_index: int = -100,
+        temperature: float = 1.0,
+        memory_budget: int | str | None = None,
+    ) -> None:
         super().__init__()
         from liger_core.ops.jsd import check_beta
+
+        self.memory_budget = module_memory_budget("LigerFusedLinearJSD", memory_budget)
 
         check_beta("LigerFusedLinearJSD", "jsd_beta", jsd_beta)
         if temperature == 0:
@@ -224,6 +242,7 @@ class LigerFusedLinearJSD(nn.Module):
             self.jsd_beta,
             self.ignore_index,
             self.temperature,
+            memory_budget=self.memory_budget,
         )
 
 
