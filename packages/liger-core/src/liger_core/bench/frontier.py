@@ -89,7 +89,12 @@ def _gemm_bound(shape: ModelShape, dt: torch.dtype, dev: torch.device) -> Callab
     return call
 
 
-def _point(provider: str, shape: ModelShape, t, **extra: Any) -> dict[str, Any]:
+def _grads_mib(kwargs: dict[str, Any]) -> float:
+    """MiB of the gradients every provider must return (one per input that requires grad)."""
+    return sum(t.numel() * t.element_size() for t in grad_leaves(kwargs)) / 2**20
+
+
+def _point(provider: str, shape: ModelShape, t, grads_mib: float, **extra: Any) -> dict[str, Any]:
     row = {
         "provider": provider,
         "shape": shape.name,
@@ -102,6 +107,9 @@ def _point(provider: str, shape: ModelShape, t, **extra: Any) -> dict[str, Any]:
         row.update(status="error", reason=t.error)
     else:
         row.update(status=OK, ms=t.ms[1], ms_p20=t.ms[0], ms_p80=t.ms[2], peak_mib=t.peak_mb, timer=t.timer)
+        # The step's peak beyond its inputs and beyond the gradients it returns: what the loss costs.
+        row["grads_mib"] = grads_mib
+        row["extra_peak_mib"] = None if t.peak_mb is None else t.peak_mb - grads_mib
         if t.note:
             row["note"] = t.note
     return row
@@ -138,7 +146,7 @@ def run_frontier(
             known = [n for n, s in have.items() if n.startswith("fused_linear_") and tuple(s.axes[:3]) == linear]
             raise ValueError(f"--frontier takes fused linear losses; got {op!r}; known: {', '.join(known)}")
     points_of = get_shape_set(shapes) if isinstance(shapes, str) else tuple(shapes)
-    peers = [p for p in (providers or PROVIDERS) if p != LIGER]
+    peers = [p for p in (PROVIDERS if providers is None else providers) if p != LIGER]
     for p in peers:
         if p not in PROVIDERS:
             raise ValueError(f"unknown provider {p!r}; known: {', '.join(PROVIDERS)}")
@@ -165,7 +173,8 @@ def run_frontier(
                     rows = _chunk_rows(fn, kwargs, shape.vocab)
                     t = measure(fn, kwargs, ("full",), timer, device_type, rep_ms)["full"]
                     impl = ours.implementation
-                    points.append(_point(LIGER, shape, t, budget_mib=mib, chunk_rows=rows, implementation=impl))
+                    grads = _grads_mib(kwargs)
+                    points.append(_point(LIGER, shape, t, grads, budget_mib=mib, chunk_rows=rows, implementation=impl))
                 except Exception as e:  # noqa: BLE001 - one failing point must not end the run
                     points.append(_skipped(LIGER, shape, "error", _short(e)) | {"budget_mib": mib})
                 kwargs = None
@@ -185,7 +194,7 @@ def run_frontier(
                     if p.prepare is not None:
                         kwargs = p.prepare(kwargs)
                     t = measure(p.fn, kwargs, ("full",), timer, device_type, rep_ms)["full"]
-                    points.append(_point(name, shape, t, implementation=p.implementation))
+                    points.append(_point(name, shape, t, _grads_mib(kwargs), implementation=p.implementation))
                 except Exception as e:  # noqa: BLE001
                     points.append(_skipped(name, shape, "error", _short(e)))
                 kwargs = None
@@ -218,7 +227,8 @@ def run_frontier(
                 "versions": collect_versions(device_type, backend),
                 "python": platform.python_version(),
                 "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "peak": "device memory allocated above what was allocated before the step, MiB",
+                "peak_mib": "device memory allocated at the step's peak above what was allocated before it (MiB)",
+                "extra_peak_mib": "peak_mib less the gradients the step returns (grads_mib): what the loss adds",
             },
             "points": points,
         }
@@ -266,20 +276,20 @@ def plot_frontier(folder: str | Path) -> list[Path]:
             fig, ax = plt.subplots(figsize=(7, 4.5))
             ours = sorted((p for p in rows if p["provider"] == LIGER), key=lambda p: p["budget_mib"])
             if ours:
-                xs = [max(p["peak_mib"] or 0.0, 1.0) for p in ours]
+                xs = [max(p["extra_peak_mib"] or 0.0, 1.0) for p in ours]
                 ax.plot(xs, [p["ms"] for p in ours], "o-", color="C0", label="liger (budget MiB)")
                 for x, p in zip(xs, ours):
                     label = f"{p['budget_mib']:g}"
                     ax.annotate(label, (x, p["ms"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
             for i, p in enumerate(q for q in rows if q["provider"] not in (LIGER, GEMM_BOUND)):
-                x = max(p["peak_mib"] or 0.0, 1.0)
+                x = max(p["extra_peak_mib"] or 0.0, 1.0)
                 ax.plot([x], [p["ms"]], "s", color=f"C{i + 1}", label=p["provider"])
             for p in rows:
                 if p["provider"] == GEMM_BOUND:
                     ax.axhline(p["ms"], color="gray", linestyle="--", linewidth=1, label="GEMM bound")
             p0 = rows[0]
             ax.set_xscale("log")
-            ax.set_xlabel("extra peak memory of the step (MiB, log)")
+            ax.set_xlabel("extra peak memory: the step's peak less its gradients (MiB, log)")
             ax.set_ylabel("forward + backward (ms, median)")
             ax.set_title(
                 f"{meta['op']} {p0.get('tokens', '?')}x{p0.get('hidden', '?')}x{p0.get('vocab', '?')} "
@@ -300,11 +310,12 @@ def render_frontier(result: dict[str, dict[str, Any]]) -> str:
     """A plain-text table per op: ms and extra peak MiB per shape and provider."""
     lines = []
     for op, data in result.items():
-        lines.append(f"{op} (full step, {data['meta']['dtype']}, {data['meta']['device']}): ms / extra peak MiB")
+        meta = data["meta"]
+        lines.append(f"{op} (full step, {meta['dtype']}, {meta['device']}): ms / extra peak MiB (beyond the gradients)")
         for p in data["points"]:
             who = p["provider"] + (f" @{p['budget_mib']:g} MiB" if "budget_mib" in p else "")
             if p.get("status") == OK:
-                peak = "-" if p.get("peak_mib") is None else f"{p['peak_mib']:.0f}"
+                peak = "-" if p.get("extra_peak_mib") is None else f"{p['extra_peak_mib']:.0f}"
                 rows = f"  chunk rows {p['chunk_rows']}" if p.get("chunk_rows") else ""
                 lines.append(f"  {p['shape']:<20} {who:<26} {p['ms']:9.3f} ms  {peak:>7} MiB{rows}")
             else:
