@@ -113,3 +113,19 @@ def test_functional_and_modules_take_the_budget(monkeypatch):
         F.liger_fused_linear_cross_entropy(x, w, t, memory_budget="big")
     with pytest.raises(ValueError, match=r"LigerFusedLinearCrossEntropyLoss: memory_budget must be.*got 0"):
         LigerFusedLinearCrossEntropyLoss(memory_budget=0)
+
+
+def test_every_fused_linear_module_takes_the_budget(monkeypatch):
+    from liger_core import nn as N
+
+    classes = [
+        getattr(N, name)
+        for name in dir(N)
+        if name.startswith("LigerFusedLinear") and isinstance(getattr(N, name), type)
+    ]
+    assert len(classes) >= 10, classes
+    for cls in classes:
+        assert cls(memory_budget="1MiB").memory_budget == 2**20, cls
+        assert cls().memory_budget is None, cls
+        with pytest.raises(ValueError, match=rf"{cls.__name__}: memory_budget must be"):
+            cls(memory_budget="lots")

@@ -150,7 +150,12 @@ SCALE_NUM_WARPS = 8
 FUSED_LINEAR_MEMORY_BUDGET = 512 * 2**20
 # Chunk rows are a multiple of this whenever the budget allows: cuBLAS's bf16 sm90 kernels use
 # 128x256 and 256x128 output tiles, so 256 rows fill whole tiles of the logits GEMM (M = rows)
-# and whole K-steps of the weight-gradient GEMM (K = rows) in every chunk.
+# and whole K-steps of the weight-gradient GEMM (K = rows) in every chunk. (The 128 multiple
+# before gave 1664-row chunks at a 151936 vocabulary: 6.5 tiles of 256.) Issue 38's x8 budget, slower
+# than x4 at 16384 x 4096 x 128256, ran 4096-row chunks, already whole tiles, and 8192 x 4096
+# x 128256 at x8 ran the very same per-chunk GEMMs and kernels (4096-row chunks) no slower than
+# x4: tile shape, grad_W GEMM shape and L2 (every budget's chunk is far past the 50 MiB L2) do
+# not explain it; the frontier run's p20/p80 spread will show whether it is run-to-run noise.
 FUSED_LINEAR_ROW_MULTIPLE = 256
 # The vocabulary-major path's grad_W blocks: vocabulary rows a multiple of this.
 FLCE_CHUNK_MULTIPLE = 128

@@ -282,8 +282,10 @@ class LigerFusedLinearDPOLoss(nn.Module):
         loss_type: str = "sigmoid",
         label_smoothing: float = 0.0,
         discopop_tau: float = 0.05,
+        memory_budget: int | str | None = None,
     ) -> None:
         super().__init__()
+        self.memory_budget = module_memory_budget(type(self).__name__, memory_budget)
         from liger_core.ops import _preference as P
         from liger_core.ops import fused_linear_dpo as dpo
 
@@ -317,6 +319,7 @@ class LigerFusedLinearDPOLoss(nn.Module):
             _input, lin_weight, target, bias, ref_input, ref_weight, ref_bias, self.ignore_index, self.beta,
             self.compute_nll_loss, self.use_ref_model, self.average_log_prob, self.loss_type,
             self.label_smoothing, self.discopop_tau, self.alpha,
+            memory_budget=self.memory_budget,
         )  # fmt: skip
         return loss, tuple(metrics)
 
@@ -342,8 +345,10 @@ class LigerFusedLinearORPOLoss(nn.Module):
         compute_nll_loss: bool = True,
         compiled: bool = True,
         chunk_size: int = 1,
+        memory_budget: int | str | None = None,
     ) -> None:
         super().__init__()
+        self.memory_budget = module_memory_budget(type(self).__name__, memory_budget)
         from liger_core.ops import fused_linear_orpo as orpo
 
         orpo.check_options(type(self).__name__, ignore_index, beta, compute_nll_loss)
@@ -363,7 +368,14 @@ class LigerFusedLinearORPOLoss(nn.Module):
         from liger_core.ops.fused_linear_orpo import log_odds
 
         loss, *metrics = liger_fused_linear_orpo(
-            _input, lin_weight, target, bias, self.ignore_index, self.beta, self.compute_nll_loss
+            _input,
+            lin_weight,
+            target,
+            bias,
+            self.ignore_index,
+            self.beta,
+            self.compute_nll_loss,
+            memory_budget=self.memory_budget,
         )
         odds = log_odds(metrics[0], metrics[1])
         return loss, (*metrics, torch.nn.functional.logsigmoid(odds).mean(), odds.mean())
@@ -392,8 +404,10 @@ class LigerFusedLinearCPOLoss(nn.Module):
         chunk_size: int = 1,
         loss_type: str = "sigmoid",
         simpo_gamma: float = 0.5,
+        memory_budget: int | str | None = None,
     ) -> None:
         super().__init__()
+        self.memory_budget = module_memory_budget(type(self).__name__, memory_budget)
         from liger_core.ops import _preference as P
         from liger_core.ops import fused_linear_cpo as cpo
 
@@ -422,6 +436,7 @@ class LigerFusedLinearCPOLoss(nn.Module):
         loss, *metrics = liger_fused_linear_cpo(
             _input, lin_weight, target, bias, self.ignore_index, self.beta, self.alpha, self.label_smoothing,
             self.compute_nll_loss, self.average_log_prob, self.loss_type, self.simpo_gamma,
+            memory_budget=self.memory_budget,
         )  # fmt: skip
         return loss, tuple(metrics)
 
@@ -446,8 +461,10 @@ class LigerFusedLinearSimPOLoss(nn.Module):
         compiled: bool = True,
         gamma: float = 0.5,
         chunk_size: int = 1,
+        memory_budget: int | str | None = None,
     ) -> None:
         super().__init__()
+        self.memory_budget = module_memory_budget(type(self).__name__, memory_budget)
         from liger_core.ops import _preference as P
         from liger_core.ops import fused_linear_cpo as cpo
 
@@ -473,6 +490,7 @@ class LigerFusedLinearSimPOLoss(nn.Module):
         loss, *metrics = liger_fused_linear_simpo(
             _input, lin_weight, target, bias, self.ignore_index, self.beta, self.alpha, self.label_smoothing,
             self.compute_nll_loss, self.gamma,
+            memory_budget=self.memory_budget,
         )  # fmt: skip
         return loss, tuple(metrics)
 
