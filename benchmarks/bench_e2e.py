@@ -508,8 +508,16 @@ def main(argv: list[str] | None = None) -> int:
         help="torch.compile backend of the -compiled variants (aot_eager: the cheap CPU check of the smoke test)",
     )
     p.add_argument("--out", help="JSON file to write")
+    p.add_argument(
+        "--memory-budget",
+        metavar="BYTES",
+        help="this project's fused linear memory budget for every run (bytes or e.g. 512MiB; sets "
+        "LIGER_FLCE_MEMORY_BUDGET, which the runs also take from the environment; default: the vendor's)",
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.memory_budget:
+        os.environ["LIGER_FLCE_MEMORY_BUDGET"] = args.memory_budget  # the child processes inherit it
 
     if args.child:
         model, variant, batch = args.child.split(":")
@@ -562,6 +570,8 @@ def main(argv: list[str] | None = None) -> int:
         "gradient_checkpointing": True,
         "attention": "sdpa",
         "compile": {"mode": args.compile_mode, "backend": args.compile_backend},
+        # What the liger runs' fused linear losses chunk within (liger_core.memory_budget).
+        "flce_memory_budget": os.environ.get("LIGER_FLCE_MEMORY_BUDGET") or "the vendor default (hardware.py)",
     }
     print(json.dumps(env_info["versions"]), flush=True)
     results = []

@@ -23,8 +23,8 @@ def flce_args(device, tokens, hidden, vocab, dtype=torch.float32, **params):
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Token chunks of 8 (ragged last chunk)."""
-    monkeypatch.setattr(hardware, "FLCE_CHUNK_ELEMENTS", 8 * 70)
-    monkeypatch.setattr(hardware, "FLCE_CHUNK_MULTIPLE", 4)
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_MEMORY_BUDGET", 8 * 70 * 4)  # 8 rows of fp32 logits
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_ROW_MULTIPLE", 4)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "none"])
@@ -41,7 +41,7 @@ def test_row_programs_in_place_gradient(backend, device, row_programs, small_chu
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_several_chunks_every_option(backend, device, monkeypatch, small_chunks, reduction):
     monkeypatch.setattr(hardware, "CE_BLOCK", 32)  # rows over several vocabulary tiles
-    assert plan_chunks(37, 70) == 8
+    assert plan_chunks(37, 70, bytes_per_logit=4) == 8
     args = flce_args(device, 37, 16, 70, seed=24, bias=True, weighted=True)
     check(
         backend, "fused_linear_cross_entropy", args, grad_scalar=0.75, lse_square_scale=0.01, label_smoothing=0.1,

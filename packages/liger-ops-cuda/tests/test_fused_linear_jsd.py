@@ -11,7 +11,7 @@ from liger_ops_cuda._tiling import plan_chunks
 def test_several_chunks(backend, device, monkeypatch, beta, temperature):
     monkeypatch.setattr(hardware, "DIV_BLOCK", 32)
     monkeypatch.setattr(hardware, "FLJSD_CHUNK_ELEMENTS", 8 * 70)
-    monkeypatch.setattr(hardware, "FLCE_CHUNK_MULTIPLE", 4)
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_ROW_MULTIPLE", 4)
     assert plan_chunks(30, 70, hardware.FLJSD_CHUNK_ELEMENTS) == 8  # 4 chunks, the last ragged
     args = make_args("fused_linear_jsd", device, shape=(30, 8, 12, 70), seed=32)
     check(backend, "fused_linear_jsd", args, grad_scalar=0.5, jsd_beta=beta, temperature=temperature)

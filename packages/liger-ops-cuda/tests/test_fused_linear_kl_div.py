@@ -10,7 +10,7 @@ from liger_ops_cuda._tiling import plan_chunks
 @pytest.mark.parametrize("reduction", ["batchmean", "sum"])
 def test_several_chunks(backend, device, monkeypatch, reduction):
     monkeypatch.setattr(hardware, "FLJSD_CHUNK_ELEMENTS", 8 * 70)
-    monkeypatch.setattr(hardware, "FLCE_CHUNK_MULTIPLE", 4)
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_ROW_MULTIPLE", 4)
     assert plan_chunks(30, 70, hardware.FLJSD_CHUNK_ELEMENTS) == 8  # 4 chunks, the last ragged
     args = make_args("fused_linear_kl_div", device, shape=(30, 8, 70), seed=32)
     check(backend, "fused_linear_kl_div", args, grad_scalar=0.5, reduction=reduction, temperature=0.8)

@@ -17,8 +17,8 @@ OP = "fused_linear_scaled_cross_entropy"
 @pytest.fixture
 def small_tiles(monkeypatch):
     """Token chunks of 8 logits rows of 70, and vocabulary blocks of 32 in both kernels."""
-    monkeypatch.setattr(hardware, "FLCE_CHUNK_ELEMENTS", 8 * 70)
-    monkeypatch.setattr(hardware, "FLCE_CHUNK_MULTIPLE", 4)
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_MEMORY_BUDGET", 8 * 70 * 4)  # 8 rows of fp32 logits
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_ROW_MULTIPLE", 4)
     monkeypatch.setattr(hardware, "CE_ROW_BLOCK", 32)
     monkeypatch.setattr(hardware, "DIV_BLOCK", 32)
 
@@ -26,7 +26,7 @@ def small_tiles(monkeypatch):
 @pytest.mark.parametrize("unused", [(), ("entropy",), ("nll",)], ids=["both", "nll-only", "entropy-only"])
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
 def test_several_chunks_and_vocab_blocks(backend, device, small_tiles, temperature, unused):
-    assert plan_chunks(37, 70) == 8
+    assert plan_chunks(37, 70, bytes_per_logit=4) == 8
     args = make_args(OP, device, shape=(37, 16, 70), seed=31)
     check(backend, OP, args, grad_scalar=0.75, temperature=temperature, unused_outputs=unused)
 

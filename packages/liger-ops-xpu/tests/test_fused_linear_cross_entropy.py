@@ -14,8 +14,8 @@ from liger_ops_xpu._tiling import plan_chunks
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_flce_several_chunks(monkeypatch, device, reduction):
     monkeypatch.setattr(hardware, "LOSS_VOCAB_BLOCK", 16)
-    monkeypatch.setattr(hardware, "FUSED_LINEAR_CHUNK_ELEMENTS", 4 * 50)
-    assert plan_chunks(23, 50) == 4  # 6 chunks, the last one ragged
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_MEMORY_BUDGET", 4 * 50 * 2)
+    assert plan_chunks(23, 50, bytes_per_logit=2) == 4  # 6 chunks of bf16 logits, the last one ragged
     args = fused_linear_cross_entropy.args(
         device, shape=(23, 16, 50), dtype=torch.bfloat16, seed=2, bias=True, weighted=True
     )

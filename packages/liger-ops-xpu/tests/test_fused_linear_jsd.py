@@ -13,7 +13,7 @@ from liger_ops_xpu._matmul import plan_matmul
 
 @pytest.mark.parametrize("beta,dtype", [(0.0, torch.float32), (0.3, torch.bfloat16), (1.0, torch.float16)])
 def test_fused_linear_jsd_several_chunks(monkeypatch, device, beta, dtype):
-    monkeypatch.setattr(hardware, "FUSED_LINEAR_CHUNK_ELEMENTS", 3 * 40)
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_MEMORY_BUDGET", 3 * 40 * 8)
     for name in ("MATMUL_BLOCK_M", "MATMUL_BLOCK_N", "MATMUL_BLOCK_K"):
         monkeypatch.setattr(hardware, name, 16)
     assert plan_matmul(3, 40, 24) == (16, 16, 16)

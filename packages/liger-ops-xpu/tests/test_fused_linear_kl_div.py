@@ -11,7 +11,7 @@ from liger_ops_xpu._tiling import plan_chunks
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_several_chunks(device, monkeypatch, dtype):
-    monkeypatch.setattr(hardware, "FUSED_LINEAR_CHUNK_ELEMENTS", 8 * 70)
-    assert plan_chunks(30, 70) == 8  # 4 chunks, the last ragged
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_MEMORY_BUDGET", 8 * 70 * 8)
+    assert plan_chunks(30, 70, bytes_per_logit=8) == 8  # 4 chunks, the last ragged
     args = make_args("fused_linear_kl_div", device, shape=(30, 8, 70), dtype=dtype, seed=32)
     check(BACKEND, "fused_linear_kl_div", args, grad_scalar=0.5, temperature=0.8)

@@ -16,12 +16,12 @@ OP = "fused_linear_scaled_cross_entropy"
 @pytest.fixture
 def small_tiles(monkeypatch):
     monkeypatch.setattr(hardware, "LOSS_VOCAB_BLOCK", 16)
-    monkeypatch.setattr(hardware, "FUSED_LINEAR_CHUNK_ELEMENTS", 4 * 50)
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_MEMORY_BUDGET", 4 * 50 * 2)
 
 
 @pytest.mark.parametrize("unused", [(), ("entropy",), ("nll",)], ids=["both", "nll-only", "entropy-only"])
 def test_several_chunks_and_vocab_blocks(device, small_tiles, unused):
-    assert plan_chunks(23, 50) == 4  # 6 chunks, the last one ragged
+    assert plan_chunks(23, 50, bytes_per_logit=2) == 4  # 6 chunks of bf16 logits, the last one ragged
     args = make_args(OP, device, shape=(23, 16, 50), seed=51)
     check(BACKEND, OP, args, grad_scalar=0.5, temperature=0.8, unused_outputs=unused)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from liger_core import distributed
+from liger_core.memory_budget import takes_memory_budget
 from liger_core.registry import resolve
 
 # A DTensor (tensor parallelism) takes `liger_core.distributed.call`; testing the first argument's
@@ -195,6 +196,7 @@ def liger_vocab_parallel_cross_entropy(
     )
 
 
+@takes_memory_budget
 def liger_fused_linear_cross_entropy(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -251,6 +253,7 @@ def liger_jsd(
     )
 
 
+@takes_memory_budget
 def liger_fused_linear_jsd(
     student_input: torch.Tensor,
     student_weight: torch.Tensor,
@@ -343,6 +346,7 @@ def liger_fused_moe_clamped_swiglu(
     )  # fmt: skip
 
 
+@takes_memory_budget
 def liger_fused_linear_grpo(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -417,6 +421,7 @@ def liger_grpo_loss(
     )  # fmt: skip
 
 
+@takes_memory_budget
 def liger_fused_linear_kl_div(
     student_input: torch.Tensor,
     student_weight: torch.Tensor,
@@ -434,6 +439,7 @@ def liger_fused_linear_kl_div(
     )
 
 
+@takes_memory_budget
 def liger_fused_linear_cosine_similarity(
     student_input: torch.Tensor,
     student_weight: torch.Tensor,
@@ -457,6 +463,7 @@ def liger_fused_linear_cosine_similarity(
     )  # fmt: skip
 
 
+@takes_memory_budget
 def liger_fused_linear_jsd_loss(
     student_input: torch.Tensor,
     student_weight: torch.Tensor,
@@ -500,6 +507,7 @@ def liger_modulated_rms_norm(
     )
 
 
+@takes_memory_budget
 def liger_fused_linear_dpo(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -528,6 +536,7 @@ def liger_fused_linear_dpo(
     )  # fmt: skip
 
 
+@takes_memory_budget
 def liger_fused_linear_orpo(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -546,6 +555,7 @@ def liger_fused_linear_orpo(
     )
 
 
+@takes_memory_budget
 def liger_fused_linear_cpo(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -568,6 +578,7 @@ def liger_fused_linear_cpo(
     )  # fmt: skip
 
 
+@takes_memory_budget
 def liger_fused_linear_simpo(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -616,6 +627,7 @@ def liger_fused_ce_tvd(
     )
 
 
+@takes_memory_budget
 def liger_fused_linear_kto(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -660,6 +672,7 @@ def liger_multi_token_attention(
     )
 
 
+@takes_memory_budget
 def liger_fused_linear_scaled_cross_entropy(
     input: torch.Tensor,
     weight: torch.Tensor,

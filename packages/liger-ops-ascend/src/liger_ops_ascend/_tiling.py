@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 import triton
+from liger_core.memory_budget import budget_is_set, chunk_rows, current_memory_budget, logits_budget_elements
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
@@ -308,7 +309,22 @@ def dtype_of(t: torch.Tensor | None) -> torch.dtype | None:
     return None if t is None else t.dtype
 
 
-def chunk_tokens(n_tokens: int, hidden: int, vocab: int) -> int:
-    """Tokens per chunk of the fused linear losses: the chunk's logits about as many elements
-    as the whole input, a power of two."""
+def chunk_tokens(n_tokens: int, hidden: int, vocab: int, bytes_per_logit: int = 4) -> int:
+    """Tokens per chunk of the fused linear losses whose chunk buffers cost ``bytes_per_logit``
+    bytes per logit. With a memory budget set (`liger_core.memory_budget`: a call, a module or
+    LIGER_FLCE_MEMORY_BUDGET), as many as fit it, a multiple of FUSED_LINEAR_ROW_MULTIPLE when that
+    fits; else (FUSED_LINEAR_MEMORY_BUDGET is None) the chunk's logits about as many elements as
+    the whole input, a power of two. At least one token, never more than there are."""
+    budget = current_memory_budget(hardware.FUSED_LINEAR_MEMORY_BUDGET)
+    if budget is not None:
+        return chunk_rows(n_tokens, max(vocab, 1) * bytes_per_logit, budget, hardware.FUSED_LINEAR_ROW_MULTIPLE)
     return max(1, min(n_tokens, triton.next_power_of_2(triton.cdiv(n_tokens, triton.cdiv(vocab, max(hidden, 1))))))
+
+
+def logits_budget(default_elements: int, bytes_per_logit: int) -> int:
+    """Logits per chunk for the drivers that plan whole sequences or pairs: ``default_elements``
+    (the op's hardware value), or the budget set by a call, module or the environment divided by
+    ``bytes_per_logit``."""
+    if budget_is_set():
+        return logits_budget_elements(0, bytes_per_logit)
+    return default_elements

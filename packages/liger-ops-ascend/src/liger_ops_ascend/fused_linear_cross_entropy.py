@@ -43,7 +43,7 @@ def _chunked(x, w, bias, t, opts, hw, a_rows, b_rows, want_loss, want_grads, acc
         gx = torch.empty_like(x)
         gw = torch.zeros((vocab, hidden), dtype=accum_dtype or w_dtype, device=dev)
         gb = torch.zeros(vocab, dtype=accum_dtype or b_dtype, device=dev) if bias is not None else None
-    step = chunk_tokens(n_tokens, hidden, vocab)
+    step = chunk_tokens(n_tokens, hidden, vocab, x.element_size())  # the logits, gradient in place
     for start in range(0, n_tokens, step):
         end = min(start + step, n_tokens)
         x_c, t_c = x[start:end], t[start:end]

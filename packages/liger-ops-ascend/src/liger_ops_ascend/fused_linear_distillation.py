@@ -23,7 +23,7 @@ class DistillationKernels(LinearChunks, D.DistillationKernels):
     """`_distillation.DistillationKernels` on the cross-entropy and divergence kernels."""
 
     def chunk_rows(self, n_rows, hidden, vocab):
-        return chunk_tokens(n_rows, hidden, vocab)
+        return chunk_tokens(n_rows, hidden, vocab, 8)  # student and teacher fp32 logits
 
     def hard_cross_entropy(self, ignore_index, upstream, device):
         ce = CEOptions(None, ignore_index, 0.0, 0.0, None)

@@ -14,6 +14,7 @@ from liger_core.ops import fused_linear_grpo as G
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._cross_entropy import CEOptions, cross_entropy_backward, cross_entropy_forward, prepare_target
+from liger_ops_ascend._tiling import logits_budget
 
 
 class LinearChunks(L.LinearChunkKernels):
@@ -46,6 +47,6 @@ class GRPOKernels(LinearChunks, G.GRPOKernels):
 
 
 KERNELS = GRPOKernels()
-FUNCTIONS = G.autograd_functions(KERNELS, lambda: hardware.FLGRPO_CHUNK_ELEMENTS, __name__)
+FUNCTIONS = G.autograd_functions(KERNELS, lambda: logits_budget(hardware.FLGRPO_CHUNK_ELEMENTS, 4), __name__)
 
 LigerFusedLinearGRPOFunction = implements("fused_linear_grpo")(FUNCTIONS["fused_linear_grpo"])

@@ -46,7 +46,7 @@ class LigerFusedLinearJSDFunction(torch.autograd.Function):
         total = torch.zeros((), dtype=torch.float32, device=student_input.device)
         gx = torch.empty_like(student_input) if want_grad else None
         gw = torch.zeros((vocab, hidden), dtype=torch.float32, device=student_input.device) if want_grad else None
-        step = chunk_tokens(n_tokens, max(hidden, teacher_input.shape[1]), vocab)
+        step = chunk_tokens(n_tokens, max(hidden, teacher_input.shape[1]), vocab, 8)  # student and teacher fp32
         for start in range(0, n_tokens, step):
             end = min(start + step, n_tokens)
             x_c = student_input[start:end].float()

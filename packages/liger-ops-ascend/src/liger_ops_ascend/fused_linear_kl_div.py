@@ -37,7 +37,7 @@ class LigerFusedLinearKLDivFunction(torch.autograd.Function):
         total = torch.zeros((), dtype=torch.float32, device=student_input.device)
         gx = torch.empty_like(student_input) if want_grad else None
         gw = torch.zeros((vocab, hidden), dtype=torch.float32, device=student_input.device) if want_grad else None
-        step = chunk_tokens(n_tokens, hidden, vocab)
+        step = chunk_tokens(n_tokens, hidden, vocab, 8)  # fp32 logits and their gradient
         for start in range(0, n_tokens, step):
             end = min(start + step, n_tokens)
             x_c = student_input[start:end].float()

@@ -20,6 +20,7 @@ from liger_core.ops._preference_functions import autograd_functions
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._cross_entropy import CEOptions, cross_entropy_backward, cross_entropy_forward, prepare_target
+from liger_ops_ascend._tiling import logits_budget
 
 
 class TokenLogps:
@@ -41,7 +42,7 @@ class TokenLogps:
 
 
 KERNELS = TokenLogps()
-FUNCTIONS = autograd_functions(KERNELS, lambda: hardware.PREFERENCE_CHUNK_ELEMENTS, __name__)
+FUNCTIONS = autograd_functions(KERNELS, lambda: logits_budget(hardware.PREFERENCE_CHUNK_ELEMENTS, 4), __name__)
 
 LigerFusedLinearDPOFunction = implements("fused_linear_dpo")(FUNCTIONS["fused_linear_dpo"])
 LigerFusedLinearORPOFunction = implements("fused_linear_orpo")(FUNCTIONS["fused_linear_orpo"])

@@ -167,7 +167,7 @@ def fused_linear_scaled_cross_entropy_backward(
 def _chunks(x, w):
     """``(start, end, logits)`` per token chunk (`_tiling.chunk_tokens`)."""
     n_tokens, hidden = x.shape
-    step = chunk_tokens(n_tokens, hidden, w.shape[0])
+    step = chunk_tokens(n_tokens, hidden, w.shape[0], x.element_size())
     for start in range(0, n_tokens, step):
         end = min(start + step, n_tokens)
         yield start, end, x[start:end] @ w.t()

@@ -80,6 +80,20 @@ NAT_MIN_BLOCK = 16
 # fused_linear_grpo: float32 logits of whole sequences per chunk (HBM, not UB; at least one
 # sequence): 256 MiB.
 FLGRPO_CHUNK_ELEMENTS = 1 << 26
+# Fused linear losses: the default of `liger_core.memory_budget` (bytes of chunk buffers per
+# chunk loop). None keeps the earlier rule until measured on an NPU: the token-chunked losses
+# (cross-entropy, scaled cross-entropy, JSD, KL, distillation) take chunks whose logits have about
+# as many elements as the whole input (liger-kernel's rule, a power of two tokens; at 16384 x 2048
+# tokens x hidden in bf16, 64 MiB), the preference losses and GRPO their element counts above. A
+# budget set by a call, a module or LIGER_FLCE_MEMORY_BUDGET replaces both; per row it counts
+# the logits in the input dtype (cross-entropy, scaled cross-entropy: the gradient in place) or
+# the student's and teacher's fp32 logits (8 bytes a logit), and 4 bytes a logit for whole
+# sequences or pairs. Limits: the chunk buffers live in HBM (64 GB on Atlas A2 910B, the
+# kernels' UB tiles are planned apart), so the bound is the training step's headroom.
+FUSED_LINEAR_MEMORY_BUDGET: int | None = None
+# Chunk rows are a multiple of this when the budget holds that many: whole 128-row cube tiles
+# (8 of the cube unit's 16-row fractals) in the chunk's matmuls. Untuned starting point.
+FUSED_LINEAR_ROW_MULTIPLE = 128
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from liger_core.memory_budget import budget_is_set, chunk_rows, current_memory_budget, logits_budget_elements
 from liger_ops_cuda import hardware
 
 # The Triton interpreter runs programs one after another, each at a fixed cost: there the
@@ -232,16 +233,26 @@ def scale_unless_one(grad: torch.Tensor | None, upstream: torch.Tensor) -> None:
 # -- fused linear losses ------------------------------------------------------------------------
 
 
-def plan_chunks(n_tokens: int, vocab: int, budget: int | None = None) -> int:
-    """Tokens per chunk of a fused linear loss: at most ``budget`` logits (default
-    FLCE_CHUNK_ELEMENTS), a multiple of FLCE_CHUNK_MULTIPLE when that fits, never more than the
-    tokens there are (at least 1)."""
-    budget = hardware.FLCE_CHUNK_ELEMENTS if budget is None else budget
-    c = max(1, budget // max(vocab, 1))
-    mult = hardware.FLCE_CHUNK_MULTIPLE
-    if c >= mult:
-        c -= c % mult
-    return max(1, min(c, n_tokens))
+def plan_chunks(n_tokens: int, vocab: int, budget: int | None = None, bytes_per_logit: int = 2) -> int:
+    """Tokens per chunk of a fused linear loss whose chunk buffers cost ``bytes_per_logit`` bytes
+    per logit: within the memory budget in force (`liger_core.memory_budget`; default
+    FUSED_LINEAR_MEMORY_BUDGET), or within ``budget`` logits (an op's own element count) when one
+    is given and no budget was set by a call, module or the environment. A multiple of
+    FUSED_LINEAR_ROW_MULTIPLE when that fits, never more than the tokens there are (at least 1)."""
+    if budget is None or budget_is_set():
+        nbytes = current_memory_budget(hardware.FUSED_LINEAR_MEMORY_BUDGET)
+    else:
+        nbytes = budget * bytes_per_logit
+    return chunk_rows(n_tokens, max(vocab, 1) * bytes_per_logit, nbytes, hardware.FUSED_LINEAR_ROW_MULTIPLE)
+
+
+def logits_budget(default_elements: int, bytes_per_logit: int) -> int:
+    """Logits per chunk for the drivers that plan whole sequences or pairs: ``default_elements``
+    (the op's hardware value), or the budget set by a call, module or the environment divided by
+    ``bytes_per_logit``."""
+    if budget_is_set():
+        return logits_budget_elements(hardware.FUSED_LINEAR_MEMORY_BUDGET, bytes_per_logit)
+    return default_elements
 
 
 def accumulate_weight_grad(gw: torch.Tensor, g: torch.Tensor, x: torch.Tensor, first: bool) -> None:

@@ -5,7 +5,9 @@ then the cross-entropy kernels compute the chunk's loss terms and overwrite the 
 their gradient (fp32 arithmetic, one rounding), then ``grad_x_c = G @ W`` and
 ``grad_W += G^T @ x_c`` (GEMMs into preallocated buffers: the first chunk writes grad_W, the
 rest accumulate with addmm). The full logits never exist; beyond grad_W and grad_x the
-memory is one chunk of logits (``hardware.FLCE_CHUNK_ELEMENTS``).
+memory is one chunk of logits in the input dtype, ``rows x vocab x itemsize`` bytes within the
+fused linear memory budget (`liger_core.memory_budget`, default
+``hardware.FUSED_LINEAR_MEMORY_BUDGET``; rows a multiple of ``FUSED_LINEAR_ROW_MULTIPLE``).
 
 The gradients are computed during forward for reduction "mean"/"sum" (upstream assumed 1;
 backward rescales them in place only if the incoming gradient is not 1, decided on the
@@ -50,13 +52,15 @@ from liger_ops_cuda._tiling import accumulate_weight_grad, contiguous, plan_chun
 
 def _chunk_loop(
     x, w, target, bias, ce_weight, weight_total, ignore_index, lse_square_scale, label_smoothing, softcap,
-    scales, rows_out, *, grad_x=None, grad_w=None, grad_b=None, upstream=None, saved_lse=None,
+    scales, rows_out, *, grad_x=None, grad_w=None, grad_b=None, upstream=None, saved_lse=None, rows=None,
 ):  # fmt: skip
     """Run every chunk: losses into ``rows_out`` (forward) and/or gradients (when ``upstream``).
-    With ``saved_lse`` (backward of "none"), the gradient comes from it without a forward pass."""
+    With ``saved_lse`` (backward of "none"), the gradient comes from it without a forward pass.
+    ``rows``: tokens per chunk (default: planned from the memory budget in force). Returns it."""
     n, _ = x.shape
     vocab = w.shape[0]
-    c = plan_chunks(n, vocab)
+    # The one per-chunk buffer: (rows, vocab) logits in the input dtype, overwritten by their gradient.
+    c = rows or plan_chunks(n, vocab, bytes_per_logit=x.element_size())
     want_grad = upstream is not None
     buf = torch.empty((min(c, n), vocab), dtype=x.dtype, device=x.device) if n else None
     first = True
@@ -91,6 +95,7 @@ def _chunk_loop(
         first = False
     if want_grad and grad_w is not None and first:
         grad_w.zero_()  # no tokens at all
+    return c
 
 
 @triton.jit
@@ -319,8 +324,10 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
             run = _vocab_major_pass if _vocab_major_fits(x, grads[1]) else _chunk_loop
             run(*common, scales, rows, grad_x=grads[0], grad_w=grads[1], grad_b=grads[2], upstream=one)
             grads = _finish_grads(grads, weight, bias)
+            ctx.chunk_rows = None
         else:
-            _chunk_loop(*common, scales, rows)
+            # The backward of "none" recomputes the chunks with this plan: the budget in force now.
+            ctx.chunk_rows = _chunk_loop(*common, scales, rows)
         loss, z = reduce_rows(rows, reduction, scales)
         check.raise_if_bad()
         ctx.defer = defer
@@ -344,7 +351,7 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
             grads = _new_grads(x, weight, bias, need_x, need_w, need_b, accum_dtype)
             _chunk_loop(
                 x, w, target, bias, ce_weight, weight_total, *ctx.args, torch.ones(2, device=x.device), None,
-                grad_x=grads[0], grad_w=grads[1], grad_b=grads[2], upstream=up, saved_lse=lse,
+                grad_x=grads[0], grad_w=grads[1], grad_b=grads[2], upstream=up, saved_lse=lse, rows=ctx.chunk_rows,
             )  # fmt: skip
             gx, gw, gb = _finish_grads(grads, weight, bias)
         else:

@@ -24,7 +24,8 @@ class DistillationKernels(LinearChunks, D.DistillationKernels):
     """`_distillation.DistillationKernels` on the cross-entropy and divergence kernels."""
 
     def chunk_rows(self, n_rows, hidden, vocab):
-        return plan_chunks(n_rows, vocab, hardware.FLJSD_CHUNK_ELEMENTS)
+        # Per row: the student's and teacher's fp32 logits (the gradient overwrites them): 8 bytes a logit.
+        return plan_chunks(n_rows, vocab, hardware.FLJSD_CHUNK_ELEMENTS, bytes_per_logit=8)
 
     def hard_cross_entropy(self, ignore_index, upstream, device):
         # [loss, z-loss] scales: the upstream carries the whole factor, no z-loss.

@@ -15,7 +15,7 @@ from liger_core.ops import _losses as L
 from liger_core.ops import fused_linear_grpo as G
 from liger_ops_cuda import hardware
 from liger_ops_cuda._cross_entropy import cross_entropy_backward, cross_entropy_forward
-from liger_ops_cuda._tiling import accumulate_weight_grad, scale_unless_one
+from liger_ops_cuda._tiling import accumulate_weight_grad, logits_budget, scale_unless_one
 from liger_ops_cuda.fused_linear_jsd import _logits_fp32
 
 
@@ -53,6 +53,6 @@ class GRPOKernels(LinearChunks, G.GRPOKernels):
 
 
 KERNELS = GRPOKernels()
-FUNCTIONS = G.autograd_functions(KERNELS, lambda: hardware.FLGRPO_CHUNK_ELEMENTS, __name__)
+FUNCTIONS = G.autograd_functions(KERNELS, lambda: logits_budget(hardware.FLGRPO_CHUNK_ELEMENTS, 4), __name__)
 
 LigerFusedLinearGRPOFunction = implements("fused_linear_grpo")(FUNCTIONS["fused_linear_grpo"])

@@ -33,7 +33,8 @@ class LigerFusedLinearKLDivFunction(torch.autograd.Function):
         gx = torch.empty_like(xs) if need_x else None
         gw = torch.empty_like(ws) if need_w else None
         total = torch.zeros((), dtype=torch.float32, device=xs.device)
-        c = plan_chunks(n, vocab, hardware.FLJSD_CHUNK_ELEMENTS)
+        # Per row: student and teacher fp32 logits and the gradient in the input dtype, about 10 bytes a logit.
+        c = plan_chunks(n, vocab, hardware.FLJSD_CHUNK_ELEMENTS, bytes_per_logit=10)
         first = True
         for s in range(0, n, c):
             e = min(s + c, n)

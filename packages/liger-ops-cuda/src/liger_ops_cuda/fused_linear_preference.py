@@ -21,7 +21,7 @@ from liger_core.backend import implements
 from liger_core.ops._preference_functions import autograd_functions
 from liger_ops_cuda import hardware
 from liger_ops_cuda._cross_entropy import cross_entropy_backward, cross_entropy_forward
-from liger_ops_cuda._tiling import scale_unless_one
+from liger_ops_cuda._tiling import logits_budget, scale_unless_one
 
 
 class TokenLogps:
@@ -43,7 +43,7 @@ class TokenLogps:
 
 
 KERNELS = TokenLogps()
-FUNCTIONS = autograd_functions(KERNELS, lambda: hardware.PREFERENCE_CHUNK_ELEMENTS, __name__)
+FUNCTIONS = autograd_functions(KERNELS, lambda: logits_budget(hardware.PREFERENCE_CHUNK_ELEMENTS, 4), __name__)
 
 LigerFusedLinearDPOFunction = implements("fused_linear_dpo")(FUNCTIONS["fused_linear_dpo"])
 LigerFusedLinearORPOFunction = implements("fused_linear_orpo")(FUNCTIONS["fused_linear_orpo"])

@@ -113,7 +113,7 @@ def fused_linear_scaled_cross_entropy_backward(
 def _chunks(x, w):
     """``(start, end, logits)`` per token chunk, the logits computed into one reused buffer."""
     n, vocab = x.shape[0], w.shape[0]
-    c = plan_chunks(n, vocab)
+    c = plan_chunks(n, vocab, bytes_per_logit=x.element_size())  # one reused buffer, the input dtype
     buf = torch.empty((min(c, n), vocab), dtype=x.dtype, device=x.device) if n else None
     for s in range(0, n, c):
         e = min(s + c, n)

@@ -138,11 +138,26 @@ CE_TVD_ONE_PASS_NUM_WARPS = 4
 # In-place scaling of a gradient by the incoming gradient (skipped on the device when it is 1).
 SCALE_BLOCK = 8192
 SCALE_NUM_WARPS = 8
-# Fused linear losses: tokens per chunk so that one chunk's logits take at most this many
-# elements, rounded down to a multiple of FLCE_CHUNK_MULTIPLE tokens (tensor-core friendly GEMM
-# shapes). Peak memory beyond grad_weight and grad_input is one chunk's logits; larger chunks
-# make the grad_weight GEMM (K = chunk) more efficient.
-FLCE_CHUNK_ELEMENTS = 64 * 2**20
+# Fused linear losses: the bytes of chunk buffers a chunk loop may hold at once (the default of
+# `liger_core.memory_budget`; a call, a module or LIGER_FLCE_MEMORY_BUDGET overrides it). Measured
+# on an H200 (issue 38, full step, bf16): 4x the old 64 Mi-element budget (512 MiB of bf16
+# logits) made fused_linear_cross_entropy 10-20% faster than 128 MiB at five training shapes and
+# raised no end-to-end peak on LLaMA-3.2-1B, Qwen3-1.7B or Gemma-3-1B; 512 MiB is provisional
+# until the frontier run (benchmarks/flce_frontier.sh) confirms it. fused_linear_cross_entropy
+# holds one (rows, vocab) buffer in the input dtype (the gradient overwrites the logits):
+# rows = budget / (vocab x itemsize). The other losses keep their element counts below unless a
+# budget is set, then convert it with their own bytes per logit (stated at each).
+FUSED_LINEAR_MEMORY_BUDGET = 512 * 2**20
+# Chunk rows are a multiple of this whenever the budget allows: cuBLAS's bf16 sm90 kernels use
+# 128x256 and 256x128 output tiles, so 256 rows fill whole tiles of the logits GEMM (M = rows)
+# and whole K-steps of the weight-gradient GEMM (K = rows) in every chunk. (The 128 multiple
+# before gave 1664-row chunks at a 151936 vocabulary: 6.5 tiles of 256.) Issue 38's x8 budget, slower
+# than x4 at 16384 x 4096 x 128256, ran 4096-row chunks, already whole tiles, and 8192 x 4096
+# x 128256 at x8 ran the very same per-chunk GEMMs and kernels (4096-row chunks) no slower than
+# x4: tile shape, grad_W GEMM shape and L2 (every budget's chunk is far past the 50 MiB L2) do
+# not explain it; the frontier run's p20/p80 spread will show whether it is run-to-run noise.
+FUSED_LINEAR_ROW_MULTIPLE = 256
+# The vocabulary-major path's grad_W blocks: vocabulary rows a multiple of this.
 FLCE_CHUNK_MULTIPLE = 128
 # Fused linear preference losses: whole pairs per chunk, as many as keep one chunk's logits
 # within this many elements (at least one pair).

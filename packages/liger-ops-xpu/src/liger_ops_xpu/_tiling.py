@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 import triton
+from liger_core.memory_budget import budget_is_set, chunk_rows, current_memory_budget, logits_budget_elements
 
 from liger_ops_xpu import hardware
 
@@ -150,10 +151,22 @@ def plan_blocks(n_cols: int) -> BlockPlan:
     return BlockPlan(block_m, block_n, elementwise_num_warps(block_m * block_n))
 
 
-def plan_chunks(n_rows: int, vocab: int) -> int:
-    """Tokens per chunk of the fused-linear losses: logits of about
-    ``FUSED_LINEAR_CHUNK_ELEMENTS`` values (at least one row)."""
-    return max(1, min(n_rows, hardware.FUSED_LINEAR_CHUNK_ELEMENTS // max(vocab, 1)))
+def plan_chunks(n_rows: int, vocab: int, bytes_per_logit: int = 4) -> int:
+    """Tokens per chunk of the fused-linear losses whose chunk buffers cost ``bytes_per_logit``
+    bytes per logit: within the memory budget in force (`liger_core.memory_budget`, default
+    ``FUSED_LINEAR_MEMORY_BUDGET``), a multiple of ``FUSED_LINEAR_ROW_MULTIPLE`` when that fits,
+    at least one row, never more than there are."""
+    budget = current_memory_budget(hardware.FUSED_LINEAR_MEMORY_BUDGET)
+    return chunk_rows(n_rows, max(vocab, 1) * bytes_per_logit, budget, hardware.FUSED_LINEAR_ROW_MULTIPLE)
+
+
+def logits_budget(default_elements: int, bytes_per_logit: int) -> int:
+    """Logits per chunk for the drivers that plan whole sequences or pairs: ``default_elements``
+    (the op's hardware value), or the budget set by a call, module or the environment divided by
+    ``bytes_per_logit``."""
+    if budget_is_set():
+        return logits_budget_elements(hardware.FUSED_LINEAR_MEMORY_BUDGET, bytes_per_logit)
+    return default_elements
 
 
 # -- launches ----------------------------------------------------------------------------------

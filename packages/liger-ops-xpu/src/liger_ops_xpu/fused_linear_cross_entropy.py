@@ -1,7 +1,7 @@
 """Fused linear cross-entropy for Intel GPUs: lm_head matmul + cross-entropy, chunk by chunk.
 
-Tokens are processed in chunks whose logits hold about FUSED_LINEAR_CHUNK_ELEMENTS values, so
-peak memory stays near one chunk of logits instead of tokens x vocab. Per chunk: the logits
+Tokens are processed in chunks whose logits (input dtype) take at most the fused linear memory
+budget (`liger_core.memory_budget`, default FUSED_LINEAR_MEMORY_BUDGET bytes), so peak memory stays near one chunk of logits instead of tokens x vocab. Per chunk: the logits
 (``input @ weight.T + bias`` in the input dtype: XMX matmul through torch/oneDNN), the
 cross-entropy row kernels of _cross_entropy.py (loss rows, then the gradient written over the
 chunk's own logits buffer), and the three gradient matmuls: grad_input rows, grad_weight and
@@ -42,7 +42,7 @@ def flce_pass(x, weight, bias, target, ce_weight, opts: CEOptions, w_total, scal
     dx = torch.empty_like(x) if want_dx else None
     dw = torch.zeros(weight.shape, dtype=accum_dtype or weight.dtype, device=x.device) if want_dw else None
     db = torch.zeros(bias.shape, dtype=accum_dtype or bias.dtype, device=x.device) if want_db else None
-    step = plan_chunks(n_rows, vocab)
+    step = plan_chunks(n_rows, vocab, bytes_per_logit=x.element_size())  # the logits, gradient in place
     for start in range(0, n_rows, step):
         end = min(start + step, n_rows)
         x_c, t_c = x[start:end], target[start:end]

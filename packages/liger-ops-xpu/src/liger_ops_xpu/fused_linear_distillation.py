@@ -1,7 +1,7 @@
 """liger-kernel's chunked distillation losses for Intel GPUs, fused linear (fused_linear_cosine_similarity
 and fused_linear_jsd_loss): liger-core's chunk loop (`liger_core.ops._distillation.autograd_functions`)
 over this module's kernel adapter: the logits' and weight gradient's matmuls (`LinearChunks`: for
-16-bit inputs the GEMM of _matmul.py), token chunks of about ``hardware.FUSED_LINEAR_CHUNK_ELEMENTS``
+16-bit inputs the GEMM of _matmul.py), token chunks of about ``hardware.FUSED_LINEAR_MEMORY_BUDGET``
 float32 logits, the hard term through `_cross_entropy`'s kernels (loss rows, then its gradient written
 over the student's logits), the JSD's soft term through `divergence`'s kernels. This module registers
 the Functions.
@@ -23,7 +23,7 @@ class DistillationKernels(LinearChunks, D.DistillationKernels):
     """`_distillation.DistillationKernels` on the cross-entropy and divergence kernels."""
 
     def chunk_rows(self, n_rows, hidden, vocab):
-        return plan_chunks(n_rows, vocab)
+        return plan_chunks(n_rows, vocab, bytes_per_logit=8)  # student and teacher fp32 logits
 
     def hard_cross_entropy(self, ignore_index, upstream, device):
         ce = CEOptions(ignore_index, 0.0, 0.0, "none", None)

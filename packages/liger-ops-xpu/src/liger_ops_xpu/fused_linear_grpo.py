@@ -15,6 +15,7 @@ from liger_core.ops import fused_linear_grpo as G
 from liger_ops_xpu import hardware
 from liger_ops_xpu._cross_entropy import CEOptions, cross_entropy_backward, cross_entropy_forward
 from liger_ops_xpu._matmul import matmul_nt_f32
+from liger_ops_xpu._tiling import logits_budget
 
 
 class LinearChunks(L.LinearChunkKernels):
@@ -40,6 +41,6 @@ class GRPOKernels(LinearChunks, G.GRPOKernels):
 
 
 KERNELS = GRPOKernels()
-FUNCTIONS = G.autograd_functions(KERNELS, lambda: hardware.FLGRPO_CHUNK_ELEMENTS, __name__)
+FUNCTIONS = G.autograd_functions(KERNELS, lambda: logits_budget(hardware.FLGRPO_CHUNK_ELEMENTS, 4), __name__)
 
 LigerFusedLinearGRPOFunction = implements("fused_linear_grpo")(FUNCTIONS["fused_linear_grpo"])

@@ -1,7 +1,7 @@
 """Fused linear JSD (distillation) for Intel GPUs: the student's and teacher's lm_head
 projections and the generalised JSD of their log-softmaxes, chunk by chunk over tokens.
 
-Per chunk of about FUSED_LINEAR_CHUNK_ELEMENTS logits: fp32 logits of both models (the
+Per chunk of about FUSED_LINEAR_MEMORY_BUDGET logits: fp32 logits of both models (the
 contract asks for fp32 products, no rounding before the softmax: for 16-bit inputs the GEMM of
 _matmul.py, 16-bit tiles on the matrix engines with fp32 output, so no fp32 copy of either
 weight), their log-softmax at the temperature, the divergence kernels of divergence.py (the
@@ -46,7 +46,7 @@ class LigerFusedLinearJSDFunction(torch.autograd.Function):
         dxs = torch.empty_like(xs) if want_dx else None
         dws = torch.zeros_like(ws) if want_dw else None
         ones = torch.ones(1, dtype=torch.float32, device=xs.device)
-        step = plan_chunks(n_rows, vocab)
+        step = plan_chunks(n_rows, vocab, bytes_per_logit=8)  # student and teacher fp32 logits
         for start in range(0, n_rows, step):
             end = min(start + step, n_rows)
             xs_c = xs[start:end]

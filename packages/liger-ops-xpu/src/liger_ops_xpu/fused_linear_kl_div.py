@@ -1,4 +1,4 @@
-"""Fused linear KL divergence for Intel GPUs: token chunks of about FUSED_LINEAR_CHUNK_ELEMENTS
+"""Fused linear KL divergence for Intel GPUs: token chunks of about FUSED_LINEAR_MEMORY_BUDGET
 logits; per chunk the student's logits as float32 products of the inputs (16-bit inputs: the GEMM
 of _matmul.py), log-softmax over the temperature, the divergence kernels of divergence.py (the
 chunk's loss sum, then d(loss)/d(log-probs) ``= -target * scale``, ignored rows skipped), the
@@ -35,7 +35,7 @@ class LigerFusedLinearKLDivFunction(torch.autograd.Function):
         dxs = torch.empty_like(xs) if want_dx else None
         dws = torch.zeros_like(ws) if want_dw else None
         ones = torch.ones(1, dtype=torch.float32, device=xs.device)
-        step = plan_chunks(n_rows, vocab)
+        step = plan_chunks(n_rows, vocab, bytes_per_logit=8)  # student and teacher fp32 logits
         for start in range(0, n_rows, step):
             end = min(start + step, n_rows)
             xs_c = xs[start:end]

@@ -1,7 +1,7 @@
 """Fused linear scaled cross-entropy for Intel GPUs: per-token NLL and entropy of
 ``softmax(input @ W^T / temperature)``, logits a chunk of tokens at a time.
 
-Tokens are processed in chunks whose logits hold about FUSED_LINEAR_CHUNK_ELEMENTS values
+Tokens are processed in chunks whose logits (input dtype) take at most the fused linear memory budget
 (fused_linear_cross_entropy's `_tiling.plan_chunks`). Per chunk: the logits in the input dtype
 (XMX matmul through torch/oneDNN), then the row kernels with the cross-entropy's vocabulary plan
 (one program per row, N_CHUNKS blocks of BLOCK_N): the forward walks the row once with per-lane
@@ -130,7 +130,7 @@ def fused_linear_scaled_cross_entropy_backward(
 def _chunks(x, w):
     """``(start, end, logits)`` per token chunk (`_tiling.plan_chunks`)."""
     n_rows = x.shape[0]
-    step = plan_chunks(n_rows, w.shape[0])
+    step = plan_chunks(n_rows, w.shape[0], bytes_per_logit=x.element_size())
     for start in range(0, n_rows, step):
         end = min(start + step, n_rows)
         yield start, end, x[start:end] @ w.t()

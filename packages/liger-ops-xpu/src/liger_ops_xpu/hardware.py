@@ -65,9 +65,19 @@ SPARSEMAX_MICHELOT_STEPS = 2
 # values per lane (with 256 GRF: 128 per SIMD32 lane).
 LOSS_VOCAB_BLOCK = 4096
 LOSS_NUM_WARPS = 32
-# Rows of the fused-linear losses' logits materialised at once: chunks of about this many
-# logits (rows x vocab) bound the extra memory (fp32 4 bytes each: 256 MiB).
-FUSED_LINEAR_CHUNK_ELEMENTS = 1 << 26
+# Fused linear losses: bytes of chunk buffers a chunk loop may hold at once (the default of
+# `liger_core.memory_budget`; a call, a module or LIGER_FLCE_MEMORY_BUDGET overrides it). 256 MiB
+# is what the earlier 64 Mi-logit chunks took in fp32 (the JSD, KL and distillation losses now
+# hold a quarter as many logits: two fp32 buffers; cross-entropy in bf16 twice as many, as the
+# H200 measurements of issue 38 favour): unmeasured on Intel hardware. A Max 1550 stack has
+# 64 GiB of HBM, so the limit is the training step's headroom, not the device. Per row:
+# cross-entropy and scaled cross-entropy hold vocab logits in the input dtype (the gradient in
+# place); the JSD, KL and distillation losses the student's and teacher's fp32 logits (8 bytes a
+# logit).
+FUSED_LINEAR_MEMORY_BUDGET = 256 * 2**20
+# Chunk rows are a multiple of the 16-bit GEMM's row tile (MATMUL_BLOCK_M below) when the budget
+# holds that many: no chunk ends in a partly filled tile.
+FUSED_LINEAR_ROW_MULTIPLE = 256
 # Fused linear preference losses: whole pairs per chunk, as many as keep one chunk's logits
 # within this many elements (at least one pair).
 PREFERENCE_CHUNK_ELEMENTS = 1 << 26

@@ -106,6 +106,20 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "<!-- liger-bench:begin --> and <!-- liger-bench:end -->",
     )
     p.add_argument("--list", action="store_true", help="list benchable ops, providers and model configs")
+    p.add_argument(
+        "--frontier",
+        action="store_true",
+        help="time of the full step against its extra peak memory: the fused linear losses (--ops, default "
+        "fused_linear_cross_entropy) at each --budgets value and every peer, at --shapes (default "
+        "flce-training); frontier-<op>.json and one PNG per shape in --out (with --replot DIR: redraw them)",
+    )
+    p.add_argument(
+        "--budgets",
+        metavar="MIB,MIB",
+        default="128,256,512,1024",
+        help="with --frontier: the fused linear memory budgets to time ours at, in MiB (default 128,256,512,1024)",
+    )
+    p.add_argument("--no-gemm-bound", action="store_true", help="with --frontier: skip timing the bare GEMMs")
     p.set_defaults(parser=p, run=cmd_bench)
     return p
 
@@ -122,6 +136,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from liger_core.bench.runner import run_bench
 
     parser = args.parser
+    if args.frontier:
+        return _cmd_frontier(args)
     if args.list:
         have = specs()
         print("ops:", ", ".join(have) or "none")
@@ -213,4 +229,58 @@ def cmd_bench(args: argparse.Namespace) -> int:
     written = report.write_results(result, args.out, plots=not args.no_plots)
     print(f"\nwrote {len(written)} file(s) to {os.fspath(Path(args.out))}/ (summary: {written[-1].name})")
     failed = [r for r in result.rows if r["provider"] == "liger" and r["status"] == "error"]
+    return 1 if failed else 0
+
+
+def _cmd_frontier(args: argparse.Namespace) -> int:
+    from liger_core.bench import frontier
+    from liger_core.bench.runner import _parse_dtype
+
+    parser = args.parser
+    if args.replot:
+        pngs = frontier.plot_frontier(args.replot)
+        print(f"wrote {len(pngs)} plot(s) in {args.replot}")
+        return 0
+    if args.config or args.sweep or args.layout:
+        parser.error("--frontier takes --shapes (a shape set), not --config, --sweep or --layout")
+    try:
+        budgets = frontier.mib_list(args.budgets)
+    except ValueError as e:
+        parser.error(str(e))
+    device = args.device
+    if args.backend:
+        from liger_core.registry import device_for_backend
+
+        device, note = device_for_backend(args.backend, args.device)
+        if note:
+            print(note, file=sys.stderr)
+    import torch
+
+    from liger_core.device import infer_device
+
+    threads_before = torch.get_num_threads()
+    if (device or infer_device()) == "cpu" or args.threads is not None:
+        torch.set_num_threads(args.threads or 1)
+    try:
+        result = frontier.run_frontier(
+            ops=_split(args.ops),
+            shapes=args.shapes or frontier.DEFAULT_SHAPES,
+            budgets_mib=budgets,
+            providers=_split(args.providers),
+            dtype=_parse_dtype(args.dtype),
+            device=device,
+            backend=args.backend,
+            timer=args.timer,
+            rep_ms=args.rep_ms,
+            progress=not args.no_progress,
+            gemm_bound=not args.no_gemm_bound,
+        )
+    except ValueError as e:
+        parser.error(str(e))
+    finally:
+        torch.set_num_threads(threads_before)
+    print(frontier.render_frontier(result))
+    written = frontier.write_frontier(result, args.out, plots=not args.no_plots)
+    print(f"\nwrote {len(written)} file(s) to {os.fspath(Path(args.out))}/")
+    failed = [p for d in result.values() for p in d["points"] if p["provider"] == "liger" and p["status"] != "ok"]
     return 1 if failed else 0

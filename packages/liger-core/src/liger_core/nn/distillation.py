@@ -12,6 +12,7 @@ from liger_core.functional import (
     liger_fused_linear_jsd_loss,
     liger_fused_linear_kl_div,
 )
+from liger_core.memory_budget import module_memory_budget
 from liger_core.ops import _losses as L
 from liger_core.ops import fused_linear_kl_div as KL
 
@@ -30,8 +31,10 @@ class LigerFusedLinearKLDivLoss(nn.Module):
         temperature: float = 1.0,
         eps: float = 1e-10,
         accum_dtype: torch.dtype | None = None,
+        memory_budget: int | str | None = None,
     ) -> None:
         super().__init__()
+        self.memory_budget = module_memory_budget(type(self).__name__, memory_budget)
         name = type(self).__name__
         L.check_reduction(name, reduction, KL.REDUCTIONS)
         if temperature == 0:
@@ -54,6 +57,7 @@ class LigerFusedLinearKLDivLoss(nn.Module):
         return liger_fused_linear_kl_div(
             student_input, student_weight, target, shift_labels, self.reduction, self.ignore_index, self.temperature,
             self.eps,
+            memory_budget=self.memory_budget,
         )  # fmt: skip
 
     def extra_repr(self) -> str:
@@ -80,8 +84,10 @@ class _ChunkedDistillationLoss(nn.Module):
         compiled: bool = True,
         chunk_size: int = 1024,
         return_soft_hard_loss: bool = False,
+        memory_budget: int | str | None = None,
     ) -> None:
         super().__init__()
+        self.memory_budget = module_memory_budget(type(self).__name__, memory_budget)
         if temperature == 0:
             raise ValueError(f"{type(self).__name__}: temperature must be a nonzero number; got 0")
         self.weight_hard_loss = weight_hard_loss
@@ -106,6 +112,7 @@ class _ChunkedDistillationLoss(nn.Module):
         loss, soft, hard = self._loss(
             student_input, student_weight, teacher_input, teacher_weight, true_labels, student_bias, teacher_bias,
             self.weight_hard_loss, self.weight_soft_loss, self.beta, self.ignore_index, self.temperature,
+            memory_budget=self.memory_budget,
         )  # fmt: skip
         return (loss, soft, hard) if self.return_soft_hard_loss else loss
 

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from liger_core.functional import liger_fused_linear_grpo
+from liger_core.memory_budget import module_memory_budget
 from liger_core.ops import fused_linear_grpo as G
 
 
@@ -43,8 +44,10 @@ class LigerFusedLinearGRPOLoss(nn.Module):
         vespo_lambda_pos: float = 3.0,
         vespo_k_neg: float = 3.0,
         vespo_lambda_neg: float = 2.0,
+        memory_budget: int | str | None = None,
     ) -> None:
         super().__init__()
+        self.memory_budget = module_memory_budget(type(self).__name__, memory_budget)
         name = type(self).__name__
         if loss_type not in G.LOSS_TYPES:
             raise ValueError(f"{name}: loss_type must be one of {G.LOSS_TYPES}; got {loss_type!r}")
@@ -116,6 +119,7 @@ class LigerFusedLinearGRPOLoss(nn.Module):
             self.max_completion_length, self.importance_sampling_level, self.sapo_temperature_pos,
             self.sapo_temperature_neg, self.temperature, self.delta, self.use_bias_correction_kl, self.vespo_k_pos,
             self.vespo_lambda_pos, self.vespo_k_neg, self.vespo_lambda_neg,
+            memory_budget=self.memory_budget,
         )  # fmt: skip
         self.metrics = metrics
         logged = [metrics[0]] if self.beta != 0.0 else []

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from liger_core.functional import liger_fused_linear_kto
+from liger_core.memory_budget import module_memory_budget
 
 
 class LigerFusedLinearKTOLoss(nn.Module):
@@ -28,8 +29,10 @@ class LigerFusedLinearKTOLoss(nn.Module):
         chunk_size: int = 1,
         desirable_weight: float = 1.0,
         undesirable_weight: float = 1.0,
+        memory_budget: int | str | None = None,
     ) -> None:
         super().__init__()
+        self.memory_budget = module_memory_budget(type(self).__name__, memory_budget)
         from liger_core.ops import _preference as P
         from liger_core.ops import fused_linear_kto as kto
 
@@ -61,6 +64,7 @@ class LigerFusedLinearKTOLoss(nn.Module):
             _input, lin_weight, target, preference_labels, bias, ref_input, ref_weight, ref_bias, kl,
             self.ignore_index, self.beta, self.use_ref_model, self.average_log_prob, self.desirable_weight,
             self.undesirable_weight,
+            memory_budget=self.memory_budget,
         )  # fmt: skip
         return loss, tuple(metrics)
 

@@ -19,6 +19,7 @@ from liger_core.functional import (
     liger_tvd,
     liger_vocab_parallel_cross_entropy,
 )
+from liger_core.memory_budget import module_memory_budget
 from liger_core.ops import _losses as L
 from liger_core.ops.fused_linear_cross_entropy import ACCUM_DTYPES
 
@@ -148,6 +149,7 @@ class LigerFusedLinearCrossEntropyLoss(_CrossEntropyOptions):
         softcap: float | None = None,
         return_z_loss: bool = False,
         accum_dtype: torch.dtype | None = None,
+        memory_budget: int | str | None = None,
     ) -> None:
         super().__init__(ignore_index, lse_square_scale, label_smoothing, reduction, softcap, return_z_loss)
         if accum_dtype not in ACCUM_DTYPES:
@@ -157,10 +159,18 @@ class LigerFusedLinearCrossEntropyLoss(_CrossEntropyOptions):
             )
         self.ce_weight = ce_weight
         self.accum_dtype = accum_dtype
+        self.memory_budget = module_memory_budget("LigerFusedLinearCrossEntropyLoss", memory_budget)
 
     def forward(self, lin_weight: torch.Tensor, _input: torch.Tensor, target: torch.Tensor, bias=None):
         return liger_fused_linear_cross_entropy(
-            _input, lin_weight, target, bias, self.ce_weight, *self.ce_options(), self.accum_dtype
+            _input,
+            lin_weight,
+            target,
+            bias,
+            self.ce_weight,
+            *self.ce_options(),
+            self.accum_dtype,
+            memory_budget=self.memory_budget,
         )
 
 
@@ -196,9 +206,17 @@ class LigerFusedLinearJSD(nn.Module):
     """Student and teacher lm_heads + JSD without materialising the logits.
     ``forward(student_input, student_weight, teacher_input, teacher_weight, shift_labels=None)``."""
 
-    def __init__(self, jsd_beta: float = 0.5, ignore_index: int = -100, temperature: float = 1.0) -> None:
+    def __init__(
+        self,
+        jsd_beta: float = 0.5,
+        ignore_index: int = -100,
+        temperature: float = 1.0,
+        memory_budget: int | str | None = None,
+    ) -> None:
         super().__init__()
         from liger_core.ops.jsd import check_beta
+
+        self.memory_budget = module_memory_budget("LigerFusedLinearJSD", memory_budget)
 
         check_beta("LigerFusedLinearJSD", "jsd_beta", jsd_beta)
         if temperature == 0:
@@ -224,6 +242,7 @@ class LigerFusedLinearJSD(nn.Module):
             self.jsd_beta,
             self.ignore_index,
             self.temperature,
+            memory_budget=self.memory_budget,
         )
 
 
@@ -263,8 +282,10 @@ class LigerFusedLinearDPOLoss(nn.Module):
         loss_type: str = "sigmoid",
         label_smoothing: float = 0.0,
         discopop_tau: float = 0.05,
+        memory_budget: int | str | None = None,
     ) -> None:
         super().__init__()
+        self.memory_budget = module_memory_budget(type(self).__name__, memory_budget)
         from liger_core.ops import _preference as P
         from liger_core.ops import fused_linear_dpo as dpo
 
@@ -298,6 +319,7 @@ class LigerFusedLinearDPOLoss(nn.Module):
             _input, lin_weight, target, bias, ref_input, ref_weight, ref_bias, self.ignore_index, self.beta,
             self.compute_nll_loss, self.use_ref_model, self.average_log_prob, self.loss_type,
             self.label_smoothing, self.discopop_tau, self.alpha,
+            memory_budget=self.memory_budget,
         )  # fmt: skip
         return loss, tuple(metrics)
 
@@ -323,8 +345,10 @@ class LigerFusedLinearORPOLoss(nn.Module):
         compute_nll_loss: bool = True,
         compiled: bool = True,
         chunk_size: int = 1,
+        memory_budget: int | str | None = None,
     ) -> None:
         super().__init__()
+        self.memory_budget = module_memory_budget(type(self).__name__, memory_budget)
         from liger_core.ops import fused_linear_orpo as orpo
 
         orpo.check_options(type(self).__name__, ignore_index, beta, compute_nll_loss)
@@ -344,7 +368,14 @@ class LigerFusedLinearORPOLoss(nn.Module):
         from liger_core.ops.fused_linear_orpo import log_odds
 
         loss, *metrics = liger_fused_linear_orpo(
-            _input, lin_weight, target, bias, self.ignore_index, self.beta, self.compute_nll_loss
+            _input,
+            lin_weight,
+            target,
+            bias,
+            self.ignore_index,
+            self.beta,
+            self.compute_nll_loss,
+            memory_budget=self.memory_budget,
         )
         odds = log_odds(metrics[0], metrics[1])
         return loss, (*metrics, torch.nn.functional.logsigmoid(odds).mean(), odds.mean())
@@ -373,8 +404,10 @@ class LigerFusedLinearCPOLoss(nn.Module):
         chunk_size: int = 1,
         loss_type: str = "sigmoid",
         simpo_gamma: float = 0.5,
+        memory_budget: int | str | None = None,
     ) -> None:
         super().__init__()
+        self.memory_budget = module_memory_budget(type(self).__name__, memory_budget)
         from liger_core.ops import _preference as P
         from liger_core.ops import fused_linear_cpo as cpo
 
@@ -403,6 +436,7 @@ class LigerFusedLinearCPOLoss(nn.Module):
         loss, *metrics = liger_fused_linear_cpo(
             _input, lin_weight, target, bias, self.ignore_index, self.beta, self.alpha, self.label_smoothing,
             self.compute_nll_loss, self.average_log_prob, self.loss_type, self.simpo_gamma,
+            memory_budget=self.memory_budget,
         )  # fmt: skip
         return loss, tuple(metrics)
 
@@ -427,8 +461,10 @@ class LigerFusedLinearSimPOLoss(nn.Module):
         compiled: bool = True,
         gamma: float = 0.5,
         chunk_size: int = 1,
+        memory_budget: int | str | None = None,
     ) -> None:
         super().__init__()
+        self.memory_budget = module_memory_budget(type(self).__name__, memory_budget)
         from liger_core.ops import _preference as P
         from liger_core.ops import fused_linear_cpo as cpo
 
@@ -454,6 +490,7 @@ class LigerFusedLinearSimPOLoss(nn.Module):
         loss, *metrics = liger_fused_linear_simpo(
             _input, lin_weight, target, bias, self.ignore_index, self.beta, self.alpha, self.label_smoothing,
             self.compute_nll_loss, self.gamma,
+            memory_budget=self.memory_budget,
         )  # fmt: skip
         return loss, tuple(metrics)
 

@@ -1,0 +1,88 @@
+"""`liger bench --frontier` on CPU at tiny shapes: every budget and peer becomes a point of the
+JSON (ours with the chunk row counts seen), the plots come from the JSON, and bad options fail
+clearly. Seconds: the PyTorch reference, torch eager and the bare GEMMs only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from liger_core.bench import frontier
+from liger_core.cli import main
+
+
+def test_run_frontier_points(monkeypatch):
+    monkeypatch.setenv("LIGER_BACKEND", "reference")
+    result = frontier.run_frontier(
+        shapes="tiny", budgets_mib=(0.01, 1), providers=["torch"], dtype=torch.float32, device="cpu",
+        timer="wall", rep_ms=1, progress=False,
+    )  # fmt: skip
+    data = result["fused_linear_cross_entropy"]
+    assert data["meta"]["budgets_mib"] == [0.01, 1.0] and data["meta"]["shapes"] == ["tiny@24t", "tiny-wide@40t"]
+    points = data["points"]
+    assert all(p["status"] == "ok" for p in points), points
+    ours = [p for p in points if p["provider"] == "liger"]
+    assert [(p["shape"], p["budget_mib"]) for p in ours] == [
+        ("tiny@24t", 0.01), ("tiny@24t", 1.0), ("tiny-wide@40t", 0.01), ("tiny-wide@40t", 1.0)
+    ]  # fmt: skip
+    # The reference computes every token's logits at once, whatever the budget.
+    assert [p["chunk_rows"] for p in ours] == [[24], [24], [40], [40]]
+    assert {p["provider"] for p in points} == {"liger", "torch", "gemm-bound"}
+    assert all(p["ms"] > 0 for p in points)
+
+
+def test_cli_frontier_writes_json_and_replots(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("LIGER_BACKEND", "reference")
+    out = tmp_path / "fr"
+    argv = ["bench", "--frontier", "--shapes", "tiny", "--budgets", "0.01,1", "--providers", "torch,liger-kernel"]
+    argv += ["--dtype", "float32", "--device", "cpu", "--timer", "wall", "--rep-ms", "1", "--no-progress"]
+    assert main([*argv, "--out", str(out), "--no-gemm-bound"]) == 0
+    text = capsys.readouterr().out
+    assert "fused_linear_cross_entropy (full step, float32" in text and "liger @0.01 MiB" in text
+    data = json.loads((out / "frontier-fused_linear_cross_entropy.json").read_text())
+    kinds = {(p["provider"], p["status"]) for p in data["points"]}
+    assert ("liger", "ok") in kinds and ("torch", "ok") in kinds
+    assert (
+        ("liger-kernel", "ok") in kinds
+        or ("liger-kernel", "not installed") in kinds
+        or (
+            "liger-kernel",
+            "unavailable",
+        )
+        in kinds
+    )
+    pngs = frontier.plot_frontier(out)
+    if frontier_has_matplotlib():
+        assert sorted(p.name for p in pngs) == [
+            "frontier-fused_linear_cross_entropy-tiny-at-24t.png",
+            "frontier-fused_linear_cross_entropy-tiny-wide-at-40t.png",
+        ]
+    else:
+        assert pngs == []
+    assert main(["bench", "--frontier", "--replot", str(out)]) == 0
+
+
+def frontier_has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--budgets", "0,128"], "--budgets must be positive MiB values"),
+        (["--budgets", "lots"], "--budgets must be positive MiB values"),
+        (["--ops", "rms_norm"], "--frontier takes fused linear losses; got 'rms_norm'"),
+        (["--shapes", "nope"], "argument --shapes: invalid choice: 'nope'"),
+        (["--config", "tiny"], "--frontier takes --shapes"),
+    ],
+)
+def test_cli_frontier_errors(capsys, extra, message):
+    with pytest.raises(SystemExit):
+        main(["bench", "--frontier", "--device", "cpu", "--no-progress", *extra])
+    assert message in capsys.readouterr().err
