@@ -6,13 +6,13 @@
 # memory budgets of 128, 256, 512 and 1024 MiB (with the chunk row counts its GEMMs ran at), torch
 # eager, torch.compile, liger-kernel 0.8.5 and cut-cross-entropy 25.1.1 (from .whl/ when they do
 # not import), and the bare GEMMs. Writes frontier-fused_linear_cross_entropy.json (and one PNG per
-# shape when matplotlib imports) to benchmarks/results/<GPU>-flce-frontier/.
+# shape when matplotlib imports) to benchmarks/results/<GPU>/flce-frontier/.
 #
 #   bash benchmarks/flce_frontier.sh [more liger bench options, e.g. --budgets 256,512,768,1024]
 #
 # About 4-5 minutes on an H200 (torch.compile compiles each shape once: most of it). Without
 # matplotlib on the host, draw the plots elsewhere from the committed JSON:
-#   liger bench --frontier --replot benchmarks/results/H200-flce-frontier
+#   liger bench --frontier --replot benchmarks/results/H200/flce-frontier
 # End to end at one budget: LIGER_FLCE_MEMORY_BUDGET=512MiB bash benchmarks/run_e2e_gpu.sh bench
 # (or bench_e2e.py --memory-budget 512MiB).
 set -euo pipefail
@@ -30,6 +30,6 @@ export LIGER_EXTRA_BACKENDS=liger_ops_cuda
 # The budgets below are what is measured: none may come from the environment.
 unset LIGER_FLCE_MEMORY_BUDGET
 GPU=$($PY -c "import torch; n = torch.cuda.get_device_name(); print(next((g for g in ('H200', 'H100', 'B200', 'A100', 'L40S') if g in n), n.replace(' ', '_')))")
-OUT=${BENCH_OUT:-benchmarks/results/$GPU-flce-frontier}
+OUT=${BENCH_OUT:-benchmarks/results/$GPU/flce-frontier}
 exec $PY -m liger_core bench --frontier --ops fused_linear_cross_entropy --shapes flce-training \
     --budgets 128,256,512,1024 --dtype bfloat16 --no-progress --out "$OUT" "$@"

@@ -24,10 +24,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from liger_core.bench import timing
+from liger_core.bench.catalogue import specs
 from liger_core.bench.configs import ModelShape, get_shape_set
 from liger_core.bench.providers import COMPILE, LIGER, OK, PROVIDERS, collect_versions, make_provider
 from liger_core.bench.runner import Progress, _short, grad_leaves, measure
-from liger_core.bench.spec import input_generator, materialise, specs
+from liger_core.bench.spec import input_generator, materialise
 from liger_core.memory_budget import fused_linear_memory_budget
 
 DEFAULT_BUDGETS_MIB = (128, 256, 512, 1024)
