@@ -90,7 +90,9 @@ def _workers() -> list[str]:
     """pytest-xdist's arguments for TEST_WORKERS (none for a single process)."""
     if TEST_WORKERS in ("0", "1"):
         return []
-    return ["-n", TEST_WORKERS]
+    # worksteal: a worker that runs out of tests takes half of another's queue, so one long test
+    # (a convergence family, the sm90 compile check) does not leave the other worker idle at the end.
+    return ["-n", TEST_WORKERS, "--dist", "worksteal"]
 
 
 def _worker_env(env: dict[str, str] | None = None) -> dict[str, str]:
