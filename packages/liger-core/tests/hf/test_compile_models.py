@@ -90,8 +90,14 @@ def test_layers_fullgraph(patched, backend):
     _assert_same(model_type, _loss_and_grads(compiled, batch), want)
 
 
+@pytest.mark.parametrize("strategy", ["default", "none"], ids=["compile-strategy", "all-opaque"])
 @pytest.mark.parametrize("patched", FAMILIES, indirect=True)
-def test_whole_model_no_liger_graph_breaks(patched):
+def test_whole_model_no_liger_graph_breaks(patched, strategy, monkeypatch):
+    """``strategy``: COMPILE_STRATEGY's decompositions, or every op opaque (LIGER_COMPILE_DECOMPOSE=none)."""
+    from liger_core.compile import DECOMPOSE_ENV, decomposed_ops
+
+    if strategy == "none":
+        monkeypatch.setenv(DECOMPOSE_ENV, "none")
     model_type, model, batch = patched
     want = _loss_and_grads(model, batch)
 
@@ -101,8 +107,11 @@ def test_whole_model_no_liger_graph_breaks(patched):
     explained = torch._dynamo.explain(loss_of)(**batch)
     assert _liger_breaks(explained) == []
     liger_ops = {str(n.target) for g in explained.graphs for n in g.graph.nodes if str(n.target).startswith("liger.")}
-    # The patched model's ops all reach the graph as liger:: custom ops.
-    assert {"liger.rms_norm.default", "liger.swiglu.default", "liger.rope.default"} <= liger_ops, liger_ops
+    # The patched model's ops reach the graph as liger:: custom ops, but for those traced as their formula.
+    opaque = {"rms_norm", "fused_add_rms_norm", "swiglu", "rope"} - decomposed_ops()
+    assert {f"liger.{op}.default" for op in opaque} | {
+        "liger.fused_linear_cross_entropy_with_grads.default"
+    } == liger_ops
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="aot_eager")
     got = _loss_and_grads(compiled, batch)
