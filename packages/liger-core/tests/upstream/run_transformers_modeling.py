@@ -1,6 +1,6 @@
 """Run transformers' own modeling tests for model families stock and Liger-patched, and diff them.
 
-    python run_transformers_modeling.py ROOT --family mixtral --family qwen3_moe --hidden-act gelu,silu
+    python run_transformers_modeling.py ROOT --family mixtral --family qwen3_moe --hidden-act gelu,silu [-- PYTEST_ARGS]
 
 ``ROOT`` is a transformers checkout (or a copy of its ``tests/`` tree with ``src/transformers``
 beside it, as transformers' pipeline mixin expects); family ``F``'s tests are
@@ -103,8 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden-act", default="", help="comma-separated hidden_act values ('' = testers' default)")
     parser.add_argument("--out", type=Path, help="write the Markdown report here")
     parser.add_argument("--work", type=Path, default=Path("upstream-runs"), help="junit XML and logs")
-    parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    args.pytest_args = extra
     root = args.root.resolve()
     args.work.mkdir(parents=True, exist_ok=True)
     backend = os.environ.get("LIGER_BACKEND", "auto")
