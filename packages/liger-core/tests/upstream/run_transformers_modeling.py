@@ -49,13 +49,16 @@ def _junit(path: Path) -> Run:
     return run
 
 
-def run_pytest(root: Path, tests: Path, family: str | None, hidden_act: str, extra: list[str], work: Path) -> Run:
+def run_pytest(
+    root: Path, tests: Path, family: str | None, hidden_act: str, extra: list[str], work: Path, tester_kwargs: str = ""
+) -> Run:
     tag = f"{tests.name}-{hidden_act or 'default'}-{'patched' if family else 'stock'}"
     xml = work / f"{tag}.xml"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH", "")]))
     env["LIGER_UPSTREAM_FAMILY"] = family or ""
     env["LIGER_UPSTREAM_HIDDEN_ACT"] = hidden_act
+    env["LIGER_UPSTREAM_TESTER_KWARGS"] = tester_kwargs
     cmd = [sys.executable, "-m", "pytest", str(tests), "-p", "liger_upstream_plugin", "-p", "no:cacheprovider"]
     cmd += ["-p", "no:xdist", "-q", f"--junitxml={xml}", *extra]
     start = time.monotonic()
@@ -101,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("root", type=Path, help="transformers checkout (its tests/ and src/transformers)")
     parser.add_argument("--family", action="append", required=True, help="model type, or TYPE=TEST_DIR")
     parser.add_argument("--hidden-act", default="", help="comma-separated hidden_act values ('' = testers' default)")
+    parser.add_argument("--tester-kwargs", default="", help='JSON tester overrides, e.g. {"intermediate_size": 48}')
     parser.add_argument("--out", type=Path, help="write the Markdown report here")
     parser.add_argument("--work", type=Path, default=Path("upstream-runs"), help="junit XML and logs")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -112,13 +116,16 @@ def main(argv: list[str] | None = None) -> int:
     backend = os.environ.get("LIGER_BACKEND", "auto")
     interp = " TRITON_INTERPRET=1" if os.environ.get("TRITON_INTERPRET") == "1" else ""
     report = [f"## transformers modeling tests, stock vs patched (LIGER_BACKEND={backend}{interp})", ""]
+    if args.tester_kwargs or args.pytest_args:
+        pytest_args = " ".join(args.pytest_args)
+        report += [f"Tester overrides: `{args.tester_kwargs or '{}'}`; pytest arguments: `{pytest_args}`", ""]
     regressions = 0
     for spec in args.family:
         family, _, path = spec.partition("=")
         tests = Path(path).resolve() if path else root / "tests" / "models" / family
         for act in args.hidden_act.split(","):
-            stock = run_pytest(root, tests, None, act, args.pytest_args, args.work)
-            patched = run_pytest(root, tests, family, act, args.pytest_args, args.work)
+            stock = run_pytest(root, tests, None, act, args.pytest_args, args.work, args.tester_kwargs)
+            patched = run_pytest(root, tests, family, act, args.pytest_args, args.work, args.tester_kwargs)
             lines, found = compare(f"{family}, hidden_act={act or 'default'}", stock, patched)
             report += lines
             regressions += found
