@@ -492,3 +492,34 @@ def hf_kernels(session: nox.Session) -> None:
 
 
 nox.options.sessions += ["hf-kernels"]
+
+
+# --- transformers' own modeling tests, stock and patched (issue 37). Not a default session: the tests
+# (tests/models/<family>, tests/causal_lm_tester.py, ...) are not in transformers' distributions, so it needs a
+# transformers checkout: TRANSFORMERS_TESTS=<dir holding tests/ and src/transformers>. Families and
+# hidden_act values come from posargs (defaults below); the report lands in upstream-runs/report.md.
+UPSTREAM_RUNNER = CORE / "tests" / "upstream" / "run_transformers_modeling.py"
+UPSTREAM_FAMILIES = ("mixtral", "qwen3_moe", "gpt_oss")
+
+
+@nox.session(name="hf-upstream", tags=["hf", "cpu"])
+def hf_upstream(session: nox.Session) -> None:
+    """transformers' modeling tests for the MoE families, stock vs apply_liger_kernel_to_<family>(), diffed
+    (liger-core/tests/upstream). Reference ops unless LIGER_BACKEND says otherwise; with LIGER_BACKEND=cuda,
+    liger-ops-cuda in the Triton interpreter."""
+    root = os.environ.get("TRANSFORMERS_TESTS")
+    if not root:
+        session.error("set TRANSFORMERS_TESTS to a transformers checkout (its tests/ and src/transformers)")
+    version = os.environ.get("TRANSFORMERS_VERSION", "transformers>=5.0.0")
+    _install_core(session, version, "accelerate>=1.10.1", "parameterized", "triton", "numpy")
+    session.install("--no-deps", "-e", str(PACKAGES / "liger-ops-cuda"))
+    backend = os.environ.get("LIGER_BACKEND", "reference")
+    env = {"LIGER_BACKEND": backend, "OMP_NUM_THREADS": "1"}
+    if backend == "cuda":
+        env["TRITON_INTERPRET"] = "1"
+    # 16-byte-aligned expert sizes: the testers' 37 makes stock's grouped_mm experts fail on CPU, stock and
+    # patched alike, which would hide every difference (tests/upstream/liger_upstream_plugin.py).
+    aligned = '--tester-kwargs={"intermediate_size": 48, "moe_intermediate_size": 16}'
+    args = list(session.posargs) or [f"--family={f}" for f in UPSTREAM_FAMILIES] + ["--hidden-act=gelu,silu", aligned]
+    work = _tmp(session) / "upstream-runs"
+    session.run("python", str(UPSTREAM_RUNNER), root, f"--work={work}", f"--out={work / 'report.md'}", *args, env=env)

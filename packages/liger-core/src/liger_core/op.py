@@ -14,6 +14,29 @@ A declaration holds everything the project needs to know about the op:
 
 The conformance suite (`liger_core.conformance.cases`), ``liger check`` and ``liger bench`` are
 generated from the catalogue of declarations (`liger_core.interface.CATALOGUE`).
+
+Argument errors, every op and backend alike: the message starts with the op's name
+(``rms_norm: x must have dtype float32, bfloat16, float16; got int64``) and names the argument,
+the expected and the actual value (`liger_core.ops._checks`).
+
+Dtypes, one rule for every op: floating tensors are float32, bfloat16 or float16. Tensors that
+enter one matrix product or one elementwise combination as operands (a projection's input and
+weight, an expert's hidden states and weights, attention's query/key/value, the two halves of a
+GLU) share one dtype; otherwise the call raises TypeError naming both arguments and both dtypes
+(`liger_core.ops._checks.check_same_dtype`). Two kinds of argument are outside that rule:
+
+- per-feature parameters and side inputs (norm weights and biases, DyT's alpha/gamma/beta,
+  modulation scale/shift, RoPE's cos/sin, class weights, advantages, log-probabilities, a
+  teacher's or reference model's inputs): any supported dtype, computed in float32, outputs in
+  the main input's dtype, gradients in each tensor's own dtype;
+- the causal-LM head taken by the fused linear losses listed in
+  `liger_core.ops._checks.CASTS_TO_INPUT_DTYPE` (cross-entropy, scaled cross-entropy and the
+  preference losses): ``weight`` / ``bias`` (and ``ref_weight``) of another float dtype than
+  their input are cast to the input's dtype for the matmul, as autocast does, and get their
+  gradients in their own dtypes. Mixed-precision training hands the patched causal-LM forward
+  exactly that (bfloat16 hidden states from a bfloat16 body, a float32 ``lm_head`` kept for
+  stability or by the training framework), so the rule admits it. GRPO and the distillation
+  losses (JSD, KL, cosine) do not cast yet: their weights must share their input's dtype.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ def check_glu_args(op: str, a: torch.Tensor, b: torch.Tensor, in_place: bool) ->
             return
     except (AttributeError, TypeError):
         pass
-    check_floating("a", a)
-    check_floating("b", b)
+    check_floating(op, "a", a)
+    check_floating(op, "b", b)
     check_same_device(op, a=a, b=b)
     if a.shape != b.shape:
         raise ValueError(

@@ -15,7 +15,7 @@ DIV_REDUCTIONS = ("batchmean", "sum", "mean", "none")
 
 
 def check_matrix(op: str, name: str, t: torch.Tensor, what: str = "(tokens, vocab)") -> None:
-    check_floating(name, t)
+    check_floating(op, name, t)
     if t.dim() != 2:
         raise ValueError(f"{op}: {name} must be 2-D {what}; got shape {tuple(t.shape)}")
 
@@ -43,7 +43,7 @@ def check_labels(op: str, name: str, labels: torch.Tensor, n_rows: int, device: 
 def check_class_weight(op: str, name: str, weight: torch.Tensor | None, n_classes: int, device: torch.device) -> None:
     if weight is None:
         return
-    check_floating(name, weight)
+    check_floating(op, name, weight)
     if weight.shape != (n_classes,):
         raise ValueError(f"{op}: {name} must have shape (vocab,) = ({n_classes},); got {tuple(weight.shape)}")
     if weight.device != device:

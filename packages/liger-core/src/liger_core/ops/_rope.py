@@ -48,7 +48,7 @@ def rope_shapes_ok(q, k, cos, sin, unsqueeze_dim, cos_ndim: int) -> bool:
 def raise_bad_rope_args(op: str, q, k, cos, sin, unsqueeze_dim, cos_ndim: int) -> None:
     """The slow path: name the argument that is wrong, what was expected and what came."""
     for name, t in (("q", q), ("k", k), ("cos", cos), ("sin", sin)):
-        check_floating(name, t)
+        check_floating(op, name, t)
     check_same_device(op, q=q, k=k, cos=cos, sin=sin)
     if unsqueeze_dim not in UNSQUEEZE_DIMS:
         raise ValueError(

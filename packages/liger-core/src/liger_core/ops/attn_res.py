@@ -55,7 +55,7 @@ def check_args(V: torch.Tensor, w_query: torch.Tensor, w_norm: torch.Tensor, eps
             return
     except (AttributeError, TypeError):
         pass
-    check_floating("V", V)
+    check_floating("attn_res", "V", V)
     if V.dim() < 2:
         raise ValueError(
             f"attn_res: V must have at least 2 dimensions (blocks, ..., hidden); got V.shape={tuple(V.shape)}"
@@ -63,7 +63,7 @@ def check_args(V: torch.Tensor, w_query: torch.Tensor, w_norm: torch.Tensor, eps
     if V.shape[0] == 0:
         raise ValueError(f"attn_res: V must hold at least one block (V.shape[0] >= 1); got V.shape={tuple(V.shape)}")
     for name, p in (("w_query", w_query), ("w_norm", w_norm)):
-        check_floating(name, p)
+        check_floating("attn_res", name, p)
         check_same_device("attn_res", V=V, **{name: p})
         if p.shape != (V.shape[-1],):
             raise ValueError(

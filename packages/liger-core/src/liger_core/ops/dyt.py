@@ -46,8 +46,8 @@ def check_args(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor, beta: 
             return
     except (AttributeError, TypeError):
         pass
-    check_floating("alpha", alpha)
-    check_floating("gamma", gamma)
+    check_floating("dyt", "alpha", alpha)
+    check_floating("dyt", "gamma", gamma)
     check_rows("dyt", x)
     check_same_device("dyt", x=x, alpha=alpha, gamma=gamma, beta=beta)
     if alpha.shape not in ((1,), ()):

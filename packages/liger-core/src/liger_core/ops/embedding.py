@@ -56,7 +56,7 @@ def check_args(weight: torch.Tensor, indices: torch.Tensor, padding_idx: int | N
             return
     except (AttributeError, TypeError):
         pass
-    check_floating("weight", weight)
+    check_floating("embedding", "weight", weight)
     if not isinstance(indices, torch.Tensor):
         raise TypeError(f"embedding: indices must be a torch.Tensor; got {type(indices).__name__}")
     if indices.dtype not in INDEX_DTYPES:

@@ -72,8 +72,8 @@ def check_args(
     except (AttributeError, TypeError):
         pass
     op = "fused_add_rms_norm"
-    check_floating("x", x)
-    check_floating("residual", residual)
+    check_floating("fused_add_rms_norm", "x", x)
+    check_floating("fused_add_rms_norm", "residual", residual)
     check_rows(op, x)
     check_same_device(op, x=x, residual=residual, weight=weight)
     if residual.shape != x.shape:

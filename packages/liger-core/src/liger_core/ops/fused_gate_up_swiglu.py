@@ -56,7 +56,7 @@ def check_args(gate_up: torch.Tensor, in_place: bool) -> None:
             return
     except (AttributeError, TypeError):
         pass
-    check_floating("gate_up", gate_up)
+    check_floating("fused_gate_up_swiglu", "gate_up", gate_up)
     if gate_up.ndim == 0 or gate_up.shape[-1] == 0 or gate_up.shape[-1] % 2:
         raise ValueError(
             f"{OP_NAME}: gate_up must have a non-zero even last dim (the gate and up halves); "

@@ -12,6 +12,7 @@ from liger_core.op import Checks, Op, bad, sample
 from liger_core.op import always as _always
 from liger_core.ops import _losses as L
 from liger_core.ops import _samples as S
+from liger_core.ops._checks import check_same_dtype
 
 OP_NAME = "fused_linear_cosine_similarity"
 # F.normalize's and F.cosine_similarity's floors, as liger-kernel calls them.
@@ -140,11 +141,7 @@ def check_distillation_args(
     )
     vocab = student_weight.shape[0]
     for name, w, x in (("student", student_weight, student_input), ("teacher", teacher_weight, teacher_input)):
-        if w.dtype != x.dtype:
-            raise TypeError(
-                f"{op}: {name}_weight must have {name}_input's dtype {str(x.dtype).removeprefix('torch.')}; "
-                f"got {str(w.dtype).removeprefix('torch.')}"
-            )
+        check_same_dtype(op, f"{name}_weight", w, f"{name}_input", x)
         if w.shape[1] != x.shape[1]:
             raise ValueError(
                 f"{op}: {name}_weight must have shape (vocab, {x.shape[1]}) to match {name}_input; got {tuple(w.shape)}"

@@ -63,6 +63,11 @@ def fused_linear_cpo(
 
     Returns:
         As `fused_linear_dpo` (rewards ``beta logp``); only ``loss`` is differentiable.
+
+    A sequence with no counted token (every target ``ignore_index``) has log-prob 0 (not nan,
+    where a mean over zero tokens would give it): the loss stays finite, that of log-prob 0.
+    Mixed dtypes: ``weight`` / ``bias`` of another float dtype than their input are cast to the
+    input's dtype for the matmul, gradients in their own dtypes (`liger_core.op`, "Dtypes").
     """
     tensors = (input, weight, target, bias)
     options = (ignore_index, beta, alpha, label_smoothing, compute_nll_loss, average_log_prob, loss_type, simpo_gamma)

@@ -103,6 +103,12 @@ def fused_linear_dpo(
         ``beta cr`` and ``beta rr``. Only ``loss`` is differentiable: backward gives
         ``grad_input``, ``grad_weight``, ``grad_bias`` in their tensors' dtypes; the reference
         model's tensors get none. Logits are computed in ``input.dtype``, the softmax in float32.
+
+    A sequence with no counted token (every target ``ignore_index``) has log-prob 0 (not nan,
+    where a mean over zero tokens would give it): the loss stays finite, that of log-prob 0.
+    Mixed dtypes: ``weight`` / ``bias`` (``ref_weight`` / ``ref_bias``) of another float dtype
+    than their input are cast to the input's dtype for the matmul, gradients in their own
+    dtypes (`liger_core.op`, "Dtypes").
     """
     tensors = (input, weight, target, bias, ref_input, ref_weight, ref_bias)
     options = (ignore_index, beta, compute_nll_loss, use_ref_model, average_log_prob, loss_type)

@@ -26,7 +26,7 @@ from liger_core.op import Checks, Op, bad, sample
 from liger_core.op import always as _always
 from liger_core.ops import _losses as L
 from liger_core.ops import _samples as S
-from liger_core.ops._checks import check_floating, check_same_device
+from liger_core.ops._checks import check_floating, check_same_device, check_same_dtype
 
 OP_NAME = "fused_linear_grpo"
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
@@ -230,16 +230,12 @@ def check_args(
     except (AttributeError, TypeError, IndexError):
         pass
     op = OP_NAME
-    check_floating("input", input)
+    check_floating("fused_linear_grpo", "input", input)
     if input.ndim != 3:
         raise ValueError(f"{op}: input must be 3-D (batch, seq, hidden); got shape {tuple(input.shape)}")
     b, n, hidden = input.shape
     L.check_matrix(op, "weight", weight, "(vocab, hidden)")
-    if weight.dtype != input.dtype:
-        raise TypeError(
-            f"{op}: weight must have input's dtype {str(input.dtype).removeprefix('torch.')}; "
-            f"got {str(weight.dtype).removeprefix('torch.')}"
-        )
+    check_same_dtype(op, "weight", weight, "input", input)
     if weight.shape[1] != hidden:
         raise ValueError(f"{op}: weight must have shape (vocab, {hidden}) to match input; got {tuple(weight.shape)}")
     L.check_vocab(op, "weight", weight.shape[0])
@@ -249,8 +245,7 @@ def check_args(
     _check_float(op, "advantages", advantages, (b,), input.device)
     if bias is not None:
         _check_float(op, "bias", bias, (weight.shape[0],), input.device)
-        if bias.dtype != input.dtype:
-            raise TypeError(f"{op}: bias must have input's dtype {str(input.dtype).removeprefix('torch.')}")
+        check_same_dtype(op, "bias", bias, "input", input)
     for name, t in (("ref_per_token_logps", ref_per_token_logps), ("old_per_token_logps", old_per_token_logps)):
         if t is not None:
             _check_float(op, name, t, (b, n), input.device)

@@ -12,7 +12,7 @@ from liger_core.op import Checks, Op, bad, sample
 from liger_core.op import always as _always
 from liger_core.ops import _losses as L
 from liger_core.ops import _samples as S
-from liger_core.ops._checks import check_eps
+from liger_core.ops._checks import check_eps, check_same_dtype
 
 OP_NAME = "fused_linear_kl_div"
 # "none" is not offered: the loss is a scalar, so the gradients are formed in the forward.
@@ -103,11 +103,7 @@ def check_args(
     L.check_matrix(op, "student_weight", student_weight, "(vocab, hidden)")
     L.check_matrix(op, "target", target, "(tokens, vocab)")
     L.check_same_device(op, student_input=student_input, student_weight=student_weight, target=target)
-    if student_weight.dtype != student_input.dtype:
-        raise TypeError(
-            f"{op}: student_weight must have student_input's dtype {str(student_input.dtype).removeprefix('torch.')}; "
-            f"got {str(student_weight.dtype).removeprefix('torch.')}"
-        )
+    check_same_dtype(op, "student_weight", student_weight, "student_input", student_input)
     if student_weight.shape[1] != student_input.shape[1]:
         raise ValueError(
             f"{op}: student_weight must have shape (vocab, {student_input.shape[1]}) to match student_input; "

@@ -58,6 +58,11 @@ def fused_linear_orpo(
         logp``). ``log_odds_ratio`` and ``log_odds_chosen`` (the means of ``logsigmoid(log_odds)``
         and ``log_odds`` that TRL and liger-kernel log) follow from the log-probs: `log_odds`.
         Only ``loss`` is differentiable: ``grad_input``, ``grad_weight``, ``grad_bias``.
+
+    A sequence with no counted token (every target ``ignore_index``) has log-prob 0 (not nan),
+    whose odds ``p / (1 - p)`` are infinite: its loss is nan.
+    Mixed dtypes: ``weight`` / ``bias`` of another float dtype than their input are cast to the
+    input's dtype for the matmul, gradients in their own dtypes (`liger_core.op`, "Dtypes").
     """
     check_args(input, weight, target, bias, ignore_index, beta, compute_nll_loss)
     L.label_stats(OP_NAME, target, ignore_index, weight.shape[0])

@@ -39,8 +39,11 @@ def fused_linear_scaled_cross_entropy(
     ``logits = input @ weight.T`` (in ``input.dtype``, as the lm_head computes them), then in
     float32 ``z = logits / temperature``, ``lse = logsumexp(z)``, ``p = softmax(z)``:
     ``nll = lse - z[target]`` and ``entropy = lse - sum_v p_v z_v``. Rows whose target is
-    ``ignore_index`` give 0 for both and no gradient. Nothing is reduced: the caller owns
-    masking, weighting and normalisation. Backends compute the logits a chunk of tokens at a
+    ``ignore_index`` give 0 for both and no gradient (every row ignored: all zeros, where
+    ``F.cross_entropy(reduction="none")`` gives 0 too). Nothing is reduced: the caller owns
+    masking, weighting and normalisation. Mixed dtypes: a ``weight`` of another float dtype than
+    ``input`` is cast to ``input.dtype`` for the matmul, its gradient in its own dtype
+    (`liger_core.op`, "Dtypes"). Backends compute the logits a chunk of tokens at a
     time, so peak memory stays far below ``tokens x vocab``.
 
     Args:

@@ -38,6 +38,11 @@ def fused_linear_simpo(
     log-probabilities and ``z = beta (logp_c - logp_r) - gamma``,
     ``-(1 - e) logsigmoid(z) - e logsigmoid(-z)``; the mean over pairs, plus ``alpha`` times the
     chosen NLL with ``compute_nll_loss``. Arguments and outputs as `fused_linear_cpo`'s.
+
+    A sequence with no counted token (every target ``ignore_index``) has log-prob 0 (not nan,
+    where a mean over zero tokens would give it): the loss stays finite, that of log-prob 0.
+    Mixed dtypes: ``weight`` / ``bias`` of another float dtype than their input are cast to the
+    input's dtype for the matmul, gradients in their own dtypes (`liger_core.op`, "Dtypes").
     """
     tensors = (input, weight, target, bias)
     options = (ignore_index, beta, alpha, label_smoothing, compute_nll_loss, gamma)

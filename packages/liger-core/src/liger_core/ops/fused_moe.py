@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from liger_core.bench import spec as B
 from liger_core.op import Op, bad, on_other_device, sample, set_item
 from liger_core.ops import _samples as S
-from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device
+from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device, check_same_dtype
 from liger_core.ops._losses import INDEX_DTYPES, PendingBadCount
 
 OP_NAME = "fused_moe"
@@ -109,17 +109,13 @@ def check_args(
             return
     except (AttributeError, TypeError):
         pass
-    check_floating("hidden_states", hidden_states)
+    check_floating(op, "hidden_states", hidden_states)
     if hidden_states.ndim != 2:
         raise ValueError(f"{op}: hidden_states must be 2-D (tokens, hidden); got shape {tuple(hidden_states.shape)}")
     n_tokens, hidden = hidden_states.shape
     for name, w in (("gate_up_proj", gate_up_proj), ("down_proj", down_proj)):
-        check_floating(name, w)
-        if w.dtype != hidden_states.dtype:
-            raise TypeError(
-                f"{op}: {name} must have hidden_states' dtype {str(hidden_states.dtype).removeprefix('torch.')}; "
-                f"got {str(w.dtype).removeprefix('torch.')}"
-            )
+        check_floating(op, name, w)
+        check_same_dtype(op, name, w, "hidden_states", hidden_states)
     if gate_up_proj.ndim != 3 or gate_up_proj.shape[2] != hidden or gate_up_proj.shape[1] % 2:
         raise ValueError(
             f"{op}: gate_up_proj must have shape (experts, 2 * intermediate, hidden) with hidden = {hidden} "
@@ -141,7 +137,7 @@ def check_args(
             f"{op}: top_k_index must have shape (tokens, top_k) with tokens = {n_tokens} and top_k >= 1; "
             f"got {tuple(top_k_index.shape)}"
         )
-    check_floating("top_k_weights", top_k_weights)
+    check_floating(op, "top_k_weights", top_k_weights)
     if top_k_weights.shape != top_k_index.shape:
         raise ValueError(
             f"{op}: top_k_weights must have top_k_index's shape {tuple(top_k_index.shape)}; "

@@ -22,7 +22,7 @@ from liger_core.bench import spec as B
 from liger_core.op import Op, bad, on_other_device, sample, set_item
 from liger_core.ops import _samples as S
 from liger_core.ops import fused_moe as moe
-from liger_core.ops._checks import check_floating, check_same_device
+from liger_core.ops._checks import check_floating, check_same_device, check_same_dtype
 
 OP_NAME = "fused_moe_clamped_swiglu"
 
@@ -123,9 +123,8 @@ def check_args(
     ):
         if bias is None:
             continue
-        check_floating(name, bias)
-        if bias.dtype != hidden_states.dtype:
-            raise TypeError(f"{op}: {name} must have hidden_states' dtype {_dtype(hidden_states)}; got {_dtype(bias)}")
+        check_floating("fused_moe_clamped_swiglu", name, bias)
+        check_same_dtype(op, name, bias, "hidden_states", hidden_states)
         if tuple(bias.shape) != shape:
             raise ValueError(f"{op}: {name} must have shape {shape} to match the weights; got {tuple(bias.shape)}")
         check_same_device(op, hidden_states=hidden_states, **{name: bias})

@@ -11,7 +11,7 @@ import torch
 from liger_core.bench import spec as B
 from liger_core.op import Checks, Op, bad, on_other_device, sample
 from liger_core.ops import _samples as S
-from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device
+from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_device, check_same_dtype
 
 OP_NAME = "fused_neighborhood_attention"
 
@@ -85,15 +85,13 @@ def check_args(
     except (AttributeError, TypeError):
         pass
     op = OP_NAME
-    check_floating("query", query)
+    check_floating("fused_neighborhood_attention", "query", query)
     if query.dim() != 4:
         raise ValueError(f"{op}: query must be (batch, heads, seq, head_dim), 4-D; got shape {tuple(query.shape)}")
-    dtype = str(query.dtype).removeprefix("torch.")
     for name, t in (("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{op}: {name} must be a torch.Tensor; got {type(t).__name__}")
-        if t.dtype != query.dtype:
-            raise TypeError(f"{op}: {name} must have query's dtype {dtype}; got {str(t.dtype).removeprefix('torch.')}")
+        check_same_dtype(op, name, t, "query", query)
         if t.shape != query.shape:
             raise ValueError(
                 f"{op}: {name} must have query's shape {tuple(query.shape)}; got {name}.shape={tuple(t.shape)}"

@@ -72,7 +72,7 @@ def check_args(
     except (AttributeError, TypeError):
         pass
     op = "group_norm"
-    check_floating("x", x)
+    check_floating("group_norm", "x", x)
     if x.dim() < 2:
         raise ValueError(f"{op}: x must be (batch, channels, *spatial), at least 2-D; got {x.dim()}-D")
     for name, v in (("num_channels", num_channels), ("num_groups", num_groups)):

@@ -165,7 +165,7 @@ def check_args(
     except (AttributeError, TypeError, IndexError):
         pass
     op = OP_NAME
-    check_floating("logits", logits)
+    check_floating("grpo_loss", "logits", logits)
     if logits.ndim != 3 or logits.shape[1] < 1:
         raise ValueError(f"{op}: logits must be 3-D (batch, completion + 1, vocab); got shape {tuple(logits.shape)}")
     L.check_vocab(op, "logits", logits.shape[2])

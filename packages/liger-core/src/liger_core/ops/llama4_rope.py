@@ -68,8 +68,8 @@ def check_args(q: torch.Tensor, k: torch.Tensor, freqs_cis: torch.Tensor) -> Non
             return
     except (AttributeError, TypeError):
         pass
-    check_floating("q", q)
-    check_floating("k", k)
+    check_floating("llama4_rope", "q", q)
+    check_floating("llama4_rope", "k", k)
     if not isinstance(freqs_cis, torch.Tensor):
         raise TypeError(f"llama4_rope: freqs_cis must be a torch.Tensor; got {type(freqs_cis).__name__}")
     if freqs_cis.dtype not in FREQS_DTYPES:

@@ -108,24 +108,24 @@ def check_args(
                 return
     except (AttributeError, TypeError):
         pass
-    check_floating("x", x)
+    check_floating("mhc_coeffs", "x", x)
     if x.dim() < 2 or x.shape[-2] == 0:
         raise ValueError(
             f"mhc_coeffs: x must have shape (..., HC, C) with HC >= 1 streams; got x.shape={tuple(x.shape)}"
         )
     hc, c = x.shape[-2], x.shape[-1]
     k, m = hc * c, hc * hc + 2 * hc
-    check_floating("phi", phi)
+    check_floating("mhc_coeffs", "phi", phi)
     if phi.shape != (k, m):
         raise ValueError(
             f"mhc_coeffs: phi must have shape (HC * C, HC * HC + 2 * HC) = ({k}, {m}) for x's HC={hc}, C={c}; "
             f"got phi.shape={tuple(phi.shape)}"
         )
-    check_floating("b", b)
+    check_floating("mhc_coeffs", "b", b)
     if b.shape != (m,):
         raise ValueError(f"mhc_coeffs: b must have shape (HC * HC + 2 * HC,) = ({m},); got b.shape={tuple(b.shape)}")
     for name, a in alphas:
-        check_floating(name, a)
+        check_floating("mhc_coeffs", name, a)
         if a.ndim != 0:
             raise ValueError(f"mhc_coeffs: {name} must be a 0-dim tensor; got {name}.shape={tuple(a.shape)}")
     check_same_device("mhc_coeffs", x=x, phi=phi, b=b, **dict(alphas))

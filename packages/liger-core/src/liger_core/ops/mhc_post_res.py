@@ -56,7 +56,7 @@ def check_args(x: torch.Tensor, f_out: torch.Tensor, h_post: torch.Tensor, h_res
             return
     except (AttributeError, TypeError):
         pass
-    check_floating("x", x)
+    check_floating("mhc_post_res", "x", x)
     if x.dim() < 2 or x.shape[-2] == 0:
         raise ValueError(
             f"mhc_post_res: x must have shape (..., HC, C) with HC >= 1 streams; got x.shape={tuple(x.shape)}"
@@ -67,7 +67,7 @@ def check_args(x: torch.Tensor, f_out: torch.Tensor, h_post: torch.Tensor, h_res
         "h_res": ("x.shape[:-1] + (HC,)", x.shape[:-1] + x.shape[-2:-1]),
     }
     for name, t in (("f_out", f_out), ("h_post", h_post), ("h_res", h_res)):
-        check_floating(name, t)
+        check_floating("mhc_post_res", name, t)
         what, shape = wanted[name]
         if t.shape != shape:
             raise ValueError(

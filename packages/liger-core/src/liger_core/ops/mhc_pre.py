@@ -49,10 +49,10 @@ def check_args(x: torch.Tensor, h_pre: torch.Tensor) -> None:
             return
     except (AttributeError, TypeError):
         pass
-    check_floating("x", x)
+    check_floating("mhc_pre", "x", x)
     if x.dim() < 2 or x.shape[-2] == 0:
         raise ValueError(f"mhc_pre: x must have shape (..., HC, C) with HC >= 1 streams; got x.shape={tuple(x.shape)}")
-    check_floating("h_pre", h_pre)
+    check_floating("mhc_pre", "h_pre", h_pre)
     if h_pre.shape != x.shape[:-1]:
         raise ValueError(
             f"mhc_pre: h_pre must have shape x.shape[:-1] = {tuple(x.shape[:-1])}; got h_pre.shape={tuple(h_pre.shape)}"

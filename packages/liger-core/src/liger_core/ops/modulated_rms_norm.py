@@ -87,7 +87,7 @@ def check_args(
         pass
     check_rows(op, x)
     R.check_norm_options(op, x, weight, eps, offset, casting_mode)
-    check_floating("scale", scale)
+    check_floating("modulated_rms_norm", "scale", scale)
     check_same_device(op, x=x, scale=scale)
     hidden, n_rows = x.shape[-1], x.numel() // max(x.shape[-1], 1)
     if hidden == 0:
@@ -99,7 +99,7 @@ def check_args(
             f"got scale.shape={tuple(scale.shape)}"
         )
     if shift is not None:
-        check_floating("shift", shift)
+        check_floating("modulated_rms_norm", "shift", shift)
         check_same_device(op, x=x, shift=shift)
         if shift.numel() != scale.numel():
             raise ValueError(

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from liger_core.bench import spec as B
 from liger_core.op import Op, bad, on_other_device, sample
 from liger_core.ops import _samples as S
-from liger_core.ops._checks import FLOAT_DTYPES, check_flag, check_floating, check_same_device
+from liger_core.ops._checks import FLOAT_DTYPES, check_flag, check_floating, check_same_device, check_same_dtype
 from liger_core.ops.sparsemax import _torch_sparsemax
 from liger_core.ops.sparsemax import math as sparsemax_math
 
@@ -106,20 +106,18 @@ def check_args(
     except (AttributeError, TypeError):
         pass
     op = OP_NAME
-    check_floating("scores", scores)
+    check_floating("multi_token_attention", "scores", scores)
     if scores.dim() != 4 or scores.shape[-1] != scores.shape[-2]:
         raise ValueError(
             f"{op}: scores must be (batch, in_channels, seq, seq), square in its last two dims; "
             f"got shape {tuple(scores.shape)}"
         )
-    dtype = str(scores.dtype).removeprefix("torch.")
     for name, t in (("weight", weight), ("bias", bias)):
         if t is None and name == "bias":
             continue
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{op}: {name} must be a torch.Tensor; got {type(t).__name__}")
-        if t.dtype != scores.dtype:
-            raise TypeError(f"{op}: {name} must have scores' dtype {dtype}; got {str(t.dtype).removeprefix('torch.')}")
+        check_same_dtype(op, name, t, "scores", scores)
         check_same_device(op, scores=scores, **{name: t})
     for name, value, low in (
         ("stride", stride, 1),

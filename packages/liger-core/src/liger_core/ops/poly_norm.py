@@ -47,8 +47,8 @@ def check_args(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
             return
     except (AttributeError, TypeError):
         pass
-    check_floating("weight", weight)
-    check_floating("bias", bias)
+    check_floating("poly_norm", "weight", weight)
+    check_floating("poly_norm", "bias", bias)
     check_rows("poly_norm", x)
     check_same_device("poly_norm", x=x, weight=weight, bias=bias)
     if weight.shape != (3,):

@@ -21,7 +21,7 @@ from liger_core.op import Checks, Op, bad, on_other_device, sample
 from liger_core.ops import _glu
 from liger_core.ops import _losses as L
 from liger_core.ops import _samples as S
-from liger_core.ops._checks import FLOAT_DTYPES, check_floating
+from liger_core.ops._checks import FLOAT_DTYPES, check_floating, check_same_dtype
 from liger_core.ops.geglu import gelu_tanh
 
 OP_NAME = "tiled_mlp"
@@ -104,15 +104,11 @@ def check_args(
         pass
     op = OP_NAME
     for name, t in (("x", x), ("gate_weight", gate_weight), ("up_weight", up_weight), ("down_weight", down_weight)):
-        check_floating(name, t)
+        check_floating("tiled_mlp", name, t)
     for name, t in (("gate_weight", gate_weight), ("up_weight", up_weight), ("down_weight", down_weight)):
         if t.device != x.device:
             raise ValueError(f"{op}: all tensors must be on one device; x is on {x.device} but {name} is on {t.device}")
-        if t.dtype != x.dtype:
-            raise TypeError(
-                f"{op}: {name} must have x's dtype {str(x.dtype).removeprefix('torch.')}; "
-                f"got {str(t.dtype).removeprefix('torch.')}"
-            )
+        check_same_dtype(op, name, t, "x", x)
     if x.ndim == 0:
         raise ValueError(f"{op}: x must have a hidden dim (..., hidden); got a scalar")
     if gate_weight.ndim != 2 or gate_weight.shape[1] != x.shape[-1]:
