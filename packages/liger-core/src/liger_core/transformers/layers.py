@@ -676,11 +676,12 @@ def interleaved_tables(stock: Callable) -> str | None:
     GLM-4V's between releases): ``"interleaved"`` (angle j in column j of the first half, as
     GLM-4), ``"paired_tables"`` (angle j in columns 2j and 2j + 1), None (neither, or it fails)."""
     a, b = 0.3, 1.1
-    paired = torch.tensor([a, a, b, b], dtype=torch.float64)
-    x = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+    # On the CPU whatever the default device (a model built under ``torch.device("meta")`` has no values).
+    paired = torch.tensor([a, a, b, b], dtype=torch.float64, device="cpu")
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64, device="cpu")
 
     def rotated(angles: tuple[float, float]) -> torch.Tensor:
-        t = torch.tensor(angles, dtype=torch.float64)
+        t = torch.tensor(angles, dtype=torch.float64, device="cpu")
         even, odd = x[0::2], x[1::2]
         return torch.stack((even * t.cos() - odd * t.sin(), odd * t.cos() + even * t.sin()), -1).flatten()
 

@@ -747,10 +747,14 @@ def _apply(model_type: str, flags: dict[str, bool], model: nn.Module | None, con
     _patch_compiled_causal_mask()
 
 
-def _export_flag() -> bool:
-    """Whether ``torch.export`` is tracing: its flag, read as a value, which Dynamo traces as it is (torch's
-    own ``is_exporting()`` is folded to True by Dynamo before torch 2.14)."""
-    return torch.compiler._is_exporting_flag
+def _export_check(stock: Callable) -> Callable:
+    """transformers' ``is_torchdynamo_exporting`` reading ``torch.export``'s flag as a value, which Dynamo traces
+    as it is (torch's own ``is_exporting()`` is folded to True by Dynamo before torch 2.14)."""
+
+    def is_torchdynamo_exporting() -> bool:
+        return torch.compiler._is_exporting_flag
+
+    return layers.carry_stock_metadata(is_torchdynamo_exporting, stock)
 
 
 def _patch_compiled_causal_mask() -> None:
@@ -777,7 +781,7 @@ def _patch_compiled_causal_mask() -> None:
         return
     if _stock_value(masking_utils, "is_torchdynamo_exporting") is not masking_utils.is_torchdynamo_exporting:
         return  # done already
-    _set(masking_utils, "is_torchdynamo_exporting", _export_flag)
+    _set(masking_utils, "is_torchdynamo_exporting", _export_check(masking_utils.is_torchdynamo_exporting))
 
 
 def _sub_families(model_type: str, fam: Family, model, config, on: set[str], sub: dict) -> list[tuple[Callable, dict]]:
