@@ -162,7 +162,7 @@ def test_compiled_training_skips_the_causal_mask_as_eager_does(monkeypatch):
     stand-in below reproduces on any torch (both must be answered for the mask to go)."""
     from transformers import masking_utils
 
-    if not hasattr(masking_utils, "find_packed_sequence_indices"):
+    if not hasattr(masking_utils, "is_torchdynamo_exporting"):
         pytest.skip("this transformers never skips the causal mask while compiling (it tests is_tracing)")
     require_family("llama")
     monkeypatch.setattr(masking_utils, "is_torchdynamo_exporting", torch.compiler.is_compiling)
