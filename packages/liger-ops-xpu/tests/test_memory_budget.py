@@ -2,10 +2,10 @@
 backend, and this package's chunk plan under a budget."""
 
 from liger_core.conformance.memory_budget import *
-from liger_core.memory_budget import fused_linear_memory_budget
+from liger_core.memory_budget import fused_linear_memory_budget, logits_budget
 
 from liger_ops_xpu import hardware
-from liger_ops_xpu._tiling import logits_budget, plan_chunks
+from liger_ops_xpu._tiling import plan_chunks
 
 
 def test_plan_rows_multiple_of_the_tile_within_the_budget(monkeypatch):

@@ -154,12 +154,22 @@ def logits_budget_elements(default: int, bytes_per_element: int) -> int:
     return max(1, (current_memory_budget(default) or default) // max(bytes_per_element, 1))
 
 
+def logits_budget(default_elements: int, bytes_per_logit: int) -> int:
+    """Logits per chunk for the drivers that plan whole sequences or pairs: ``default_elements`` (the
+    vendor's hardware value for the op) unless a call, module or the environment set a budget, else that
+    budget divided by ``bytes_per_logit``."""
+    if budget_is_set():
+        return logits_budget_elements(0, bytes_per_logit)
+    return default_elements
+
+
 __all__ = [
     "MEMORY_BUDGET_ENV",
     "budget_is_set",
     "chunk_rows",
     "current_memory_budget",
     "fused_linear_memory_budget",
+    "logits_budget",
     "logits_budget_elements",
     "module_memory_budget",
     "parse_memory_budget",

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 import triton
-from liger_core.memory_budget import budget_is_set, chunk_rows, current_memory_budget, logits_budget_elements
+from liger_core.memory_budget import chunk_rows, current_memory_budget
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend.launch import AscendLaunchError, KernelPlan, Tile, launch
@@ -319,12 +319,3 @@ def chunk_tokens(n_tokens: int, hidden: int, vocab: int, bytes_per_logit: int = 
     if budget is not None:
         return chunk_rows(n_tokens, max(vocab, 1) * bytes_per_logit, budget, hardware.FUSED_LINEAR_ROW_MULTIPLE)
     return max(1, min(n_tokens, triton.next_power_of_2(triton.cdiv(n_tokens, triton.cdiv(vocab, max(hidden, 1))))))
-
-
-def logits_budget(default_elements: int, bytes_per_logit: int) -> int:
-    """Logits per chunk for the drivers that plan whole sequences or pairs: ``default_elements``
-    (the op's hardware value), or the budget set by a call, module or the environment divided by
-    ``bytes_per_logit``."""
-    if budget_is_set():
-        return logits_budget_elements(0, bytes_per_logit)
-    return default_elements

@@ -9,12 +9,12 @@ module's kernel adapter: the logits' and weight gradient's matmuls (`LinearChunk
 from __future__ import annotations
 
 from liger_core.backend import implements
+from liger_core.memory_budget import logits_budget
 from liger_core.ops import _losses as L
 from liger_core.ops import fused_linear_grpo as G
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._cross_entropy import CEOptions, cross_entropy_backward, cross_entropy_forward, prepare_target
-from liger_ops_ascend._tiling import logits_budget
 
 
 class LinearChunks(L.LinearChunkKernels):

@@ -16,11 +16,11 @@ module registers them under their public names.
 from __future__ import annotations
 
 from liger_core.backend import implements
+from liger_core.memory_budget import logits_budget
 from liger_core.ops._preference_functions import autograd_functions
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._cross_entropy import CEOptions, cross_entropy_backward, cross_entropy_forward, prepare_target
-from liger_ops_ascend._tiling import logits_budget
 
 
 class TokenLogps:

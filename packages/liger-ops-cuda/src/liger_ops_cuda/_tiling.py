@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from liger_core.memory_budget import budget_is_set, chunk_rows, current_memory_budget, logits_budget_elements
+from liger_core.memory_budget import budget_is_set, chunk_rows, current_memory_budget
 from liger_ops_cuda import hardware
 
 # The Triton interpreter runs programs one after another, each at a fixed cost: there the
@@ -244,15 +244,6 @@ def plan_chunks(n_tokens: int, vocab: int, budget: int | None = None, bytes_per_
     else:
         nbytes = budget * bytes_per_logit
     return chunk_rows(n_tokens, max(vocab, 1) * bytes_per_logit, nbytes, hardware.FUSED_LINEAR_ROW_MULTIPLE)
-
-
-def logits_budget(default_elements: int, bytes_per_logit: int) -> int:
-    """Logits per chunk for the drivers that plan whole sequences or pairs: ``default_elements``
-    (the op's hardware value), or the budget set by a call, module or the environment divided by
-    ``bytes_per_logit``."""
-    if budget_is_set():
-        return logits_budget_elements(hardware.FUSED_LINEAR_MEMORY_BUDGET, bytes_per_logit)
-    return default_elements
 
 
 def accumulate_weight_grad(gw: torch.Tensor, g: torch.Tensor, x: torch.Tensor, first: bool) -> None:

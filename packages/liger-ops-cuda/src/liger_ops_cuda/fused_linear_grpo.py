@@ -11,11 +11,12 @@ from __future__ import annotations
 import torch
 
 from liger_core.backend import implements
+from liger_core.memory_budget import logits_budget
 from liger_core.ops import _losses as L
 from liger_core.ops import fused_linear_grpo as G
 from liger_ops_cuda import hardware
 from liger_ops_cuda._cross_entropy import cross_entropy_backward, cross_entropy_forward
-from liger_ops_cuda._tiling import accumulate_weight_grad, logits_budget, scale_unless_one
+from liger_ops_cuda._tiling import accumulate_weight_grad, scale_unless_one
 from liger_ops_cuda.fused_linear_jsd import _logits_fp32
 
 

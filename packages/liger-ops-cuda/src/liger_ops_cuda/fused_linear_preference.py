@@ -18,10 +18,11 @@ from __future__ import annotations
 import torch
 
 from liger_core.backend import implements
+from liger_core.memory_budget import logits_budget
 from liger_core.ops._preference_functions import autograd_functions
 from liger_ops_cuda import hardware
 from liger_ops_cuda._cross_entropy import cross_entropy_backward, cross_entropy_forward
-from liger_ops_cuda._tiling import logits_budget, scale_unless_one
+from liger_ops_cuda._tiling import scale_unless_one
 
 
 class TokenLogps:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 import triton
-from liger_core.memory_budget import budget_is_set, chunk_rows, current_memory_budget, logits_budget_elements
+from liger_core.memory_budget import chunk_rows, current_memory_budget
 
 from liger_ops_xpu import hardware
 
@@ -158,15 +158,6 @@ def plan_chunks(n_rows: int, vocab: int, bytes_per_logit: int = 4) -> int:
     at least one row, never more than there are."""
     budget = current_memory_budget(hardware.FUSED_LINEAR_MEMORY_BUDGET)
     return chunk_rows(n_rows, max(vocab, 1) * bytes_per_logit, budget, hardware.FUSED_LINEAR_ROW_MULTIPLE)
-
-
-def logits_budget(default_elements: int, bytes_per_logit: int) -> int:
-    """Logits per chunk for the drivers that plan whole sequences or pairs: ``default_elements``
-    (the op's hardware value), or the budget set by a call, module or the environment divided by
-    ``bytes_per_logit``."""
-    if budget_is_set():
-        return logits_budget_elements(hardware.FUSED_LINEAR_MEMORY_BUDGET, bytes_per_logit)
-    return default_elements
 
 
 # -- launches ----------------------------------------------------------------------------------

@@ -9,13 +9,13 @@ module's kernel adapter: the logits' and weight gradient's matmuls (`LinearChunk
 from __future__ import annotations
 
 from liger_core.backend import implements
+from liger_core.memory_budget import logits_budget
 from liger_core.ops import _losses as L
 from liger_core.ops import fused_linear_grpo as G
 
 from liger_ops_xpu import hardware
 from liger_ops_xpu._cross_entropy import CEOptions, cross_entropy_backward, cross_entropy_forward
 from liger_ops_xpu._matmul import matmul_nt_f32
-from liger_ops_xpu._tiling import logits_budget
 
 
 class LinearChunks(L.LinearChunkKernels):
