@@ -33,3 +33,12 @@ def test_a_non_tensor_argument_is_a_type_error_naming_it(name):
     args = [[[1.0, 2.0]] for _ in params]  # a nested list where each tensor belongs
     with pytest.raises(TypeError, match=rf"^\w+: {params[0].name} must be a torch.Tensor\b.*; got (a )?list"):
         fn(*args)
+
+
+def test_the_fused_linear_memory_budget_is_exported():
+    """The budget's context manager is where users look (the top level), and it sets the budget in force."""
+    from liger_core import memory_budget
+
+    assert "fused_linear_memory_budget" in liger_core.__all__
+    with liger_core.fused_linear_memory_budget("1MiB"):
+        assert memory_budget.current_memory_budget(None) == 2**20

@@ -13,6 +13,7 @@ from liger_core.backend import Backend, LigerBackendError
 from liger_core.device import infer_device
 from liger_core.functional import *  # noqa: F403 (liger_<op>: every functional entry point)
 from liger_core.interface import CATALOGUE, INTERFACE_VERSION
+from liger_core.memory_budget import fused_linear_memory_budget
 from liger_core.nn import *  # noqa: F403 (Liger<Module>: every nn module)
 from liger_core.registry import LigerFallbackWarning, register_backend
 
@@ -23,6 +24,7 @@ __all__ = [
     "LigerBackendError",
     "LigerFallbackWarning",
     "__version__",
+    "fused_linear_memory_budget",
     "infer_device",
     "register_backend",
     *_functional.__all__,
