@@ -1,5 +1,5 @@
 """Squared ReLU (``relu(x) ** 2``, Nemotron's activation) for Ascend NPUs: Triton kernels, UB
-plan and autograd Function.
+plan and the kernel adapter of `liger_core.drivers.relu_squared`.
 
 Elementwise like the gated activations and walked like them: the input flattened into blocks
 of ``BLOCK`` elements, one program per vector core striding over the blocks, the block the
@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.relu_squared import check_args
+from liger_core.drivers import relu_squared as relu_squared_driver
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import flat_block, flat_indices
@@ -92,18 +92,18 @@ def relu_squared_backward(dy: torch.Tensor, x: torch.Tensor, hw: hardware.Hardwa
     return dx
 
 
-@implements("relu_squared")
-class LigerReLUSquaredFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        check_args(x)
-        hw = hardware.current(x.device)
-        x_c = x.contiguous()
-        ctx.save_for_backward(x_c)
-        ctx.hw = hw
-        return relu_squared_forward(x_c, hw).view(x.shape)
+class ReLUSquaredKernels:
+    """`liger_core.drivers.relu_squared.ReLUSquaredKernels` on this module's kernels."""
 
-    @staticmethod
-    def backward(ctx, dy):
-        (x_c,) = ctx.saved_tensors
-        return relu_squared_backward(dy.contiguous(), x_c, ctx.hw).view(dy.shape)
+    protocol = relu_squared_driver.PROTOCOL
+
+    def forward(self, x):
+        return relu_squared_forward(x, hardware.current(x.device))
+
+    def backward(self, dy, x):
+        return relu_squared_backward(dy, x, hardware.current(x.device))
+
+
+LigerReLUSquaredFunction = implements("relu_squared")(
+    relu_squared_driver.autograd_function(ReLUSquaredKernels(), __name__)
+)

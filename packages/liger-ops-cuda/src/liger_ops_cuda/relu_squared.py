@@ -1,5 +1,5 @@
 """Squared ReLU (``relu(x) ** 2``, Nemotron's activation) for NVIDIA GPUs: Triton kernels, launch
-and autograd Function.
+and the kernel adapter of `liger_core.drivers.relu_squared`.
 
 Elementwise and memory-bound like the gated activations, and launched like them: each program
 streams one contiguous block of GLU_BLOCK elements. Forward reads x and writes y; backward
@@ -14,8 +14,8 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.relu_squared import check_args
-from liger_ops_cuda._tiling import flat, launch_flat
+from liger_core.drivers import relu_squared as relu_squared_driver
+from liger_ops_cuda._tiling import launch_flat
 
 
 @triton.jit
@@ -35,31 +35,28 @@ def _relu_squared_backward_kernel(DY, X, DX, n_elements, BLOCK: tl.constexpr):
     tl.store(DX + offs, (2.0 * r * dy).to(DX.dtype.element_ty), mask=mask)
 
 
-def relu_squared_forward(x1: torch.Tensor, block: int | None = None) -> torch.Tensor:
-    """``relu(x1) ** 2`` for flat contiguous ``x1``."""
-    y = torch.empty_like(x1)
-    launch_flat(_relu_squared_forward_kernel, x1.numel(), x1, y, block=block)
+def relu_squared_forward(x: torch.Tensor, block: int | None = None) -> torch.Tensor:
+    """``relu(x) ** 2`` of contiguous ``x``."""
+    y = torch.empty_like(x)
+    launch_flat(_relu_squared_forward_kernel, x.numel(), x, y, block=block)
     return y
 
 
-def relu_squared_backward(dy: torch.Tensor, x1: torch.Tensor, block: int | None = None) -> torch.Tensor:
-    """``grad_x`` for flat contiguous ``x1``."""
-    dx = torch.empty_like(x1)
-    launch_flat(_relu_squared_backward_kernel, x1.numel(), flat(dy), x1, dx, block=block)
+def relu_squared_backward(dy: torch.Tensor, x: torch.Tensor, block: int | None = None) -> torch.Tensor:
+    """``grad_x`` of contiguous tensors."""
+    dx = torch.empty_like(x)
+    launch_flat(_relu_squared_backward_kernel, x.numel(), dy, x, dx, block=block)
     return dx
 
 
-@implements("relu_squared")
-class LigerReLUSquaredFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        check_args(x)
-        x1 = flat(x)
-        ctx.save_for_backward(x1)
-        ctx.shape = x.shape
-        return relu_squared_forward(x1).view(x.shape)
+class ReLUSquaredKernels:
+    """`liger_core.drivers.relu_squared.ReLUSquaredKernels` on this module's kernels."""
 
-    @staticmethod
-    def backward(ctx, dy):
-        (x1,) = ctx.saved_tensors
-        return relu_squared_backward(dy, x1).view(ctx.shape)
+    protocol = relu_squared_driver.PROTOCOL
+    forward = staticmethod(relu_squared_forward)
+    backward = staticmethod(relu_squared_backward)
+
+
+LigerReLUSquaredFunction = implements("relu_squared")(
+    relu_squared_driver.autograd_function(ReLUSquaredKernels(), __name__)
+)

@@ -1,5 +1,5 @@
 """Squared ReLU (``relu(x) ** 2``, Nemotron's activation) for Intel GPUs: Triton kernels, launch
-and autograd Function.
+and the kernel adapter of `liger_core.drivers.relu_squared`.
 
 Elementwise and launched like the gated activations: a flat 1-D grid of ``ELEMENTWISE_BLOCK``-
 element programs over contiguous x (`_tiling.launch_flat`), default register file. Forward reads x
@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.relu_squared import check_args
+from liger_core.drivers import relu_squared as relu_squared_driver
 
 from liger_ops_xpu._tiling import launch_flat
 
@@ -49,16 +49,14 @@ def relu_squared_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return dx
 
 
-@implements("relu_squared")
-class LigerReLUSquaredFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        check_args(x)
-        x_c = x.contiguous()
-        ctx.save_for_backward(x_c)
-        return relu_squared_forward(x_c).view(x.shape)
+class ReLUSquaredKernels:
+    """`liger_core.drivers.relu_squared.ReLUSquaredKernels` on this module's kernels."""
 
-    @staticmethod
-    def backward(ctx, dy):
-        (x_c,) = ctx.saved_tensors
-        return relu_squared_backward(dy, x_c).view(dy.shape)
+    protocol = relu_squared_driver.PROTOCOL
+    forward = staticmethod(relu_squared_forward)
+    backward = staticmethod(relu_squared_backward)
+
+
+LigerReLUSquaredFunction = implements("relu_squared")(
+    relu_squared_driver.autograd_function(ReLUSquaredKernels(), __name__)
+)
