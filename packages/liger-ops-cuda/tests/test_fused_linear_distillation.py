@@ -9,8 +9,8 @@ from liger_ops_cuda._tiling import plan_chunks
 
 @pytest.mark.parametrize("op", ["fused_linear_cosine_similarity", "fused_linear_jsd_loss"])
 def test_several_chunks(backend, device, monkeypatch, op):
-    monkeypatch.setattr(hardware, "FLJSD_CHUNK_ELEMENTS", 8 * 70)
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_MEMORY_BUDGET", 8 * 70 * 8)  # 8 rows of 8-byte logits
     monkeypatch.setattr(hardware, "FUSED_LINEAR_ROW_MULTIPLE", 4)
-    assert plan_chunks(30, 70, hardware.FLJSD_CHUNK_ELEMENTS) == 8  # 4 chunks, the last ragged
+    assert plan_chunks(30, 70, bytes_per_logit=8) == 8  # 4 chunks, the last ragged
     args = make_args(op, device, shape=(30, 8, 12, 70), seed=32, bias=True)
     check(backend, op, args, grad_scalar=0.5, beta=0.3, temperature=1.5)

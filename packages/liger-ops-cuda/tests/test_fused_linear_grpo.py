@@ -17,7 +17,8 @@ from liger_ops_cuda import hardware
     ids=["grpo_sequence", "vespo", "dapo_bias"],
 )
 def test_several_chunks(backend, device, monkeypatch, options):
-    monkeypatch.setattr(hardware, "FLGRPO_CHUNK_ELEMENTS", 2 * 11 * 70 + 5)
-    assert sequences_per_chunk(7, 11, 70, hardware.FLGRPO_CHUNK_ELEMENTS) == 2  # 4 chunks, the last one sequence
+    elements = 2 * 11 * 70 + 5
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_MEMORY_BUDGET", 4 * elements)  # fp32 logits
+    assert sequences_per_chunk(7, 11, 70, elements) == 2  # 4 chunks, the last one sequence
     args = make_args("fused_linear_grpo", device, shape=(7, 11, 16, 70), seed=41, **options)
     check(backend, "fused_linear_grpo", args, grad_scalar=0.5)

@@ -22,8 +22,8 @@ def kto_args(device, batch, seq, hidden, vocab, **params):
 @pytest.mark.parametrize("average_log_prob", [False, True])
 def test_several_chunks(backend, device, monkeypatch, sequences_per_chunk, average_log_prob):
     seq, vocab = 6, 70
-    monkeypatch.setattr(hardware, "PREFERENCE_CHUNK_ELEMENTS", sequences_per_chunk * seq * vocab)
-    assert P.sequences_per_chunk(5, seq, vocab, hardware.PREFERENCE_CHUNK_ELEMENTS) == sequences_per_chunk
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_MEMORY_BUDGET", 4 * (sequences_per_chunk * seq * vocab))  # fp32 logits
+    assert P.sequences_per_chunk(5, seq, vocab, hardware.FUSED_LINEAR_MEMORY_BUDGET // 4) == sequences_per_chunk
     args = kto_args(device, 5, seq, 16, vocab, seed=41, average_log_prob=average_log_prob, **OPTIONS)
     check(backend, "fused_linear_kto", args, grad_scalar=0.75)
 
@@ -36,12 +36,12 @@ def test_fp32_weight_bf16_input(backend, device):
 
 
 def test_frozen_lm_head(backend, device, monkeypatch):
-    monkeypatch.setattr(hardware, "PREFERENCE_CHUNK_ELEMENTS", 2 * 5 * 30)
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_MEMORY_BUDGET", 4 * (2 * 5 * 30))  # fp32 logits
     args = kto_args(device, 3, 5, 8, 30, seed=44, kl=None, **OPTIONS)
     _, grads = check(backend, "fused_linear_kto", args, frozen=("weight", "bias"))
     assert set(grads) == {"input"}
 
 
 def test_row_programs(backend, device, row_programs, monkeypatch):
-    monkeypatch.setattr(hardware, "PREFERENCE_CHUNK_ELEMENTS", 1)
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_MEMORY_BUDGET", 4 * (1))  # fp32 logits
     check(backend, "fused_linear_kto", kto_args(device, 3, 7, 16, 90, seed=43, **OPTIONS))

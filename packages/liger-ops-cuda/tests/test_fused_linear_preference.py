@@ -21,14 +21,14 @@ def dpo_args(device, pairs, seq, hidden, vocab, **params):
 @pytest.mark.parametrize("average_log_prob", [False, True])
 def test_several_chunks(backend, device, monkeypatch, pairs_per_chunk, average_log_prob):
     seq, vocab = 6, 70
-    monkeypatch.setattr(hardware, "PREFERENCE_CHUNK_ELEMENTS", pairs_per_chunk * 2 * seq * vocab)
-    assert P.pairs_per_chunk(5, seq, vocab, hardware.PREFERENCE_CHUNK_ELEMENTS) == pairs_per_chunk
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_MEMORY_BUDGET", 4 * (pairs_per_chunk * 2 * seq * vocab))  # fp32 logits
+    assert P.pairs_per_chunk(5, seq, vocab, hardware.FUSED_LINEAR_MEMORY_BUDGET // 4) == pairs_per_chunk
     args = dpo_args(device, 5, seq, 16, vocab, seed=31, average_log_prob=average_log_prob, **OPTIONS)
     check(backend, "fused_linear_dpo", args, grad_scalar=0.75, loss_type="apo_down")
 
 
 def test_row_programs(backend, device, row_programs, monkeypatch):
-    monkeypatch.setattr(hardware, "PREFERENCE_CHUNK_ELEMENTS", 1)
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_MEMORY_BUDGET", 4 * (1))  # fp32 logits
     args = dpo_args(device, 3, 7, 16, 90, seed=32, **OPTIONS)
     check(backend, "fused_linear_dpo", args)
 
@@ -41,13 +41,13 @@ def test_fp32_weight_bf16_input(backend, device):
 
 
 def test_orpo_several_chunks(backend, device, monkeypatch):
-    monkeypatch.setattr(hardware, "PREFERENCE_CHUNK_ELEMENTS", 2 * 2 * 6 * 70)
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_MEMORY_BUDGET", 4 * (2 * 2 * 6 * 70))  # fp32 logits
     args = make_args("fused_linear_orpo", device, shape=(5, 6, 16, 70), seed=34, bias=True, beta=0.5)
     check(backend, "fused_linear_orpo", args, grad_scalar=0.75)
 
 
 @pytest.mark.parametrize("op", ["fused_linear_cpo", "fused_linear_simpo"])
 def test_cpo_simpo_several_chunks(backend, device, monkeypatch, op):
-    monkeypatch.setattr(hardware, "PREFERENCE_CHUNK_ELEMENTS", 2 * 2 * 6 * 70)
+    monkeypatch.setattr(hardware, "FUSED_LINEAR_MEMORY_BUDGET", 4 * (2 * 2 * 6 * 70))  # fp32 logits
     args = make_args(op, device, shape=(5, 6, 16, 70), seed=35, bias=True, beta=0.5, label_smoothing=0.1)
     check(backend, op, args, grad_scalar=0.75, compute_nll_loss=True)

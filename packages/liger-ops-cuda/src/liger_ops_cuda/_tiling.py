@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from liger_core.memory_budget import budget_is_set, chunk_rows, current_memory_budget
+from liger_core.memory_budget import chunk_rows, current_memory_budget
 from liger_ops_cuda import hardware
 
 # The Triton interpreter runs programs one after another, each at a fixed cost: there the
@@ -233,16 +233,12 @@ def scale_unless_one(grad: torch.Tensor | None, upstream: torch.Tensor) -> None:
 # -- fused linear losses ------------------------------------------------------------------------
 
 
-def plan_chunks(n_tokens: int, vocab: int, budget: int | None = None, bytes_per_logit: int = 2) -> int:
+def plan_chunks(n_tokens: int, vocab: int, bytes_per_logit: int = 2) -> int:
     """Tokens per chunk of a fused linear loss whose chunk buffers cost ``bytes_per_logit`` bytes
-    per logit: within the memory budget in force (`liger_core.memory_budget`; default
-    FUSED_LINEAR_MEMORY_BUDGET), or within ``budget`` logits (an op's own element count) when one
-    is given and no budget was set by a call, module or the environment. A multiple of
-    FUSED_LINEAR_ROW_MULTIPLE when that fits, never more than the tokens there are (at least 1)."""
-    if budget is None or budget_is_set():
-        nbytes = current_memory_budget(hardware.FUSED_LINEAR_MEMORY_BUDGET)
-    else:
-        nbytes = budget * bytes_per_logit
+    per logit, within the memory budget in force (`liger_core.memory_budget`; default
+    FUSED_LINEAR_MEMORY_BUDGET): a multiple of FUSED_LINEAR_ROW_MULTIPLE when that fits, never
+    more than the tokens there are (at least 1)."""
+    nbytes = current_memory_budget(hardware.FUSED_LINEAR_MEMORY_BUDGET)
     return chunk_rows(n_tokens, max(vocab, 1) * bytes_per_logit, nbytes, hardware.FUSED_LINEAR_ROW_MULTIPLE)
 
 

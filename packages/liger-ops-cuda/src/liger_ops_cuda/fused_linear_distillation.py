@@ -1,7 +1,7 @@
 """liger-kernel's chunked distillation losses for NVIDIA GPUs, fused linear (fused_linear_cosine_similarity
 and fused_linear_jsd_loss): liger-core's chunk loop (`liger_core.ops._distillation.autograd_functions`)
 over this module's kernel adapter: the logits' and weight gradient's matmuls (`LinearChunks`), token
-chunks of at most ``hardware.FLJSD_CHUNK_ELEMENTS`` float32 logits, the hard term through
+chunks within the fused linear memory budget (`liger_core.memory_budget`), the hard term through
 `_cross_entropy`'s kernels (loss rows, and its gradient written over the student's logits in the
 same pass), the JSD's soft term through `divergence`'s kernel (its gradient written over the
 teacher's log-probabilities). This module registers the Functions.
@@ -13,7 +13,6 @@ import torch
 
 from liger_core.backend import implements
 from liger_core.ops import _distillation as D
-from liger_ops_cuda import hardware
 from liger_ops_cuda._cross_entropy import cross_entropy_forward
 from liger_ops_cuda._tiling import plan_chunks
 from liger_ops_cuda.divergence import jsd_forward
@@ -25,7 +24,7 @@ class DistillationKernels(LinearChunks, D.DistillationKernels):
 
     def chunk_rows(self, n_rows, hidden, vocab):
         # Per row: the student's and teacher's fp32 logits (the gradient overwrites them): 8 bytes a logit.
-        return plan_chunks(n_rows, vocab, hardware.FLJSD_CHUNK_ELEMENTS, bytes_per_logit=8)
+        return plan_chunks(n_rows, vocab, bytes_per_logit=8)
 
     def hard_cross_entropy(self, ignore_index, upstream, device):
         # [loss, z-loss] scales: the upstream carries the whole factor, no z-loss.

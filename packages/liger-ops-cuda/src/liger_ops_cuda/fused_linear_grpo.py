@@ -1,6 +1,6 @@
 """Fused linear GRPO for NVIDIA GPUs: liger-core's chunked orchestration
-(`liger_core.ops.fused_linear_grpo.autograd_functions`: whole sequences a chunk at a time, at most
-``hardware.FLGRPO_CHUNK_ELEMENTS`` float32 logits, the loss from the shared formula) over this
+(`liger_core.ops.fused_linear_grpo.autograd_functions`: whole sequences a chunk at a time, float32
+logits within the fused linear memory budget, the loss from the shared formula) over this
 module's kernel adapter: the logits' and weight gradient's matmuls (`LinearChunks`) and
 `_cross_entropy`'s row kernels for the sampled tokens' ``-logp`` and, with the per-row upstream
 ``-dlogp / T``, the gradient written over the chunk's logits. This module registers the Function.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from liger_core.backend import implements
-from liger_core.memory_budget import logits_budget
+from liger_core.memory_budget import logits_budget_elements
 from liger_core.ops import _losses as L
 from liger_core.ops import fused_linear_grpo as G
 from liger_ops_cuda import hardware
@@ -54,6 +54,8 @@ class GRPOKernels(LinearChunks, G.GRPOKernels):
 
 
 KERNELS = GRPOKernels()
-FUNCTIONS = G.autograd_functions(KERNELS, lambda: logits_budget(hardware.FLGRPO_CHUNK_ELEMENTS, 4), __name__)
+FUNCTIONS = G.autograd_functions(
+    KERNELS, lambda: logits_budget_elements(hardware.FUSED_LINEAR_MEMORY_BUDGET, 4), __name__
+)
 
 LigerFusedLinearGRPOFunction = implements("fused_linear_grpo")(FUNCTIONS["fused_linear_grpo"])

@@ -13,7 +13,6 @@ import torch
 from liger_core.backend import implements
 from liger_core.ops._losses import take_fused_grads
 from liger_core.ops.fused_linear_jsd import check_args
-from liger_ops_cuda import hardware
 from liger_ops_cuda._tiling import accumulate_weight_grad, contiguous, plan_chunks, scale_unless_one
 from liger_ops_cuda.divergence import inverse_count, jsd_forward
 
@@ -52,7 +51,7 @@ class LigerFusedLinearJSDFunction(torch.autograd.Function):
         gw = torch.empty_like(ws) if need_w else None
         total = torch.zeros((), dtype=torch.float32, device=xs.device)
         # Per row: student and teacher fp32 logits and the gradient in the input dtype, about 10 bytes a logit.
-        c = plan_chunks(n, vocab, hardware.FLJSD_CHUNK_ELEMENTS, bytes_per_logit=10)
+        c = plan_chunks(n, vocab, bytes_per_logit=10)
         first = True
         for s in range(0, n, c):
             e = min(s + c, n)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from liger_core.backend import implements
-from liger_core.memory_budget import logits_budget
+from liger_core.memory_budget import logits_budget_elements
 from liger_core.ops._preference_functions import autograd_functions
 from liger_ops_cuda import hardware
 from liger_ops_cuda._cross_entropy import cross_entropy_backward, cross_entropy_forward
@@ -44,7 +44,9 @@ class TokenLogps:
 
 
 KERNELS = TokenLogps()
-FUNCTIONS = autograd_functions(KERNELS, lambda: logits_budget(hardware.PREFERENCE_CHUNK_ELEMENTS, 4), __name__)
+FUNCTIONS = autograd_functions(
+    KERNELS, lambda: logits_budget_elements(hardware.FUSED_LINEAR_MEMORY_BUDGET, 4), __name__
+)
 
 LigerFusedLinearDPOFunction = implements("fused_linear_dpo")(FUNCTIONS["fused_linear_dpo"])
 LigerFusedLinearORPOFunction = implements("fused_linear_orpo")(FUNCTIONS["fused_linear_orpo"])

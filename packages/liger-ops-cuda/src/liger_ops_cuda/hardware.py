@@ -145,8 +145,10 @@ SCALE_NUM_WARPS = 8
 # raised no end-to-end peak on LLaMA-3.2-1B, Qwen3-1.7B or Gemma-3-1B; 512 MiB is provisional
 # until the frontier run (benchmarks/flce_frontier.sh) confirms it. fused_linear_cross_entropy
 # holds one (rows, vocab) buffer in the input dtype (the gradient overwrites the logits):
-# rows = budget / (vocab x itemsize). The other losses keep their element counts below unless a
-# budget is set, then convert it with their own bytes per logit (stated at each).
+# rows = budget / (vocab x itemsize). Every other fused linear loss takes the same budget with its
+# own bytes per logit: JSD and KL 10 (student and teacher fp32 logits, the gradient in the input
+# dtype), the distillation losses 8, the preference losses and GRPO 4 (fp32 logits of whole pairs
+# or sequences per chunk, at least one).
 FUSED_LINEAR_MEMORY_BUDGET = 512 * 2**20
 # Chunk rows are a multiple of this whenever the budget allows: cuBLAS's bf16 sm90 kernels use
 # 128x256 and 256x128 output tiles, so 256 rows fill whole tiles of the logits GEMM (M = rows)
@@ -159,9 +161,6 @@ FUSED_LINEAR_MEMORY_BUDGET = 512 * 2**20
 FUSED_LINEAR_ROW_MULTIPLE = 256
 # The vocabulary-major path's grad_W blocks: vocabulary rows a multiple of this.
 FLCE_CHUNK_MULTIPLE = 128
-# Fused linear preference losses: whole pairs per chunk, as many as keep one chunk's logits
-# within this many elements (at least one pair).
-PREFERENCE_CHUNK_ELEMENTS = 64 * 2**20
 # Fused linear cross-entropy when the tokens are no more than the hidden size (and grad_weight
 # has the input's dtype): the logits of all tokens, stored vocabulary-major, fit in grad_weight's
 # own storage. The CE kernels then walk (vocab, token) tiles, coalesced along tokens:
@@ -174,9 +173,6 @@ FLCE_VT_BLOCK_T = 64
 FLCE_VT_NUM_WARPS = 4
 FLCE_VT_PROGRAMS_PER_SM = 16
 FLCE_VT_GRAD_WEIGHT_BLOCK_ELEMENTS = 8 * 2**20
-# fused_linear_jsd keeps three chunk-sized buffers (student and teacher fp32 logits, the
-# gradient in the input dtype): a smaller budget.
-FLJSD_CHUNK_ELEMENTS = 32 * 2**20
 # fused_moe's grouped GEMMs, tuned apart: the token-row GEMMs (gate-up, down, grad of the
 # input, down backward) take ROWS tiles, whose BLOCK_M is also the routing tile (one expert's
 # sorted selections); the weight-gradient GEMM takes WGRAD tiles (BLOCK_M rows of the weight,
@@ -204,9 +200,6 @@ MOE_COMBINE_BLOCK = 1024
 GROUPED_MM_MIN_CAPABILITY = (9, 0)
 MOE_SWIGLU_BLOCK_M = 4
 MOE_SWIGLU_BLOCK_N = 1024
-# fused_linear_grpo: float32 logits of whole sequences per chunk; at 2**27 elements one 1024-token
-# sequence of a 128K vocabulary (512 MiB), about what liger-kernel's one-sequence chunks hold.
-FLGRPO_CHUNK_ELEMENTS = 2**27
 
 # embedding: BLOCK_M looked-up rows x BLOCK_N columns per forward tile (untuned). Backward,
 # measured on the H100 (4096 tokens, 128256 x 4096 bf16): the zero fill of unused rows best at

@@ -16,7 +16,7 @@ module registers them under their public names.
 from __future__ import annotations
 
 from liger_core.backend import implements
-from liger_core.memory_budget import logits_budget
+from liger_core.memory_budget import logits_budget_elements
 from liger_core.ops._preference_functions import autograd_functions
 
 from liger_ops_xpu import hardware
@@ -38,7 +38,9 @@ class TokenLogps:
 
 
 KERNELS = TokenLogps()
-FUNCTIONS = autograd_functions(KERNELS, lambda: logits_budget(hardware.PREFERENCE_CHUNK_ELEMENTS, 4), __name__)
+FUNCTIONS = autograd_functions(
+    KERNELS, lambda: logits_budget_elements(hardware.FUSED_LINEAR_MEMORY_BUDGET, 4), __name__
+)
 
 LigerFusedLinearDPOFunction = implements("fused_linear_dpo")(FUNCTIONS["fused_linear_dpo"])
 LigerFusedLinearORPOFunction = implements("fused_linear_orpo")(FUNCTIONS["fused_linear_orpo"])

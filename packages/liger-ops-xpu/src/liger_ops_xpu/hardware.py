@@ -73,16 +73,12 @@ LOSS_NUM_WARPS = 32
 # 64 GiB of HBM, so the limit is the training step's headroom, not the device. Per row:
 # cross-entropy and scaled cross-entropy hold vocab logits in the input dtype (the gradient in
 # place); the JSD, KL and distillation losses the student's and teacher's fp32 logits (8 bytes a
-# logit).
+# logit); the preference losses and GRPO fp32 logits of whole pairs or sequences (4 bytes, at
+# least one pair or sequence per chunk).
 FUSED_LINEAR_MEMORY_BUDGET = 256 * 2**20
 # Chunk rows are a multiple of the 16-bit GEMM's row tile (MATMUL_BLOCK_M below) when the budget
 # holds that many: no chunk ends in a partly filled tile.
 FUSED_LINEAR_ROW_MULTIPLE = 256
-# Fused linear preference losses: whole pairs per chunk, as many as keep one chunk's logits
-# within this many elements (at least one pair).
-PREFERENCE_CHUNK_ELEMENTS = 1 << 26
-# fused_linear_grpo: float32 logits of whole sequences per chunk (at least one sequence).
-FLGRPO_CHUNK_ELEMENTS = 1 << 26
 # Tiles of the 16-bit GEMM with float32 output (fused_linear_jsd's logits), for the large
 # register file.
 MATMUL_BLOCK_M = 256
