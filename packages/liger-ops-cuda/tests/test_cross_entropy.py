@@ -35,7 +35,7 @@ def test_plans(device):
     threshold = hardware.CE_ROW_PROGRAMS_MIN_ROWS_PER_SM * hardware.sm_count()
     dev = torch.device(device)
     assert use_row_programs(threshold, dev) and not use_row_programs(threshold - 1, dev)
-    assert plan_chunks(4096, 128256) == 2048  # 512 MiB of bf16 logits, rows a multiple of 256
+    assert plan_chunks(16384, 128256) == 4096  # 1 GiB of bf16 logits, rows a multiple of 256
     assert plan_chunks(3, 10) == 3 and plan_chunks(10**6, 10**9) == 1
 
 

@@ -17,18 +17,18 @@ def test_plan_rows_multiple_of_the_tile_within_the_budget():
             rows = plan_chunks(16384, vocab, bytes_per_logit=2)
         assert rows % hardware.FUSED_LINEAR_ROW_MULTIPLE == 0
         assert rows * vocab * 2 <= budget < (rows + hardware.FUSED_LINEAR_ROW_MULTIPLE) * vocab * 2
-    # The default: 512 MiB of bf16 logits at LLaMA-3's vocabulary is 2048 rows.
-    assert plan_chunks(16384, vocab, bytes_per_logit=2) == 2048
+    # The default: 1 GiB of bf16 logits at LLaMA-3's vocabulary is 4096 rows.
+    assert plan_chunks(16384, vocab, bytes_per_logit=2) == 4096
     assert plan_chunks(100, vocab) == 100  # never more rows than tokens
     with fused_linear_memory_budget(1):
         assert plan_chunks(100, vocab) == 1  # below one row: one row per chunk, never zero
 
 
 def test_env_budget_reaches_the_plan(monkeypatch):
-    monkeypatch.setenv("LIGER_FLCE_MEMORY_BUDGET", "1GiB")
-    assert plan_chunks(16384, 128256, bytes_per_logit=2) == 4096
+    monkeypatch.setenv("LIGER_FLCE_MEMORY_BUDGET", "256MiB")
+    assert plan_chunks(16384, 128256, bytes_per_logit=2) == 1024
     # An element count an op keeps as its default gives way to a budget that was set.
-    assert logits_budget(1234, 4) == 2**30 // 4
+    assert logits_budget(1234, 4) == 2**28 // 4
     monkeypatch.delenv("LIGER_FLCE_MEMORY_BUDGET")
     assert logits_budget(1234, 4) == 1234
 

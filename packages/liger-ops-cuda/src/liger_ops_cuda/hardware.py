@@ -139,25 +139,25 @@ CE_TVD_ONE_PASS_NUM_WARPS = 4
 SCALE_BLOCK = 8192
 SCALE_NUM_WARPS = 8
 # Fused linear losses: the bytes of chunk buffers a chunk loop may hold at once (the default of
-# `liger_core.memory_budget`; a call, a module or LIGER_FLCE_MEMORY_BUDGET overrides it). Measured
-# on an H200 (issue 38, full step, bf16): 4x the old 64 Mi-element budget (512 MiB of bf16
-# logits) made fused_linear_cross_entropy 10-20% faster than 128 MiB at five training shapes and
-# raised no end-to-end peak on LLaMA-3.2-1B, Qwen3-1.7B or Gemma-3-1B; 512 MiB is provisional
-# until the frontier run (benchmarks/flce_frontier.sh) confirms it. fused_linear_cross_entropy
-# holds one (rows, vocab) buffer in the input dtype (the gradient overwrites the logits):
-# rows = budget / (vocab x itemsize). Every other fused linear loss takes the same budget with its
-# own bytes per logit: JSD and KL 10 (student and teacher fp32 logits, the gradient in the input
-# dtype), the distillation losses 8, the preference losses and GRPO 4 (fp32 logits of whole pairs
-# or sequences per chunk, at least one).
-FUSED_LINEAR_MEMORY_BUDGET = 512 * 2**20
+# `liger_core.memory_budget`; a call, a module or LIGER_FLCE_MEMORY_BUDGET overrides it). Chosen by
+# issue 38's rule, the largest budget that raises no end-to-end peak: on an H200 (bench_e2e.py,
+# LLaMA-3.2-1B, Qwen3-1.7B, Gemma-3-1B, batch 8 x 2048, checkpointing) 512 MiB and 1 GiB gave the
+# same peaks (10.66 / 14.16 / 8.85 and 8.84 GiB) and 2 GiB raised Gemma-3's by 0.43 GiB; 1 GiB is
+# also the fastest of 128/256/512/1024 MiB at all five frontier shapes (0.3-7% over 512 MiB;
+# benchmarks/results/H200/flce-frontier/ and flce-budget/). A step with less headroom sets a
+# smaller budget: 128 MiB costs 10-45% more loss time at those shapes (still within liger-kernel's
+# memory). fused_linear_cross_entropy holds one (rows, vocab) buffer in the input dtype (the
+# gradient overwrites the logits): rows = budget / (vocab x itemsize). Every other fused linear loss
+# takes the same budget with its own bytes per logit: JSD and KL 10 (student and teacher fp32
+# logits, the gradient in the input dtype), the distillation losses 8, the preference losses and
+# GRPO 4 (fp32 logits of whole pairs or sequences per chunk, at least one).
+FUSED_LINEAR_MEMORY_BUDGET = 2**30
 # Chunk rows are a multiple of this whenever the budget allows: cuBLAS's bf16 sm90 kernels use
 # 128x256 and 256x128 output tiles, so 256 rows fill whole tiles of the logits GEMM (M = rows)
 # and whole K-steps of the weight-gradient GEMM (K = rows) in every chunk. (The 128 multiple
-# before gave 1664-row chunks at a 151936 vocabulary: 6.5 tiles of 256.) Issue 38's x8 budget, slower
-# than x4 at 16384 x 4096 x 128256, ran 4096-row chunks, already whole tiles, and 8192 x 4096
-# x 128256 at x8 ran the very same per-chunk GEMMs and kernels (4096-row chunks) no slower than
-# x4: tile shape, grad_W GEMM shape and L2 (every budget's chunk is far past the 50 MiB L2) do
-# not explain it; the frontier run's p20/p80 spread will show whether it is run-to-run noise.
+# before gave 1664-row chunks at a 151936 vocabulary: 6.5 tiles of 256.) Issue 38's first table had
+# 1 GiB slower than 512 MiB at 16384 x 4096 x 128256; the frontier runs did not repeat it (77.7 against
+# 77.8 and 78.3 against 79.5 ms): run-to-run spread, not a chunk shape.
 FUSED_LINEAR_ROW_MULTIPLE = 256
 # The vocabulary-major path's grad_W blocks: vocabulary rows a multiple of this.
 FLCE_CHUNK_MULTIPLE = 128
