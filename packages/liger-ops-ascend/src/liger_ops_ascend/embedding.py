@@ -1,5 +1,5 @@
 """Embedding lookup (``nn.Embedding``) for Ascend NPUs: Triton kernels, tile plans, launch and
-autograd Function.
+the kernel adapter of `liger_core.drivers.embedding`.
 
 Forward gathers rows: the work is (looked-up position, BLOCK_N columns) units, one program per
 vector core walking the units ``pid, pid + programs, ...`` (the grid stays below Ascend's
@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.embedding import check_args, clamp_indices
+from liger_core.drivers import embedding as embedding_driver
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import flat_indices, tile_indices, tile_ptrs
@@ -162,13 +162,11 @@ def plan_embedding(
 
 
 def embedding_forward(weight: torch.Tensor, idx: torch.Tensor, hw: hardware.Hardware) -> torch.Tensor:
-    """``weight[idx]`` for flat ``idx``, as ``(len(idx), embedding_dim)`` rows."""
+    """``weight[idx]`` for flat ``idx``, as ``(len(idx), embedding_dim)`` rows (``weight``'s columns unit-stride)."""
     n_idx, n_cols = idx.numel(), weight.shape[1]
     y = torch.empty((n_idx, n_cols), dtype=weight.dtype, device=weight.device)
     if n_idx == 0 or n_cols == 0:
         return y
-    if weight.stride(1) != 1:
-        weight = weight.contiguous()
     p = plan_embedding("forward", n_idx, n_cols, weight.dtype, None, hw)
     launch(
         _embedding_forward_kernel, p.kernel, hw,
@@ -191,16 +189,14 @@ def embedding_backward(
     padding_idx: int | None,
     hw: hardware.Hardware,
 ) -> torch.Tensor:
-    """``grad_weight`` from the incoming gradient rows ``dy`` of the flat positions ``idx``:
-    every element written once, by the two kernels (no zero fill first)."""
+    """``grad_weight`` from the incoming gradient rows ``dy`` (columns unit-stride) of the flat
+    positions ``idx``: every element written once, by the two kernels (no zero fill first)."""
     n_idx, n_cols = idx.numel(), dy.shape[1]
     if n_idx == 0:
         return torch.zeros((num_embeddings, n_cols), dtype=dtype, device=dy.device)
     dw = torch.empty((num_embeddings, n_cols), dtype=dtype, device=dy.device)
     if num_embeddings == 0 or n_cols == 0:
         return dw
-    if dy.stride(1) != 1:
-        dy = dy.contiguous()
     p = plan_embedding("backward", num_embeddings, n_cols, dtype, dy.dtype, hw, n_idx)
     padding = -1 if padding_idx is None else padding_idx % num_embeddings
     # Every table row and every position, whatever the indices' values: work from shapes alone.
@@ -218,23 +214,21 @@ def embedding_backward(
     return dw
 
 
-@implements("embedding")
-class LigerEmbeddingFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, weight, indices, padding_idx):
-        check_args(weight, indices, padding_idx)
-        hw = hardware.current(weight.device)
-        # Out-of-table indices read row 0 meanwhile; `pending.check` raises the contract's IndexError.
-        idx, pending = clamp_indices(indices.reshape(-1), weight.shape[0])
-        ctx.save_for_backward(idx)
-        ctx.table, ctx.padding_idx, ctx.hw = (weight.shape[0], weight.dtype), padding_idx, hw
-        out = embedding_forward(weight, idx, hw)
-        pending.check()
-        return out.view(*indices.shape, weight.shape[1])
+class EmbeddingKernels:
+    """`liger_core.drivers.embedding.EmbeddingKernels` on this module's kernels (the hardware facts
+    of the tensors' device, `hardware.current`, for each launch plan)."""
+
+    protocol = embedding_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        (idx,) = ctx.saved_tensors
-        num_embeddings, dtype = ctx.table
-        dy_rows = dy.reshape(idx.numel(), dy.shape[-1])
-        return embedding_backward(dy_rows, idx, num_embeddings, dtype, ctx.padding_idx, ctx.hw), None, None
+    def forward(weight: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return embedding_forward(weight, idx, hardware.current(weight.device))
+
+    @staticmethod
+    def backward(
+        dy: torch.Tensor, idx: torch.Tensor, num_embeddings: int, dtype: torch.dtype, padding_idx: int | None
+    ) -> torch.Tensor:
+        return embedding_backward(dy, idx, num_embeddings, dtype, padding_idx, hardware.current(dy.device))
+
+
+LigerEmbeddingFunction = implements("embedding")(embedding_driver.autograd_function(EmbeddingKernels(), __name__))

@@ -1,7 +1,7 @@
 """Rotary position embeddings for Ascend NPUs: RoPE (rotate-half, transformers' LLaMA form),
 Qwen2-VL's multimodal M-RoPE (each column of a head taking cos/sin from its section's table:
-temporal, height, width) and Llama 4's complex form (interleaved pairs times ``freqs_cis``), one
-kernel for all three, its tile plan, launch and autograd Functions.
+temporal, height, width) and Llama 4's complex form (interleaved pairs times ``freqs_cis``): one
+kernel for all three, its tile plan, launch and the kernel adapter of `liger_core.drivers.rotary`.
 
 Work is flattened over the ``batch * seq`` positions: one program per vector core walks
 the positions ``pid, pid + programs, ...``. At each position it loads the cos/sin row once
@@ -25,9 +25,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.llama4_rope import check_args as check_llama4_rope_args
-from liger_core.ops.qwen2vl_mrope import check_args as check_mrope_args
-from liger_core.ops.rope import check_args as check_rope_args
+from liger_core.drivers import rotary as rotary_driver
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import flat_indices
@@ -293,13 +291,20 @@ def rotary(
     backward: bool,
     hw: hardware.Hardware,
     interleaved: bool = False,
+    q_out: torch.Tensor | None = None,
+    k_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotate q and k (forward) or their gradients (backward); cos/sin 3-D, or 4-D for M-RoPE.
-    ``interleaved``: pairs (x[2j], x[2j + 1]) and one cos/sin value per pair (Llama 4's complex
-    form, cos/sin ``(batch or 1, seq, head_dim / 2)``)."""
+    """Rotate q and k (forward) or their gradients (backward) into ``q_out``/``k_out`` (any row
+    strides, unit-stride head_dim; default: new tensors laid out like q and k); cos/sin 3-D, or
+    4-D for M-RoPE. ``interleaved``: pairs (x[2j], x[2j + 1]) and one cos/sin value per pair
+    (Llama 4's complex form, cos/sin ``(batch or 1, seq, head_dim / 2)``)."""
     q, q_sb, q_ss, q_sh, n_qh = _head_strides(q, unsqueeze_dim)
     k, k_sb, k_ss, k_sh, n_kh = _head_strides(k, unsqueeze_dim)
-    qo, ko = torch.empty_like(q), torch.empty_like(k)
+    qo = torch.empty_like(q) if q_out is None else q_out
+    ko = torch.empty_like(k) if k_out is None else k_out
+    for name, out in (("q_out", qo), ("k_out", ko)):
+        if out.stride(3) != 1:
+            raise ValueError(f"rotary: {name} must have a unit-stride head_dim; got strides {out.stride()}")
     _, qo_sb, qo_ss, qo_sh, _ = _head_strides(qo, unsqueeze_dim)
     _, ko_sb, ko_ss, ko_sh, _ = _head_strides(ko, unsqueeze_dim)
     batch, seq, dim = q.shape[0], q.shape[3 - unsqueeze_dim], q.shape[3]
@@ -367,50 +372,20 @@ def rotary(
     return qo, ko
 
 
-class LigerRotaryFunction(torch.autograd.Function):
-    """Rotate q and k by cos/sin (``mrope_section`` None: RoPE). The ops' Functions
-    (`LigerRopeFunction`, `LigerQwen2VLMRopeFunction`) check their arguments and call `forward`."""
+class RotaryKernels:
+    """`liger_core.drivers.rotary.RotaryKernels` on this module's kernel (the tile plan from the
+    hardware facts of q's device, `hardware.current`)."""
+
+    protocol = rotary_driver.PROTOCOL
 
     @staticmethod
-    def forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim, interleaved=False):
+    def rotate(q, k, cos, sin, q_out, k_out, unsqueeze_dim, mrope_section, interleaved, backward) -> None:
         hw = hardware.current(q.device)
-        q_out, k_out = rotary(q, k, cos, sin, unsqueeze_dim, mrope_section, False, hw, interleaved)
-        ctx.save_for_backward(cos, sin)
-        ctx.unsqueeze_dim, ctx.mrope_section, ctx.hw, ctx.interleaved = unsqueeze_dim, mrope_section, hw, interleaved
-        return q_out, k_out
-
-    @staticmethod
-    def backward(ctx, dq, dk):
-        cos, sin = ctx.saved_tensors
-        dq_in, dk_in = rotary(dq, dk, cos, sin, ctx.unsqueeze_dim, ctx.mrope_section, True, ctx.hw, ctx.interleaved)
-        # (llama4_rope's Function has three inputs: autograd ignores the trailing Nones.)
-        return dq_in, dk_in, None, None, None, None, None
+        rotary(q, k, cos, sin, unsqueeze_dim, mrope_section, backward, hw, interleaved, q_out, k_out)
 
 
-@implements("rope")
-class LigerRopeFunction(LigerRotaryFunction):
-    @staticmethod
-    def forward(ctx, q, k, cos, sin, position_ids, unsqueeze_dim):
-        check_rope_args(q, k, cos, sin, position_ids, unsqueeze_dim)
-        # position_ids is unused, as in transformers: cos/sin are already gathered per position.
-        return LigerRotaryFunction.forward(ctx, q, k, cos, sin, None, unsqueeze_dim)
-
-
-@implements("qwen2vl_mrope")
-class LigerQwen2VLMRopeFunction(LigerRotaryFunction):
-    @staticmethod
-    def forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
-        check_mrope_args(q, k, cos, sin, mrope_section, unsqueeze_dim)
-        return LigerRotaryFunction.forward(ctx, q, k, cos, sin, tuple(int(s) for s in mrope_section), unsqueeze_dim)
-
-
-@implements("llama4_rope")
-class LigerLlama4RopeFunction(LigerRotaryFunction):
-    @staticmethod
-    def forward(ctx, q, k, freqs_cis):
-        check_llama4_rope_args(q, k, freqs_cis)
-        # freqs_cis's real and imaginary parts as cos/sin tables (rotary() makes them unit-stride).
-        table = torch.view_as_real(freqs_cis)
-        cos, sin = table[..., 0], table[..., 1]
-        # q/k are (batch, seq, heads, head_dim): the heads on axis 2, as rope's unsqueeze_dim=2.
-        return LigerRotaryFunction.forward(ctx, q, k, cos, sin, None, 2, True)
+FUNCTIONS = rotary_driver.autograd_functions(RotaryKernels(), __name__)
+LigerRotaryFunction = FUNCTIONS["rotary"]
+LigerRopeFunction = implements("rope")(FUNCTIONS["rope"])
+LigerQwen2VLMRopeFunction = implements("qwen2vl_mrope")(FUNCTIONS["qwen2vl_mrope"])
+LigerLlama4RopeFunction = implements("llama4_rope")(FUNCTIONS["llama4_rope"])

@@ -1,4 +1,5 @@
-"""Embedding lookup (``nn.Embedding``) for NVIDIA GPUs: Triton kernels, launch and autograd Function.
+"""Embedding lookup (``nn.Embedding``) for NVIDIA GPUs: Triton kernels, launch and
+the kernel adapter of `liger_core.drivers.embedding`.
 
 Forward gathers rows: each program copies BLOCK_M looked-up rows x BLOCK_N columns of the table
 into the output (memory-bound, exact copies).
@@ -22,7 +23,7 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.embedding import check_args, clamp_indices
+from liger_core.drivers import embedding as embedding_driver
 from liger_ops_cuda import hardware
 
 
@@ -75,13 +76,11 @@ def _embedding_segment_sums_kernel(
 
 
 def embedding_forward(weight: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """``weight[idx]`` for flat ``idx``, as ``(len(idx), embedding_dim)`` rows."""
+    """``weight[idx]`` for flat ``idx``, as ``(len(idx), embedding_dim)`` rows (``weight``'s columns unit-stride)."""
     n_idx, n_cols = idx.numel(), weight.shape[1]
     y = torch.empty((n_idx, n_cols), dtype=weight.dtype, device=weight.device)
     if n_idx == 0 or n_cols == 0:
         return y
-    if weight.stride(1) != 1:
-        weight = weight.contiguous()
     block_m, block_n = hardware.EMBEDDING_BLOCK_M, min(hardware.EMBEDDING_BLOCK_N, triton.next_power_of_2(n_cols))
     grid = (triton.cdiv(n_idx, block_m), triton.cdiv(n_cols, block_n))
     _embedding_forward_kernel[grid](
@@ -114,16 +113,14 @@ def looked_up_rows(idx: torch.Tensor, num_embeddings: int) -> torch.Tensor:
 def embedding_backward(
     dy: torch.Tensor, idx: torch.Tensor, num_embeddings: int, dtype: torch.dtype, padding_idx: int | None
 ) -> torch.Tensor:
-    """``grad_weight`` from the incoming gradient rows ``dy`` of the flat positions ``idx``:
-    every element written once, by the two kernels (no zero fill first)."""
+    """``grad_weight`` from the incoming gradient rows ``dy`` (columns unit-stride) of the flat
+    positions ``idx``: every element written once, by the two kernels (no zero fill first)."""
     n_idx, n_cols = idx.numel(), dy.shape[1]
     if n_idx == 0:
         return torch.zeros((num_embeddings, n_cols), dtype=dtype, device=dy.device)
     dw = torch.empty((num_embeddings, n_cols), dtype=dtype, device=dy.device)
     if num_embeddings == 0 or n_cols == 0:
         return dw
-    if dy.stride(1) != 1:
-        dy = dy.contiguous()
     padding = -1 if padding_idx is None else padding_idx % num_embeddings
     block_m, block_n = plan_zero_rows(n_cols)
     # Every table row and every position, whatever the indices' values: grids from shapes alone.
@@ -141,22 +138,12 @@ def embedding_backward(
     return dw
 
 
-@implements("embedding")
-class LigerEmbeddingFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, weight, indices, padding_idx):
-        check_args(weight, indices, padding_idx)
-        # Out-of-table indices read row 0 meanwhile; `pending.check` raises the contract's IndexError.
-        idx, pending = clamp_indices(indices.reshape(-1), weight.shape[0])
-        ctx.save_for_backward(idx)
-        ctx.table, ctx.padding_idx = (weight.shape[0], weight.dtype), padding_idx
-        out = embedding_forward(weight, idx)
-        pending.check()
-        return out.view(*indices.shape, weight.shape[1])
+class EmbeddingKernels:
+    """`liger_core.drivers.embedding.EmbeddingKernels` on this module's kernels."""
 
-    @staticmethod
-    def backward(ctx, dy):
-        (idx,) = ctx.saved_tensors
-        num_embeddings, dtype = ctx.table
-        dw = embedding_backward(dy.reshape(idx.numel(), dy.shape[-1]), idx, num_embeddings, dtype, ctx.padding_idx)
-        return dw, None, None
+    protocol = embedding_driver.PROTOCOL
+    forward = staticmethod(embedding_forward)
+    backward = staticmethod(embedding_backward)
+
+
+LigerEmbeddingFunction = implements("embedding")(embedding_driver.autograd_function(EmbeddingKernels(), __name__))

@@ -1,13 +1,14 @@
 """Rotary embeddings for NVIDIA GPUs: RoPE (rotate-half, transformers' LLaMA form), Qwen2-VL's
-multimodal M-RoPE and Llama 4's complex form (interleaved pairs times ``freqs_cis``), one Triton
-kernel for all three, launch and autograd Functions.
+multimodal M-RoPE and Llama 4's complex form (interleaved pairs times ``freqs_cis``): one Triton
+kernel for all three, its launch and the kernel adapter of `liger_core.drivers.rotary`.
 
 Memory-bound: forward reads q and k and writes their rotations, backward does the same with
 the incoming gradients (the rotation's transpose). A program takes BLOCK_P whole positions:
 every head of q and of k at those positions, as ``(positions, heads, head_dim / 2)`` tiles of
 each half of the head, so cos/sin are read once per position and reused by every q and k
 head, and q and k share one launch. Any strides: both transformers layouts and LLaMA's
-transposed views are read in place (no copies); outputs keep the input's memory layout.
+transposed views are read in place and the outputs written in whatever layout they have (no
+copies; the driver allocates them in the inputs' layout).
 """
 
 from __future__ import annotations
@@ -20,9 +21,7 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.llama4_rope import check_args as check_llama4_rope_args
-from liger_core.ops.qwen2vl_mrope import check_args as check_mrope_args
-from liger_core.ops.rope import check_args as check_rope_args
+from liger_core.drivers import rotary as rotary_driver
 from liger_ops_cuda import hardware
 
 
@@ -306,59 +305,18 @@ def rotary(
     return q_out, k_out
 
 
-class LigerRotaryFunction(torch.autograd.Function):
-    """The autograd Function of the rotary embeddings: `LigerRopeFunction` (``mrope_section``
-    None) and `LigerQwen2VLMRopeFunction` check their arguments and call `shared_forward`;
-    backward (the same for both) is this one. No gradient to cos/sin."""
+class RotaryKernels:
+    """`liger_core.drivers.rotary.RotaryKernels` on this module's kernel (every stride read in place)."""
+
+    protocol = rotary_driver.PROTOCOL
 
     @staticmethod
-    def shared_forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim, interleaved=False):
-        q_out, k_out = rotary(q, k, cos, sin, unsqueeze_dim, mrope_section, interleaved=interleaved)
-        ctx.save_for_backward(cos, sin)
-        ctx.mrope_section, ctx.unsqueeze_dim, ctx.interleaved = mrope_section, unsqueeze_dim, interleaved
-        # Gradients go out in the outputs' (= inputs') memory layout, so the views q and k
-        # came from (LLaMA's transposes of a projection) take them back without a copy.
-        ctx.layouts = (q_out.stride(), q.dtype, k_out.stride(), k.dtype)
-        return q_out, k_out
-
-    @staticmethod
-    def backward(ctx, dq, dk):
-        cos, sin = ctx.saved_tensors
-        q_stride, q_dtype, k_stride, k_dtype = ctx.layouts
-        # (Autograd materialises a missing output gradient as zeros: dq and dk are tensors.)
-        grad_q = torch.empty_strided(dq.shape, q_stride, dtype=q_dtype, device=dq.device)
-        grad_k = torch.empty_strided(dk.shape, k_stride, dtype=k_dtype, device=dk.device)
-        rotary(
-            dq, dk, cos, sin, ctx.unsqueeze_dim, ctx.mrope_section, True, grad_q, grad_k, interleaved=ctx.interleaved
-        )
-        # (llama4_rope's Function has three inputs: autograd ignores the trailing Nones.)
-        return grad_q, grad_k, None, None, None, None
+    def rotate(q, k, cos, sin, q_out, k_out, unsqueeze_dim, mrope_section, interleaved, backward) -> None:
+        rotary(q, k, cos, sin, unsqueeze_dim, mrope_section, backward, q_out, k_out, interleaved=interleaved)
 
 
-@implements("rope")
-class LigerRopeFunction(LigerRotaryFunction):
-    @staticmethod
-    def forward(ctx, q, k, cos, sin, position_ids, unsqueeze_dim):
-        check_rope_args(q, k, cos, sin, position_ids, unsqueeze_dim)
-        # position_ids is unused, as in transformers: cos/sin are already gathered per position.
-        return LigerRotaryFunction.shared_forward(ctx, q, k, cos, sin, None, unsqueeze_dim)
-
-
-@implements("qwen2vl_mrope")
-class LigerQwen2VLMRopeFunction(LigerRotaryFunction):
-    @staticmethod
-    def forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
-        check_mrope_args(q, k, cos, sin, mrope_section, unsqueeze_dim)
-        return LigerRotaryFunction.shared_forward(ctx, q, k, cos, sin, tuple(mrope_section), unsqueeze_dim)
-
-
-@implements("llama4_rope")
-class LigerLlama4RopeFunction(LigerRotaryFunction):
-    @staticmethod
-    def forward(ctx, q, k, freqs_cis):
-        check_llama4_rope_args(q, k, freqs_cis)
-        # freqs_cis's real and imaginary parts, read in place as cos/sin tables (stride 2).
-        table = torch.view_as_real(freqs_cis)
-        cos, sin = table[..., 0], table[..., 1]
-        # q/k are (batch, seq, heads, head_dim): the heads on axis 2, as rope's unsqueeze_dim=2.
-        return LigerRotaryFunction.shared_forward(ctx, q, k, cos, sin, None, 2, interleaved=True)
+FUNCTIONS = rotary_driver.autograd_functions(RotaryKernels(), __name__)
+LigerRotaryFunction = FUNCTIONS["rotary"]
+LigerRopeFunction = implements("rope")(FUNCTIONS["rope"])
+LigerQwen2VLMRopeFunction = implements("qwen2vl_mrope")(FUNCTIONS["qwen2vl_mrope"])
+LigerLlama4RopeFunction = implements("llama4_rope")(FUNCTIONS["llama4_rope"])

@@ -1,7 +1,7 @@
 """Rotary position embeddings for Intel GPUs: rope (rotate-half, transformers' LLaMA form),
 qwen2vl_mrope (Qwen2-VL's multimodal RoPE) and llama4_rope (Llama 4's complex form: interleaved
-pairs times ``freqs_cis``), one Triton kernel for all three, its launch and the ops' autograd
-Functions (the backward shared).
+pairs times ``freqs_cis``): one Triton kernel for all three, its launch and the kernel adapter
+of `liger_core.drivers.rotary`.
 
 One program per (batch, position) rotates every q head and every k head of that position:
 its cos/sin row is loaded once and reused across heads (GQA included), and each head is
@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops import llama4_rope, qwen2vl_mrope, rope
+from liger_core.drivers import rotary as rotary_driver
 
 from liger_ops_xpu import hardware
 from liger_ops_xpu._tiling import num_warps_for, unit_col
@@ -271,17 +271,23 @@ def rotary(
     mrope_section: tuple[int, int, int] | None,
     backward: bool = False,
     interleaved: bool = False,
+    q_out: torch.Tensor | None = None,
+    k_out: torch.Tensor | None = None,
 ):
-    """Rotate q and k (or, with ``backward``, apply the transpose to their gradients) into new
-    tensors of their shapes; ``mrope_section`` None is plain RoPE. ``interleaved``: pairs
-    (x[2j], x[2j + 1]) and one cos/sin value per pair (Llama 4's complex form, cos/sin
-    ``(batch or 1, seq, head_dim / 2)``)."""
+    """Rotate q and k (or, with ``backward``, apply the transpose to their gradients) into
+    ``q_out``/``k_out`` (any row strides, unit-stride head_dim; default: new contiguous tensors);
+    ``mrope_section`` None is plain RoPE. ``interleaved``: pairs (x[2j], x[2j + 1]) and one
+    cos/sin value per pair (Llama 4's complex form, cos/sin ``(batch or 1, seq, head_dim / 2)``).
+    Inputs whose head_dim is strided are copied (the kernel reads columns at unit stride)."""
     q, k = unit_col(q), unit_col(k)
     cos, sin = unit_col(cos), unit_col(sin)
     if cos.stride() != sin.stride():
         cos, sin = cos.contiguous(), sin.contiguous()
-    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device) if q_out is None else q_out
+    k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device) if k_out is None else k_out
+    for name, out in (("q_out", q_out), ("k_out", k_out)):
+        if out.stride(-1) != 1:
+            raise ValueError(f"rotary: {name} must have a unit-stride head_dim; got strides {out.stride()}")
     seq_axis = 3 - unsqueeze_dim
     batch, seq, dim = q.shape[0], q.shape[seq_axis], q.shape[3]
     n_qh, n_kh = q.shape[unsqueeze_dim], k.shape[unsqueeze_dim]
@@ -325,60 +331,18 @@ def rotary(
     return q_out, k_out
 
 
-class LigerRotaryFunction(torch.autograd.Function):
-    """The autograd of rope and qwen2vl_mrope (``(q, k, cos, sin, <positions or sections>,
-    unsqueeze_dim)``): each op's subclass below checks its arguments and calls `forward_rotary`;
-    backward is this one. No gradient reaches cos/sin."""
+class RotaryKernels:
+    """`liger_core.drivers.rotary.RotaryKernels` on this module's kernel."""
+
+    protocol = rotary_driver.PROTOCOL
 
     @staticmethod
-    def forward_rotary(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim, interleaved=False):
-        q_out, k_out = rotary(q, k, cos, sin, unsqueeze_dim, mrope_section, interleaved=interleaved)
-        ctx.save_for_backward(cos, sin)
-        ctx.unsqueeze_dim, ctx.mrope_section, ctx.interleaved = unsqueeze_dim, mrope_section, interleaved
-        ctx.q_meta, ctx.k_meta = (q.shape, q.dtype), (k.shape, k.dtype)
-        return q_out, k_out
-
-    @staticmethod
-    def backward(ctx, dq, dk):
-        cos, sin = ctx.saved_tensors
-        # An output that fed nothing has no gradient: rotate zeros in its place.
-        if dq is None:
-            dq = torch.zeros(ctx.q_meta[0], dtype=ctx.q_meta[1], device=cos.device)
-        if dk is None:
-            dk = torch.zeros(ctx.k_meta[0], dtype=ctx.k_meta[1], device=cos.device)
-        dq_in, dk_in = rotary(
-            dq, dk, cos, sin, ctx.unsqueeze_dim, ctx.mrope_section, backward=True, interleaved=ctx.interleaved
-        )
-        # (llama4_rope's Function has three inputs: autograd ignores the trailing Nones.)
-        return dq_in, dk_in, None, None, None, None
+    def rotate(q, k, cos, sin, q_out, k_out, unsqueeze_dim, mrope_section, interleaved, backward) -> None:
+        rotary(q, k, cos, sin, unsqueeze_dim, mrope_section, backward, interleaved, q_out, k_out)
 
 
-@implements("rope")
-class LigerRopeFunction(LigerRotaryFunction):
-    @staticmethod
-    def forward(ctx, q, k, cos, sin, position_ids, unsqueeze_dim):
-        rope.check_args(q, k, cos, sin, position_ids, unsqueeze_dim)
-        # position_ids is unused, as in transformers: cos/sin are already gathered per position.
-        return LigerRotaryFunction.forward_rotary(ctx, q, k, cos, sin, None, unsqueeze_dim)
-
-
-@implements("qwen2vl_mrope")
-class LigerQwen2VLMRopeFunction(LigerRotaryFunction):
-    @staticmethod
-    def forward(ctx, q, k, cos, sin, mrope_section, unsqueeze_dim):
-        qwen2vl_mrope.check_args(q, k, cos, sin, mrope_section, unsqueeze_dim)
-        return LigerRotaryFunction.forward_rotary(
-            ctx, q, k, cos, sin, tuple(int(m) for m in mrope_section), unsqueeze_dim
-        )
-
-
-@implements("llama4_rope")
-class LigerLlama4RopeFunction(LigerRotaryFunction):
-    @staticmethod
-    def forward(ctx, q, k, freqs_cis):
-        llama4_rope.check_args(q, k, freqs_cis)
-        # freqs_cis's real and imaginary parts as cos/sin tables (rotary() makes them unit-stride).
-        table = torch.view_as_real(freqs_cis)
-        cos, sin = table[..., 0], table[..., 1]
-        # q/k are (batch, seq, heads, head_dim): the heads on axis 2, as rope's unsqueeze_dim=2.
-        return LigerRotaryFunction.forward_rotary(ctx, q, k, cos, sin, None, 2, interleaved=True)
+FUNCTIONS = rotary_driver.autograd_functions(RotaryKernels(), __name__)
+LigerRotaryFunction = FUNCTIONS["rotary"]
+LigerRopeFunction = implements("rope")(FUNCTIONS["rope"])
+LigerQwen2VLMRopeFunction = implements("qwen2vl_mrope")(FUNCTIONS["qwen2vl_mrope"])
+LigerLlama4RopeFunction = implements("llama4_rope")(FUNCTIONS["llama4_rope"])
