@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from liger_core.bench import timing
 from liger_core.bench.catalogue import specs
 from liger_core.bench.configs import ModelShape, get_shape_set
-from liger_core.bench.providers import COMPILE, LIGER, OK, PROVIDERS, collect_versions, make_provider
+from liger_core.bench.providers import COMPILE, LIGER, OK, PROVIDERS, TORCH, collect_versions, make_provider
 from liger_core.bench.runner import Progress, _short, grad_leaves, measure
 from liger_core.bench.spec import input_generator, materialise
 from liger_core.memory_budget import fused_linear_memory_budget
@@ -151,6 +151,9 @@ def run_frontier(
     for p in peers:
         if p not in PROVIDERS:
             raise ValueError(f"unknown provider {p!r}; known: {', '.join(PROVIDERS)}")
+    # torch eager last: its (shapes x vocab) float32 buffers run out of memory at large vocabularies,
+    # and on an H200 the points after such a failure ran out too (torch.compile at Gemma-3's shape).
+    peers.sort(key=lambda p: p == TORCH)
     budgets = [(float(b), max(1, int(b * 2**20))) for b in budgets_mib]  # (MiB as given, bytes)
     bar = Progress(len(ops) * len(points_of) * (len(budgets) + len(peers) + int(gemm_bound)), progress)
     out: dict[str, dict[str, Any]] = {}
