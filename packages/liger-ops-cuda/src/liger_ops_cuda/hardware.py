@@ -145,7 +145,7 @@ SCALE_NUM_WARPS = 8
 # same peaks (10.66 / 14.16 / 8.85 and 8.84 GiB) and 2 GiB raised Gemma-3's by 0.43 GiB; 1 GiB is
 # also the fastest of 128/256/512/1024 MiB at all five frontier shapes (0.3-7% over 512 MiB;
 # benchmarks/results/H200/flce-frontier/ and flce-budget/). A step with less headroom sets a
-# smaller budget: 128 MiB costs 10-45% more loss time at those shapes (still within liger-kernel's
+# smaller budget: 128 MiB costs 14-39% more loss time at those shapes (still within liger-kernel's
 # memory). fused_linear_cross_entropy holds one (rows, vocab) buffer in the input dtype (the
 # gradient overwrites the logits): rows = budget / (vocab x itemsize). Every other fused linear loss
 # takes the same budget with its own bytes per logit: JSD and KL 10 (student and teacher fp32
