@@ -181,7 +181,8 @@ class LigerModulatedRMSNormFunction(torch.autograd.Function):
         g, dscale, dshift = modulate_backward(as_rows(dy), r, scale2d, ctx.has_shift, ctx.per, ctx.hw)
         # g is the op's own fp32 buffer: rms_norm's backward writes grad_x elsewhere (its in_place
         # would put x's dtype in fp32 memory).
-        dx, dw, _ = rms_norm_backward(g, x2d, weight, rstd, ctx.offset, ctx.casting_mode, False, ctx.hw)
+        dx = torch.empty(x2d.shape, dtype=x2d.dtype, device=x2d.device)
+        dw = rms_norm_backward(g, x2d, weight, rstd, ctx.offset, ctx.casting_mode, dx, ctx.hw)
         scale_shape, scale_dtype, shift_meta = ctx.mod
         dscale = dscale.to(scale_dtype).view(scale_shape)
         dshift = dshift.to(shift_meta[1]).view(shift_meta[0]) if shift_meta is not None else None
