@@ -8,7 +8,7 @@ import torch
 
 from liger_core.backend import LigerBackendError
 
-# -- norm family: drivers/rms_norm.py (rms_norm, fused_add_rms_norm), drivers/layer_norm.py ------
+# -- norm family: drivers/rms_norm.py (+ fused_add), modulated_rms_norm, layer_norm, poly_norm, group_norm --
 
 
 class _TorchRMSNormKernels:
@@ -55,7 +55,7 @@ def _rms_norm_functions(kernels):
     return driver.autograd_functions(kernels, __name__)
 
 
-@pytest.mark.parametrize("family", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("family", ["rms_norm", "modulated_rms_norm", "layer_norm", "poly_norm", "group_norm"])
 def test_norm_drivers_refuse_kernels_of_another_protocol(family):
     import importlib
 
@@ -64,7 +64,7 @@ def test_norm_drivers_refuse_kernels_of_another_protocol(family):
     class Stale:
         protocol = driver.PROTOCOL + 1
 
-    build = driver.autograd_functions if family == "rms_norm" else driver.autograd_function
+    build = getattr(driver, "autograd_functions", None) or driver.autograd_function
     with pytest.raises(
         LigerBackendError, match=rf"liger_core\.drivers\.{family} must declare protocol = {driver.PROTOCOL}"
     ):

@@ -26,7 +26,6 @@ from liger_ops_cuda._jit import row_group, row_tile
 from liger_ops_cuda._tiling import (
     TilePlan,
     backward_programs,
-    grad_rows,
     plan_backward_tiles,
     plan_tiles,
     sum_partials,
@@ -349,14 +348,6 @@ def rms_norm_backward(
         dw = torch.empty_like(weight)
         sum_partials(dw_partial, programs if n_rows else 0, dw, None, n_cols)
     return dw
-
-
-def _incoming_rows(dy: torch.Tensor, shape: torch.Size, in_place: bool) -> torch.Tensor:
-    """modulated_rms_norm's incoming gradient as rows (its own driver's layout)."""
-    dy2d = grad_rows(dy, shape)
-    # In place needs a dense buffer of its own rows: a gradient broadcast over rows (row
-    # stride 0) would alias, so it is copied first.
-    return dy2d.contiguous() if in_place and not dy2d.is_contiguous() else dy2d
 
 
 class RMSNormKernels:
