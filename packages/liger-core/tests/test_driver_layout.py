@@ -1,8 +1,8 @@
-"""`liger_core.drivers.layout`: rows in memory order for dense permuted tensors, logical rows otherwise."""
+"""`liger_core.drivers._rows`: rows in memory order for dense permuted tensors, logical rows otherwise."""
 
 import torch
 
-from liger_core.drivers.layout import as_rows, is_dense, memory_order_rows, rows_like
+from liger_core.drivers._rows import as_rows, is_dense, memory_order_rows, rows_like
 
 
 def test_a_transposed_projection_is_read_where_it_lies():

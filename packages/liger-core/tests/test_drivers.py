@@ -1,4 +1,5 @@
-"""The autograd drivers of `liger_core.drivers`, over stand-in kernels written in torch (no vendor)."""
+"""liger_core.drivers: each driver refuses kernels of another protocol version, and the driver
+logic itself (layout, in-place policy, what reaches the kernels) on kernels written in torch."""
 
 from __future__ import annotations
 
@@ -113,3 +114,163 @@ def test_embedding_driver_flat_rows_and_its_deferred_index_error():
     torch.testing.assert_close(weight.grad, ref.grad)
     with pytest.raises(IndexError, match=r"embedding: indices must be in \[0, 6\).*1 are not \(first: 6\)"):
         function.apply(weight, torch.tensor([0, 6]), None)
+
+
+# -- norm family: drivers/rms_norm.py (+ fused_add), modulated_rms_norm, layer_norm, poly_norm, group_norm --
+
+
+class _TorchRMSNormKernels:
+    """`liger_core.drivers.rms_norm.RMSNormKernels` in plain torch (fp32 math, casting mode
+    "none"), recording what the driver hands the kernels."""
+
+    protocol = 1
+
+    def __init__(self):
+        self.calls = []
+
+    def forward(self, x2d, weight, eps, offset, casting_mode):
+        rstd = torch.rsqrt(x2d.float().pow(2).mean(-1) + eps)
+        y = x2d.float() * rstd[:, None]
+        if weight is not None:
+            y = y * (weight.float() + offset)
+        return y.to(x2d.dtype), rstd, "state"
+
+    def backward(self, dy2d, x2d, weight, rstd, offset, casting_mode, dx, need_dw, state):
+        self.calls.append(("backward", dy2d, dx, need_dw, state))
+        x_hat = x2d.float() * rstd[:, None]
+        g = dy2d.float() * (weight.float() + offset) if weight is not None else dy2d.float()
+        dx.copy_(rstd[:, None] * (g - x_hat * (g * x_hat).mean(-1, keepdim=True)))
+        return (dy2d.float() * x_hat).sum(0).to(weight.dtype) if weight is not None else None
+
+    def fused_add_forward(self, x2d, residual2d, weight, eps, offset, casting_mode):
+        s = (x2d.float() + residual2d.float()).to(x2d.dtype)
+        y, rstd, state = self.forward(s, weight, eps, offset, casting_mode)
+        return y, s, rstd, state
+
+    def fused_add_backward(self, dy2d, dres2d, s2d, weight, rstd, offset, casting_mode, dx, dr, need_dw, state):
+        self.calls.append(("fused_add_backward", dy2d, dx, dr))
+        dw = self.backward(dy2d, s2d, weight, rstd, offset, casting_mode, dx, need_dw, state)
+        if dres2d is not None:
+            dx += dres2d
+        if dr is not None:
+            dr.copy_(dx)
+        return dw
+
+
+def _rms_norm_functions(kernels):
+    from liger_core.drivers import rms_norm as driver
+
+    return driver.autograd_functions(kernels, __name__)
+
+
+@pytest.mark.parametrize("family", ["rms_norm", "modulated_rms_norm", "layer_norm", "poly_norm", "group_norm"])
+def test_norm_drivers_refuse_kernels_of_another_protocol(family):
+    import importlib
+
+    driver = importlib.import_module(f"liger_core.drivers.{family}")
+
+    class Stale:
+        protocol = driver.PROTOCOL + 1
+
+    build = getattr(driver, "autograd_functions", None) or driver.autograd_function
+    with pytest.raises(
+        LigerBackendError, match=rf"liger_core\.drivers\.{family} must declare protocol = {driver.PROTOCOL}"
+    ):
+        build(Stale(), __name__)
+
+
+def test_rms_norm_driver_writes_in_place_only_into_a_dense_gradient():
+    kernels = _TorchRMSNormKernels()
+    rms = _rms_norm_functions(kernels)["rms_norm"]
+    assert rms.__name__ == "LigerRMSNormFunction" and rms.__module__ == __name__
+    x = torch.randn(6, 8, requires_grad=True)
+    w = torch.randn(8)
+    dense = torch.randn(6, 8)
+    rms.apply(x, w, 1e-6, 0.0, "none", True).backward(dense)
+    (_, dy2d, dx, need_dw, state), *_ = kernels.calls
+    # Dense and in place: grad_x is the incoming gradient's own memory; the weight wants no grad.
+    assert dx.data_ptr() == dy2d.data_ptr() and need_dw is False and state == "state"
+    assert x.grad.data_ptr() == dense.data_ptr()
+
+    # A gradient broadcast over rows: a new buffer, the gradient left alone, rows kept at stride 0.
+    kernels.calls.clear()
+    row = torch.randn(8)
+    x2 = x.detach().clone().requires_grad_()
+    rms.apply(x2, w, 1e-6, 0.0, "none", True).backward(row.expand(6, 8))
+    (_, dy2d, dx, _, _), *_ = kernels.calls
+    assert dy2d.stride() == (0, 1) and dx.data_ptr() != dy2d.data_ptr()
+    x_ref = x.detach().clone().requires_grad_()
+    torch.nn.functional.rms_norm(x_ref, (8,), w, 1e-6).backward(row.expand(6, 8))
+    torch.testing.assert_close(x2.grad, x_ref.grad)
+
+
+@pytest.mark.parametrize("residual_dtype", [torch.float32, torch.bfloat16])
+def test_fused_add_rms_norm_driver_shares_the_residual_gradient_when_dtypes_agree(residual_dtype):
+    kernels = _TorchRMSNormKernels()
+    fused = _rms_norm_functions(kernels)["fused_add_rms_norm"]
+    x = torch.randn(4, 8, requires_grad=True)
+    r = torch.randn(4, 8, dtype=residual_dtype, requires_grad=True)
+    w = torch.randn(8, requires_grad=True)
+    y, s = fused.apply(x, r, w, 1e-6, 0.0, "none", False)
+    (y.sum() + 2 * s.sum()).backward()
+    (_, _, dx, dr), *_ = kernels.calls
+    assert (dr is None) == (residual_dtype == torch.float32)
+    assert r.grad.dtype == residual_dtype
+    x_ref = x.detach().clone().requires_grad_()
+    r_ref = r.detach().clone().requires_grad_()
+    w_ref = w.detach().clone().requires_grad_()
+    s_ref = (x_ref + r_ref).to(x.dtype)
+    (torch.nn.functional.rms_norm(s_ref, (8,), w_ref, 1e-6).sum() + 2 * s_ref.sum()).backward()
+    for got, want in ((x.grad, x_ref.grad), (r.grad, r_ref.grad), (w.grad, w_ref.grad)):
+        torch.testing.assert_close(got, want)
+
+
+def test_fused_add_rms_norm_driver_passes_an_unused_output_s_gradient_straight_through():
+    kernels = _TorchRMSNormKernels()
+    fused = _rms_norm_functions(kernels)["fused_add_rms_norm"]
+    x = torch.randn(4, 8, requires_grad=True)
+    r = torch.randn(4, 8, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(8, requires_grad=True)
+    _, s = fused.apply(x, r, w, 1e-6, 0.0, "none", False)
+    dres = torch.randn(4, 8)
+    s.backward(dres)
+    # y unused: no kernel runs, the weight gets no gradient (as in the reference's graph).
+    assert kernels.calls == [] and w.grad is None
+    torch.testing.assert_close(x.grad, dres)
+    torch.testing.assert_close(r.grad, dres.bfloat16())
+
+
+def test_layer_norm_driver_asks_only_for_the_parameter_gradients_autograd_needs():
+    from liger_core.drivers import layer_norm as driver
+
+    seen = []
+
+    class TorchLayerNormKernels:
+        protocol = driver.PROTOCOL
+
+        def forward(self, x2d, weight, bias, eps):
+            mean = x2d.float().mean(-1)
+            rstd = torch.rsqrt(x2d.float().var(-1, unbiased=False) + eps)
+            y = (x2d.float() - mean[:, None]) * rstd[:, None] * weight + bias
+            return y.to(x2d.dtype), mean, rstd, None
+
+        def backward(self, dy2d, x2d, weight, bias, mean, rstd, dx, need_dw, need_db, state):
+            seen.append((need_dw, need_db, dx.shape, dy2d.stride()))
+            x_hat = (x2d.float() - mean[:, None]) * rstd[:, None]
+            g = dy2d.float() * weight
+            dx.copy_(rstd[:, None] * (g - g.mean(-1, keepdim=True) - x_hat * (g * x_hat).mean(-1, keepdim=True)))
+            return (dy2d * x_hat).sum(0), dy2d.sum(0)
+
+    ln = driver.autograd_function(TorchLayerNormKernels(), __name__)
+    x = torch.randn(2, 3, 8, requires_grad=True)
+    w, b = torch.randn(8, requires_grad=True), torch.randn(8)
+    row = torch.randn(8)
+    ln.apply(x, w, b, 1e-5).backward(row.expand(2, 3, 8))
+    assert seen == [(True, False, (6, 8), (0, 1))] and b.grad is None
+    x_ref, w_ref = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    torch.nn.functional.layer_norm(x_ref, (8,), w_ref, b, 1e-5).backward(row.expand(2, 3, 8))
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    torch.testing.assert_close(w.grad, w_ref.grad)
+
+
+# -- end of the norm family's block ---------------------------------------------------------------

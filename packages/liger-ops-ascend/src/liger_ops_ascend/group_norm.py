@@ -1,4 +1,5 @@
-"""GroupNorm for Ascend NPUs: triton-ascend kernels, UB-aware tile plans and autograd Function.
+"""GroupNorm for Ascend NPUs: triton-ascend kernels, UB-aware tile plans and the kernel adapter of
+`liger_core.drivers.group_norm`.
 
 ``x`` (batch, channels, *spatial) is read as ``batch * groups`` groups, each a contiguous
 ``(channels_per_group, spatial)`` block. The classic trap on Ascend is a grid of one
@@ -35,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.group_norm import check_args
+from liger_core.drivers import group_norm as group_norm_driver
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import below, tile_indices
@@ -552,13 +553,14 @@ def group_norm_backward(
     num_groups: int,
     mean: torch.Tensor,
     rstd: torch.Tensor,
+    dx: torch.Tensor,
     p: GroupNormPlan,
     hw: hardware.Hardware,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """``(grad_x, grad_weight, grad_bias)``; ``dyc`` contiguous like ``xc``."""
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """grad_x into ``dx`` (contiguous like ``xc``); returns ``(grad_weight, grad_bias)``;
+    ``dyc`` contiguous like ``xc``."""
     batch, num_channels = xc.shape[:2]
     cpg = num_channels // num_groups
-    dx = torch.empty_like(xc)
     has_w, has_b = weight is not None, bias is not None
     part = (batch, num_channels)
     # Every partial element is written by the kernel (zeros where a group is empty).
@@ -581,28 +583,27 @@ def group_norm_backward(
     # Second stage: the per-sample partials summed over the batch.
     dw = sum_partials(dw_part, weight.dtype) if has_w else None
     db = sum_partials(db_part, bias.dtype) if has_b else None
-    return dx, dw, db
+    return dw, db
 
 
-@implements("group_norm")
-class LigerGroupNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, num_channels, num_groups, eps):
-        check_args(x, weight, bias, num_channels, num_groups, eps)
-        hw = hardware.current(x.device)
-        xc = x.contiguous()
-        batch = x.shape[0]
-        spatial = x[0, 0].numel() if batch and num_channels else 1
-        p = plan_groups(batch, num_channels, num_groups, spatial, x.dtype, dtype_of(weight), dtype_of(bias), hw)
-        y, mean, rstd = group_norm_forward(xc, weight, bias, num_groups, float(eps), p, hw)
-        ctx.save_for_backward(xc, weight, bias, mean, rstd)
-        ctx.num_groups, ctx.plan, ctx.hw = num_groups, p, hw
-        return y
+class GroupNormKernels:
+    """`liger_core.drivers.group_norm.GroupNormKernels` on this module's kernels; the forward's
+    UB plan and the device's facts (`hardware.current`) are the backward's ``state``."""
+
+    protocol = group_norm_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        xc, weight, bias, mean, rstd = ctx.saved_tensors
-        dx, dw, db = group_norm_backward(
-            dy.contiguous(), xc, weight, bias, ctx.num_groups, mean, rstd, ctx.plan, ctx.hw
-        )
-        return dx, dw, db, None, None, None
+    def forward(x3, weight, bias, num_groups, eps):
+        hw = hardware.current(x3.device)
+        batch, channels, spatial = x3.shape
+        p = plan_groups(batch, channels, num_groups, spatial, x3.dtype, dtype_of(weight), dtype_of(bias), hw)
+        y, mean, rstd = group_norm_forward(x3, weight, bias, num_groups, eps, p, hw)
+        return y, mean, rstd, (p, hw)
+
+    @staticmethod
+    def backward(dy3, x3, weight, bias, num_groups, mean, rstd, dx, need_dw, need_db, state):
+        p, hw = state
+        return group_norm_backward(dy3, x3, weight, bias, num_groups, mean, rstd, dx, p, hw)
+
+
+LigerGroupNormFunction = implements("group_norm")(group_norm_driver.autograd_function(GroupNormKernels(), __name__))

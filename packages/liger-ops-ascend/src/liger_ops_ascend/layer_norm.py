@@ -1,4 +1,5 @@
-"""LayerNorm for Ascend NPUs: triton-ascend kernels, UB-aware tile plans and autograd Function.
+"""LayerNorm for Ascend NPUs: triton-ascend kernels, UB-aware tile plans and the kernel adapter of
+`liger_core.drivers.layer_norm`.
 
 Same launch and tiling scheme as rms_norm (see `_tiling.plan_rows`): one program per vector
 core walking row blocks; whole rows per tile (several short rows at once) when a row fits
@@ -21,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.layer_norm import check_args
+from liger_core.drivers import layer_norm as layer_norm_driver
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import below, col_tile, row_block, tile_indices, tile_ptrs
@@ -416,16 +417,17 @@ def layer_norm_backward(
     bias: torch.Tensor | None,
     mean: torch.Tensor,
     rstd: torch.Tensor,
+    dx: torch.Tensor,
     hw: hardware.Hardware,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """``(grad_x, grad_weight, grad_bias)``."""
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """grad_x into ``dx``; returns ``(grad_weight, grad_bias)``."""
+    dy2d, x2d = as_rows(dy2d), as_rows(x2d)  # row strides the int32 tile offsets hold
     n_rows, n_cols = x2d.shape
-    dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     has_w, has_b = weight is not None, bias is not None
     if n_rows == 0 or n_cols == 0:
         dw = torch.zeros_like(weight) if has_w else None
         db = torch.zeros_like(bias) if has_b else None
-        return dx, dw, db
+        return dw, db
     strides = strides_of(dy2d, x2d, dx)
     p = plan_tiles("backward", n_rows, n_cols, x2d.dtype, dtype_of(weight), dtype_of(bias), hw, strides)
     part = (p.programs, n_cols)
@@ -503,23 +505,25 @@ def layer_norm_backward(
         )
     dw = sum_partials(dw_part, weight.dtype) if has_w else None
     db = sum_partials(db_part, bias.dtype) if has_b else None
-    return dx, dw, db
+    return dw, db
 
 
-@implements("layer_norm")
-class LigerLayerNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        check_args(x, weight, bias, eps)
-        hw = hardware.current(x.device)
-        x2d = as_rows(x)
-        y, mean, rstd = layer_norm_forward(x2d, weight, bias, float(eps), hw)
-        ctx.save_for_backward(x2d, weight, bias, mean, rstd)
-        ctx.hw = hw
-        return y.view(x.shape)
+class LayerNormKernels:
+    """`liger_core.drivers.layer_norm.LayerNormKernels` on this module's kernels; the device's
+    facts (`hardware.current`), read once in the forward, are the backward's ``state``. Rows
+    whose stride the int32 tile offsets cannot hold are copied first (`_tiling.as_rows`)."""
+
+    protocol = layer_norm_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        x2d, weight, bias, mean, rstd = ctx.saved_tensors
-        dx, dw, db = layer_norm_backward(as_rows(dy), x2d, weight, bias, mean, rstd, ctx.hw)
-        return dx.view(dy.shape), dw, db, None
+    def forward(x2d, weight, bias, eps):
+        hw = hardware.current(x2d.device)
+        y, mean, rstd = layer_norm_forward(as_rows(x2d), weight, bias, eps, hw)
+        return y, mean, rstd, hw
+
+    @staticmethod
+    def backward(dy2d, x2d, weight, bias, mean, rstd, dx, need_dw, need_db, state):
+        return layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, dx, state)
+
+
+LigerLayerNormFunction = implements("layer_norm")(layer_norm_driver.autograd_function(LayerNormKernels(), __name__))

@@ -1,5 +1,5 @@
 """Modulated RMSNorm (``(1 + scale) * RMSNorm(x) + shift``, DiT's AdaLN norm) for Ascend NPUs:
-Triton kernels, tile plans, launch and autograd Function.
+Triton kernels, tile plans, launch and the kernel adapter of `liger_core.drivers.modulated_rms_norm`.
 
 The normalisation is rms_norm's own kernels (`rms_norm.rms_norm_forward` / `rms_norm_backward`,
 their UB-sized plans); the modulation is one more pass. Forward: the work is (row, BLOCK_N
@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.modulated_rms_norm import check_args, modulation_rows
+from liger_core.drivers import modulated_rms_norm as modulated_rms_norm_driver
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import flat_indices
@@ -158,31 +158,30 @@ def modulate_backward(
     return g, dscale, (dshift.view(m, n_chunks, n_cols).sum(1) if has_shift else None)
 
 
-@implements("modulated_rms_norm")
-class LigerModulatedRMSNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, scale, shift, eps, offset, casting_mode, in_place):
-        check_args(x, weight, scale, shift, eps, offset, casting_mode, in_place)
-        hw = hardware.current(x.device)
-        x2d = as_rows(x)
-        m, per = modulation_rows(x, scale)
-        scale2d = scale.reshape(m, x.shape[-1]).contiguous()
-        shift2d = shift.reshape(m, x.shape[-1]).contiguous() if shift is not None else None
-        r, rstd, _ = rms_norm_forward(x2d, weight, float(eps), float(offset), casting_mode, hw)
-        y = modulate_forward(r, scale2d, shift2d, per, hw)
-        ctx.save_for_backward(x2d, weight, rstd, r, scale2d)
-        ctx.offset, ctx.casting_mode, ctx.per, ctx.has_shift = float(offset), casting_mode, per, shift is not None
-        ctx.mod, ctx.hw = (scale.shape, scale.dtype, None if shift is None else (shift.shape, shift.dtype)), hw
-        return y.view(x.shape)
+class ModulatedRMSNormKernels:
+    """`liger_core.drivers.modulated_rms_norm.ModulatedRMSNormKernels` on this module's kernels:
+    rms_norm's kernels, then the modulation pass. The normalised rows are the one tensor the
+    backward needs beyond the driver's (``saved``); the device's facts are the ``state``. The
+    backward writes grad_x only after the modulation pass has read the incoming gradient (into
+    its own fp32 buffer), so grad_x may take the incoming gradient's memory."""
+
+    protocol = modulated_rms_norm_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        x2d, weight, rstd, r, scale2d = ctx.saved_tensors
-        g, dscale, dshift = modulate_backward(as_rows(dy), r, scale2d, ctx.has_shift, ctx.per, ctx.hw)
-        # g is the op's own fp32 buffer: rms_norm's backward writes grad_x elsewhere (its in_place
-        # would put x's dtype in fp32 memory).
-        dx, dw, _ = rms_norm_backward(g, x2d, weight, rstd, ctx.offset, ctx.casting_mode, False, ctx.hw)
-        scale_shape, scale_dtype, shift_meta = ctx.mod
-        dscale = dscale.to(scale_dtype).view(scale_shape)
-        dshift = dshift.to(shift_meta[1]).view(shift_meta[0]) if shift_meta is not None else None
-        return dx.view(dy.shape), dw, dscale, dshift, None, None, None, None
+    def forward(x2d, weight, scale2d, shift2d, per, eps, offset, casting_mode):
+        hw = hardware.current(x2d.device)
+        r, rstd, _ = rms_norm_forward(as_rows(x2d), weight, eps, offset, casting_mode, hw)
+        return modulate_forward(r, scale2d, shift2d, per, hw), rstd, (r,), hw
+
+    @staticmethod
+    def backward(dy2d, x2d, weight, scale2d, rstd, saved, per, offset, casting_mode, dx, shift_dtype, state):
+        (r,) = saved
+        has_shift = shift_dtype is not None
+        g, dscale, dshift = modulate_backward(as_rows(dy2d), r, scale2d, has_shift, per, state)
+        dw = rms_norm_backward(g, x2d, weight, rstd, offset, casting_mode, dx, state)
+        return dw, dscale.to(scale2d.dtype), (dshift.to(shift_dtype) if has_shift else None)
+
+
+LigerModulatedRMSNormFunction = implements("modulated_rms_norm")(
+    modulated_rms_norm_driver.autograd_function(ModulatedRMSNormKernels(), __name__)
+)

@@ -1,4 +1,5 @@
-"""PolyNorm for Ascend NPUs: triton-ascend kernels, UB-aware tile plans and autograd Function.
+"""PolyNorm for Ascend NPUs: triton-ascend kernels, UB-aware tile plans and the kernel adapter of
+`liger_core.drivers.poly_norm`.
 
 ``y = w0 * n(x^3) + w1 * n(x^2) + w2 * n(x) + b`` with ``n(u) = u * rsqrt(mean(u^2) + eps)``:
 three reciprocal RMS per row (of x, x^2, x^3), saved for the backward.
@@ -20,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.poly_norm import check_args
+from liger_core.drivers import poly_norm as poly_norm_driver
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import col_tile, row_block, tile_indices
@@ -280,13 +281,14 @@ def poly_norm_backward(
     weight: torch.Tensor,
     bias: torch.Tensor,
     rstd: torch.Tensor,
+    dx: torch.Tensor,
     hw: hardware.Hardware,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(grad_x, grad_weight, grad_bias)``."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """grad_x into ``dx``; returns ``(grad_weight, grad_bias)``."""
+    dy2d, x2d = as_rows(dy2d), as_rows(x2d)  # row strides the int32 tile offsets hold
     n_rows, n_cols = x2d.shape
-    dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     if n_rows == 0 or n_cols == 0:
-        return dx, torch.zeros_like(weight), torch.zeros_like(bias)
+        return torch.zeros_like(weight), torch.zeros_like(bias)
     p = plan_tiles("backward", n_rows, n_cols, x2d.dtype, hw, strides_of(dy2d, x2d, dx))
     partial = torch.empty((p.programs, 4), dtype=torch.float32, device=x2d.device)
     launch(
@@ -312,23 +314,25 @@ def poly_norm_backward(
     )
     # Second stage: the per-program partials summed.
     sums = partial.sum(0)
-    return dx, sums[:3].to(weight.dtype), sums[3:].to(bias.dtype).reshape(bias.shape)
+    return sums[:3].to(weight.dtype), sums[3:].to(bias.dtype).reshape(bias.shape)
 
 
-@implements("poly_norm")
-class LigerPolyNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        check_args(x, weight, bias, eps)
-        hw = hardware.current(x.device)
-        x2d = as_rows(x)
-        y, rstd = poly_norm_forward(x2d, weight, bias, float(eps), hw)
-        ctx.save_for_backward(x2d, weight, bias, rstd)
-        ctx.hw = hw
-        return y.view(x.shape)
+class PolyNormKernels:
+    """`liger_core.drivers.poly_norm.PolyNormKernels` on this module's kernels; the device's
+    facts (`hardware.current`), read once in the forward, are the backward's ``state``. Rows
+    whose stride the int32 tile offsets cannot hold are copied first (`_tiling.as_rows`)."""
+
+    protocol = poly_norm_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        x2d, weight, bias, rstd = ctx.saved_tensors
-        dx, dw, db = poly_norm_backward(as_rows(dy), x2d, weight, bias, rstd, ctx.hw)
-        return dx.view(dy.shape), dw, db, None
+    def forward(x2d, weight, bias, eps):
+        hw = hardware.current(x2d.device)
+        y, rstd = poly_norm_forward(as_rows(x2d), weight, bias, eps, hw)
+        return y, rstd, hw
+
+    @staticmethod
+    def backward(dy2d, x2d, weight, bias, rstd, dx, state):
+        return poly_norm_backward(dy2d, x2d, weight, bias, rstd, dx, state)
+
+
+LigerPolyNormFunction = implements("poly_norm")(poly_norm_driver.autograd_function(PolyNormKernels(), __name__))

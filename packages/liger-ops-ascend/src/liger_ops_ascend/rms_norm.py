@@ -1,5 +1,5 @@
 """RMSNorm and fused_add_rms_norm (``HAS_RESIDUAL``) for Ascend NPUs: triton-ascend kernels,
-UB-aware tile plans and autograd Functions.
+UB-aware tile plans and the kernel adapter of `liger_core.drivers.rms_norm`.
 
 Launch: one program per vector core (never more programs than row blocks); each program
 walks the row blocks ``pid, pid + programs, ...`` up to the last one (``range(pid, n_blocks,
@@ -32,8 +32,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.fused_add_rms_norm import check_args as check_fused_add_args
-from liger_core.ops.rms_norm import check_args
+from liger_core.drivers import rms_norm as rms_norm_driver
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import col_tile, row_block, tile_indices, tile_ptrs
@@ -497,28 +496,23 @@ def rms_norm_backward(
     rstd: torch.Tensor,
     offset: float,
     casting_mode: str,
-    in_place: bool,
+    dx: torch.Tensor,
     hw: hardware.Hardware,
     ds2d: torch.Tensor | None = None,
-    residual_dtype: torch.dtype | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """``(grad_x, grad_weight, grad_residual)``. With ``residual_dtype`` (fused_add_rms_norm)
-    ``x2d`` is the new residual, ``ds2d`` its incoming gradient (None: unused), and
-    grad_residual (= grad_x, in the residual's dtype) gets its own buffer."""
+    dr: torch.Tensor | None = None,
+) -> torch.Tensor | None:
+    """grad_x into ``dx`` (x2d's shape and dtype; it may be ``dy2d``: in place); returns
+    grad_weight. For fused_add_rms_norm ``x2d`` is the new residual, ``ds2d`` its incoming
+    gradient (None: unused), and ``dr`` a buffer in the residual's dtype that receives grad_x
+    too (None: grad_x is the residual's gradient)."""
+    dy2d, x2d = as_rows(dy2d), as_rows(x2d)  # row strides the int32 tile offsets hold
     n_rows, n_cols = x2d.shape
     has_weight = weight is not None
-    # in_place: grad_x goes into the incoming gradient's memory, which must then be a dense
-    # buffer of its own (an expanded gradient would alias rows).
-    if in_place and not dy2d.is_contiguous():
-        dy2d = dy2d.contiguous()
-    dx = dy2d if in_place else torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
-    dr = None
-    if residual_dtype is not None:
-        dr = torch.empty((n_rows, n_cols), dtype=residual_dtype, device=x2d.device)
     if n_rows == 0 or n_cols == 0:
-        return dx, (torch.zeros_like(weight) if has_weight else None), dr
+        return torch.zeros_like(weight) if has_weight else None
     round_x_hat = _ROUND_X_HAT[casting_mode]
     strides = strides_of(dy2d, x2d, dx, ds2d, dr)
+    residual_dtype = None if ds2d is None and dr is None else (x2d.dtype if dr is None else dr.dtype)
     p = plan_tiles("backward", n_rows, n_cols, x2d.dtype, dtype_of(weight), casting_mode, hw, residual_dtype, strides)
     dw_partial = torch.empty((p.programs, n_cols), dtype=torch.float32, device=x2d.device) if has_weight else rstd
     w = weight if has_weight else x2d
@@ -600,58 +594,38 @@ def rms_norm_backward(
             **residual,
         )
     # Second stage of the grad_weight reduction: sum the per-program partial rows.
-    dw = sum_partials(dw_partial, weight.dtype) if has_weight else None
-    return dx, dw, dr
+    return sum_partials(dw_partial, weight.dtype) if has_weight else None
 
 
-@implements("rms_norm")
-class LigerRMSNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, eps, offset, casting_mode, in_place):
-        check_args(x, weight, eps, offset, casting_mode, in_place)
-        hw = hardware.current(x.device)
-        x2d = as_rows(x)
-        y, rstd, _ = rms_norm_forward(x2d, weight, float(eps), float(offset), casting_mode, hw)
-        ctx.save_for_backward(x2d, weight, rstd)
-        ctx.offset, ctx.casting_mode, ctx.in_place, ctx.hw = float(offset), casting_mode, in_place, hw
-        return y.view(x.shape)
+class RMSNormKernels:
+    """`liger_core.drivers.rms_norm.RMSNormKernels` on this module's kernels; the device's
+    facts (`hardware.current`), read once in the forward, are the backward's ``state``. Rows
+    whose stride the int32 tile offsets cannot hold are copied first (`_tiling.as_rows`)."""
+
+    protocol = rms_norm_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        x2d, weight, rstd = ctx.saved_tensors
-        dx, dw, _ = rms_norm_backward(
-            as_rows(dy), x2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.hw
-        )
-        return dx.view(dy.shape), dw, None, None, None, None
-
-
-@implements("fused_add_rms_norm")
-class LigerFusedAddRMSNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, residual, weight, eps, offset, casting_mode, in_place):
-        check_fused_add_args(x, residual, weight, eps, offset, casting_mode, in_place)
-        hw = hardware.current(x.device)
-        x2d, r2d = as_rows(x), as_rows(residual)
-        y, rstd, s = rms_norm_forward(x2d, weight, float(eps), float(offset), casting_mode, hw, r2d)
-        # The new residual is what was normalised: the backward needs it, not x or r.
-        ctx.save_for_backward(s, weight, rstd)
-        ctx.offset, ctx.casting_mode, ctx.in_place, ctx.hw = float(offset), casting_mode, in_place, hw
-        ctx.residual_dtype = residual.dtype
-        # An unused new_residual gets no gradient (None) instead of a buffer of zeros.
-        ctx.set_materialize_grads(False)
-        return y.view(x.shape), s.view(x.shape)
+    def forward(x2d, weight, eps, offset, casting_mode):
+        hw = hardware.current(x2d.device)
+        y, rstd, _ = rms_norm_forward(as_rows(x2d), weight, eps, offset, casting_mode, hw)
+        return y, rstd, hw
 
     @staticmethod
-    def backward(ctx, dy, ds):
-        s2d, weight, rstd = ctx.saved_tensors
-        shape = dy.shape if dy is not None else ds.shape
-        if dy is None:
-            # Only new_residual was used: its gradient passes straight to x and residual.
-            dx = ds.to(s2d.dtype).clone()
-            dw = torch.zeros_like(weight) if weight is not None else None
-            return dx, ds.to(ctx.residual_dtype).clone(), dw, None, None, None, None
-        ds2d = None if ds is None else as_rows(ds)
-        dx, dw, dr = rms_norm_backward(
-            as_rows(dy), s2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.hw, ds2d, ctx.residual_dtype
-        )
-        return dx.view(shape), dr.view(shape), dw, None, None, None, None
+    def backward(dy2d, x2d, weight, rstd, offset, casting_mode, dx, need_dw, state):
+        return rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, dx, state)
+
+    @staticmethod
+    def fused_add_forward(x2d, residual2d, weight, eps, offset, casting_mode):
+        hw = hardware.current(x2d.device)
+        y, rstd, s = rms_norm_forward(as_rows(x2d), weight, eps, offset, casting_mode, hw, as_rows(residual2d))
+        return y, s, rstd, hw
+
+    @staticmethod
+    def fused_add_backward(dy2d, dres2d, s2d, weight, rstd, offset, casting_mode, dx, dr, need_dw, state):
+        ds2d = None if dres2d is None else as_rows(dres2d)
+        return rms_norm_backward(dy2d, s2d, weight, rstd, offset, casting_mode, dx, state, ds2d, dr)
+
+
+_FUNCTIONS = rms_norm_driver.autograd_functions(RMSNormKernels(), __name__)
+LigerRMSNormFunction = implements("rms_norm")(_FUNCTIONS["rms_norm"])
+LigerFusedAddRMSNormFunction = implements("fused_add_rms_norm")(_FUNCTIONS["fused_add_rms_norm"])

@@ -1,4 +1,5 @@
-"""GroupNorm for NVIDIA GPUs: Triton kernels, launch plan and autograd Function.
+"""GroupNorm for NVIDIA GPUs: Triton kernels, launch plans and the kernel adapter of
+`liger_core.drivers.group_norm`.
 
 A (batch, group) is a (channels-per-group, spatial) array of the contiguous input, walked
 in (BLOCK_C, BLOCK_HW) tiles. Two plans:
@@ -19,7 +20,6 @@ grad_weight / grad_bias: each chunk writes its channels' fp32 sums into a (batch
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.group_norm import check_args
+from liger_core.drivers import group_norm as group_norm_driver
 from liger_ops_cuda import hardware
 from liger_ops_cuda._tiling import sum_partials
 
@@ -397,13 +397,14 @@ def group_norm_backward(
     mean: torch.Tensor,
     rstd: torch.Tensor,
     plan: GroupPlan,
+    dx: torch.Tensor,
     need_dw: bool = True,
     need_db: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Launch the backward: grad_x into ``dx``; returns ``(grad_weight, grad_bias)``."""
     batch, channels, hw = x3.shape
     cg = channels // num_groups
     n_groups = batch * num_groups
-    dx = torch.empty_like(x3)
     need_dw = need_dw and weight is not None
     need_db = need_db and bias is not None
     need_partial = need_dw or need_db
@@ -436,27 +437,25 @@ def group_norm_backward(
     db = torch.empty_like(bias) if need_db else None
     if need_partial:
         sum_partials(partial, rows, dw, db, channels)
-    return dx, dw, db
+    return dw, db
 
 
-@implements("group_norm")
-class LigerGroupNormFunction(torch.autograd.Function):
+class GroupNormKernels:
+    """`liger_core.drivers.group_norm.GroupNormKernels` on this module's kernels; the forward's
+    group plan is the backward's ``state``."""
+
+    protocol = group_norm_driver.PROTOCOL
+
     @staticmethod
-    def forward(ctx, x, weight, bias, num_channels, num_groups, eps):
-        check_args(x, weight, bias, num_channels, num_groups, eps)
-        batch = x.shape[0]
-        hw = math.prod(x.shape[2:])
-        x3 = x.reshape(batch, num_channels, hw).contiguous()
-        plan = plan_groups(batch * num_groups, num_channels // num_groups, hw, x.device)
+    def forward(x3, weight, bias, num_groups, eps):
+        batch, channels, spatial = x3.shape
+        plan = plan_groups(batch * num_groups, channels // num_groups, spatial, x3.device)
         y, mean, rstd = group_norm_forward(x3, weight, bias, num_groups, eps, plan)
-        ctx.save_for_backward(x3, weight, bias, mean, rstd)
-        ctx.num_groups, ctx.plan = num_groups, plan
-        return y.view(x.shape)
+        return y, mean, rstd, plan
 
     @staticmethod
-    def backward(ctx, dy):
-        x3, weight, bias, mean, rstd = ctx.saved_tensors
-        dy3 = dy.reshape(x3.shape).contiguous()
-        _, need_dw, need_db, _, _, _ = ctx.needs_input_grad
-        dx, dw, db = group_norm_backward(dy3, x3, weight, bias, ctx.num_groups, mean, rstd, ctx.plan, need_dw, need_db)
-        return dx.view(dy.shape), dw, db, None, None, None
+    def backward(dy3, x3, weight, bias, num_groups, mean, rstd, dx, need_dw, need_db, state):
+        return group_norm_backward(dy3, x3, weight, bias, num_groups, mean, rstd, state, dx, need_dw, need_db)
+
+
+LigerGroupNormFunction = implements("group_norm")(group_norm_driver.autograd_function(GroupNormKernels(), __name__))

@@ -1,4 +1,5 @@
-"""LayerNorm for NVIDIA GPUs: Triton kernels, launch plan and autograd Function.
+"""LayerNorm for NVIDIA GPUs: Triton kernels, launch plans and the kernel adapter of
+`liger_core.drivers.layer_norm`.
 
 Forward: each program normalises BLOCK_M rows held in registers (one read of x; the
 variance is taken of the centred tile, exact two-pass in registers) or, for rows wider than
@@ -15,14 +16,12 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.layer_norm import check_args
+from liger_core.drivers import layer_norm as layer_norm_driver
 from liger_ops_cuda import hardware
 from liger_ops_cuda._jit import row_group, row_tile
 from liger_ops_cuda._tiling import (
     TilePlan,
-    as_rows,
     backward_programs,
-    grad_rows,
     plan_backward_tiles,
     plan_tiles,
     sum_partials,
@@ -229,12 +228,13 @@ def layer_norm_backward(
     mean: torch.Tensor,
     rstd: torch.Tensor,
     plan: TilePlan,
+    dx: torch.Tensor,
     need_dw: bool = True,
     need_db: bool = True,
     programs: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Launch the backward: grad_x into ``dx``; returns ``(grad_weight, grad_bias)``."""
     n_rows, n_cols = x2d.shape
-    dx = torch.empty_like(x2d)
     need_dw = need_dw and weight is not None
     need_db = need_db and bias is not None
     need_partial = need_dw or need_db
@@ -270,25 +270,24 @@ def layer_norm_backward(
         if n_rows == 0:
             partial.zero_()
         sum_partials(partial, programs, dw, db, n_cols)
-    return dx, dw, db
+    return dw, db
 
 
-@implements("layer_norm")
-class LigerLayerNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        check_args(x, weight, bias, eps)
-        x2d = as_rows(x)
-        y, mean, rstd = layer_norm_forward(x2d, weight, bias, eps, plan_tiles(x.shape[-1]))
-        ctx.save_for_backward(x2d, weight, bias, mean, rstd)
-        return y.view(x.shape)
+class LayerNormKernels:
+    """`liger_core.drivers.layer_norm.LayerNormKernels` on this module's kernels. The backward
+    tiles are planned apart from the forward's (their own tile budget): no state."""
+
+    protocol = layer_norm_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        x2d, weight, bias, mean, rstd = ctx.saved_tensors
+    def forward(x2d, weight, bias, eps):
+        y, mean, rstd = layer_norm_forward(x2d, weight, bias, eps, plan_tiles(x2d.shape[1]))
+        return y, mean, rstd, None
+
+    @staticmethod
+    def backward(dy2d, x2d, weight, bias, mean, rstd, dx, need_dw, need_db, state):
         plan = plan_backward_tiles(x2d.shape[1], hardware.LAYER_NORM_BACKWARD_TILE_ELEMENTS)
-        _, need_dw, need_db, _ = ctx.needs_input_grad
-        dx, dw, db = layer_norm_backward(
-            grad_rows(dy, x2d.shape), x2d, weight, bias, mean, rstd, plan, need_dw, need_db
-        )
-        return dx.view(dy.shape), dw, db, None
+        return layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, plan, dx, need_dw, need_db)
+
+
+LigerLayerNormFunction = implements("layer_norm")(layer_norm_driver.autograd_function(LayerNormKernels(), __name__))

@@ -1,5 +1,5 @@
 """Modulated RMSNorm (``(1 + scale) * RMSNorm(x) + shift``, DiT's AdaLN norm) for NVIDIA GPUs:
-Triton kernels, launch and autograd Function.
+Triton kernels, launch plans and the kernel adapter of `liger_core.drivers.modulated_rms_norm`.
 
 One fused kernel per direction, on the norms' tile plans (`_tiling.plan_tiles` forward, its
 backward tiles at sizes of its own).
@@ -28,11 +28,11 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.modulated_rms_norm import check_args, modulation_rows
+from liger_core.drivers import modulated_rms_norm as modulated_rms_norm_driver
 from liger_ops_cuda import hardware
 from liger_ops_cuda._jit import row_tile
-from liger_ops_cuda._tiling import TilePlan, as_rows, plan_norm_rows, plan_tiles, sum_partials
-from liger_ops_cuda.rms_norm import _ROUND_X_HAT, _incoming_rows
+from liger_ops_cuda._tiling import TilePlan, plan_norm_rows, plan_tiles, sum_partials
+from liger_ops_cuda.rms_norm import _ROUND_X_HAT
 
 
 @triton.jit
@@ -297,16 +297,15 @@ def modulated_rms_norm_backward(
     per: int,
     offset: float,
     casting_mode: str,
-    in_place: bool,
+    dx: torch.Tensor,
     shift_dtype: torch.dtype | None,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
-    """Launch the backward; returns ``(grad_x, grad_weight, grad_scale, grad_shift)``, grad_x in
-    ``dy2d`` when in_place, grad_scale ``(M, hidden)`` in scale's dtype, grad_shift in
-    ``shift_dtype`` (None: no shift)."""
+) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
+    """Launch the backward: grad_x into ``dx`` (it may be ``dy2d``: in place); returns
+    ``(grad_weight, grad_scale, grad_shift)``, grad_scale ``(M, hidden)`` in scale's dtype,
+    grad_shift in ``shift_dtype`` (None: no shift)."""
     n_rows, n_cols = x2d.shape
     m = scale2d.shape[0]
     device = x2d.device
-    dx = dy2d if in_place else torch.empty_like(x2d)
     plan = plan_backward_tiles(n_cols, per)
     units = plan_backward_units(m, per, plan.block_m, device)
     has_shift = shift_dtype is not None
@@ -362,40 +361,26 @@ def modulated_rms_norm_backward(
     if need_dw:
         dw = torch.empty_like(weight)
         sum_partials(dw_partial, units.programs if n_rows else 0, dw, None, n_cols)
-    return dx, dw, dscale, dshift
+    return dw, dscale, dshift
 
 
-@implements("modulated_rms_norm")
-class LigerModulatedRMSNormFunction(torch.autograd.Function):
+class ModulatedRMSNormKernels:
+    """`liger_core.drivers.modulated_rms_norm.ModulatedRMSNormKernels` on this module's kernels:
+    one fused pass each way, nothing saved beyond the driver's tensors, no state (the backward
+    plans its own tiles)."""
+
+    protocol = modulated_rms_norm_driver.PROTOCOL
+
     @staticmethod
-    def forward(ctx, x, weight, scale, shift, eps, offset, casting_mode, in_place):
-        check_args(x, weight, scale, shift, eps, offset, casting_mode, in_place)
-        x2d = as_rows(x)
-        m, per = modulation_rows(x, scale)
-        scale2d = scale.reshape(m, x.shape[-1]).contiguous()
-        shift2d = shift.reshape(m, x.shape[-1]).contiguous() if shift is not None else None
+    def forward(x2d, weight, scale2d, shift2d, per, eps, offset, casting_mode):
         y, rstd = modulated_rms_norm_forward(x2d, weight, scale2d, shift2d, per, eps, offset, casting_mode)
-        ctx.save_for_backward(x2d, weight, rstd, scale2d)
-        ctx.offset, ctx.casting_mode, ctx.in_place, ctx.per = offset, casting_mode, in_place, per
-        ctx.mod = (scale.shape, None if shift is None else (shift.shape, shift.dtype))
-        return y.view(x.shape)
+        return y, rstd, (), None
 
     @staticmethod
-    def backward(ctx, dy):
-        x2d, weight, rstd, scale2d = ctx.saved_tensors
-        scale_shape, shift_meta = ctx.mod
-        dy2d = _incoming_rows(dy, x2d.shape, ctx.in_place)
-        dx, dw, dscale, dshift = modulated_rms_norm_backward(
-            dy2d,
-            x2d,
-            weight,
-            scale2d,
-            rstd,
-            ctx.per,
-            ctx.offset,
-            ctx.casting_mode,
-            ctx.in_place,
-            shift_meta[1] if shift_meta is not None else None,
-        )
-        dshift = dshift.view(shift_meta[0]) if shift_meta is not None else None
-        return dx.view(dy.shape), dw, dscale.view(scale_shape), dshift, None, None, None, None
+    def backward(dy2d, x2d, weight, scale2d, rstd, saved, per, offset, casting_mode, dx, shift_dtype, state):
+        return modulated_rms_norm_backward(dy2d, x2d, weight, scale2d, rstd, per, offset, casting_mode, dx, shift_dtype)
+
+
+LigerModulatedRMSNormFunction = implements("modulated_rms_norm")(
+    modulated_rms_norm_driver.autograd_function(ModulatedRMSNormKernels(), __name__)
+)

@@ -1,4 +1,5 @@
-"""PolyNorm for NVIDIA GPUs: Triton kernels, launch plan and autograd Function.
+"""PolyNorm for NVIDIA GPUs: Triton kernels, launch plans and the kernel adapter of
+`liger_core.drivers.poly_norm`.
 
 y = w0 * n(x^3) + w1 * n(x^2) + w2 * n(x) + b with n(u) = u * rstd(u). Forward: one read of
 x per row tile, the three sums of squares (x^2, x^4, x^6) in fp32, three rstd per row kept
@@ -14,10 +15,10 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.poly_norm import check_args
+from liger_core.drivers import poly_norm as poly_norm_driver
 from liger_ops_cuda import hardware
 from liger_ops_cuda._jit import row_group, row_tile
-from liger_ops_cuda._tiling import TilePlan, as_rows, backward_programs, grad_rows, plan_norm_rows, sum_partials
+from liger_ops_cuda._tiling import TilePlan, backward_programs, plan_norm_rows, sum_partials
 
 
 @triton.jit
@@ -224,11 +225,12 @@ def poly_norm_backward(
     weight: torch.Tensor,
     bias: torch.Tensor,
     rstd: torch.Tensor,
+    dx: torch.Tensor,
     plan: TilePlan,
     programs: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch the backward: grad_x into ``dx``; returns ``(grad_weight, grad_bias)``."""
     n_rows, n_cols = x2d.shape
-    dx = torch.empty_like(x2d)
     programs, rows_per_program = backward_programs(n_rows, plan.block_m, x2d.device, programs)
     partial = torch.zeros((programs, 4), dtype=torch.float32, device=x2d.device)
     if n_rows > 0 and n_cols > 0:
@@ -251,7 +253,7 @@ def poly_norm_backward(
     dw = torch.empty_like(weight)
     db = torch.empty_like(bias)
     sum_partials(partial, programs, dw, db, 3)
-    return dx, dw, db
+    return dw, db
 
 
 def plan_forward(n_cols: int) -> TilePlan:
@@ -267,19 +269,20 @@ def plan_backward(n_cols: int) -> TilePlan:
     return plan_norm_rows(n_cols, tile, hardware.POLY_NORM_BACKWARD_ELEMENTS_PER_WARP, min(hardware.CHUNK_BLOCK, tile))
 
 
-@implements("poly_norm")
-class LigerPolyNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        check_args(x, weight, bias, eps)
-        x2d = as_rows(x)
-        y, rstd = poly_norm_forward(x2d, weight, bias, eps, plan_forward(x.shape[-1]))
-        ctx.save_for_backward(x2d, weight, bias, rstd)
-        return y.view(x.shape)
+class PolyNormKernels:
+    """`liger_core.drivers.poly_norm.PolyNormKernels` on this module's kernels. The backward
+    tiles are planned apart from the forward's: no state."""
+
+    protocol = poly_norm_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        x2d, weight, bias, rstd = ctx.saved_tensors
-        plan = plan_backward(x2d.shape[1])
-        dx, dw, db = poly_norm_backward(grad_rows(dy, x2d.shape), x2d, weight, bias, rstd, plan)
-        return dx.view(dy.shape), dw, db, None
+    def forward(x2d, weight, bias, eps):
+        y, rstd = poly_norm_forward(x2d, weight, bias, eps, plan_forward(x2d.shape[1]))
+        return y, rstd, None
+
+    @staticmethod
+    def backward(dy2d, x2d, weight, bias, rstd, dx, state):
+        return poly_norm_backward(dy2d, x2d, weight, bias, rstd, dx, plan_backward(x2d.shape[1]))
+
+
+LigerPolyNormFunction = implements("poly_norm")(poly_norm_driver.autograd_function(PolyNormKernels(), __name__))

@@ -1,4 +1,5 @@
-"""RMSNorm and residual add + RMSNorm for NVIDIA GPUs: Triton kernels, launch and autograd Functions.
+"""RMSNorm and residual add + RMSNorm for NVIDIA GPUs: Triton kernels, launch plans and the kernel
+adapter of `liger_core.drivers.rms_norm`.
 
 Forward: each program normalises BLOCK_M rows (several short rows per tile, one wide row per
 tile, or a wide row in CHUNK-wide pieces) and stores the fp32 reciprocal RMS for backward.
@@ -19,15 +20,12 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.fused_add_rms_norm import check_args as check_fused_add_args
-from liger_core.ops.rms_norm import check_args
+from liger_core.drivers import rms_norm as rms_norm_driver
 from liger_ops_cuda import hardware
 from liger_ops_cuda._jit import row_group, row_tile
 from liger_ops_cuda._tiling import (
     TilePlan,
-    as_rows,
     backward_programs,
-    grad_rows,
     plan_backward_tiles,
     plan_tiles,
     sum_partials,
@@ -298,20 +296,19 @@ def rms_norm_backward(
     rstd: torch.Tensor,
     offset: float,
     casting_mode: str,
-    in_place: bool,
+    dx: torch.Tensor,
     plan: TilePlan,
     programs: int | None = None,
     need_dw: bool = True,
     dres2d: torch.Tensor | None = None,
-    residual_dtype: torch.dtype | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """Launch the backward; returns ``(grad_x, grad_weight, grad_residual)`` (grad_x in ``dy2d``
-    when in_place). fused_add_rms_norm passes ``residual_dtype`` (grad_residual is grad_x, or a
-    copy in that dtype) and ``dres2d``, the new residual's incoming gradient, or None."""
+    dr: torch.Tensor | None = None,
+) -> torch.Tensor | None:
+    """Launch the backward: grad_x into ``dx`` (it may be ``dy2d``: in place); returns grad_weight
+    (None without a weight or ``need_dw``). fused_add_rms_norm passes ``dres2d``, the new
+    residual's incoming gradient (or None), and ``dr``, a buffer in the residual's dtype that
+    receives grad_x too (None: grad_x is the residual's gradient)."""
     n_rows, n_cols = x2d.shape
-    dx = dy2d if in_place else torch.empty_like(x2d)
-    write_dr = residual_dtype is not None and residual_dtype != x2d.dtype
-    dr = torch.empty(x2d.shape, dtype=residual_dtype, device=x2d.device) if write_dr else dx
+    write_dr = dr is not None
     need_dw = need_dw and weight is not None
     programs, rows_per_program = backward_programs(n_rows, plan.block_m, x2d.device, programs)
     # fp32 partial grad_weight rows, one per program; chunked plans accumulate in place.
@@ -319,6 +316,7 @@ def rms_norm_backward(
     dw_partial = alloc((programs, n_cols), dtype=torch.float32, device=x2d.device) if need_dw else None
     if x2d.numel() > 0:
         dres = dres2d if dres2d is not None else dy2d  # never read without HAS_DRES
+        dr_out = dr if write_dr else dx  # never written without WRITE_DR
         plan.launch(
             _rms_norm_backward_kernel,
             (programs,),
@@ -329,12 +327,12 @@ def rms_norm_backward(
             dx,
             dw_partial if need_dw else rstd,
             dres,
-            dr,
+            dr_out,
             dy2d.stride(0),
             x2d.stride(0),
             dx.stride(0),
             dres.stride(0) if dres2d is not None else 0,
-            dr.stride(0),
+            dr_out.stride(0),
             n_rows,
             n_cols,
             offset,
@@ -349,71 +347,40 @@ def rms_norm_backward(
     if need_dw:
         dw = torch.empty_like(weight)
         sum_partials(dw_partial, programs if n_rows else 0, dw, None, n_cols)
-    return dx, dw, (dr if residual_dtype is not None else None)
+    return dw
 
 
-def _incoming_rows(dy: torch.Tensor, shape: torch.Size, in_place: bool) -> torch.Tensor:
-    dy2d = grad_rows(dy, shape)
-    # In place needs a dense buffer of its own rows: a gradient broadcast over rows (row
-    # stride 0) would alias, so it is copied first.
-    return dy2d.contiguous() if in_place and not dy2d.is_contiguous() else dy2d
+class RMSNormKernels:
+    """`liger_core.drivers.rms_norm.RMSNormKernels` on this module's kernels. The backward tiles
+    are planned apart from the forward's (fused_add_rms_norm's with its own tile budget), so
+    nothing passes from forward to backward (state None)."""
 
-
-@implements("rms_norm")
-class LigerRMSNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, eps, offset, casting_mode, in_place):
-        check_args(x, weight, eps, offset, casting_mode, in_place)
-        x2d = as_rows(x)
-        y, rstd, _ = rms_norm_forward(x2d, weight, eps, offset, casting_mode, plan_tiles(x.shape[-1]))
-        ctx.save_for_backward(x2d, weight, rstd)
-        ctx.offset, ctx.casting_mode, ctx.in_place = offset, casting_mode, in_place
-        return y.view(x.shape)
+    protocol = rms_norm_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        x2d, weight, rstd = ctx.saved_tensors
-        dy2d = _incoming_rows(dy, x2d.shape, ctx.in_place)
+    def forward(x2d, weight, eps, offset, casting_mode):
+        y, rstd, _ = rms_norm_forward(x2d, weight, eps, offset, casting_mode, plan_tiles(x2d.shape[1]))
+        return y, rstd, None
+
+    @staticmethod
+    def backward(dy2d, x2d, weight, rstd, offset, casting_mode, dx, need_dw, state):
         plan = plan_tiles(x2d.shape[1], backward=True)
-        dx, dw, _ = rms_norm_backward(dy2d, x2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, plan)
-        return dx.view(dy.shape), dw, None, None, None, None
-
-
-@implements("fused_add_rms_norm")
-class LigerFusedAddRMSNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, residual, weight, eps, offset, casting_mode, in_place):
-        check_fused_add_args(x, residual, weight, eps, offset, casting_mode, in_place)
-        plan = plan_tiles(x.shape[-1])
-        y, rstd, s = rms_norm_forward(as_rows(x), weight, eps, offset, casting_mode, plan, as_rows(residual))
-        ctx.save_for_backward(s, weight, rstd)
-        ctx.offset, ctx.casting_mode, ctx.in_place = offset, casting_mode, in_place
-        ctx.residual_dtype = residual.dtype
-        # An unused new_residual gets no gradient (None) instead of a materialised zero tensor.
-        ctx.set_materialize_grads(False)
-        return y.view(x.shape), s.view(x.shape)
+        return rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, dx, plan, need_dw=need_dw)
 
     @staticmethod
-    def backward(ctx, dy, dres):
-        s2d, weight, rstd = ctx.saved_tensors
-        shape = dy.shape if dy is not None else dres.shape
-        if dy is None:
-            # Only new_residual was used: its gradient passes straight to x and residual.
-            return dres.to(s2d.dtype), dres.to(ctx.residual_dtype), None, None, None, None, None
-        dy2d = _incoming_rows(dy, s2d.shape, ctx.in_place)
-        dres2d = grad_rows(dres, s2d.shape) if dres is not None else None
+    def fused_add_forward(x2d, residual2d, weight, eps, offset, casting_mode):
+        plan = plan_tiles(x2d.shape[1])
+        y, rstd, s = rms_norm_forward(x2d, weight, eps, offset, casting_mode, plan, residual2d)
+        return y, s, rstd, None
+
+    @staticmethod
+    def fused_add_backward(dy2d, dres2d, s2d, weight, rstd, offset, casting_mode, dx, dr, need_dw, state):
         plan = plan_backward_tiles(s2d.shape[1], hardware.FUSED_ADD_RMS_NORM_BACKWARD_TILE_ELEMENTS)
-        dx, dw, dr = rms_norm_backward(
-            dy2d,
-            s2d,
-            weight,
-            rstd,
-            ctx.offset,
-            ctx.casting_mode,
-            ctx.in_place,
-            plan,
-            need_dw=ctx.needs_input_grad[2],
-            dres2d=dres2d,
-            residual_dtype=ctx.residual_dtype,
+        return rms_norm_backward(
+            dy2d, s2d, weight, rstd, offset, casting_mode, dx, plan, need_dw=need_dw, dres2d=dres2d, dr=dr
         )
-        return dx.view(shape), dr.view(shape), dw, None, None, None, None
+
+
+_FUNCTIONS = rms_norm_driver.autograd_functions(RMSNormKernels(), __name__)
+LigerRMSNormFunction = implements("rms_norm")(_FUNCTIONS["rms_norm"])
+LigerFusedAddRMSNormFunction = implements("fused_add_rms_norm")(_FUNCTIONS["fused_add_rms_norm"])

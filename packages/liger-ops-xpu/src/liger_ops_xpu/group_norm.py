@@ -1,4 +1,5 @@
-"""GroupNorm for Intel GPUs: Triton kernels, launch plan and autograd Function.
+"""GroupNorm for Intel GPUs: Triton kernels, launch plans and the kernel adapter of
+`liger_core.drivers.group_norm`.
 
 x is viewed as (batch, channels, spatial). The channels of one group are contiguous, so a
 (sample, group) pair is one contiguous run of ``channels_per_group * spatial`` elements: one
@@ -13,14 +14,13 @@ end. Every slot has exactly one writer: no atomics, deterministic.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.group_norm import check_args
+from liger_core.drivers import group_norm as group_norm_driver
 
 from liger_ops_xpu import hardware
 from liger_ops_xpu._tiling import num_warps_for, sum_partials, zeros_or_none
@@ -254,13 +254,12 @@ def group_norm_forward(x3, weight, bias, num_groups: int, eps: float, plan: Grou
     return y, mean, rstd
 
 
-def group_norm_backward(dy3, x3, weight, bias, num_groups: int, mean, rstd, plan: GroupPlan):
-    """Launch the backward kernel; returns ``(grad_x, grad_weight, grad_bias)``."""
+def group_norm_backward(dy3, x3, weight, bias, num_groups: int, mean, rstd, dx, plan: GroupPlan):
+    """Launch the backward kernel: grad_x into ``dx``; returns ``(grad_weight, grad_bias)``."""
     batch, n_channels, _ = x3.shape
     has_weight, has_bias = weight is not None, bias is not None
-    dx = torch.empty_like(x3)
     if x3.numel() == 0:
-        return dx, zeros_or_none(weight), zeros_or_none(bias)
+        return zeros_or_none(weight), zeros_or_none(bias)
     # One fp32 row of channels per sample and parameter (every slot written once).
     partial = lambda on: torch.empty((batch, n_channels), dtype=torch.float32, device=x3.device) if on else mean
     dw_partial, db_partial = partial(has_weight), partial(has_bias)
@@ -274,26 +273,25 @@ def group_norm_backward(dy3, x3, weight, bias, num_groups: int, mean, rstd, plan
         HAS_WEIGHT=has_weight,
         HAS_BIAS=has_bias,
     )
-    return dx, sum_partials(dw_partial, weight), sum_partials(db_partial, bias)
+    return sum_partials(dw_partial, weight), sum_partials(db_partial, bias)
 
 
-@implements("group_norm")
-class LigerGroupNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, num_channels, num_groups, eps):
-        check_args(x, weight, bias, num_channels, num_groups, eps)
-        batch = x.shape[0]
-        n_spatial = math.prod(x.shape[2:])
-        x3 = x.contiguous().view(batch, num_channels, n_spatial)
-        plan = plan_groups(num_channels // num_groups, n_spatial)
-        y, mean, rstd = group_norm_forward(x3, weight, bias, num_groups, float(eps), plan)
-        ctx.save_for_backward(x3, weight, bias, mean, rstd)
-        ctx.plan, ctx.num_groups = plan, num_groups
-        return y.view(x.shape)
+class GroupNormKernels:
+    """`liger_core.drivers.group_norm.GroupNormKernels` on this module's kernels; the forward's
+    group plan is the backward's ``state``."""
+
+    protocol = group_norm_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        x3, weight, bias, mean, rstd = ctx.saved_tensors
-        dy3 = dy.contiguous().view(x3.shape)
-        dx, dw, db = group_norm_backward(dy3, x3, weight, bias, ctx.num_groups, mean, rstd, ctx.plan)
-        return dx.view(dy.shape), dw, db, None, None, None
+    def forward(x3, weight, bias, num_groups, eps):
+        _, channels, spatial = x3.shape
+        plan = plan_groups(channels // num_groups, spatial)
+        y, mean, rstd = group_norm_forward(x3, weight, bias, num_groups, eps, plan)
+        return y, mean, rstd, plan
+
+    @staticmethod
+    def backward(dy3, x3, weight, bias, num_groups, mean, rstd, dx, need_dw, need_db, state):
+        return group_norm_backward(dy3, x3, weight, bias, num_groups, mean, rstd, dx, state)
+
+
+LigerGroupNormFunction = implements("group_norm")(group_norm_driver.autograd_function(GroupNormKernels(), __name__))

@@ -1,4 +1,5 @@
-"""LayerNorm for Intel GPUs: Triton kernels, launch plan and autograd Function.
+"""LayerNorm for Intel GPUs: Triton kernels, launch plans and the kernel adapter of
+`liger_core.drivers.layer_norm`.
 
 Same shape of work as RMSNorm (see rms_norm.py): the forward tiles BLOCK_M rows (whole rows
 in one read, or wide rows in N_CHUNKS chunks) and stores each row's fp32 mean and reciprocal
@@ -16,12 +17,11 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.layer_norm import check_args
+from liger_core.drivers import layer_norm as layer_norm_driver
 
 from liger_ops_xpu._jit import add_to_partial, col_tile, row_group, row_tile
 from liger_ops_xpu._tiling import (
     TilePlan,
-    as_rows,
     backward_grid,
     launch_row_tiles,
     partial_rows,
@@ -225,13 +225,12 @@ def layer_norm_forward(x2d, weight, bias, eps: float, plan: TilePlan):
     return y, mean, rstd
 
 
-def layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, plan: TilePlan):
-    """Launch the backward kernel; returns ``(grad_x, grad_weight, grad_bias)``."""
+def layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, dx, plan: TilePlan):
+    """Launch the backward kernel: grad_x into ``dx``; returns ``(grad_weight, grad_bias)``."""
     n_rows, n_cols = x2d.shape
     has_weight, has_bias = weight is not None, bias is not None
-    dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     if x2d.numel() == 0:
-        return dx, zeros_or_none(weight), zeros_or_none(bias)
+        return zeros_or_none(weight), zeros_or_none(bias)
     programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device)
     # One fp32 partial row per program and parameter (mean stands in for an absent one: never written).
     partial = lambda on: partial_rows(programs, n_cols, plan, x2d.device) if on else mean
@@ -259,23 +258,24 @@ def layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, plan: TilePlan):
         HAS_BIAS=has_bias,
         STATIC_TILES=static_trips(_layer_norm_backward_kernel, tiles_per_program),
     )
-    return dx, sum_partials(dw_partial, weight), sum_partials(db_partial, bias)
+    return sum_partials(dw_partial, weight), sum_partials(db_partial, bias)
 
 
-@implements("layer_norm")
-class LigerLayerNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        check_args(x, weight, bias, eps)
-        x2d = as_rows(x)
-        plan = plan_tiles(x2d.shape[1], x.device)
-        y, mean, rstd = layer_norm_forward(x2d, weight, bias, float(eps), plan)
-        ctx.save_for_backward(x2d, weight, bias, mean, rstd)
-        ctx.plan = plan
-        return y.view(x.shape)
+class LayerNormKernels:
+    """`liger_core.drivers.layer_norm.LayerNormKernels` on this module's kernels; the forward's
+    tile plan is the backward's ``state``."""
+
+    protocol = layer_norm_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        x2d, weight, bias, mean, rstd = ctx.saved_tensors
-        dx, dw, db = layer_norm_backward(as_rows(dy), x2d, weight, bias, mean, rstd, ctx.plan)
-        return dx.view(dy.shape), dw, db, None
+    def forward(x2d, weight, bias, eps):
+        plan = plan_tiles(x2d.shape[1], x2d.device)
+        y, mean, rstd = layer_norm_forward(x2d, weight, bias, eps, plan)
+        return y, mean, rstd, plan
+
+    @staticmethod
+    def backward(dy2d, x2d, weight, bias, mean, rstd, dx, need_dw, need_db, state):
+        return layer_norm_backward(dy2d, x2d, weight, bias, mean, rstd, dx, state)
+
+
+LigerLayerNormFunction = implements("layer_norm")(layer_norm_driver.autograd_function(LayerNormKernels(), __name__))

@@ -1,4 +1,5 @@
-"""PolyNorm for Intel GPUs: Triton kernels, launch plan and autograd Function.
+"""PolyNorm for Intel GPUs: Triton kernels, launch plans and the kernel adapter of
+`liger_core.drivers.poly_norm`.
 
 ``y = w0 * n(x^3) + w1 * n(x^2) + w2 * n(x) + b`` with ``n(u) = u * rsqrt(mean(u^2) + eps)``.
 The forward tiles rows like RMSNorm (see rms_norm.py) and stores the three fp32 reciprocal
@@ -18,11 +19,11 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.poly_norm import check_args
+from liger_core.drivers import poly_norm as poly_norm_driver
 
 from liger_ops_xpu import hardware
 from liger_ops_xpu._jit import col_tile, row_group, row_tile
-from liger_ops_xpu._tiling import TilePlan, as_rows, backward_grid, launch_row_tiles, plan_tiles, static_trips
+from liger_ops_xpu._tiling import TilePlan, backward_grid, launch_row_tiles, plan_tiles, static_trips
 
 # Partial sums per backward program: grad_w0 (cubic), grad_w1 (square), grad_w2 (linear), grad_b.
 _N_PARTIALS = 4
@@ -211,12 +212,11 @@ def poly_norm_forward(x2d, weight, bias, eps: float, plan: TilePlan):
     return y, rstd
 
 
-def poly_norm_backward(dy2d, x2d, weight, bias, rstd, plan: TilePlan):
-    """Launch the backward kernel; returns ``(grad_x, grad_weight, grad_bias)``."""
+def poly_norm_backward(dy2d, x2d, weight, bias, rstd, dx, plan: TilePlan):
+    """Launch the backward kernel: grad_x into ``dx``; returns ``(grad_weight, grad_bias)``."""
     n_rows, n_cols = x2d.shape
-    dx = torch.empty_like(x2d)
     if x2d.numel() == 0:
-        return dx, torch.zeros_like(weight), torch.zeros_like(bias)
+        return torch.zeros_like(weight), torch.zeros_like(bias)
     programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device)
     partial = torch.empty((programs, _N_PARTIALS), dtype=torch.float32, device=x2d.device)
     launch_row_tiles(
@@ -239,23 +239,24 @@ def poly_norm_backward(dy2d, x2d, weight, bias, rstd, plan: TilePlan):
         STATIC_TILES=static_trips(_poly_norm_backward_kernel, tiles_per_program),
     )
     sums = partial.sum(0)
-    return dx, sums[:3].to(weight.dtype), sums[3].to(bias.dtype).reshape(bias.shape)
+    return sums[:3].to(weight.dtype), sums[3].to(bias.dtype).reshape(bias.shape)
 
 
-@implements("poly_norm")
-class LigerPolyNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        check_args(x, weight, bias, eps)
-        x2d = as_rows(x)
-        plan = plan_poly_norm(x2d.shape[1], x.device)
-        y, rstd = poly_norm_forward(x2d, weight, bias, float(eps), plan)
-        ctx.save_for_backward(x2d, weight, bias, rstd)
-        ctx.plan = plan
-        return y.view(x.shape)
+class PolyNormKernels:
+    """`liger_core.drivers.poly_norm.PolyNormKernels` on this module's kernels; the forward's
+    tile plan is the backward's ``state``."""
+
+    protocol = poly_norm_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        x2d, weight, bias, rstd = ctx.saved_tensors
-        dx, dw, db = poly_norm_backward(as_rows(dy), x2d, weight, bias, rstd, ctx.plan)
-        return dx.view(dy.shape), dw, db, None
+    def forward(x2d, weight, bias, eps):
+        plan = plan_poly_norm(x2d.shape[1], x2d.device)
+        y, rstd = poly_norm_forward(x2d, weight, bias, eps, plan)
+        return y, rstd, plan
+
+    @staticmethod
+    def backward(dy2d, x2d, weight, bias, rstd, dx, state):
+        return poly_norm_backward(dy2d, x2d, weight, bias, rstd, dx, state)
+
+
+LigerPolyNormFunction = implements("poly_norm")(poly_norm_driver.autograd_function(PolyNormKernels(), __name__))

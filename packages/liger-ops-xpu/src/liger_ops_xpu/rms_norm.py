@@ -1,5 +1,6 @@
-"""RMSNorm and fused add + RMSNorm for Intel GPUs: Triton kernels, launch plan and autograd
-Functions (fused_add_rms_norm is the same kernels with HAS_RESIDUAL / HAS_DS on).
+"""RMSNorm and fused add + RMSNorm for Intel GPUs: Triton kernels, launch plans and the kernel
+adapter of `liger_core.drivers.rms_norm` (fused_add_rms_norm is the same kernels with
+HAS_RESIDUAL / HAS_DS on).
 
 Forward: one program per tile of BLOCK_M rows (several short rows per tile, one row per
 tile, or a wide row in N_CHUNKS pieces of BLOCK_N columns, read twice) stores the output
@@ -25,12 +26,11 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops import fused_add_rms_norm, rms_norm
+from liger_core.drivers import rms_norm as rms_norm_driver
 
 from liger_ops_xpu._jit import add_to_partial, col_tile, row_group, row_tile
 from liger_ops_xpu._tiling import (
     TilePlan,
-    as_rows,
     backward_grid,
     launch_row_tiles,
     partial_rows,
@@ -288,22 +288,19 @@ def rms_norm_backward(
     rstd: torch.Tensor,
     offset: float,
     casting_mode: str,
-    in_place: bool,
+    dx: torch.Tensor,
     plan: TilePlan,
     ds2d: torch.Tensor | None = None,
     dr: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Launch the backward kernel; returns ``(grad_x, grad_weight)`` (grad_x in ``dy2d`` when
-    in_place). ``ds2d``, the gradient of fused_add_rms_norm's new residual, is added to grad_x,
-    which is then also written to ``dr`` (the residual's gradient)."""
+) -> torch.Tensor | None:
+    """Launch the backward kernel: grad_x into ``dx`` (it may be ``dy2d``: in place); returns
+    grad_weight. ``ds2d``, the gradient of fused_add_rms_norm's new residual, is added to grad_x,
+    which is then also written to ``dr`` (the residual's gradient in its dtype; None: grad_x is it)."""
     n_rows, n_cols = x2d.shape
     has_weight = weight is not None
     has_ds = ds2d is not None
-    # Writing grad_x over dy is only safe where every element of dy has its own memory.
-    reuse_dy = in_place and dy2d.is_contiguous() and dy2d.dtype == x2d.dtype
-    dx = dy2d if reuse_dy else torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     if x2d.numel() == 0:
-        return dx, zeros_or_none(weight)
+        return zeros_or_none(weight)
     programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device)
     # One fp32 partial row per program (rstd stands in without HAS_WEIGHT: never written).
     dw_partial = partial_rows(programs, n_cols, plan, x2d.device) if has_weight else rstd
@@ -320,12 +317,12 @@ def rms_norm_backward(
         dx,
         dw_partial,
         ds,
-        dr if has_ds else dx,  # never written without HAS_DS
+        dr if has_ds and dr is not None else dx,  # written only with HAS_DS
         dy2d.stride(0),
         x2d.stride(0),
         dx.stride(0),
         ds.stride(0),
-        dr.stride(0) if has_ds else 0,
+        dr.stride(0) if has_ds and dr is not None else dx.stride(0),
         n_rows,
         n_cols,
         offset,
@@ -335,50 +332,38 @@ def rms_norm_backward(
         HAS_DS=has_ds,
         STATIC_TILES=static_trips(_rms_norm_backward_kernel, tiles_per_program),
     )
-    return dx, sum_partials(dw_partial, weight)
+    if dr is not None and not has_ds:  # the kernel stored grad_x only
+        dr.copy_(dx)
+    return sum_partials(dw_partial, weight)
 
 
-@implements("rms_norm")
-class LigerRMSNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, eps, offset, casting_mode, in_place):
-        rms_norm.check_args(x, weight, eps, offset, casting_mode, in_place)
-        x2d = as_rows(x)
-        plan = plan_tiles(x2d.shape[1], x.device)
-        y, rstd, _ = rms_norm_forward(x2d, weight, float(eps), float(offset), casting_mode, plan)
-        ctx.save_for_backward(x2d, weight, rstd)
-        ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan = float(offset), casting_mode, in_place, plan
-        return y.view(x.shape)
+class RMSNormKernels:
+    """`liger_core.drivers.rms_norm.RMSNormKernels` on this module's kernels; the forward's tile
+    plan is the backward's ``state`` (one plan per hidden size and device)."""
+
+    protocol = rms_norm_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        x2d, weight, rstd = ctx.saved_tensors
-        dx, dw = rms_norm_backward(as_rows(dy), x2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan)
-        return dx.view(dy.shape), dw, None, None, None, None
-
-
-@implements("fused_add_rms_norm")
-class LigerFusedAddRMSNormFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, residual, weight, eps, offset, casting_mode, in_place):
-        fused_add_rms_norm.check_args(x, residual, weight, eps, offset, casting_mode, in_place)
-        x2d = as_rows(x)
-        plan = plan_tiles(x2d.shape[1], x.device)
-        y, rstd, s = rms_norm_forward(x2d, weight, float(eps), float(offset), casting_mode, plan, as_rows(residual))
-        ctx.save_for_backward(s, weight, rstd)
-        ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan = float(offset), casting_mode, in_place, plan
-        ctx.residual_dtype = residual.dtype
-        return y.view(x.shape), s.view(x.shape)
+    def forward(x2d, weight, eps, offset, casting_mode):
+        plan = plan_tiles(x2d.shape[1], x2d.device)
+        y, rstd, _ = rms_norm_forward(x2d, weight, eps, offset, casting_mode, plan)
+        return y, rstd, plan
 
     @staticmethod
-    def backward(ctx, dy, ds):
-        s2d, weight, rstd = ctx.saved_tensors
-        ds2d = None if ds is None else as_rows(ds)
-        # The sum's gradient goes to both addends unchanged, each in its own dtype and buffer.
-        dr = torch.empty(s2d.shape, dtype=ctx.residual_dtype, device=s2d.device)
-        dx, dw = rms_norm_backward(
-            as_rows(dy), s2d, weight, rstd, ctx.offset, ctx.casting_mode, ctx.in_place, ctx.plan, ds2d, dr
-        )
-        if ds is None:  # new_residual unused: the kernel stored grad_x only
-            dr.copy_(dx)
-        return dx.view(dy.shape), dr.view(dy.shape), dw, None, None, None, None
+    def backward(dy2d, x2d, weight, rstd, offset, casting_mode, dx, need_dw, state):
+        return rms_norm_backward(dy2d, x2d, weight, rstd, offset, casting_mode, dx, state)
+
+    @staticmethod
+    def fused_add_forward(x2d, residual2d, weight, eps, offset, casting_mode):
+        plan = plan_tiles(x2d.shape[1], x2d.device)
+        y, rstd, s = rms_norm_forward(x2d, weight, eps, offset, casting_mode, plan, residual2d)
+        return y, s, rstd, plan
+
+    @staticmethod
+    def fused_add_backward(dy2d, dres2d, s2d, weight, rstd, offset, casting_mode, dx, dr, need_dw, state):
+        return rms_norm_backward(dy2d, s2d, weight, rstd, offset, casting_mode, dx, state, dres2d, dr)
+
+
+_FUNCTIONS = rms_norm_driver.autograd_functions(RMSNormKernels(), __name__)
+LigerRMSNormFunction = implements("rms_norm")(_FUNCTIONS["rms_norm"])
+LigerFusedAddRMSNormFunction = implements("fused_add_rms_norm")(_FUNCTIONS["fused_add_rms_norm"])
