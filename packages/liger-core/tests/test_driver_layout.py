@@ -2,7 +2,7 @@
 
 import torch
 
-from liger_core.drivers._rows import as_rows, is_dense, memory_order_rows, rows_like
+from liger_core.drivers._rows import as_rows, in_layout, is_dense, memory_order_rows, rows_in_layout
 
 
 def test_a_transposed_projection_is_read_where_it_lies():
@@ -20,10 +20,12 @@ def test_a_transposed_projection_is_read_where_it_lies():
 def test_gradients_in_another_layout_are_copied_into_the_inputs_order():
     q = torch.randn(2, 5, 3, 4).transpose(1, 2)
     grad = torch.randn(2, 3, 5, 4)  # contiguous in (batch, heads, seq, head_dim)
-    rows = rows_like(grad, q)
+    rows = rows_in_layout(grad, q.shape, q.stride())
     assert torch.equal(rows, grad.transpose(1, 2).reshape(30, 4))
     same = torch.empty_like(q).normal_()
-    assert rows_like(same, q).data_ptr() == same.data_ptr()  # already in q's order: no copy
+    assert rows_in_layout(same, q.shape, q.stride()).data_ptr() == same.data_ptr()  # q's order already: no copy
+    back = in_layout(rows.contiguous(), q.shape, q.stride())
+    assert back.stride() == q.stride() and torch.equal(back, grad)
 
 
 def test_gaps_overlaps_and_strided_columns_are_not_dense():

@@ -204,6 +204,33 @@ def test_rms_norm_driver_writes_in_place_only_into_a_dense_gradient():
     torch.testing.assert_close(x2.grad, x_ref.grad)
 
 
+def test_rms_norm_driver_keeps_a_transposed_views_layout():
+    """Gemma-3's q_norm gets the transposed query view (batch, heads, seq, head_dim) of a (batch, seq,
+    heads, head_dim) projection: read where it lies (no copy), y and grad_x in that layout (as stock
+    gives: attention's output then needs no copy for o_proj), values as for contiguous rows."""
+    kernels = _TorchRMSNormKernels()
+    rms = _rms_norm_functions(kernels)["rms_norm"]
+    projection = torch.randn(2, 5, 3, 8)
+    x = projection.transpose(1, 2).requires_grad_()
+    w = torch.randn(8)
+    y = rms.apply(x, w, 1e-6, 0.0, "none", False)
+    assert y.stride() == x.stride()
+    x_ref = projection.transpose(1, 2).clone().requires_grad_()
+    y_ref = torch.nn.functional.rms_norm(x_ref, (8,), w, 1e-6)
+    torch.testing.assert_close(y, y_ref)
+    for dy in (torch.randn(2, 5, 3, 8).transpose(1, 2), torch.randn(2, 3, 5, 8)):  # y's layout, then another
+        x.grad = x_ref.grad = None
+        kernels.calls.clear()
+        rms.apply(x, w, 1e-6, 0.0, "none", False).backward(dy)
+        y_ref = torch.nn.functional.rms_norm(x_ref, (8,), w, 1e-6)
+        y_ref.backward(dy)
+        assert x.grad.stride() == x.stride()
+        torch.testing.assert_close(x.grad, x_ref.grad)
+        (_, dy2d, _, _, _), *_ = kernels.calls
+        if dy.stride() == x.stride():
+            assert dy2d.data_ptr() == dy.data_ptr()  # the gradient in y's layout is read in place
+
+
 @pytest.mark.parametrize("residual_dtype", [torch.float32, torch.bfloat16])
 def test_fused_add_rms_norm_driver_shares_the_residual_gradient_when_dtypes_agree(residual_dtype):
     kernels = _TorchRMSNormKernels()

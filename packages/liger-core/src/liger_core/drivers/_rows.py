@@ -52,9 +52,16 @@ def memory_order_rows(t: torch.Tensor) -> torch.Tensor | None:
     return t.as_strided((t.numel() // hidden, hidden), (hidden, 1))
 
 
-def rows_like(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``t`` (an incoming gradient of ``like``'s shape) as rows in the same order as
-    ``memory_order_rows(like)``: a view when it already has ``like``'s strides, else a copy into them."""
-    if t.stride() != like.stride() or memory_order_rows(t) is None:
-        t = torch.empty_like(like).copy_(t)
+def in_layout(rows: torch.Tensor, shape: torch.Size, stride: tuple[int, ...]) -> torch.Tensor:
+    """Contiguous ``rows`` (a kernel's output, in the memory order `memory_order_rows` read the input
+    in) as a tensor of the input's ``shape`` and ``stride``: a view, no copy."""
+    return rows.as_strided(shape, stride, rows.storage_offset())
+
+
+def rows_in_layout(t: torch.Tensor, shape: torch.Size, stride: tuple[int, ...]) -> torch.Tensor:
+    """``t`` (an incoming gradient of that shape) as rows in the memory order of a dense input with
+    ``stride``: a view when ``t`` already has that layout (a gradient returned in its output's
+    layout), else a copy into it."""
+    if t.stride() != tuple(stride) or memory_order_rows(t) is None:
+        t = torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device).copy_(t)
     return memory_order_rows(t)

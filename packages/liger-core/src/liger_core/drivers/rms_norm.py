@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import torch
 
 from liger_core.drivers import check_protocol
-from liger_core.drivers._rows import as_rows, grad_buffer
+from liger_core.drivers._rows import as_rows, grad_buffer, in_layout, memory_order_rows, rows_in_layout
 from liger_core.ops import fused_add_rms_norm, rms_norm
 from liger_core.ops._losses import autograd_function as build_function
 
@@ -97,19 +97,29 @@ def autograd_functions(kernels: RMSNormKernels, module: str) -> dict[str, type[t
 
     def rms_norm_forward(ctx, x, weight, eps, offset, casting_mode, in_place):
         rms_norm.check_args(x, weight, eps, offset, casting_mode, in_place)
-        x2d = as_rows(x)
+        # A dense permuted input (Gemma-3's q/k norms get the transposed query view) is read in memory
+        # order, and y and grad_x keep its layout, as stock PyTorch's elementwise ops do (see
+        # `_rows.memory_order_rows`); anything else goes through logical rows.
+        x2d = None if x.is_contiguous() else memory_order_rows(x)
+        ctx.layout = None if x2d is None else (x.shape, x.stride())
+        if x2d is None:
+            x2d = as_rows(x)
         y2d, rstd, state = kernels.forward(x2d, weight, float(eps), float(offset), casting_mode)
         ctx.save_for_backward(x2d, weight, rstd)
         ctx.offset, ctx.casting_mode, ctx.in_place, ctx.state = float(offset), casting_mode, in_place, state
-        return y2d.view(x.shape)
+        return y2d.view(x.shape) if ctx.layout is None else in_layout(y2d, *ctx.layout)
 
     def rms_norm_backward(ctx, dy):
         x2d, weight, rstd = ctx.saved_tensors
-        dy2d = as_rows(dy, x2d.shape[0])
+        if ctx.layout is None:
+            dy2d = as_rows(dy, x2d.shape[0])
+        else:
+            dy2d = rows_in_layout(dy, *ctx.layout)
         dx = grad_buffer(dy2d, x2d, ctx.in_place)
         need_dw = weight is not None and ctx.needs_input_grad[1]
         dw = kernels.backward(dy2d, x2d, weight, rstd, ctx.offset, ctx.casting_mode, dx, need_dw, ctx.state)
-        return dx.view(dy.shape), (dw if need_dw else None), None, None, None, None
+        grad_x = dx.view(dy.shape) if ctx.layout is None else in_layout(dx, *ctx.layout)
+        return grad_x, (dw if need_dw else None), None, None, None, None
 
     def fused_add_forward(ctx, x, residual, weight, eps, offset, casting_mode, in_place):
         fused_add_rms_norm.check_args(x, residual, weight, eps, offset, casting_mode, in_place)
