@@ -16,7 +16,15 @@ class _KernelsOfAnotherVersion:
     protocol = 0
 
 
-@pytest.mark.parametrize("family", ["cross_entropy", "fused_linear_cross_entropy", "vocab_parallel_cross_entropy"])
+@pytest.mark.parametrize(
+    "family",
+    [
+        "cross_entropy",
+        "fused_linear_cross_entropy",
+        "fused_linear_scaled_cross_entropy",
+        "vocab_parallel_cross_entropy",
+    ],
+)
 def test_cross_entropy_drivers_refuse_another_protocol(family):
     import importlib
 
