@@ -1,4 +1,5 @@
-"""Fused linear + cross-entropy for Ascend NPUs: logits a chunk of tokens at a time.
+"""Fused linear + cross-entropy for Ascend NPUs: logits a chunk of tokens at a time; the chunk loop
+and the kernel adapter of `liger_core.drivers.fused_linear_cross_entropy`.
 
 The projection runs as torch matmuls (torch_npu sends them to the cube units of the AI
 cores, the tuned path on Ascend); the loss and its gradient run as this package's
@@ -16,8 +17,8 @@ from __future__ import annotations
 
 import torch
 from liger_core.backend import implements
-from liger_core.ops._losses import take_fused_grads
-from liger_core.ops.fused_linear_cross_entropy import check_args, target_stats
+from liger_core.drivers import fused_linear_cross_entropy as flce_driver
+from liger_core.ops.fused_linear_cross_entropy import target_stats
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._cross_entropy import (
@@ -63,17 +64,16 @@ def _chunked(x, w, bias, t, opts, hw, a_rows, b_rows, want_loss, want_grads, acc
     return loss_rows, z_rows, gx, gw, gb
 
 
-@implements("fused_linear_cross_entropy")
-class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
+class FusedLinearCrossEntropyKernels:
+    """`liger_core.drivers.fused_linear_cross_entropy.FusedLinearCrossEntropyKernels` over `_chunked`."""
+
+    protocol = flce_driver.PROTOCOL
+
     @staticmethod
     def forward(
-        ctx, input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap,
-        return_z_loss, accum_dtype,
+        input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap,
+        return_z_loss, accum_dtype, needs, grads_now,
     ):  # fmt: skip
-        check_args(
-            input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap,
-            return_z_loss, accum_dtype,
-        )  # fmt: skip
         n_valid, weight_sum = target_stats(input, weight, target, ce_weight, ignore_index)
         hw = hardware.current(input.device)
         x2 = input.contiguous()
@@ -85,40 +85,36 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
         # Scales of a unit upstream gradient (mean: 1/sum(w_y) and 1/n; sum: 1).
         zero = torch.zeros(1, device=input.device)
         _, _, a, s = reduce_rows(zero, zero, reduction, n_valid, weight_sum)
-        eager = reduction != "none"
         ones = torch.ones(n, dtype=torch.float32, device=input.device)
         w_dtype, b_dtype = weight.dtype, None if bias is None else bias.dtype
         loss_rows, z_rows, gx, gw, gb = _chunked(
-            x2, w, b, t, opts, hw, ones * a, ones * s, True, eager, accum_dtype, w_dtype, b_dtype
+            x2, w, b, t, opts, hw, ones * a, ones * s, True, grads_now, accum_dtype, w_dtype, b_dtype
         )
         loss, z, _, _ = reduce_rows(loss_rows, z_rows, reduction, n_valid, weight_sum)
-        ctx.eager = eager
-        if eager:
-            ctx.fused_grads = (gx, gw, gb)  # not saved tensors: see `_losses.take_fused_grads`
-        else:
-            ctx.save_for_backward(x2, w, b, t)
-            ctx.opts, ctx.hw, ctx.accum = opts, hw, accum_dtype
-        ctx.dtypes = (w_dtype, b_dtype, bias is not None)
-        if not return_z_loss:
-            return loss.float()
-        z = z.float()
-        ctx.mark_non_differentiable(z)
-        return loss.float(), z
+        state = (opts, hw, accum_dtype, w_dtype, b_dtype)
+        return loss.float(), z.float(), (gx, gw, gb), (x2, w, b, t), state
 
     @staticmethod
-    def backward(ctx, d_loss, *_dz):
-        w_dtype, b_dtype, has_bias = ctx.dtypes
-        if ctx.eager:
-            gx, gw, gb = take_fused_grads(ctx)
-            go = d_loss.float()
-            # In place (the accum_dtype buffers then converted to the parameters' dtypes): autograd adopts them.
-            gx = gx.mul_(go)
-            gw = gw.mul_(go).to(w_dtype)
-            gb = gb.mul_(go).to(b_dtype) if has_bias else None
-        else:
-            x2, w, b, t = ctx.saved_tensors
-            go = d_loss.float().contiguous()
-            _, _, gx, gw, gb = _chunked(x2, w, b, t, ctx.opts, ctx.hw, go, go, False, True, ctx.accum, w_dtype, b_dtype)
-            gw = gw.to(w_dtype)
-            gb = gb.to(b_dtype) if has_bias else None
-        return gx, gw, None, gb, None, None, None, None, None, None, None, None
+    def scale_grads(grads, grad_loss, state):
+        *_, w_dtype, b_dtype = state
+        gx, gw, gb = grads
+        # In place (the accum_dtype buffers then converted to the parameters' dtypes): autograd adopts them.
+        return (
+            None if gx is None else gx.mul_(grad_loss),
+            None if gw is None else gw.mul_(grad_loss).to(w_dtype),
+            None if gb is None else gb.mul_(grad_loss).to(b_dtype),
+        )
+
+    @staticmethod
+    def backward(grad_loss, saved, state, needs):
+        x2, w, b, t = saved
+        opts, hw, accum_dtype, w_dtype, b_dtype = state
+        _, _, gx, gw, gb = _chunked(
+            x2, w, b, t, opts, hw, grad_loss, grad_loss, False, True, accum_dtype, w_dtype, b_dtype
+        )
+        return gx, gw.to(w_dtype), None if gb is None else gb.to(b_dtype)
+
+
+LigerFusedLinearCrossEntropyFunction = implements("fused_linear_cross_entropy")(
+    flce_driver.autograd_function(FusedLinearCrossEntropyKernels(), __name__)
+)

@@ -1,5 +1,6 @@
 """Fused linear scaled cross-entropy for Ascend NPUs: per-token NLL and entropy of
-``softmax(input @ W^T / temperature)``, logits a chunk of tokens at a time.
+``softmax(input @ W^T / temperature)``, logits a chunk of tokens at a time; the kernels, chunk
+loop and the kernel adapter of `liger_core.drivers.fused_linear_scaled_cross_entropy`.
 
 The projection runs as torch matmuls (torch_npu sends them to the cube units of the AI cores);
 the row kernels run on the vector cores over each chunk's logits (fused_linear_cross_entropy's
@@ -23,8 +24,9 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
+from liger_core.drivers import fused_linear_scaled_cross_entropy as flsce_driver
 from liger_core.ops import _losses
-from liger_core.ops.fused_linear_scaled_cross_entropy import OP_NAME, check_args
+from liger_core.ops.fused_linear_scaled_cross_entropy import OP_NAME
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._cross_entropy import _targets, prepare_target
@@ -173,37 +175,28 @@ def _chunks(x, w):
         yield start, end, x[start:end] @ w.t()
 
 
-@implements("fused_linear_scaled_cross_entropy")
-class LigerFusedLinearScaledCrossEntropyFunction(torch.autograd.Function):
+class FusedLinearScaledCrossEntropyKernels:
+    """`liger_core.drivers.fused_linear_scaled_cross_entropy.FusedLinearScaledCrossEntropyKernels`:
+    this module's kernels over `_chunks`."""
+
+    protocol = flsce_driver.PROTOCOL
+
     @staticmethod
-    def forward(ctx, input, weight, target, temperature, ignore_index):
-        check_args(input, weight, target, temperature, ignore_index)
-        _losses.label_stats(OP_NAME, target, ignore_index, weight.shape[0])
-        hw = hardware.current(input.device)
-        x = input.contiguous()
-        w = weight.to(x.dtype).contiguous()  # as autocast would
+    def forward(x, w, target, inv_t, ignore_index):
+        _losses.label_stats(OP_NAME, target, ignore_index, w.shape[0])
+        hw = hardware.current(x.device)
         t = prepare_target(target).contiguous()
         n = x.shape[0]
         nll, entropy, lse = (torch.empty(n, dtype=torch.float32, device=x.device) for _ in range(3))
-        inv_t = 1.0 / float(temperature)
         for start, end, logits in _chunks(x, w):
             nll[start:end], entropy[start:end], lse[start:end] = fused_linear_scaled_cross_entropy_forward(
                 logits, t[start:end], inv_t, ignore_index, hw
             )
-        ctx.set_materialize_grads(False)
-        ctx.args = (inv_t, ignore_index, weight.dtype)
-        ctx.save_for_backward(x, w, t, lse, entropy)
-        return nll, entropy.to(x.dtype, copy=True)  # the fp32 rows stay backward's own
+        return nll, entropy, lse, t
 
     @staticmethod
-    def backward(ctx, grad_nll, grad_entropy):
-        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        if (grad_nll is None and grad_entropy is None) or not (need_x or need_w):
-            return None, None, None, None, None
-        x, w, t, lse, entropy = ctx.saved_tensors
-        inv_t, ignore_index, w_dtype = ctx.args
+    def backward(x, w, t, lse, entropy, up_nll, up_entropy, inv_t, ignore_index, need_x, need_w, w_dtype):
         hw = hardware.current(x.device)
-        up_nll, up_entropy = (None if g is None else g.float().contiguous() for g in (grad_nll, grad_entropy))
         gx = torch.empty_like(x) if need_x else None
         gw = torch.zeros(w.shape, dtype=w_dtype, device=x.device) if need_w else None
         for start, end, logits in _chunks(x, w):
@@ -217,4 +210,9 @@ class LigerFusedLinearScaledCrossEntropyFunction(torch.autograd.Function):
                 gx[start:end] = logits @ w
             if gw is not None:
                 gw += (logits.t() @ x[start:end]).to(gw.dtype)
-        return gx, gw, None, None, None
+        return gx, gw
+
+
+LigerFusedLinearScaledCrossEntropyFunction = implements("fused_linear_scaled_cross_entropy")(
+    flsce_driver.autograd_function(FusedLinearScaledCrossEntropyKernels(), __name__)
+)

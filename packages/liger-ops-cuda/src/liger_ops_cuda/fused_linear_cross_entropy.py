@@ -1,4 +1,5 @@
-"""Fused linear cross-entropy for NVIDIA GPUs: token chunks, tensor-core GEMMs, in-place CE.
+"""Fused linear cross-entropy for NVIDIA GPUs: token chunks, tensor-core GEMMs, in-place CE; the
+kernels, launch plans and the kernel adapter of `liger_core.drivers.fused_linear_cross_entropy`.
 
 Per chunk of tokens: ``logits = x_c @ W^T`` (cuBLAS, input dtype, into one reused buffer),
 then the cross-entropy kernels compute the chunk's loss terms and overwrite the logits with
@@ -31,8 +32,7 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops._losses import take_fused_grads
-from liger_core.ops.fused_linear_cross_entropy import check_args
+from liger_core.drivers import fused_linear_cross_entropy as flce_driver
 from liger_ops_cuda import hardware
 from liger_ops_cuda._cross_entropy import (
     ce_grad_coefficients,
@@ -40,14 +40,13 @@ from liger_ops_cuda._cross_entropy import (
     ce_loss_terms,
     cross_entropy_backward,
     cross_entropy_forward,
-    loss_outputs,
     reduce_rows,
     softcapped,
     target_stats,
     target_weight,
 )
 from liger_ops_cuda._jit import online_lse_step
-from liger_ops_cuda._tiling import accumulate_weight_grad, contiguous, plan_chunks, scale_unless_one
+from liger_ops_cuda._tiling import accumulate_weight_grad, plan_chunks, scale_unless_one
 
 
 def _chunk_loop(
@@ -290,26 +289,21 @@ class _Rows:
         self.lse = torch.empty_like(self.loss)
 
 
-@implements("fused_linear_cross_entropy")
-class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
+class FusedLinearCrossEntropyKernels:
+    """`liger_core.drivers.fused_linear_cross_entropy.FusedLinearCrossEntropyKernels`: this
+    module's chunk loop and vocabulary-major pass."""
+
+    protocol = flce_driver.PROTOCOL
+
     @staticmethod
     def forward(
-        ctx, input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction,
-        softcap, return_z_loss, accum_dtype,
+        input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction,
+        softcap, return_z_loss, accum_dtype, needs, grads_now,
     ):  # fmt: skip
-        check_args(
-            input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction,
-            softcap, return_z_loss, accum_dtype,
-        )  # fmt: skip
-        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        need_b = bias is not None and ctx.needs_input_grad[3]
-        any_grad = need_x or need_w or need_b
-        defer = any_grad and reduction == "none"
+        need_x, need_w, need_b = needs
         x = input.contiguous()
         w = weight if weight.dtype == x.dtype else weight.to(x.dtype)  # as autocast would
         w = w.contiguous()
-        target = target.contiguous()
-        ce_weight = contiguous(ce_weight)
         weight_total = ce_weight.float().sum().reshape(1) if ce_weight is not None else None
         n = x.shape[0]
         scales, _, check = target_stats(
@@ -317,48 +311,39 @@ class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
         )
         rows = _Rows(n, x.device)
         common = (x, w, target, bias, ce_weight, weight_total, ignore_index, lse_square_scale, label_smoothing, softcap)
-        grads = (None, None, None)
-        if any_grad and not defer:
+        grads, saved, state = None, (), None
+        if grads_now:
             grads = _new_grads(x, weight, bias, need_x, need_w, need_b, accum_dtype)
             one = torch.ones(1, dtype=torch.float32, device=x.device)
             run = _vocab_major_pass if _vocab_major_fits(x, grads[1]) else _chunk_loop
             run(*common, scales, rows, grad_x=grads[0], grad_w=grads[1], grad_b=grads[2], upstream=one)
             grads = _finish_grads(grads, weight, bias)
-            ctx.chunk_rows = None
         else:
             # The backward of "none" recomputes the chunks with this plan: the budget in force now.
-            ctx.chunk_rows = _chunk_loop(*common, scales, rows)
+            chunk_rows = _chunk_loop(*common, scales, rows)
+            if any(needs):
+                saved = (x, w, target, bias, ce_weight, weight_total, rows.lse, weight)
+                state = (chunk_rows, (ignore_index, lse_square_scale, label_smoothing, softcap), accum_dtype)
         loss, z = reduce_rows(rows, reduction, scales)
         check.raise_if_bad()
-        ctx.defer = defer
-        ctx.flags = (need_x, need_w, need_b, accum_dtype)
-        ctx.args = (ignore_index, lse_square_scale, label_smoothing, softcap)
-        if defer:
-            ctx.save_for_backward(x, w, target, bias, ce_weight, weight_total, rows.lse, weight)
-        else:
-            ctx.fused_grads = grads  # not saved tensors: see `_losses.take_fused_grads`
-        return loss_outputs(ctx, loss, z, return_z_loss)
+        return loss, z, grads, saved, state
 
     @staticmethod
-    def backward(ctx, grad_loss, grad_z=None):
-        nones = (None,) * 8  # target and the options after bias
-        if grad_loss is None:
-            return (None, None, None, None) + nones
-        need_x, need_w, need_b, accum_dtype = ctx.flags
-        up = grad_loss.float().contiguous()
-        if ctx.defer:
-            x, w, target, bias, ce_weight, weight_total, lse, weight = ctx.saved_tensors
-            grads = _new_grads(x, weight, bias, need_x, need_w, need_b, accum_dtype)
-            _chunk_loop(
-                x, w, target, bias, ce_weight, weight_total, *ctx.args, torch.ones(2, device=x.device), None,
-                grad_x=grads[0], grad_w=grads[1], grad_b=grads[2], upstream=up, saved_lse=lse, rows=ctx.chunk_rows,
-            )  # fmt: skip
-            gx, gw, gb = _finish_grads(grads, weight, bias)
-        else:
-            gx, gw, gb = take_fused_grads(ctx)
-            for g in (gx, gw, gb):
-                scale_unless_one(g, up)  # in place: autograd adopts them
-        return (gx if need_x else None, gw if need_w else None, None, gb if need_b else None) + nones
+    def scale_grads(grads, grad_loss, state):
+        for g in grads:
+            scale_unless_one(g, grad_loss)  # in place, skipped on the device when 1
+        return grads
+
+    @staticmethod
+    def backward(grad_loss, saved, state, needs):
+        x, w, target, bias, ce_weight, weight_total, lse, weight = saved
+        chunk_rows, args, accum_dtype = state
+        grads = _new_grads(x, weight, bias, *needs, accum_dtype)
+        _chunk_loop(
+            x, w, target, bias, ce_weight, weight_total, *args, torch.ones(2, device=x.device), None,
+            grad_x=grads[0], grad_w=grads[1], grad_b=grads[2], upstream=grad_loss, saved_lse=lse, rows=chunk_rows,
+        )  # fmt: skip
+        return _finish_grads(grads, weight, bias)
 
 
 def _new_grads(x, weight, bias, need_x, need_w, need_b, accum_dtype):
@@ -375,3 +360,8 @@ def _finish_grads(grads, weight, bias):
     if gb is not None and gb.dtype != bias.dtype:
         gb = gb.to(bias.dtype)
     return gx, gw, gb
+
+
+LigerFusedLinearCrossEntropyFunction = implements("fused_linear_cross_entropy")(
+    flce_driver.autograd_function(FusedLinearCrossEntropyKernels(), __name__)
+)

@@ -1,5 +1,6 @@
 """Fused linear scaled cross-entropy for NVIDIA GPUs: per-token NLL and entropy of
-``softmax(input @ W^T / temperature)``, token chunks, tensor-core GEMMs, in-place gradient.
+``softmax(input @ W^T / temperature)``, token chunks, tensor-core GEMMs, in-place gradient; the kernels, chunk
+loop and the kernel adapter of `liger_core.drivers.fused_linear_scaled_cross_entropy`.
 
 Per chunk of tokens (fused_linear_cross_entropy's chunk plan, `_tiling.plan_chunks`):
 ``logits = x_c @ W^T`` (cuBLAS, input dtype, into one reused buffer), then one program per row
@@ -20,7 +21,8 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.fused_linear_scaled_cross_entropy import OP_NAME, check_args
+from liger_core.drivers import fused_linear_scaled_cross_entropy as flsce_driver
+from liger_core.ops.fused_linear_scaled_cross_entropy import OP_NAME
 from liger_ops_cuda._cross_entropy import plan_vocab_rows, target_stats
 from liger_ops_cuda._jit import row_offset, vocab_tile
 from liger_ops_cuda._tiling import accumulate_weight_grad, plan_chunks
@@ -122,39 +124,28 @@ def _chunks(x, w):
         yield s, e, logits
 
 
-@implements("fused_linear_scaled_cross_entropy")
-class LigerFusedLinearScaledCrossEntropyFunction(torch.autograd.Function):
+class FusedLinearScaledCrossEntropyKernels:
+    """`liger_core.drivers.fused_linear_scaled_cross_entropy.FusedLinearScaledCrossEntropyKernels`:
+    this module's kernels over `_chunks`."""
+
+    protocol = flsce_driver.PROTOCOL
+
     @staticmethod
-    def forward(ctx, input, weight, target, temperature, ignore_index):
-        check_args(input, weight, target, temperature, ignore_index)
-        x = input.contiguous()
-        w = weight if weight.dtype == x.dtype else weight.to(x.dtype)  # as autocast would
-        w = w.contiguous()
-        target = target.contiguous()
+    def forward(x, w, target, inv_t, ignore_index):
         _, _, check = target_stats(OP_NAME, target, ignore_index, w.shape[0], None, "sum")
         n = x.shape[0]
         nll, entropy, lse = (torch.empty(n, dtype=torch.float32, device=x.device) for _ in range(3))
-        inv_t = 1.0 / float(temperature)
         for s, e, logits in _chunks(x, w):
             fused_linear_scaled_cross_entropy_forward(
                 logits, target[s:e], inv_t, ignore_index, nll[s:e], entropy[s:e], lse[s:e]
             )
         check.raise_if_bad()
-        ctx.set_materialize_grads(False)
-        ctx.args = (inv_t, ignore_index)
-        ctx.save_for_backward(x, w, target, lse, entropy, weight)
-        return nll, entropy.to(x.dtype, copy=True)  # the fp32 rows stay backward's own
+        return nll, entropy, lse, target
 
     @staticmethod
-    def backward(ctx, grad_nll, grad_entropy):
-        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        if (grad_nll is None and grad_entropy is None) or not (need_x or need_w):
-            return None, None, None, None, None
-        x, w, target, lse, entropy, weight = ctx.saved_tensors
-        inv_t, ignore_index = ctx.args
-        up_nll, up_entropy = (None if g is None else g.float().contiguous() for g in (grad_nll, grad_entropy))
+    def backward(x, w, target, lse, entropy, up_nll, up_entropy, inv_t, ignore_index, need_x, need_w, w_dtype):
         gx = torch.empty_like(x) if need_x else None
-        gw = torch.empty(weight.shape, dtype=weight.dtype, device=x.device) if need_w else None
+        gw = torch.empty(w.shape, dtype=w_dtype, device=x.device) if need_w else None
         first = True
         for s, e, logits in _chunks(x, w):
             fused_linear_scaled_cross_entropy_backward(
@@ -169,4 +160,9 @@ class LigerFusedLinearScaledCrossEntropyFunction(torch.autograd.Function):
             first = False
         if gw is not None and first:
             gw.zero_()  # no tokens at all
-        return gx, gw, None, None, None
+        return gx, gw
+
+
+LigerFusedLinearScaledCrossEntropyFunction = implements("fused_linear_scaled_cross_entropy")(
+    flsce_driver.autograd_function(FusedLinearScaledCrossEntropyKernels(), __name__)
+)

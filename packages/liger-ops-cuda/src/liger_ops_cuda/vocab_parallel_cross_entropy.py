@@ -1,5 +1,6 @@
 """Vocabulary-parallel cross-entropy for NVIDIA GPUs: this rank's shard through `_cross_entropy`'s
-kernels, the ranks combined by liger-core's collectives.
+kernels, the ranks combined by liger-core's collectives; the kernel adapter of
+`liger_core.drivers.vocab_parallel_cross_entropy`.
 
 Forward: the shard's per-row lse (cross_entropy's forward, without z-loss or smoothing) and its
 target logits (a gather of one element per row, 0 where another rank holds the class), then
@@ -15,10 +16,10 @@ from __future__ import annotations
 import torch
 
 from liger_core.backend import implements
+from liger_core.drivers import vocab_parallel_cross_entropy as vocab_parallel_driver
 from liger_core.ops.vocab_parallel_cross_entropy import (
     LOCAL_IGNORE,
     OP_NAME,
-    check_args,
     combine_shards,
     local_target,
     row_losses,
@@ -28,13 +29,19 @@ from liger_core.ops.vocab_parallel_cross_entropy import (
 from liger_ops_cuda._cross_entropy import cross_entropy_backward, cross_entropy_forward, target_stats
 
 
-@implements("vocab_parallel_cross_entropy")
-class LigerVocabParallelCrossEntropyFunction(torch.autograd.Function):
+class VocabParallelCrossEntropyKernels:
+    """`liger_core.drivers.vocab_parallel_cross_entropy.VocabParallelCrossEntropyKernels` on
+    `_cross_entropy`'s kernels."""
+
+    protocol = vocab_parallel_driver.PROTOCOL
+
     @staticmethod
-    def forward(ctx, logits, target, group, ignore_index, reduction, in_place):
-        check_args(logits, target, group, ignore_index, reduction, in_place)
-        x = logits if logits.stride(-1) == 1 else logits.contiguous()
-        target = target.contiguous()
+    def rows(logits):
+        # The kernels index rows by stride and columns by 1.
+        return logits if logits.stride(-1) == 1 else logits.contiguous()
+
+    @staticmethod
+    def forward(x, target, group, ignore_index, reduction):
         layout = shard_layout(x, group)
         # Counted against the full vocabulary, on the device; read after the kernels are queued.
         scales, _, check = target_stats(OP_NAME, target, ignore_index, layout.vocab, None, reduction)
@@ -45,23 +52,16 @@ class LigerVocabParallelCrossEntropyFunction(torch.autograd.Function):
         if reduction != "none":
             loss = loss.sum() if reduction == "sum" else loss.sum() * scales[0]
         check.raise_if_bad()
-        # In place: a detached alias, so the gradient returned in its memory is a tensor of its own.
-        ctx.save_for_backward(x.detach() if in_place else x, local, lse, scales)
-        ctx.in_place = in_place
-        ctx.set_materialize_grads(False)
-        return loss.to(logits.dtype)
+        return loss.to(x.dtype), (local, lse, scales), None
 
     @staticmethod
-    def backward(ctx, grad_loss):
-        if grad_loss is None:
-            return (None,) * 6
-        x, local, lse, scales = ctx.saved_tensors
-        in_place = ctx.in_place and x.is_contiguous()
-        grad = x if in_place else torch.empty_like(x, memory_format=torch.contiguous_format)
-        cross_entropy_backward(
-            x, local, None, None, None, lse, grad, grad_loss.contiguous(), LOCAL_IGNORE, 0.0, 0.0, None, scales
-        )
-        if in_place:
-            # The kernel overwrote the logits behind autograd's back (see cross_entropy).
-            torch.autograd.graph.increment_version(x)
-        return (grad,) + (None,) * 5
+    def backward(grad_loss, x, saved, state, out):
+        local, lse, scales = saved
+        grad = out if out is not None else torch.empty_like(x, memory_format=torch.contiguous_format)
+        cross_entropy_backward(x, local, None, None, None, lse, grad, grad_loss, LOCAL_IGNORE, 0.0, 0.0, None, scales)
+        return grad
+
+
+LigerVocabParallelCrossEntropyFunction = implements("vocab_parallel_cross_entropy")(
+    vocab_parallel_driver.autograd_function(VocabParallelCrossEntropyKernels(), __name__)
+)

@@ -1,4 +1,5 @@
-"""Fused linear cross-entropy for Intel GPUs: lm_head matmul + cross-entropy, chunk by chunk.
+"""Fused linear cross-entropy for Intel GPUs: lm_head matmul + cross-entropy, chunk by chunk; the
+chunk loop and the kernel adapter of `liger_core.drivers.fused_linear_cross_entropy`.
 
 Tokens are processed in chunks whose logits (input dtype) take at most the fused linear memory
 budget (`liger_core.memory_budget`, default FUSED_LINEAR_MEMORY_BUDGET bytes), so peak memory stays near one chunk of logits instead of tokens x vocab. Per chunk: the logits
@@ -17,8 +18,8 @@ from __future__ import annotations
 
 import torch
 from liger_core.backend import implements
-from liger_core.ops._losses import take_fused_grads
-from liger_core.ops.fused_linear_cross_entropy import check_args, target_stats
+from liger_core.drivers import fused_linear_cross_entropy as flce_driver
+from liger_core.ops.fused_linear_cross_entropy import target_stats
 
 from liger_ops_xpu._cross_entropy import (
     CEOptions,
@@ -68,52 +69,42 @@ def flce_pass(x, weight, bias, target, ce_weight, opts: CEOptions, w_total, scal
     return loss, z, grads
 
 
-@implements("fused_linear_cross_entropy")
-class LigerFusedLinearCrossEntropyFunction(torch.autograd.Function):
+class FusedLinearCrossEntropyKernels:
+    """`liger_core.drivers.fused_linear_cross_entropy.FusedLinearCrossEntropyKernels` over `flce_pass`."""
+
+    protocol = flce_driver.PROTOCOL
+
     @staticmethod
     def forward(
-        ctx, input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction,
-        softcap, return_z_loss, accum_dtype,
+        input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction,
+        softcap, return_z_loss, accum_dtype, needs, grads_now,
     ):  # fmt: skip
-        check_args(
-            input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction,
-            softcap, return_z_loss, accum_dtype,
-        )  # fmt: skip
         n_valid, weight_sum = target_stats(input, weight, target, ce_weight, ignore_index)
         opts = CEOptions(ignore_index, lse_square_scale, label_smoothing, reduction, softcap)
         x = unit_col(input)
-        needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[3])
         w_total = weight_total(ce_weight, weight.shape[0])
         scales = opts.scales(n_valid, weight_sum)
-        # A scalar loss: gradients now, for an incoming gradient of 1 (scaled in backward).
-        early = opts.reduction != "none" and any(needs)
         ones = torch.ones(1, dtype=torch.float32, device=x.device)
         loss_rows, z_rows, grads = flce_pass(
-            x, weight, bias, target, ce_weight, opts, w_total, scales, ones if early else None, needs, accum_dtype
+            x, weight, bias, target, ce_weight, opts, w_total, scales, ones if grads_now else None, needs, accum_dtype
         )
         loss, z = reduce_rows(loss_rows, z_rows, opts, n_valid, weight_sum)
-        ctx.opts, ctx.w_total, ctx.scales, ctx.needs, ctx.accum_dtype = opts, w_total, scales, needs, accum_dtype
-        ctx.early = early
-        if early:
-            ctx.fused_grads = grads  # not saved tensors: see `_losses.take_fused_grads`
-        else:
-            ctx.save_for_backward(x, weight, target, bias, ce_weight)
-        if not return_z_loss:
-            return loss
-        ctx.mark_non_differentiable(z)
-        return loss, z
+        return loss, z, grads, (x, weight, target, bias, ce_weight), (opts, w_total, scales, accum_dtype)
 
     @staticmethod
-    def backward(ctx, grad_loss, _grad_z=None):
-        if ctx.early:
-            g = grad_loss.to(torch.float32)
-            # In place: autograd adopts them.
-            dx, dw, db = (None if t is None else t.mul_(g) for t in take_fused_grads(ctx))
-        else:
-            x, weight, target, bias, ce_weight = ctx.saved_tensors
-            grad_out = grad_loss.reshape(-1).contiguous()
-            _, _, (dx, dw, db) = flce_pass(
-                x, weight, bias, target, ce_weight, ctx.opts, ctx.w_total, ctx.scales, grad_out, ctx.needs,
-                ctx.accum_dtype,
-            )  # fmt: skip
-        return dx, dw, None, db, None, None, None, None, None, None, None, None
+    def scale_grads(grads, grad_loss, state):
+        return tuple(None if g is None else g.mul_(grad_loss) for g in grads)
+
+    @staticmethod
+    def backward(grad_loss, saved, state, needs):
+        x, weight, target, bias, ce_weight = saved
+        opts, w_total, scales, accum_dtype = state
+        _, _, grads = flce_pass(
+            x, weight, bias, target, ce_weight, opts, w_total, scales, grad_loss, needs, accum_dtype
+        )
+        return grads
+
+
+LigerFusedLinearCrossEntropyFunction = implements("fused_linear_cross_entropy")(
+    flce_driver.autograd_function(FusedLinearCrossEntropyKernels(), __name__)
+)

@@ -1,5 +1,6 @@
 """Fused linear scaled cross-entropy for Intel GPUs: per-token NLL and entropy of
-``softmax(input @ W^T / temperature)``, logits a chunk of tokens at a time.
+``softmax(input @ W^T / temperature)``, logits a chunk of tokens at a time; the kernels, chunk
+loop and the kernel adapter of `liger_core.drivers.fused_linear_scaled_cross_entropy`.
 
 Tokens are processed in chunks whose logits (input dtype) take at most the fused linear memory budget
 (fused_linear_cross_entropy's `_tiling.plan_chunks`). Per chunk: the logits in the input dtype
@@ -21,8 +22,9 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
+from liger_core.drivers import fused_linear_scaled_cross_entropy as flsce_driver
 from liger_core.ops._losses import label_stats
-from liger_core.ops.fused_linear_scaled_cross_entropy import OP_NAME, check_args
+from liger_core.ops.fused_linear_scaled_cross_entropy import OP_NAME
 
 from liger_ops_xpu._cross_entropy import plan_vocab
 from liger_ops_xpu._tiling import plan_chunks
@@ -136,36 +138,25 @@ def _chunks(x, w):
         yield start, end, x[start:end] @ w.t()
 
 
-@implements("fused_linear_scaled_cross_entropy")
-class LigerFusedLinearScaledCrossEntropyFunction(torch.autograd.Function):
+class FusedLinearScaledCrossEntropyKernels:
+    """`liger_core.drivers.fused_linear_scaled_cross_entropy.FusedLinearScaledCrossEntropyKernels`:
+    this module's kernels over `_chunks`."""
+
+    protocol = flsce_driver.PROTOCOL
+
     @staticmethod
-    def forward(ctx, input, weight, target, temperature, ignore_index):
-        check_args(input, weight, target, temperature, ignore_index)
-        label_stats(OP_NAME, target, ignore_index, weight.shape[0])
-        x = input.contiguous()
-        w = weight if weight.dtype == x.dtype else weight.to(x.dtype)  # as autocast would
-        w = w.contiguous()
-        target = target.contiguous()
+    def forward(x, w, target, inv_t, ignore_index):
+        label_stats(OP_NAME, target, ignore_index, w.shape[0])
         n_rows = x.shape[0]
         nll, entropy, lse = (torch.empty(n_rows, dtype=torch.float32, device=x.device) for _ in range(3))
-        inv_t = 1.0 / float(temperature)
         for start, end, logits in _chunks(x, w):
             fused_linear_scaled_cross_entropy_forward(
                 logits, target[start:end], inv_t, ignore_index, nll[start:end], entropy[start:end], lse[start:end]
             )
-        ctx.set_materialize_grads(False)
-        ctx.args = (inv_t, ignore_index, weight.dtype)
-        ctx.save_for_backward(x, w, target, lse, entropy)
-        return nll, entropy.to(x.dtype, copy=True)  # the fp32 rows stay backward's own
+        return nll, entropy, lse, target
 
     @staticmethod
-    def backward(ctx, grad_nll, grad_entropy):
-        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        if (grad_nll is None and grad_entropy is None) or not (need_x or need_w):
-            return None, None, None, None, None
-        x, w, target, lse, entropy = ctx.saved_tensors
-        inv_t, ignore_index, w_dtype = ctx.args
-        up_nll, up_entropy = (None if g is None else g.float().contiguous() for g in (grad_nll, grad_entropy))
+    def backward(x, w, target, lse, entropy, up_nll, up_entropy, inv_t, ignore_index, need_x, need_w, w_dtype):
         dx = torch.empty_like(x) if need_x else None
         dw = torch.zeros(w.shape, dtype=w_dtype, device=x.device) if need_w else None
         for start, end, logits in _chunks(x, w):
@@ -179,4 +170,9 @@ class LigerFusedLinearScaledCrossEntropyFunction(torch.autograd.Function):
                 torch.mm(logits, w, out=dx[start:end])
             if dw is not None:
                 dw += (logits.t() @ x[start:end]).to(dw.dtype)
-        return dx, dw, None, None, None
+        return dx, dw
+
+
+LigerFusedLinearScaledCrossEntropyFunction = implements("fused_linear_scaled_cross_entropy")(
+    flsce_driver.autograd_function(FusedLinearScaledCrossEntropyKernels(), __name__)
+)

@@ -1,5 +1,6 @@
 """Vocabulary-parallel cross-entropy for Intel GPUs: this rank's shard through `_cross_entropy`'s
-row kernels, the ranks combined by liger-core's collectives.
+row kernels, the ranks combined by liger-core's collectives; the kernel adapter of
+`liger_core.drivers.vocab_parallel_cross_entropy`.
 
 Forward: the shard's per-row lse (cross_entropy's forward, without z-loss or smoothing) and its
 target logits (a gather of one element per row, 0 where another rank holds the class), then
@@ -14,11 +15,11 @@ from __future__ import annotations
 
 import torch
 from liger_core.backend import implements
+from liger_core.drivers import vocab_parallel_cross_entropy as vocab_parallel_driver
 from liger_core.ops import _losses as L
 from liger_core.ops.vocab_parallel_cross_entropy import (
     LOCAL_IGNORE,
     OP_NAME,
-    check_args,
     combine_shards,
     local_target,
     reduce_losses,
@@ -31,12 +32,15 @@ from liger_ops_xpu._cross_entropy import CEOptions, cross_entropy_backward, cros
 from liger_ops_xpu._tiling import unit_col
 
 
-@implements("vocab_parallel_cross_entropy")
-class LigerVocabParallelCrossEntropyFunction(torch.autograd.Function):
+class VocabParallelCrossEntropyKernels:
+    """`liger_core.drivers.vocab_parallel_cross_entropy.VocabParallelCrossEntropyKernels` on
+    `_cross_entropy`'s row kernels."""
+
+    protocol = vocab_parallel_driver.PROTOCOL
+    rows = staticmethod(unit_col)
+
     @staticmethod
-    def forward(ctx, logits, target, group, ignore_index, reduction, in_place):
-        check_args(logits, target, group, ignore_index, reduction, in_place)
-        x = unit_col(logits)
+    def forward(x, target, group, ignore_index, reduction):
         layout = shard_layout(x, group)
         # Checked against the full vocabulary before any kernel runs (as cross_entropy does here).
         n_valid, _ = L.label_stats(OP_NAME, target, ignore_index, layout.vocab)
@@ -45,23 +49,17 @@ class LigerVocabParallelCrossEntropyFunction(torch.autograd.Function):
         _, _, shard_lse = cross_entropy_forward(x, local, None, opts, float(x.shape[1]))
         lse, x_y = combine_shards(shard_lse, target_logit(x, local).float(), group, layout)
         loss = reduce_losses(row_losses(lse, x_y, target, ignore_index), reduction, n_valid)
-        # In place: a detached alias, so the gradient returned in its memory is a tensor of its own.
-        ctx.save_for_backward(x.detach() if in_place else x, local, lse)
-        ctx.opts, ctx.scales = opts, opts.scales(n_valid, float(n_valid))
-        ctx.in_place = in_place
-        ctx.set_materialize_grads(False)
-        return loss.to(logits.dtype)
+        return loss.to(x.dtype), (local, lse), (opts, opts.scales(n_valid, float(n_valid)))
 
     @staticmethod
-    def backward(ctx, grad_loss):
-        if grad_loss is None:
-            return (None,) * 6
-        x, local, lse = ctx.saved_tensors
-        grad_out = grad_loss.reshape(-1).contiguous()
-        in_place = ctx.in_place and x.is_contiguous()
-        dx = x if in_place else torch.empty_like(x)
-        cross_entropy_backward(x, local, None, lse, grad_out, dx, ctx.opts, float(x.shape[1]), *ctx.scales)
-        if in_place:
-            # The kernel overwrote the logits behind autograd's back (see cross_entropy).
-            torch.autograd.graph.increment_version(dx)
-        return (dx,) + (None,) * 5
+    def backward(grad_loss, x, saved, state, out):
+        local, lse = saved
+        opts, scales = state
+        dx = out if out is not None else torch.empty_like(x)
+        cross_entropy_backward(x, local, None, lse, grad_loss.reshape(-1), dx, opts, float(x.shape[1]), *scales)
+        return dx
+
+
+LigerVocabParallelCrossEntropyFunction = implements("vocab_parallel_cross_entropy")(
+    vocab_parallel_driver.autograd_function(VocabParallelCrossEntropyKernels(), __name__)
+)
