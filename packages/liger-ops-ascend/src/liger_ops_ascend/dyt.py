@@ -1,4 +1,5 @@
-"""DyT (Dynamic Tanh) for Ascend NPUs: ``y = gamma * tanh(alpha * x) + beta``.
+"""DyT (Dynamic Tanh) for Ascend NPUs (``y = gamma * tanh(alpha * x) + beta``):
+kernels, UB-aware plans and the kernel adapter of `liger_core.drivers.dyt`.
 
 No row reduction, but per-column parameters: a program walks column chunks (outer loop,
 gamma/beta loaded once per chunk) and, inside, its row blocks (grid-stride over row blocks
@@ -17,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.dyt import check_args
+from liger_core.drivers import dyt as dyt_driver
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import row_block, tanh, tile_indices, tile_ptrs
@@ -245,20 +246,22 @@ def dyt_backward(
     return dx, dalpha, sum_partials(dgamma_part, gamma.dtype), dbeta
 
 
-@implements("dyt")
-class LigerDyTFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, alpha, gamma, beta):
-        check_args(x, alpha, gamma, beta)
-        hw = hardware.current(x.device)
-        x2d = as_rows(x)
-        y = dyt_forward(x2d, alpha, gamma, beta, hw)
-        ctx.save_for_backward(x2d, alpha, gamma)
-        ctx.beta_dtype, ctx.hw = dtype_of(beta), hw
-        return y.view(x.shape)
+class DyTKernels:
+    """`liger_core.drivers.dyt.DyTKernels` on this module's kernels (the state: the device's
+    hardware facts). Rows get this backend's row-stride bound (`as_rows`). The parameters'
+    partial sums are computed even when no parameter needs a gradient (CUDA skips them; not
+    ported yet)."""
+
+    protocol = dyt_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        x2d, alpha, gamma = ctx.saved_tensors
-        dx, dalpha, dgamma, dbeta = dyt_backward(as_rows(dy), x2d, alpha, gamma, ctx.beta_dtype, ctx.hw)
-        return dx.view(dy.shape), dalpha, dgamma, dbeta
+    def forward(x2d, alpha, gamma, beta):
+        hw = hardware.current(x2d.device)
+        return dyt_forward(as_rows(x2d), alpha, gamma, beta, hw), hw
+
+    @staticmethod
+    def backward(dy2d, x2d, alpha, gamma, beta, need_param_grads, hw):
+        return dyt_backward(as_rows(dy2d), as_rows(x2d), alpha, gamma, dtype_of(beta), hw)
+
+
+LigerDyTFunction = implements("dyt")(dyt_driver.autograd_function(DyTKernels(), __name__))

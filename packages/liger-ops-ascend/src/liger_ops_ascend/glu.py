@@ -1,6 +1,6 @@
 """Gated activations for Ascend NPUs: SwiGLU (``silu(a) * b``) and GEGLU (``gelu_tanh(a) * b``),
-one elementwise kernel pair (the activation a constexpr), its tile plans, launch and autograd
-Functions.
+one elementwise kernel pair (the activation a constexpr), its tile plans, launch and the kernel
+adapter of `liger_core.drivers.glu`.
 
 ``c = act(a) * b``, act computed in fp32 and rounded to the input dtype before the multiply
 (as the models' eager code does). The inputs are flattened and walked as blocks of
@@ -30,17 +30,15 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.fused_gate_up_swiglu import check_args as check_fused_gate_up_swiglu_args
-from liger_core.ops.geglu import check_args as check_geglu_args
-from liger_core.ops.swiglu import check_args as check_swiglu_args
+from liger_core.drivers import glu as glu_driver
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import flat_block, flat_indices
 from liger_ops_ascend._tiling import FlatPlan, as_rows, dma, elem_bytes, launch_flat, plan_flat, work
 from liger_ops_ascend.launch import Tile, launch
 
-SILU = 0
-GELU_TANH = 1
+SILU = glu_driver.SILU
+GELU_TANH = glu_driver.GELU_TANH
 _NAMES = {SILU: "swiglu", GELU_TANH: "geglu"}
 
 
@@ -245,64 +243,33 @@ def gate_up_backward(
     return dgu
 
 
-class LigerGLUFunction(torch.autograd.Function):
-    """``act(a) * b`` for the activation ``act`` (SILU, GELU_TANH). The ops' Functions
-    (`LigerSwiGLUFunction`, `LigerGEGLUFunction`) check their arguments and call `forward`
-    with their activation; the backward is this one (autograd drops its trailing None)."""
+class GLUKernels:
+    """`liger_core.drivers.glu.GLUKernels` on this module's kernels (the state: the device's hardware
+    facts). The gate-up rows get this backend's row-stride bound (`as_rows`)."""
+
+    protocol = glu_driver.PROTOCOL
 
     @staticmethod
-    def forward(ctx, a, b, act, in_place):
+    def forward(a: torch.Tensor, b: torch.Tensor, activation: int) -> tuple[torch.Tensor, hardware.Hardware]:
         hw = hardware.current(a.device)
-        a_c, b_c = a.contiguous(), b.contiguous()
-        c = glu_forward(a_c, b_c, act, hw)
-        ctx.save_for_backward(a_c, b_c)
-        ctx.act, ctx.in_place, ctx.hw = act, in_place, hw
-        return c
+        return glu_forward(a, b, activation, hw), hw
 
     @staticmethod
-    def backward(ctx, dc):
-        a_c, b_c = ctx.saved_tensors
-        da, db = glu_backward(dc.contiguous(), a_c, b_c, ctx.act, ctx.in_place, ctx.hw)
-        return da, db, None, None
+    def backward(dc, a, b, activation: int, in_place: bool, hw: hardware.Hardware) -> tuple[torch.Tensor, torch.Tensor]:
+        return glu_backward(dc, a, b, activation, in_place, hw)
 
-
-@implements("swiglu")
-class LigerSwiGLUFunction(LigerGLUFunction):
     @staticmethod
-    def forward(ctx, a, b, in_place):
-        check_swiglu_args(a, b, in_place)
-        return LigerGLUFunction.forward(ctx, a, b, SILU, in_place)
-
-
-@implements("geglu")
-class LigerGEGLUFunction(LigerGLUFunction):
-    @staticmethod
-    def forward(ctx, a, b, in_place):
-        check_geglu_args(a, b, in_place)
-        return LigerGLUFunction.forward(ctx, a, b, GELU_TANH, in_place)
-
-
-@implements("fused_gate_up_swiglu")
-class LigerFusedGateUpSwiGLUFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, gate_up, in_place):
-        check_fused_gate_up_swiglu_args(gate_up, in_place)
+    def gate_up_forward(gate_up: torch.Tensor, activation: int) -> tuple[torch.Tensor, hardware.Hardware]:
         hw = hardware.current(gate_up.device)
-        gu = as_rows(gate_up)
-        c = gate_up_forward(gu, SILU, hw)
-        # In place only over a buffer of our own layout; saved as a detached alias, so the gradient
-        # returned in its memory is a tensor of its own.
-        in_place = in_place and gu.is_contiguous()
-        ctx.save_for_backward(gu.detach() if in_place else gu)
-        ctx.in_place, ctx.shape, ctx.hw = in_place, gate_up.shape, hw
-        return c.view(*gate_up.shape[:-1], gu.shape[1] // 2)
+        return gate_up_forward(as_rows(gate_up), activation, hw), hw
 
     @staticmethod
-    def backward(ctx, dc):
-        (gu,) = ctx.saved_tensors
-        dgu = gate_up_backward(dc.contiguous(), gu, SILU, ctx.in_place, ctx.hw)
-        if ctx.in_place:
-            # The kernel overwrote the input behind autograd's back: a node that also saved it
-            # raises instead of reading gradients as activations.
-            torch.autograd.graph.increment_version(gu)
-        return dgu.view(ctx.shape), None
+    def gate_up_backward(dc, gate_up, activation: int, in_place: bool, hw: hardware.Hardware) -> torch.Tensor:
+        # in_place is asked only of a contiguous gate_up, which as_rows leaves as it is.
+        return gate_up_backward(dc, as_rows(gate_up), activation, in_place, hw)
+
+
+_functions = glu_driver.autograd_functions(GLUKernels(), __name__)
+LigerSwiGLUFunction = implements("swiglu")(_functions["swiglu"])
+LigerGEGLUFunction = implements("geglu")(_functions["geglu"])
+LigerFusedGateUpSwiGLUFunction = implements("fused_gate_up_swiglu")(_functions["fused_gate_up_swiglu"])

@@ -1,4 +1,5 @@
-"""Softmax over the last dimension for Ascend NPUs: kernels, UB-aware plans, autograd Function.
+"""Softmax over the last dimension for Ascend NPUs: kernels, UB-aware plans and the
+kernel adapter of `liger_core.drivers.softmax`.
 
 Rows tiled by `_tiling.plan_rows`: whole rows (several short rows per tile) when a row fits the
 UB, computed in one load; wider rows in ``BLOCK_N`` chunks: an online pass for the running max
@@ -12,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.softmax import check_args
+from liger_core.drivers import softmax as softmax_driver
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import col_tile, online_lse_step, row_block, tile_indices
@@ -141,18 +142,20 @@ def softmax_backward(dy2d: torch.Tensor, y: torch.Tensor, hw: hardware.Hardware)
     return dx
 
 
-@implements("softmax")
-class LigerSoftmaxFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        check_args(x)
-        hw = hardware.current(x.device)
-        y = softmax_forward(as_rows(x), hw)
-        ctx.save_for_backward(y)
-        ctx.hw = hw
-        return y.view(x.shape)
+class SoftmaxKernels:
+    """`liger_core.drivers.softmax.SoftmaxKernels` on this module's kernels (the state: the
+    device's hardware facts). Rows get this backend's row-stride bound (`as_rows`)."""
+
+    protocol = softmax_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        (y,) = ctx.saved_tensors
-        return softmax_backward(as_rows(dy), y, ctx.hw).view(dy.shape)
+    def forward(x2d: torch.Tensor) -> tuple[torch.Tensor, hardware.Hardware]:
+        hw = hardware.current(x2d.device)
+        return softmax_forward(as_rows(x2d), hw), hw
+
+    @staticmethod
+    def backward(dy2d: torch.Tensor, y: torch.Tensor, hw: hardware.Hardware) -> torch.Tensor:
+        return softmax_backward(as_rows(dy2d), y, hw)
+
+
+LigerSoftmaxFunction = implements("softmax")(softmax_driver.autograd_function(SoftmaxKernels(), __name__))

@@ -1,4 +1,5 @@
-"""Sparsemax for Ascend NPUs: kernels, UB-aware plans and autograd Function.
+"""Sparsemax for Ascend NPUs: kernels, UB-aware plans and the kernel
+adapter of `liger_core.drivers.sparsemax`.
 
 No sort (a per-row sort of a wide row does not fit the UB, and sorting is slow on the vector
 cores): the threshold ``tau`` solves ``sum(max(x - tau, 0)) = 1``, a decreasing function
@@ -18,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.sparsemax import check_args
+from liger_core.drivers import sparsemax as sparsemax_driver
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import col_tile, row_block, tile_indices
@@ -207,20 +208,22 @@ def sparsemax_backward(dy2d: torch.Tensor, y: torch.Tensor, hw: hardware.Hardwar
     return dx
 
 
-@implements("sparsemax")
-class LigerSparsemaxFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, dim):
-        check_args(x, dim)
-        hw = hardware.current(x.device)
-        xt = x.transpose(dim, -1)
-        y = sparsemax_forward(as_rows(xt), hw)
-        ctx.save_for_backward(y)
-        ctx.dim, ctx.hw = dim, hw
-        return y.view(xt.shape).transpose(dim, -1)
+class SparsemaxKernels:
+    """`liger_core.drivers.sparsemax.SparsemaxKernels` on this module's kernels: backward reads the
+    output (saved), the state is the device's hardware facts. Rows get this backend's row-stride
+    bound (`as_rows`)."""
+
+    protocol = sparsemax_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        (y,) = ctx.saved_tensors
-        dyt = dy.transpose(ctx.dim, -1)
-        return sparsemax_backward(as_rows(dyt), y, ctx.hw).view(dyt.shape).transpose(ctx.dim, -1), None
+    def forward(x2d: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor], hardware.Hardware]:
+        hw = hardware.current(x2d.device)
+        y = sparsemax_forward(as_rows(x2d), hw)
+        return y, (y,), hw
+
+    @staticmethod
+    def backward(dy2d: torch.Tensor, saved: tuple[torch.Tensor], hw: hardware.Hardware) -> torch.Tensor:
+        return sparsemax_backward(as_rows(dy2d), saved[0], hw)
+
+
+LigerSparsemaxFunction = implements("sparsemax")(sparsemax_driver.autograd_function(SparsemaxKernels(), __name__))

@@ -1,4 +1,5 @@
-"""Dynamic Tanh for NVIDIA GPUs: Triton kernels, launch plan and autograd Function.
+"""Dynamic Tanh for NVIDIA GPUs: Triton kernels, launch plan and the kernel
+adapter of `liger_core.drivers.dyt`.
 
 y = gamma * tanh(alpha * x) + beta, elementwise in fp32. Forward: 2-D tiles of rows x
 columns (one read of x, one write of y). Backward: a persistent grid of row groups x column
@@ -14,10 +15,10 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.dyt import check_args
+from liger_core.drivers import dyt as dyt_driver
 from liger_ops_cuda import hardware
 from liger_ops_cuda._jit import tanh
-from liger_ops_cuda._tiling import as_rows, grad_rows, sum_partials
+from liger_ops_cuda._tiling import sum_partials
 
 
 @triton.jit
@@ -182,19 +183,18 @@ def dyt_backward(
     return dx, d_alpha, d_gamma, d_beta
 
 
-@implements("dyt")
-class LigerDyTFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, alpha, gamma, beta):
-        check_args(x, alpha, gamma, beta)
-        x2d = as_rows(x)
-        y = dyt_forward(x2d, alpha, gamma, beta)
-        ctx.save_for_backward(x2d, alpha, gamma, beta)
-        return y.view(x.shape)
+class DyTKernels:
+    """`liger_core.drivers.dyt.DyTKernels` on this module's kernels (no state: plans are per call)."""
+
+    protocol = dyt_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        x2d, alpha, gamma, beta = ctx.saved_tensors
-        need_params = any(ctx.needs_input_grad[1:])
-        dx, d_alpha, d_gamma, d_beta = dyt_backward(grad_rows(dy, x2d.shape), x2d, alpha, gamma, beta, need_params)
-        return dx.view(dy.shape), d_alpha, d_gamma, d_beta
+    def forward(x2d, alpha, gamma, beta):
+        return dyt_forward(x2d, alpha, gamma, beta), None
+
+    @staticmethod
+    def backward(dy2d, x2d, alpha, gamma, beta, need_param_grads, state):
+        return dyt_backward(dy2d, x2d, alpha, gamma, beta, need_param_grads)
+
+
+LigerDyTFunction = implements("dyt")(dyt_driver.autograd_function(DyTKernels(), __name__))

@@ -1,6 +1,7 @@
 """Gated activations for NVIDIA GPUs: SwiGLU (``silu(a) * b``) and GEGLU (``gelu_tanh(a) * b``),
-one Triton kernel pair (the activation a constexpr), launch and autograd Functions; the same over
-one fused gate-up tensor (fused_gate_up_swiglu), whose rows hold the gate half then the up half.
+one Triton kernel pair (the activation a constexpr) and its launch; the same over one fused
+gate-up tensor (fused_gate_up_swiglu), whose rows hold the gate half then the up half; and the
+kernel adapter of `liger_core.drivers.glu`.
 
 Both are elementwise and memory-bound: forward reads a and b and writes c; backward reads
 dc, a and b and writes grad_a and grad_b, recomputing the activation rather than saving it.
@@ -15,15 +16,13 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.fused_gate_up_swiglu import check_args as check_fused_gate_up_swiglu_args
-from liger_core.ops.geglu import check_args as check_geglu_args
-from liger_core.ops.swiglu import check_args as check_swiglu_args
+from liger_core.drivers import glu as glu_driver
 from liger_ops_cuda import hardware
-from liger_ops_cuda._tiling import as_rows, flat, launch_flat
+from liger_ops_cuda._tiling import flat, launch_flat
 
-# The activation (the kernels' ACT constexpr).
-SILU = 0
-GELU_TANH = 1
+# The activation (the kernels' ACT constexpr): the driver's codes.
+SILU = glu_driver.SILU
+GELU_TANH = glu_driver.GELU_TANH
 
 
 @triton.jit
@@ -161,66 +160,29 @@ def gate_up_backward(dc: torch.Tensor, gu: torch.Tensor, act: int, in_place: boo
     return dgu
 
 
-class LigerGLUFunction(torch.autograd.Function):
-    """The autograd Function of the gated activations: `LigerSwiGLUFunction` and
-    `LigerGEGLUFunction` check their arguments and call `shared_forward` with their activation;
-    backward (the same for both) is this one."""
+class GLUKernels:
+    """`liger_core.drivers.glu.GLUKernels` on this module's kernels (no state: plans are per call)."""
+
+    protocol = glu_driver.PROTOCOL
 
     @staticmethod
-    def shared_forward(ctx, a: torch.Tensor, b: torch.Tensor, act: int, in_place: bool) -> torch.Tensor:
-        a1, b1 = flat(a), flat(b)
-        c = glu_forward(a1, b1, act)
-        ctx.save_for_backward(a1, b1)
-        ctx.act, ctx.in_place, ctx.shape = act, in_place, a.shape
-        return c.view(a.shape)
+    def forward(a: torch.Tensor, b: torch.Tensor, activation: int) -> tuple[torch.Tensor, None]:
+        return glu_forward(a, b, activation), None
 
     @staticmethod
-    def backward(ctx, dc):
-        a1, b1 = ctx.saved_tensors
-        da, db = glu_backward(dc, a1, b1, ctx.act, ctx.in_place)
-        if ctx.in_place:
-            # The kernel overwrote a and b behind autograd's back: bump their version counters,
-            # so a node that also saved them (a misuse of in_place) raises instead of reading
-            # gradients as activations.
-            torch.autograd.graph.increment_version((a1, b1))
-        return da.view(ctx.shape), db.view(ctx.shape), None
-
-
-@implements("swiglu")
-class LigerSwiGLUFunction(LigerGLUFunction):
-    @staticmethod
-    def forward(ctx, a, b, in_place):
-        check_swiglu_args(a, b, in_place)
-        return LigerGLUFunction.shared_forward(ctx, a, b, SILU, in_place)
-
-
-@implements("geglu")
-class LigerGEGLUFunction(LigerGLUFunction):
-    @staticmethod
-    def forward(ctx, a, b, in_place):
-        check_geglu_args(a, b, in_place)
-        return LigerGLUFunction.shared_forward(ctx, a, b, GELU_TANH, in_place)
-
-
-@implements("fused_gate_up_swiglu")
-class LigerFusedGateUpSwiGLUFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, gate_up, in_place):
-        check_fused_gate_up_swiglu_args(gate_up, in_place)
-        gu = as_rows(gate_up)
-        c = gate_up_forward(gu, SILU)
-        # In place (a buffer of our own layout): a detached alias, so the gradient returned in its
-        # memory is a tensor of its own.
-        in_place = in_place and gu.is_contiguous()
-        ctx.save_for_backward(gu.detach() if in_place else gu)
-        ctx.in_place, ctx.shape = in_place, gate_up.shape
-        return c.view(*gate_up.shape[:-1], gu.shape[1] // 2)
+    def backward(dc, a, b, activation: int, in_place: bool, state: None) -> tuple[torch.Tensor, torch.Tensor]:
+        return glu_backward(dc, a, b, activation, in_place)
 
     @staticmethod
-    def backward(ctx, dc):
-        (gu,) = ctx.saved_tensors
-        dgu = gate_up_backward(flat(dc), gu, SILU, ctx.in_place)
-        if ctx.in_place:
-            # Overwritten behind autograd's back (see LigerGLUFunction.backward).
-            torch.autograd.graph.increment_version(gu)
-        return dgu.view(ctx.shape), None
+    def gate_up_forward(gate_up: torch.Tensor, activation: int) -> tuple[torch.Tensor, None]:
+        return gate_up_forward(gate_up, activation), None
+
+    @staticmethod
+    def gate_up_backward(dc, gate_up, activation: int, in_place: bool, state: None) -> torch.Tensor:
+        return gate_up_backward(dc, gate_up, activation, in_place)
+
+
+_functions = glu_driver.autograd_functions(GLUKernels(), __name__)
+LigerSwiGLUFunction = implements("swiglu")(_functions["swiglu"])
+LigerGEGLUFunction = implements("geglu")(_functions["geglu"])
+LigerFusedGateUpSwiGLUFunction = implements("fused_gate_up_swiglu")(_functions["fused_gate_up_swiglu"])

@@ -1,4 +1,5 @@
-"""Softmax over the last dimension for NVIDIA GPUs: Triton kernels, tile plan, autograd Function.
+"""Softmax over the last dimension for NVIDIA GPUs: Triton kernels, tile plan and
+the kernel adapter of `liger_core.drivers.softmax`.
 
 Rows up to SOFTMAX_MAX_FUSED_BLOCK wide are held whole in registers (several short rows per
 tile): one read, one write. Wider rows stream in chunks: one pass keeps a running max and
@@ -13,9 +14,9 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.softmax import check_args
+from liger_core.drivers import softmax as softmax_driver
 from liger_ops_cuda._jit import row_tile
-from liger_ops_cuda._tiling import TilePlan, as_rows, plan_softmax_rows
+from liger_ops_cuda._tiling import TilePlan, plan_softmax_rows
 
 
 @triton.jit
@@ -110,17 +111,19 @@ def softmax_backward(dy2d: torch.Tensor, y: torch.Tensor, plan: TilePlan) -> tor
     return dx
 
 
-@implements("softmax")
-class LigerSoftmaxFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        check_args(x)
-        y = softmax_forward(as_rows(x), plan_softmax_rows(x.shape[-1]))
-        ctx.save_for_backward(y)
-        return y.view(x.shape)
+class SoftmaxKernels:
+    """`liger_core.drivers.softmax.SoftmaxKernels` on this module's kernels (the state: the tile plan)."""
+
+    protocol = softmax_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        (y,) = ctx.saved_tensors
-        dx = softmax_backward(as_rows(dy), y, plan_softmax_rows(y.shape[1]))
-        return dx.view(dy.shape)
+    def forward(x2d: torch.Tensor) -> tuple[torch.Tensor, TilePlan]:
+        plan = plan_softmax_rows(x2d.shape[1])
+        return softmax_forward(x2d, plan), plan
+
+    @staticmethod
+    def backward(dy2d: torch.Tensor, y: torch.Tensor, plan: TilePlan) -> torch.Tensor:
+        return softmax_backward(dy2d, y, plan)
+
+
+LigerSoftmaxFunction = implements("softmax")(softmax_driver.autograd_function(SoftmaxKernels(), __name__))

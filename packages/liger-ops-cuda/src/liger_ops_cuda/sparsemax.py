@@ -1,4 +1,5 @@
-"""Sparsemax for NVIDIA GPUs: Triton kernels and autograd Function (softmax's row tiling).
+"""Sparsemax for NVIDIA GPUs: Triton kernels (softmax's row tiling) and
+the kernel adapter of `liger_core.drivers.sparsemax`.
 
 No sort: per row the threshold tau (``sum(max(x - tau, 0)) == 1``) is bracketed by bisection
 on ``[max - 1, max]``, then made exact by Michelot steps: with the support ``S = {x > lo}``
@@ -16,10 +17,10 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.sparsemax import check_args
+from liger_core.drivers import sparsemax as sparsemax_driver
 from liger_ops_cuda import hardware
 from liger_ops_cuda._jit import row_tile
-from liger_ops_cuda._tiling import TilePlan, as_rows, plan_softmax_rows
+from liger_ops_cuda._tiling import TilePlan, plan_softmax_rows
 
 
 @triton.jit
@@ -159,21 +160,22 @@ def sparsemax_backward(dy2d: torch.Tensor, x2d: torch.Tensor, tau: torch.Tensor,
     return dx
 
 
-@implements("sparsemax")
-class LigerSparsemaxFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, dim):
-        check_args(x, dim)
-        moved = x.movedim(dim, -1)
-        x2d = as_rows(moved)
-        y, tau = sparsemax_forward(x2d, plan_softmax_rows(x2d.shape[1]))
-        ctx.save_for_backward(x2d, tau)
-        ctx.dim, ctx.moved_shape = dim, moved.shape
-        return y.view(moved.shape).movedim(-1, dim)
+class SparsemaxKernels:
+    """`liger_core.drivers.sparsemax.SparsemaxKernels` on this module's kernels: backward reads the
+    input rows and each row's threshold (saved), the state is the tile plan."""
+
+    protocol = sparsemax_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        x2d, tau = ctx.saved_tensors
-        dy2d = as_rows(dy.movedim(ctx.dim, -1))
-        dx = sparsemax_backward(dy2d, x2d, tau, plan_softmax_rows(x2d.shape[1]))
-        return dx.view(ctx.moved_shape).movedim(-1, ctx.dim), None
+    def forward(x2d: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], TilePlan]:
+        plan = plan_softmax_rows(x2d.shape[1])
+        y, tau = sparsemax_forward(x2d, plan)
+        return y, (x2d, tau), plan
+
+    @staticmethod
+    def backward(dy2d: torch.Tensor, saved: tuple[torch.Tensor, torch.Tensor], plan: TilePlan) -> torch.Tensor:
+        x2d, tau = saved
+        return sparsemax_backward(dy2d, x2d, tau, plan)
+
+
+LigerSparsemaxFunction = implements("sparsemax")(sparsemax_driver.autograd_function(SparsemaxKernels(), __name__))

@@ -1,4 +1,5 @@
-"""DyT (Dynamic Tanh) for Intel GPUs: Triton kernels, launch plan and autograd Function.
+"""DyT (Dynamic Tanh) for Intel GPUs: Triton kernels, launch plan and the
+kernel adapter of `liger_core.drivers.dyt`.
 
 ``y = gamma * tanh(alpha * x) + beta`` is elementwise with per-column parameters, so both
 kernels use a 2-D grid: row tiles x column blocks of ``ELEMENTWISE_COL_BLOCK`` (no row is
@@ -14,12 +15,11 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.dyt import check_args
+from liger_core.drivers import dyt as dyt_driver
 
 from liger_ops_xpu._jit import row_tile, tanh
 from liger_ops_xpu._tiling import (
     BlockPlan,
-    as_rows,
     backward_grid,
     launch_blocks,
     plan_blocks,
@@ -173,20 +173,21 @@ def dyt_backward(dy2d, x2d, alpha, gamma, beta, plan: BlockPlan):
     return dx, dalpha, sum_partials(dgamma_partial, gamma), sum_partials(dbeta_partial, beta)
 
 
-@implements("dyt")
-class LigerDyTFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, alpha, gamma, beta):
-        check_args(x, alpha, gamma, beta)
-        x2d = as_rows(x)
-        plan = plan_blocks(x2d.shape[1])
-        y = dyt_forward(x2d, alpha, gamma, beta, plan)
-        ctx.save_for_backward(x2d, alpha, gamma, beta)
-        ctx.plan = plan
-        return y.view(x.shape)
+class DyTKernels:
+    """`liger_core.drivers.dyt.DyTKernels` on this module's kernels (the state: the block plan).
+    The parameters' partial sums are computed even when no parameter needs a gradient (CUDA skips
+    them; not ported yet: the persistent backward kernel would need a NEED_PARTIAL constexpr)."""
+
+    protocol = dyt_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        x2d, alpha, gamma, beta = ctx.saved_tensors
-        dx, dalpha, dgamma, dbeta = dyt_backward(as_rows(dy), x2d, alpha, gamma, beta, ctx.plan)
-        return dx.view(dy.shape), dalpha, dgamma, dbeta
+    def forward(x2d, alpha, gamma, beta):
+        plan = plan_blocks(x2d.shape[1])
+        return dyt_forward(x2d, alpha, gamma, beta, plan), plan
+
+    @staticmethod
+    def backward(dy2d, x2d, alpha, gamma, beta, need_param_grads, plan):
+        return dyt_backward(dy2d, x2d, alpha, gamma, beta, plan)
+
+
+LigerDyTFunction = implements("dyt")(dyt_driver.autograd_function(DyTKernels(), __name__))

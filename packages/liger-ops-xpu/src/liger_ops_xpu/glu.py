@@ -1,6 +1,6 @@
 """Gated activations for Intel GPUs: swiglu (``silu(a) * b``) and geglu (``gelu_tanh(a) * b``),
-one elementwise kernel pair with the activation chosen by a constexpr, its launch and both ops'
-autograd Functions (the backward shared).
+one elementwise kernel pair with the activation chosen by a constexpr, its launch and the kernel
+adapter of `liger_core.drivers.glu`.
 
 A flat 1-D grid of ``ELEMENTWISE_BLOCK``-element programs over contiguous a and b: a pure
 streaming op (3 reads and 2 writes per element in backward), so blocks are sized for memory
@@ -19,13 +19,13 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops import fused_gate_up_swiglu, geglu, swiglu
+from liger_core.drivers import glu as glu_driver
 
 from liger_ops_xpu import hardware
-from liger_ops_xpu._tiling import as_rows, launch_flat, plan_flat
+from liger_ops_xpu._tiling import launch_flat, plan_flat
 
-SILU = 0
-GELU_TANH = 1
+SILU = glu_driver.SILU
+GELU_TANH = glu_driver.GELU_TANH
 
 
 @triton.jit
@@ -150,61 +150,29 @@ def gate_up_backward(dc: torch.Tensor, gu: torch.Tensor, act: int, in_place: boo
     return dgu
 
 
-class LigerGLUFunction(torch.autograd.Function):
-    """The autograd of swiglu and geglu (``(a, b, in_place)``): each op's subclass below checks
-    its arguments and calls `forward_act` with its activation; backward is this one."""
+class GLUKernels:
+    """`liger_core.drivers.glu.GLUKernels` on this module's kernels (no state: plans are per call)."""
+
+    protocol = glu_driver.PROTOCOL
 
     @staticmethod
-    def forward_act(ctx, a: torch.Tensor, b: torch.Tensor, in_place: bool, act: int) -> torch.Tensor:
-        a1, b1 = a.contiguous(), b.contiguous()
-        c = glu_forward(a1, b1, act)
-        ctx.save_for_backward(a1, b1)
-        ctx.in_place, ctx.act = in_place, act
-        return c.view(a.shape)
+    def forward(a: torch.Tensor, b: torch.Tensor, activation: int) -> tuple[torch.Tensor, None]:
+        return glu_forward(a, b, activation), None
 
     @staticmethod
-    def backward(ctx, dc):
-        a1, b1 = ctx.saved_tensors
-        da, db = glu_backward(dc, a1, b1, ctx.act, ctx.in_place)
-        return da.view(dc.shape), db.view(dc.shape), None
-
-
-@implements("swiglu")
-class LigerSwiGLUFunction(LigerGLUFunction):
-    @staticmethod
-    def forward(ctx, a, b, in_place):
-        swiglu.check_args(a, b, in_place)
-        return LigerGLUFunction.forward_act(ctx, a, b, in_place, SILU)
-
-
-@implements("geglu")
-class LigerGEGLUFunction(LigerGLUFunction):
-    @staticmethod
-    def forward(ctx, a, b, in_place):
-        geglu.check_args(a, b, in_place)
-        return LigerGLUFunction.forward_act(ctx, a, b, in_place, GELU_TANH)
-
-
-@implements("fused_gate_up_swiglu")
-class LigerFusedGateUpSwiGLUFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, gate_up, in_place):
-        fused_gate_up_swiglu.check_args(gate_up, in_place)
-        gu = as_rows(gate_up)
-        c = gate_up_forward(gu, SILU)
-        # In place (only over a buffer of our own layout): a detached alias, so the gradient
-        # returned in its memory is a tensor of its own.
-        in_place = in_place and gu.is_contiguous()
-        ctx.save_for_backward(gu.detach() if in_place else gu)
-        ctx.in_place, ctx.shape = in_place, gate_up.shape
-        return c.view(*gate_up.shape[:-1], gu.shape[1] // 2)
+    def backward(dc, a, b, activation: int, in_place: bool, state: None) -> tuple[torch.Tensor, torch.Tensor]:
+        return glu_backward(dc, a, b, activation, in_place)
 
     @staticmethod
-    def backward(ctx, dc):
-        (gu,) = ctx.saved_tensors
-        dgu = gate_up_backward(dc.contiguous(), gu, SILU, ctx.in_place)
-        if ctx.in_place:
-            # The kernel overwrote the input behind autograd's back: a node that also saved it
-            # raises instead of reading gradients as activations.
-            torch.autograd.graph.increment_version(gu)
-        return dgu.view(ctx.shape), None
+    def gate_up_forward(gate_up: torch.Tensor, activation: int) -> tuple[torch.Tensor, None]:
+        return gate_up_forward(gate_up, activation), None
+
+    @staticmethod
+    def gate_up_backward(dc, gate_up, activation: int, in_place: bool, state: None) -> torch.Tensor:
+        return gate_up_backward(dc, gate_up, activation, in_place)
+
+
+_functions = glu_driver.autograd_functions(GLUKernels(), __name__)
+LigerSwiGLUFunction = implements("swiglu")(_functions["swiglu"])
+LigerGEGLUFunction = implements("geglu")(_functions["geglu"])
+LigerFusedGateUpSwiGLUFunction = implements("fused_gate_up_swiglu")(_functions["fused_gate_up_swiglu"])

@@ -1,4 +1,5 @@
-"""Softmax over the last dimension for Intel GPUs: Triton kernels and autograd Function.
+"""Softmax over the last dimension for Intel GPUs: Triton kernels, tile plan and the
+kernel adapter of `liger_core.drivers.softmax`.
 
 Rows are tiled as in the norms (see _tiling.plan_tiles): whole rows (several per tile when
 short) are read once; wider rows use an online pass (running max and rescaled sum) and a
@@ -11,10 +12,10 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.softmax import check_args
+from liger_core.drivers import softmax as softmax_driver
 
 from liger_ops_xpu._jit import col_tile, row_tile
-from liger_ops_xpu._tiling import TilePlan, as_rows, launch_rows, plan_tiles
+from liger_ops_xpu._tiling import TilePlan, launch_rows, plan_tiles
 
 
 @triton.jit
@@ -111,19 +112,19 @@ def softmax_backward(dy2d: torch.Tensor, y: torch.Tensor, plan: TilePlan) -> tor
     return dx
 
 
-@implements("softmax")
-class LigerSoftmaxFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        check_args(x)
-        plan = plan_tiles(x.shape[-1], x.device)
-        y = softmax_forward(as_rows(x), plan)
-        ctx.save_for_backward(y)
-        ctx.plan = plan
-        return y.view(x.shape)
+class SoftmaxKernels:
+    """`liger_core.drivers.softmax.SoftmaxKernels` on this module's kernels (the state: the tile plan)."""
+
+    protocol = softmax_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        (y,) = ctx.saved_tensors
-        dx = softmax_backward(as_rows(dy), y, ctx.plan)
-        return dx.view(dy.shape)
+    def forward(x2d: torch.Tensor) -> tuple[torch.Tensor, TilePlan]:
+        plan = plan_tiles(x2d.shape[1], x2d.device)
+        return softmax_forward(x2d, plan), plan
+
+    @staticmethod
+    def backward(dy2d: torch.Tensor, y: torch.Tensor, plan: TilePlan) -> torch.Tensor:
+        return softmax_backward(dy2d, y, plan)
+
+
+LigerSoftmaxFunction = implements("softmax")(softmax_driver.autograd_function(SoftmaxKernels(), __name__))

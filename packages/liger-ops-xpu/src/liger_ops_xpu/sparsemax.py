@@ -1,4 +1,5 @@
-"""Sparsemax for Intel GPUs: Triton kernels and autograd Function.
+"""Sparsemax for Intel GPUs: Triton kernels, tile plan and the kernel
+adapter of `liger_core.drivers.sparsemax`.
 
 The threshold tau of each row (``sum(max(x - tau, 0)) == 1``) is found without sorting: f(t) =
 sum(max(x - t, 0)) falls monotonically from >= 1 at t = max - 1 to 0 at t = max, so
@@ -17,11 +18,11 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.sparsemax import check_args
+from liger_core.drivers import sparsemax as sparsemax_driver
 
 from liger_ops_xpu import hardware
 from liger_ops_xpu._jit import col_tile, row_tile
-from liger_ops_xpu._tiling import TilePlan, as_rows, launch_rows, plan_tiles
+from liger_ops_xpu._tiling import TilePlan, launch_rows, plan_tiles
 
 
 @triton.jit
@@ -145,20 +146,21 @@ def sparsemax_backward(dy2d: torch.Tensor, y: torch.Tensor, plan: TilePlan) -> t
     return dx
 
 
-@implements("sparsemax")
-class LigerSparsemaxFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, dim):
-        check_args(x, dim)
-        xt = x.movedim(dim, -1)
-        plan = plan_tiles(xt.shape[-1], x.device)
-        y = sparsemax_forward(as_rows(xt), plan)
-        ctx.save_for_backward(y)
-        ctx.plan, ctx.dim, ctx.t_shape = plan, dim, xt.shape
-        return y.view(xt.shape).movedim(-1, dim)
+class SparsemaxKernels:
+    """`liger_core.drivers.sparsemax.SparsemaxKernels` on this module's kernels: backward reads the
+    output (saved), the state is the tile plan."""
+
+    protocol = sparsemax_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        (y,) = ctx.saved_tensors
-        dx = sparsemax_backward(as_rows(dy.movedim(ctx.dim, -1)), y, ctx.plan)
-        return dx.view(ctx.t_shape).movedim(-1, ctx.dim), None
+    def forward(x2d: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor], TilePlan]:
+        plan = plan_tiles(x2d.shape[1], x2d.device)
+        y = sparsemax_forward(x2d, plan)
+        return y, (y,), plan
+
+    @staticmethod
+    def backward(dy2d: torch.Tensor, saved: tuple[torch.Tensor], plan: TilePlan) -> torch.Tensor:
+        return sparsemax_backward(dy2d, saved[0], plan)
+
+
+LigerSparsemaxFunction = implements("sparsemax")(sparsemax_driver.autograd_function(SparsemaxKernels(), __name__))
