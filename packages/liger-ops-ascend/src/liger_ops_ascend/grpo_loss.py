@@ -1,20 +1,15 @@
-"""The GRPO loss from logits for Ascend NPUs: the kernels and the kernel adapter of
-`liger_core.drivers.grpo_loss` (which holds the autograd Function): `_cross_entropy`'s kernels
-give each completion's log-probabilities (``-loss`` of its rows) and their lse, and in backward
-the logits' gradient with a per-row upstream; the loss between them is liger-core's shared
-formula (`grpo_loss.outputs_from_logps`, TRL's terms).
-"""
+"""grpo_loss for Ascend NPUs: `GRPOLossKernels`, the adapter that binds `liger_core.drivers.grpo_loss`
+to `_cross_entropy`'s kernels (int32 token ids via `prepare_target`, the chip's `hardware` facts
+read once per pass)."""
 
 from __future__ import annotations
 
 from liger_core.backend import implements
 from liger_core.drivers import grpo_loss as grpo_loss_driver
+from liger_core.ops.fused_linear_grpo import NO_IGNORED_ID
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._cross_entropy import CEOptions, cross_entropy_backward, cross_entropy_forward, prepare_target
-
-# The kernels' ignore_index: never a token id (every id is checked to be in [0, vocab)).
-NO_IGNORED_ID = -1
 
 
 class GRPOLossKernels:
