@@ -1,6 +1,7 @@
 """The elementwise divergences for Ascend NPUs: KL divergence, generalised Jensen-Shannon
 divergence and total variation distance (kl_div, jsd, tvd): one row-tiled kernel, its tile plan,
-launch and autograd Functions.
+launch and the kernel adapters of `liger_core.drivers.divergence` (which holds the autograd
+Functions).
 
 Each loss is a sum of per-element terms whose gradient is also per element, so one pass
 does both: tiles of ``BLOCK_M`` rows x ``BLOCK_N`` vocabulary columns (`_tiling.plan_rows`:
@@ -33,11 +34,8 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
+from liger_core.drivers import divergence as divergence_driver
 from liger_core.ops import _losses
-from liger_core.ops.fused_ce_tvd import check_args as check_fused_ce_tvd_args
-from liger_core.ops.jsd import check_args as check_jsd_args
-from liger_core.ops.kl_div import check_args as check_kl_div_args
-from liger_core.ops.tvd import check_args as check_tvd_args
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._cross_entropy import _targets, prepare_target
@@ -167,8 +165,8 @@ def divergence_forward(
     log_target: bool = False,
     param: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(loss, grad)``: loss per element (fp32, ``elementwise``) or the scaled sum (fp32
-    scalar); ``grad`` (``x.dtype``, already scaled) when ``want_grad``."""
+    """``(loss, grad)``: loss per element (fp32, ``elementwise``) or the sum (fp32 scalar, not
+    scaled); ``grad`` (``x.dtype``, times ``scale``) when ``want_grad``."""
     if x.stride(-1) != 1:
         x = x.contiguous()
     if y.stride(-1) != 1:
@@ -196,67 +194,39 @@ def divergence_forward(
         BLOCK_N=p.block_n,
     )  # fmt: skip
     # Second stage of the scalar reductions: the per-program partials summed.
-    loss = out if elementwise else out.sum() * scale
+    loss = out if elementwise else out.sum()
     return loss, grad
 
 
-class LigerDivergenceFunction(torch.autograd.Function):
-    """Forward computes loss and (scaled) gradient together; backward scales by the upstream
-    gradient. The ops' Functions (`LigerKLDivFunction`, `LigerJSDFunction`, `LigerTVDFunction`)
-    check their arguments and call `forward` with their kind and scale; the backward is this one
-    (autograd drops its trailing None)."""
+class DivergenceKernels:
+    """`liger_core.drivers.divergence.DivergenceKernels` on `divergence_forward` (loss and scaled
+    gradient in one pass). The device scale of jsd and tvd is read once on the host: the kernel
+    takes it as a scalar argument."""
 
-    @staticmethod
-    def forward(ctx, x, y, labels, kind, ignore_index, scale, elementwise, log_target, param, out_dtype):
+    protocol = divergence_driver.PROTOCOL
+
+    def kl_div(self, x, t, elementwise, log_target, eps, scale, want_grad):
         hw = hardware.current(x.device)
-        want_grad = ctx.needs_input_grad[0]
-        loss, grad = divergence_forward(
-            kind, x, y, labels, ignore_index, scale, elementwise, want_grad, hw, log_target, param
-        )
-        ctx.save_for_backward(grad)
-        return loss.to(out_dtype)
+        return divergence_forward(KL_DIV, x, t, None, -100, scale, elementwise, want_grad, hw, log_target, float(eps))
 
-    @staticmethod
-    def backward(ctx, d_loss):
-        (grad,) = ctx.saved_tensors
-        dx = (grad.float() * d_loss.float()).to(grad.dtype)
-        return dx, None, None, None, None, None, None, None, None, None
-
-
-@implements("kl_div")
-class LigerKLDivFunction(LigerDivergenceFunction):
-    @staticmethod
-    def forward(ctx, y_pred, y_true, reduction, log_target, eps):
-        check_kl_div_args(y_pred, y_true, reduction, log_target, eps)
-        n_rows, n_cols = y_pred.shape
-        scale = {"batchmean": 1.0 / max(n_rows, 1), "mean": 1.0 / max(n_rows * n_cols, 1)}.get(reduction, 1.0)
-        return LigerDivergenceFunction.forward(
-            ctx, y_pred, y_true, None, KL_DIV, -100, scale, reduction == "none", log_target, float(eps), torch.float32
+    def jsd(self, x, y, labels, beta, ignore_index, scale, want_grad):
+        hw = hardware.current(x.device)
+        return divergence_forward(
+            JSD, x, y, labels, ignore_index, float(scale), False, want_grad, hw, param=float(beta)
         )
 
+    def tvd(self, p, q, labels, elementwise, ignore_index, scale, want_grad):
+        hw = hardware.current(p.device)
+        return divergence_forward(TVD, p, q, labels, ignore_index, float(scale), elementwise, want_grad, hw)
 
-@implements("jsd")
-class LigerJSDFunction(LigerDivergenceFunction):
-    @staticmethod
-    def forward(ctx, student_logp, teacher_logp, shift_labels, beta, ignore_index):
-        check_jsd_args(student_logp, teacher_logp, shift_labels, beta, ignore_index)
-        n = _losses.label_count("jsd", shift_labels, ignore_index, student_logp.shape[0])
-        return LigerDivergenceFunction.forward(
-            ctx, student_logp, teacher_logp, shift_labels, JSD, ignore_index, 1.0 / max(n, 1), False, False,
-            float(beta), student_logp.dtype,
-        )  # fmt: skip
+    def scale_grad(self, grad, upstream):
+        return (grad.float() * upstream).to(grad.dtype)
 
 
-@implements("tvd")
-class LigerTVDFunction(LigerDivergenceFunction):
-    @staticmethod
-    def forward(ctx, p, q, shift_labels, reduction, ignore_index):
-        check_tvd_args(p, q, shift_labels, reduction, ignore_index)
-        n = _losses.label_count("tvd", shift_labels, ignore_index, p.shape[0])
-        scale = {"batchmean": 1.0 / max(n, 1), "mean": 1.0 / max(n * p.shape[1], 1)}.get(reduction, 1.0)
-        return LigerDivergenceFunction.forward(
-            ctx, p, q, shift_labels, TVD, ignore_index, scale, reduction == "none", False, 0.0, torch.float32
-        )
+FUNCTIONS = divergence_driver.autograd_functions(DivergenceKernels(), __name__)
+LigerKLDivFunction = implements("kl_div")(FUNCTIONS["kl_div"])
+LigerJSDFunction = implements("jsd")(FUNCTIONS["jsd"])
+LigerTVDFunction = implements("tvd")(FUNCTIONS["tvd"])
 
 
 # -- fused_ce_tvd --------------------------------------------------------------------------------
@@ -408,31 +378,27 @@ def fused_ce_tvd_backward(s, t, target, s_lse, t_lse, sigma, up_ce, up_tvd, igno
     return grad
 
 
-def _unit_cols(x: torch.Tensor) -> torch.Tensor:
-    return x if x.stride(-1) == 1 else x.contiguous()
+def _no_check() -> None:
+    """The target was checked before the launch (`_losses.label_stats`)."""
 
 
-@implements("fused_ce_tvd")
-class LigerFusedCETVDFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, student_logits, teacher_logits, target, ignore_index):
-        check_fused_ce_tvd_args(student_logits, teacher_logits, target, ignore_index)
-        _losses.label_stats("fused_ce_tvd", target, ignore_index, student_logits.shape[1])
-        hw = hardware.current(student_logits.device)
-        s, t = _unit_cols(student_logits), _unit_cols(teacher_logits)
-        target = prepare_target(target).contiguous()
-        ce, tvd_, s_lse, t_lse, sigma = fused_ce_tvd_forward(s, t, target, ignore_index, hw)
-        ctx.set_materialize_grads(False)
-        ctx.ignore_index = ignore_index
-        ctx.save_for_backward(s, t, target, s_lse, t_lse, sigma)
-        return ce, tvd_
+class FusedCETVDKernels:
+    """`liger_core.drivers.divergence.FusedCETVDKernels` on this module's fused_ce_tvd kernels."""
 
-    @staticmethod
-    def backward(ctx, grad_ce, grad_tvd):
-        if (grad_ce is None and grad_tvd is None) or not ctx.needs_input_grad[0]:
-            return None, None, None, None
-        s, t, target, s_lse, t_lse, sigma = ctx.saved_tensors
-        up_ce, up_tvd = (None if g is None else g.float().contiguous() for g in (grad_ce, grad_tvd))
+    protocol = divergence_driver.PROTOCOL
+
+    def fused_ce_tvd_target(self, target, ignore_index, n_classes):
+        _losses.label_stats("fused_ce_tvd", target, ignore_index, n_classes)
+        return prepare_target(target).contiguous(), _no_check
+
+    def fused_ce_tvd_forward(self, s, t, target, ignore_index):
+        return fused_ce_tvd_forward(s, t, target, ignore_index, hardware.current(s.device))
+
+    def fused_ce_tvd_backward(self, s, t, target, s_lse, t_lse, sigma, up_ce, up_tvd, ignore_index):
         hw = hardware.current(s.device)
-        grad = fused_ce_tvd_backward(s, t, target, s_lse, t_lse, sigma, up_ce, up_tvd, ctx.ignore_index, hw)
-        return grad, None, None, None
+        return fused_ce_tvd_backward(s, t, target, s_lse, t_lse, sigma, up_ce, up_tvd, ignore_index, hw)
+
+
+LigerFusedCETVDFunction = implements("fused_ce_tvd")(
+    divergence_driver.fused_ce_tvd_function(FusedCETVDKernels(), __name__)
+)

@@ -1,104 +1,36 @@
-"""The GRPO loss from logits for Ascend NPUs: `_cross_entropy`'s kernels give each completion's
-log-probabilities and, in backward, the logits' gradient; the loss between them is liger-core's
-shared formula (`grpo_loss.outputs_from_logps`, TRL's terms).
-
-Forward, one completion at a time (its ``L`` rows of the ``(B, L + 1, V)`` logits are one 2-D view):
-cross-entropy's forward on the rows (over the temperature: a float32 copy of one completion's
-rows when ``temperature != 1``) gives ``-logp`` and the rows' lse; then the outputs from the
-``(B, L)`` log-probabilities, by autograd-tracked torch on those few values. Backward:
-``dloss/dlogp`` through that small graph, then cross-entropy's gradient kernel with the per-row
-upstream ``-dlogp / T`` writes ``dlogp * (onehot - softmax) / T`` into the gradient (the logits'
-own memory with ``in_place``); the last position's gradient is 0.
-"""
+"""grpo_loss for Ascend NPUs: `GRPOLossKernels`, the adapter that binds `liger_core.drivers.grpo_loss`
+to `_cross_entropy`'s kernels (int32 token ids via `prepare_target`, the chip's `hardware` facts
+read once per pass)."""
 
 from __future__ import annotations
 
-import torch
 from liger_core.backend import implements
-from liger_core.ops.fused_linear_grpo import check_token_ids
-from liger_core.ops.grpo_loss import OP_NAME, check_args, outputs_from_logps
+from liger_core.drivers import grpo_loss as grpo_loss_driver
+from liger_core.ops.fused_linear_grpo import NO_IGNORED_ID
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._cross_entropy import CEOptions, cross_entropy_backward, cross_entropy_forward, prepare_target
 
-# The kernels' ignore_index: never a token id (every id is checked to be in [0, vocab)).
-NO_IGNORED_ID = -1
+
+class GRPOLossKernels:
+    """`liger_core.drivers.grpo_loss.GRPOLossKernels` on `_cross_entropy`'s kernels."""
+
+    protocol = grpo_loss_driver.PROTOCOL
+    OPTIONS = CEOptions(None, NO_IGNORED_ID, 0.0, 0.0, None)
+
+    def token_ids(self, ids):
+        return prepare_target(ids).contiguous()
+
+    def plan(self, device, backward):
+        return hardware.current(device)
+
+    def cross_entropy_rows(self, plan, logits, ids):
+        row_loss, _, row_lse = cross_entropy_forward(logits, ids, self.OPTIONS, plan)
+        return row_loss, row_lse
+
+    def cross_entropy_grad(self, plan, logits, ids, lse, upstream, out):
+        # a = the upstream per row; b (the z-loss factor) multiplies 0 without a z-loss.
+        cross_entropy_backward(logits, ids, lse, upstream, upstream, self.OPTIONS, plan, out=out)
 
 
-def _scaled(rows: torch.Tensor, temperature: float) -> torch.Tensor:
-    """One completion's rows over the temperature (a float32 copy), or the rows themselves at 1."""
-    return rows if temperature == 1.0 else rows.float() / temperature
-
-
-@implements("grpo_loss")
-class LigerGRPOLossFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(
-        ctx, logits, old_logp, ref_logp, completion_ids, advantages, completion_mask, temperature, beta, eps_low,
-        eps_high, in_place, loss_type, max_completion_length, importance_sampling_level, reduce, sapo_temperature_pos,
-        sapo_temperature_neg, vllm_is_ratio, delta, use_bias_correction_kl, num_items_in_batch, vespo_k_pos,
-        vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg,
-    ):  # fmt: skip
-        check_args(
-            logits, old_logp, ref_logp, completion_ids, advantages, completion_mask, temperature, beta, eps_low,
-            eps_high, in_place, loss_type, max_completion_length, importance_sampling_level, reduce,
-            sapo_temperature_pos, sapo_temperature_neg, vllm_is_ratio, delta, use_bias_correction_kl,
-            num_items_in_batch, vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg,
-        )  # fmt: skip
-        check_token_ids(completion_ids, logits.shape[-1], OP_NAME, "completion_ids")
-        x = logits if logits.stride(-1) == 1 else logits.contiguous()
-        n_seq, n = x.shape[0], x.shape[1] - 1
-        ids = prepare_target(completion_ids).contiguous()
-        hw = hardware.current(logits.device)
-        logp = torch.empty((n_seq, n), dtype=torch.float32, device=x.device)
-        lse = torch.empty_like(logp)
-        ce = CEOptions(None, NO_IGNORED_ID, 0.0, 0.0, None)
-        if n:
-            for b in range(n_seq):
-                row_loss, _, row_lse = cross_entropy_forward(_scaled(x[b, :n], temperature), ids[b], ce, hw)
-                torch.neg(row_loss, out=logp[b])
-                lse[b] = row_lse
-        need = ctx.needs_input_grad[0]
-        with torch.enable_grad():
-            leaf = logp.requires_grad_(need)
-            loss, kl, clipped = outputs_from_logps(
-                leaf, old_logp, ref_logp, advantages, completion_mask, eps_low, eps_high, beta, loss_type,
-                max_completion_length, importance_sampling_level, reduce, sapo_temperature_pos, sapo_temperature_neg,
-                vllm_is_ratio, delta, use_bias_correction_kl, num_items_in_batch, vespo_k_pos, vespo_lambda_pos,
-                vespo_k_neg, vespo_lambda_neg,
-            )  # fmt: skip
-        # The small graph from the log-probabilities to the loss, replayed in backward.
-        ctx.graph = (leaf, loss) if need else None
-        # In place: a detached alias, so the gradient returned in its memory is a tensor of its own.
-        ctx.save_for_backward(x.detach() if in_place else x, ids, lse)
-        ctx.in_place, ctx.temperature, ctx.ce, ctx.hw = in_place, float(temperature), ce, hw
-        ctx.mark_non_differentiable(kl, clipped)
-        ctx.set_materialize_grads(False)
-        return loss.detach(), kl, clipped
-
-    @staticmethod
-    def backward(ctx, grad_loss, _grad_kl=None, _grad_clipped=None):
-        if grad_loss is None or ctx.graph is None:
-            return (None,) * 25
-        leaf, loss = ctx.graph
-        ctx.graph = None
-        (d_logp,) = torch.autograd.grad(loss, leaf, grad_loss)
-        x, ids, lse = ctx.saved_tensors
-        n_seq, n = x.shape[0], x.shape[1] - 1
-        temperature = ctx.temperature
-        in_place = ctx.in_place and x.is_contiguous()
-        grad = x if in_place else torch.empty_like(x, memory_format=torch.contiguous_format)
-        if n:
-            # CE's gradient is upstream * (softmax - onehot); d(loss)/d(logits) is d_logp * (onehot - softmax) / T.
-            upstream = d_logp.float().div(-temperature)
-            for b in range(n_seq):
-                # a = the upstream per row; b (the z-loss factor) multiplies 0 without a z-loss.
-                up = upstream[b].contiguous()
-                cross_entropy_backward(
-                    _scaled(x[b, :n], temperature), ids[b], lse[b], up, up, ctx.ce, ctx.hw, out=grad[b, :n]
-                )
-        grad[:, n].zero_()
-        if in_place:
-            # The kernel overwrote the logits behind autograd's back (see cross_entropy).
-            torch.autograd.graph.increment_version(x)
-        return (grad,) + (None,) * 24
+LigerGRPOLossFunction = implements("grpo_loss")(grpo_loss_driver.autograd_function(GRPOLossKernels(), __name__))

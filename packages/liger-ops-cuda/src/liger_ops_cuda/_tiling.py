@@ -242,6 +242,19 @@ def plan_chunks(n_tokens: int, vocab: int, bytes_per_logit: int = 2) -> int:
     return chunk_rows(n_tokens, max(vocab, 1) * bytes_per_logit, nbytes, hardware.FUSED_LINEAR_ROW_MULTIPLE)
 
 
+def logits_fp32(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``x @ w.T`` in float32 without rounding the products to the input dtype first (the fused
+    linear losses' logits: tensor cores with an fp32 output where cuBLAS offers it)."""
+    if x.dtype == torch.float32:
+        return x @ w.t()
+    if x.is_cuda:
+        try:
+            return torch.mm(x, w.t(), out_dtype=torch.float32)
+        except (TypeError, RuntimeError):
+            pass
+    return x.float() @ w.float().t()
+
+
 def accumulate_weight_grad(gw: torch.Tensor, g: torch.Tensor, x: torch.Tensor, first: bool) -> None:
     """``gw (+)= g^T @ x`` with gw in its own dtype (fp32 accumulation of bf16 GEMMs via
     out_dtype where cuBLAS offers it)."""

@@ -1,6 +1,6 @@
 """The divergences for NVIDIA GPUs: KL divergence, generalised JSD and total variation distance
 (kl_div, jsd, tvd), and fused_ce_tvd (cross-entropy + TVD over logits): Triton kernels, launch
-and autograd Functions.
+and the kernel adapters of `liger_core.drivers.divergence` (which holds the autograd Functions).
 
 One program per (row, vocabulary tile).
 
@@ -32,14 +32,11 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.fused_ce_tvd import check_args as check_fused_ce_tvd_args
-from liger_core.ops.jsd import check_args as check_jsd_args
-from liger_core.ops.kl_div import check_args as check_kl_div_args
-from liger_core.ops.tvd import check_args as check_tvd_args
+from liger_core.drivers import divergence as divergence_driver
 from liger_ops_cuda import hardware
 from liger_ops_cuda._cross_entropy import plan_vocab_rows, target_stats
 from liger_ops_cuda._jit import online_lse_step, row_offset, vocab_tile
-from liger_ops_cuda._tiling import as_rows, contiguous, scale_unless_one
+from liger_ops_cuda._tiling import scale_unless_one
 
 MODE_FORWARD_KL, MODE_REVERSE_KL, MODE_MIXED = 0, 1, 2
 
@@ -137,16 +134,6 @@ def plan_divergence(n_cols: int) -> tuple[int, int, int]:
     return block, triton.cdiv(n_cols, block), max(1, min(hardware.DIV_NUM_WARPS, block // 32))
 
 
-def inverse_count(
-    labels: torch.Tensor | None, ignore_index: int, n_rows: int, device: torch.device, per_row: int = 1
-) -> torch.Tensor:
-    """``1 / (counted rows * per_row)`` as a 1-element fp32 device tensor (1 when none count)."""
-    if labels is None:
-        return torch.full((1,), 1.0 / max(n_rows * per_row, 1), dtype=torch.float32, device=device)
-    n = (labels != ignore_index).sum(dtype=torch.float32).reshape(1) * per_row
-    return 1.0 / torch.clamp_min(n, 1.0)
-
-
 def _loss_buffers(x: torch.Tensor, elementwise: bool, write_grad: bool):
     """``(plan, out, grad)`` of a one-pass divergence over ``x``'s rows: fp32 per-element loss
     (``elementwise``) or per-(row, tile) partials, and the gradient in x's dtype when wanted."""
@@ -219,86 +206,32 @@ def tvd_forward(
     return out, grad
 
 
-class LigerDivergenceFunction(torch.autograd.Function):
-    """The backward of the divergences' Functions (`LigerKLDivFunction`, `LigerJSDFunction`,
-    `LigerTVDFunction`): their forward saves the gradient for an incoming gradient of 1, which
-    backward rescales in place only when the incoming gradient is not 1 (decided on the
-    device). Reduction "none" instead sets ``ctx.elementwise_grad(ctx, saved, grad_output)``."""
+class DivergenceKernels:
+    """`liger_core.drivers.divergence.DivergenceKernels` on this module's one-pass kernels."""
 
-    @staticmethod
-    def backward(ctx, grad_output):
-        (saved,) = ctx.saved_tensors
-        if saved is None:
-            return None, None, None, None, None
-        if ctx.elementwise_grad is not None:
-            return ctx.elementwise_grad(ctx, saved, grad_output), None, None, None, None
-        scale_unless_one(saved, grad_output.float().reshape(1))
-        return saved, None, None, None, None
+    protocol = divergence_driver.PROTOCOL
 
+    def kl_div(self, x, t, elementwise, log_target, eps, scale, want_grad):
+        out, grad = kl_div_forward(x, t, elementwise, log_target, eps, scale, want_grad)
+        return (out if elementwise else out.sum()), grad
 
-def _kl_div_elementwise_grad(ctx, t: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
-    p = t.float().exp() if ctx.log_target else t.float()
-    return -(p * grad_output).to(ctx.grad_dtype)
+    def jsd(self, x, y, labels, beta, ignore_index, scale, want_grad):
+        grad = torch.empty(x.shape, dtype=x.dtype, device=x.device) if want_grad else None
+        return jsd_forward(x, y, labels, beta, ignore_index, scale, grad).sum(), grad
 
+    def tvd(self, p, q, labels, elementwise, ignore_index, scale, want_grad):
+        out, grad = tvd_forward(p, q, labels, elementwise, ignore_index, scale, want_grad)
+        return (out if elementwise else out.sum()), grad
 
-@implements("kl_div")
-class LigerKLDivFunction(LigerDivergenceFunction):
-    @staticmethod
-    def forward(ctx, y_pred, y_true, reduction, log_target, eps):
-        check_kl_div_args(y_pred, y_true, reduction, log_target, eps)
-        x, t = as_rows(y_pred), as_rows(y_true)
-        n, v = x.shape
-        elementwise = reduction == "none"
-        scale = {"batchmean": 1.0 / max(n, 1), "mean": 1.0 / max(n * v, 1)}.get(reduction, 1.0)
-        write_grad = ctx.needs_input_grad[0] and not elementwise
-        out, grad = kl_div_forward(x, t, elementwise, log_target, eps, scale, write_grad)
-        ctx.log_target, ctx.grad_dtype = log_target, y_pred.dtype
-        ctx.elementwise_grad = _kl_div_elementwise_grad if elementwise else None
-        if elementwise:
-            ctx.save_for_backward(t)
-            return out
-        ctx.save_for_backward(grad)
-        return out.sum() * scale
+    def scale_grad(self, grad, upstream):
+        scale_unless_one(grad, upstream)  # in place, skipped on the device when the upstream is 1
+        return grad
 
 
-@implements("jsd")
-class LigerJSDFunction(LigerDivergenceFunction):
-    @staticmethod
-    def forward(ctx, student_logp, teacher_logp, shift_labels, beta, ignore_index):
-        check_jsd_args(student_logp, teacher_logp, shift_labels, beta, ignore_index)
-        x, y = as_rows(student_logp), as_rows(teacher_logp)
-        labels = contiguous(shift_labels)
-        inv_n = inverse_count(labels, ignore_index, x.shape[0], x.device)
-        grad = torch.empty(x.shape, dtype=x.dtype, device=x.device) if ctx.needs_input_grad[0] else None
-        part = jsd_forward(x, y, labels, beta, ignore_index, inv_n, grad)
-        ctx.elementwise_grad = None
-        ctx.save_for_backward(grad)
-        return (part.sum() * inv_n[0]).to(student_logp.dtype)
-
-
-def _tvd_elementwise_grad(ctx, grad: torch.Tensor, grad_output: torch.Tensor) -> torch.Tensor:
-    return (grad.float() * grad_output).to(grad.dtype)
-
-
-@implements("tvd")
-class LigerTVDFunction(LigerDivergenceFunction):
-    @staticmethod
-    def forward(ctx, p, q, shift_labels, reduction, ignore_index):
-        check_tvd_args(p, q, shift_labels, reduction, ignore_index)
-        p_, q_ = as_rows(p), as_rows(q)
-        n, v = p_.shape
-        labels = contiguous(shift_labels)
-        if reduction == "batchmean":
-            scale = inverse_count(labels, ignore_index, n, p_.device)
-        elif reduction == "mean":
-            scale = inverse_count(labels, ignore_index, n, p_.device, per_row=v)
-        else:
-            scale = torch.ones(1, dtype=torch.float32, device=p_.device)
-        elementwise = reduction == "none"
-        out, grad = tvd_forward(p_, q_, labels, elementwise, ignore_index, scale, ctx.needs_input_grad[0])
-        ctx.elementwise_grad = _tvd_elementwise_grad if elementwise else None
-        ctx.save_for_backward(grad)
-        return out if elementwise else out.sum() * scale[0]
+FUNCTIONS = divergence_driver.autograd_functions(DivergenceKernels(), __name__)
+LigerKLDivFunction = implements("kl_div")(FUNCTIONS["kl_div"])
+LigerJSDFunction = implements("jsd")(FUNCTIONS["jsd"])
+LigerTVDFunction = implements("tvd")(FUNCTIONS["tvd"])
 
 
 @triton.jit
@@ -430,30 +363,20 @@ def fused_ce_tvd_backward(s, t, target, s_lse, t_lse, sigma, up_ce, up_tvd, igno
     return grad
 
 
-@implements("fused_ce_tvd")
-class LigerFusedCETVDFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, student_logits, teacher_logits, target, ignore_index):
-        check_fused_ce_tvd_args(student_logits, teacher_logits, target, ignore_index)
-        s, t = as_rows(student_logits), as_rows(teacher_logits)
-        target = target.contiguous()
-        _, _, check = target_stats("fused_ce_tvd", target, ignore_index, s.shape[1], None, "sum")
-        ce, tvd, s_lse, t_lse, sigma = fused_ce_tvd_forward(s, t, target, ignore_index)
-        check.raise_if_bad()
-        ctx.set_materialize_grads(False)
-        ctx.ignore_index = ignore_index
-        ctx.save_for_backward(s, t, target, s_lse, t_lse, sigma)
-        return ce, tvd
+class FusedCETVDKernels:
+    """`liger_core.drivers.divergence.FusedCETVDKernels` on this module's fused_ce_tvd kernels."""
 
-    @staticmethod
-    def backward(ctx, grad_ce, grad_tvd):
-        if (grad_ce is None and grad_tvd is None) or not ctx.needs_input_grad[0]:
-            return None, None, None, None
-        s, t, target, s_lse, t_lse, sigma = ctx.saved_tensors
-        up_ce, up_tvd = (None if g is None else g.float().contiguous() for g in (grad_ce, grad_tvd))
-        return (
-            fused_ce_tvd_backward(s, t, target, s_lse, t_lse, sigma, up_ce, up_tvd, ctx.ignore_index),
-            None,
-            None,
-            None,
-        )
+    protocol = divergence_driver.PROTOCOL
+
+    def fused_ce_tvd_target(self, target, ignore_index, n_classes):
+        # One launch; the bad-target count is read (and raised) after the forward's launch.
+        _, _, check = target_stats("fused_ce_tvd", target, ignore_index, n_classes, None, "sum")
+        return target, check.raise_if_bad
+
+    fused_ce_tvd_forward = staticmethod(fused_ce_tvd_forward)
+    fused_ce_tvd_backward = staticmethod(fused_ce_tvd_backward)
+
+
+LigerFusedCETVDFunction = implements("fused_ce_tvd")(
+    divergence_driver.fused_ce_tvd_function(FusedCETVDKernels(), __name__)
+)

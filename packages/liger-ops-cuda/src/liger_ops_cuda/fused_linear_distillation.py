@@ -39,7 +39,12 @@ class DistillationKernels(LinearChunks, D.DistillationKernels):
         return rows
 
     def jsd_rows(self, x, y, labels, beta, ignore_index, coef):
-        scale = torch.full((1,), 0.0 if coef is None else coef, dtype=torch.float32, device=x.device)
+        # coef: a float (the distillation losses) or a float32 (1,) device tensor (fused_linear_jsd);
+        # without it the kernel reads no scale (x stands in for the pointer).
+        if coef is None or isinstance(coef, torch.Tensor):
+            scale = x if coef is None else coef
+        else:
+            scale = torch.full((1,), coef, dtype=torch.float32, device=x.device)
         grad = y if coef is not None else None  # the kernel reads y's row before it writes over it
         part = jsd_forward(x, y, labels, beta, ignore_index, scale, grad=grad)
         return part.sum(), grad

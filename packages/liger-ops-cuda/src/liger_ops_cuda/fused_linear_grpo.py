@@ -16,8 +16,7 @@ from liger_core.ops import _losses as L
 from liger_core.ops import fused_linear_grpo as G
 from liger_ops_cuda import hardware
 from liger_ops_cuda._cross_entropy import cross_entropy_backward, cross_entropy_forward
-from liger_ops_cuda._tiling import accumulate_weight_grad, scale_unless_one
-from liger_ops_cuda.fused_linear_jsd import _logits_fp32
+from liger_ops_cuda._tiling import accumulate_weight_grad, logits_fp32, scale_unless_one
 
 
 class LinearChunks(L.LinearChunkKernels):
@@ -25,7 +24,7 @@ class LinearChunks(L.LinearChunkKernels):
     float32 accumulation of the weight gradient in its dtype, scaling skipped on device at 1."""
 
     def logits(self, x, weight):
-        return _logits_fp32(x, weight)
+        return logits_fp32(x, weight)
 
     def new_weight_grad(self, weight):
         return torch.empty_like(weight)  # the first chunk's product overwrites it

@@ -2,7 +2,13 @@
 divergence: forward KL at beta 0, reverse KL at beta 1, the mixture otherwise) and tvd (total
 variation distance), one kernel pair with the divergence chosen by a constexpr KIND, its
 launchers (also used by fused_linear_jsd on chunks of log-probabilities) and the three ops'
-autograd Functions (the backward shared); and fused_ce_tvd, cross-entropy + TVD over logits.
+autograd Functions (the backward shared); and fused_ce_tvd, cross-entropy + TVD over logits: its
+kernels and the kernel adapter of `liger_core.drivers.divergence` (which holds its Function).
+
+Own driver (kl_div, jsd, tvd): the backward recomputes the gradient from the saved inputs, so no
+gradient buffer lives between forward and backward; liger-core's divergence driver has the forward
+write the gradient and keep it for backward (an x-sized buffer held in between), which this
+strategy cannot be expressed through without holding that buffer.
 
 Both kernels run on a 2-D grid of [BLOCK_M rows x BLOCK_N columns] tiles (elementwise sizes
 from hardware: these ops stream two inputs and have no row-wide reduction). The forward either
@@ -33,7 +39,8 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops import fused_ce_tvd, jsd, kl_div, tvd
+from liger_core.drivers import divergence as divergence_driver
+from liger_core.ops import jsd, kl_div, tvd
 from liger_core.ops._losses import label_count, label_stats
 
 from liger_ops_xpu._cross_entropy import plan_vocab
@@ -437,25 +444,22 @@ def fused_ce_tvd_backward(s, t, target, s_lse, t_lse, sigma, up_ce, up_tvd, igno
     return dx
 
 
-@implements("fused_ce_tvd")
-class LigerFusedCETVDFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, student_logits, teacher_logits, target, ignore_index):
-        fused_ce_tvd.check_args(student_logits, teacher_logits, target, ignore_index)
-        label_stats("fused_ce_tvd", target, ignore_index, student_logits.shape[1])
-        s, t = unit_col(student_logits), unit_col(teacher_logits)
-        target = target.contiguous()
-        ce, tvd_, s_lse, t_lse, sigma = fused_ce_tvd_forward(s, t, target, ignore_index)
-        ctx.set_materialize_grads(False)
-        ctx.ignore_index = ignore_index
-        ctx.save_for_backward(s, t, target, s_lse, t_lse, sigma)
-        return ce, tvd_
+def _no_check() -> None:
+    """The target was checked before the launch (`label_stats`)."""
 
-    @staticmethod
-    def backward(ctx, grad_ce, grad_tvd):
-        if (grad_ce is None and grad_tvd is None) or not ctx.needs_input_grad[0]:
-            return None, None, None, None
-        s, t, target, s_lse, t_lse, sigma = ctx.saved_tensors
-        up_ce, up_tvd = (None if g is None else g.float().contiguous() for g in (grad_ce, grad_tvd))
-        dx = fused_ce_tvd_backward(s, t, target, s_lse, t_lse, sigma, up_ce, up_tvd, ctx.ignore_index)
-        return dx, None, None, None
+
+class FusedCETVDKernels:
+    """`liger_core.drivers.divergence.FusedCETVDKernels` on this module's fused_ce_tvd kernels."""
+
+    protocol = divergence_driver.PROTOCOL
+    fused_ce_tvd_forward = staticmethod(fused_ce_tvd_forward)
+    fused_ce_tvd_backward = staticmethod(fused_ce_tvd_backward)
+
+    def fused_ce_tvd_target(self, target, ignore_index, n_classes):
+        label_stats("fused_ce_tvd", target, ignore_index, n_classes)
+        return target, _no_check
+
+
+LigerFusedCETVDFunction = implements("fused_ce_tvd")(
+    divergence_driver.fused_ce_tvd_function(FusedCETVDKernels(), __name__)
+)

@@ -43,6 +43,8 @@ class DistillationKernels(LinearChunks, D.DistillationKernels):
         total = divergence_forward(x, y, labels, div, False)
         if coef is None:
             return total, None
+        if isinstance(coef, torch.Tensor):  # a float32 (1,) device tensor (fused_linear_jsd): read on the device
+            return total, divergence_backward(x, y, labels, div, coef, 1.0, torch.float32)
         ones = torch.ones(1, dtype=torch.float32, device=x.device)
         return total, divergence_backward(x, y, labels, div, ones, coef, torch.float32)
 
