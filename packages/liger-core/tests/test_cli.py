@@ -298,6 +298,21 @@ def test_check_absent_backend(capsys):
     assert "names no installed backend" in err
 
 
+def test_check_uninstalled_vendor_backend_gives_its_error_alone(monkeypatch, capsys):
+    # Issue 37: `liger check --backend ascend` without liger-ops-ascend first said its kernels would run
+    # in the Triton interpreter, then that the backend is not installed.
+    from importlib.metadata import entry_points
+
+    if any(ep.name == "ascend" for ep in entry_points(group="liger.backends")):
+        pytest.skip("liger-ops-ascend is installed here")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # restored afterwards; the check sets it to 1
+    rc, out, err = run_main(capsys, "check", "--backend", "ascend")
+    assert rc == 1
+    assert "backend 'ascend' names no installed backend" in err
+    assert "pip install -e packages/liger-ops-ascend" in err
+    assert "TRITON_INTERPRET" not in out + err
+
+
 def test_check_absent_device(capsys):
     if device_available("xpu"):
         pytest.skip("this machine has an XPU")

@@ -220,8 +220,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     ops = _parse_ops(args.ops, args.parser)
     chosen = args.backend or os.environ.get("LIGER_BACKEND", "").strip() or None
     device, note = registry.device_for_backend(chosen, args.device)
-    if note:
-        print(note)
     if not device_available(device):
         print(f"liger check: device {device!r} is not available on this machine", file=sys.stderr)
         return 1
@@ -247,6 +245,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             s = _serving(op, device)
             plan[op] = (registry.get_backend(s["backend"]), "", "") if s["backend"] else (None, s["error"], "FAIL")
 
+    if note:  # only now: a backend that is not installed gets its error alone, not an interpreter note first
+        print(note)
     interp = " (Triton interpreter)" if os.environ.get("TRITON_INTERPRET") == "1" else ""
     names = sorted({b.name for b, _, _ in plan.values() if b is not None})
     print(f"liger check: {len(ops)} op(s) on {device}{interp}, backend(s) {', '.join(names) or '-'}")
