@@ -44,3 +44,9 @@ def test_fused_neighborhood_attention_driver_refuses_another_protocol():
         "fused_neighborhood_attention",
         fused_neighborhood_attention.PROTOCOL,
     )
+
+
+def test_fused_moe_driver_refuses_another_protocol():
+    from liger_core.drivers import fused_moe
+
+    _refused(fused_moe.autograd_functions, "fused_moe", fused_moe.PROTOCOL)

@@ -21,9 +21,9 @@ The two mixes are memory-bound sums over the stream axis: a program walks its to
 (grid-stride, one program per vector core) and each tile's channels BLOCK_C at a time, reading
 each stream element once per pass and accumulating in float32; the per-token map gradients (sums
 over the channels) stay in the UB across the walk, so no program writes another's tokens. Rows
-of channels are DMA'd several at a time, so their pitch is kept 32-byte aligned: the Functions
-pad the channel axis of a tensor whose pitch is not (``pitch`` below, in elements): the adapter's
-forwards hand the driver the padded copies to keep for backward.
+of channels are DMA'd several at a time, so their pitch is kept 32-byte aligned: the kernel
+adapter pads the channel axis of a tensor whose pitch is not (``pitch`` below, in elements) and
+hands the driver the padded copies to keep for backward.
 """
 
 from __future__ import annotations
