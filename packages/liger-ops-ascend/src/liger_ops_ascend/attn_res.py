@@ -1,4 +1,5 @@
-"""Attention Residuals for Ascend NPUs: Triton kernels, UB tile plan and autograd Function.
+"""Attention Residuals for Ascend NPUs: Triton kernels, UB tile plan and the kernel
+adapter of `liger_core.drivers.attn_res`.
 
 Per position (a row of each of the N blocks), in fp32: ``score_i = sum(v_i * u) * rstd_i`` with
 ``u = w_query * w_norm`` and ``rstd_i = rsqrt(mean(v_i^2) + eps)``, ``alpha = softmax(score)``
@@ -26,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.attn_res import check_args
+from liger_core.drivers import attn_res as attn_res_driver
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import below, row_block, tile_indices, tile_ptrs
@@ -354,20 +355,22 @@ def attn_res_backward(dh2d, V3, w_query, w_norm, score, rstd, lse, hw: hardware.
     return dV, (g * w_norm.float()).to(w_query.dtype), (g * w_query.float()).to(w_norm.dtype)
 
 
-@implements("attn_res")
-class LigerAttnResFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, V, w_query, w_norm, eps):
-        check_args(V, w_query, w_norm, eps)
-        hw = hardware.current(V.device)
-        V3 = as_blocks(V)
-        h, score, rstd, lse = attn_res_forward(V3, w_query, w_norm, eps, hw)
-        ctx.save_for_backward(V3, w_query, w_norm, score, rstd, lse)
-        ctx.V_shape, ctx.hw = V.shape, hw
-        return h.view(V.shape[1:])
+class AttnResKernels:
+    """`liger_core.drivers.attn_res.AttnResKernels` on this module's kernels: the blocks and the
+    incoming gradient also get row strides the int32 tile offsets can hold (`as_blocks`, `as_rows`)."""
+
+    protocol = attn_res_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dh):
-        V3, w_query, w_norm, score, rstd, lse = ctx.saved_tensors
-        dV, d_query, d_norm = attn_res_backward(as_rows(dh), V3, w_query, w_norm, score, rstd, lse, ctx.hw)
-        return dV.view(ctx.V_shape), d_query, d_norm, None
+    def forward(V3, w_query, w_norm, eps):
+        V3 = as_blocks(V3)
+        h, score, rstd, lse = attn_res_forward(V3, w_query, w_norm, eps, hardware.current(V3.device))
+        return h, (V3, score, rstd, lse)
+
+    @staticmethod
+    def backward(dh, w_query, w_norm, saved):
+        V3, score, rstd, lse = saved
+        return attn_res_backward(as_rows(dh), V3, w_query, w_norm, score, rstd, lse, hardware.current(V3.device))
+
+
+LigerAttnResFunction = implements("attn_res")(attn_res_driver.autograd_function(AttnResKernels(), __name__))

@@ -1,5 +1,5 @@
 """Neighborhood attention for Ascend NPUs: flash-style banded Triton kernels, UB tile plan and
-autograd Function.
+the kernel adapter of `liger_core.drivers.fused_neighborhood_attention`.
 
 The work is the CUDA package's (query ``i`` attends to the keys ``j`` with ``|j - i| <= reach =
 (kernel_size // 2) * dilation`` and ``(j - i) % dilation == 0``, clipped at the sequence ends; a
@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.fused_neighborhood_attention import check_args, default_scale
+from liger_core.drivers import fused_neighborhood_attention as na_driver
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._tiling import FP32, aligned_rows, dma, f32_copy, mask, once, padded_empty, work
@@ -442,23 +442,27 @@ def fused_neighborhood_attention_backward(do, q, k, v, out, lse, kernel_size, di
     return dq, dk, dv
 
 
-@implements("fused_neighborhood_attention")
-class LigerFusedNeighborhoodAttentionFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, query, key, value, kernel_size, dilation, scale):
-        check_args(query, key, value, kernel_size, dilation, scale)
-        hw = hardware.current(query.device)
-        q, k, v = aligned_rows(query), aligned_rows(key), aligned_rows(value)
-        scale = default_scale(query.shape[-1], scale)
-        out, lse = fused_neighborhood_attention_forward(q, k, v, kernel_size, dilation, scale, hw)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.options, ctx.hw = (kernel_size, dilation, scale), hw
-        return out
+class FusedNeighborhoodAttentionKernels:
+    """`liger_core.drivers.fused_neighborhood_attention.FusedNeighborhoodAttentionKernels` on this
+    module's kernels: q, k, v and the incoming gradient in 32-byte aligned rows (`aligned_rows`)."""
+
+    protocol = na_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, grad_out):
-        q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = fused_neighborhood_attention_backward(
-            aligned_rows(grad_out), q, k, v, out, lse, *ctx.options, ctx.hw
+    def forward(q, k, v, kernel_size, dilation, scale):
+        q, k, v = aligned_rows(q), aligned_rows(k), aligned_rows(v)
+        hw = hardware.current(q.device)
+        out, lse = fused_neighborhood_attention_forward(q, k, v, kernel_size, dilation, scale, hw)
+        return out, lse, (q, k, v)
+
+    @staticmethod
+    def backward(grad_out, q, k, v, out, lse, kernel_size, dilation, scale):
+        hw = hardware.current(q.device)
+        return fused_neighborhood_attention_backward(
+            aligned_rows(grad_out), q, k, v, out, lse, kernel_size, dilation, scale, hw
         )
-        return dq, dk, dv, None, None, None
+
+
+LigerFusedNeighborhoodAttentionFunction = implements("fused_neighborhood_attention")(
+    na_driver.autograd_function(FusedNeighborhoodAttentionKernels(), __name__)
+)

@@ -1,10 +1,10 @@
 """mHC for Ascend NPUs: the routing coefficients, the pre-mix and the post + residual mix (Triton
-kernels, UB plans and autograd Functions).
+kernels, UB plans and the kernel adapter of `liger_core.drivers.mhc`).
 
 The projection ``mix = (v @ phi) * rstd`` (``v``: a token's HC streams flattened, ``rstd =
 rsqrt(mean(v^2) + rms_eps)``) is one float32 GEMM over the tokens plus a row reduction, left to
-torch (the cube cores); its backward is two more GEMMs. The kernels own the per-token part: the two
-sigmoid maps and the Sinkhorn-Knopp iterations over the ``HC x HC`` residual matrix, whose
+torch (the cube cores), upcast to float32 there (the driver keeps v in x's dtype); its backward
+is two more GEMMs. The kernels own the per-token part: the two sigmoid maps and the Sinkhorn-Knopp iterations over the ``HC x HC`` residual matrix, whose
 backward walks the iterations in reverse. A program takes BLOCK_T tokens as a (BLOCK_T,
 BLOCK_HC, BLOCK_HC) UB tile (BLOCK_HC: HC to a power of two, padded lanes held at 0); one
 program per vector core walks the token tiles (grid-stride: the grid stays under 65536), and
@@ -21,8 +21,9 @@ The two mixes are memory-bound sums over the stream axis: a program walks its to
 (grid-stride, one program per vector core) and each tile's channels BLOCK_C at a time, reading
 each stream element once per pass and accumulating in float32; the per-token map gradients (sums
 over the channels) stay in the UB across the walk, so no program writes another's tokens. Rows
-of channels are DMA'd several at a time, so their pitch is kept 32-byte aligned: the Functions
-pad the channel axis of a tensor whose pitch is not (``pitch`` below, in elements).
+of channels are DMA'd several at a time, so their pitch is kept 32-byte aligned: the kernel
+adapter pads the channel axis of a tensor whose pitch is not (``pitch`` below, in elements) and
+hands the driver the padded copies to keep for backward.
 """
 
 from __future__ import annotations
@@ -31,9 +32,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.mhc_coeffs import check_args
-from liger_core.ops.mhc_post_res import check_args as check_post_res_args
-from liger_core.ops.mhc_pre import check_args as check_pre_args
+from liger_core.drivers import mhc as mhc_driver
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import below
@@ -294,55 +293,20 @@ def sinkhorn_backward(mix, b, alphas, hist, d_pre, d_post, d_res, hc, tmax, sink
     return d_logits
 
 
-def _upstream(grad, shape, device):
-    # An output the loss never used has no gradient: a zero one stands in (float32, contiguous).
-    if grad is None:
-        return torch.zeros(shape, dtype=torch.float32, device=device)
-    return grad.reshape(shape).to(torch.float32).contiguous()
+def projection_forward(v, phi, rms_eps):
+    """(mix (tokens, M), rstd (tokens,)) float32 from v (tokens, K) and phi (K, M), by the cube
+    cores: the projection in float32 (no rounding of the logits)."""
+    v = v.float()
+    rstd = torch.rsqrt(v.square().mean(-1) + rms_eps)
+    return (v @ phi.float()).mul_(rstd[:, None]).contiguous(), rstd
 
 
-@implements("mhc_coeffs")
-class LigerMHCCoeffsFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, phi, b, alpha_pre, alpha_post, alpha_res, tmax, rms_eps, pre_eps, sinkhorn_eps, post_mult):
-        check_args(x, phi, b, alpha_pre, alpha_post, alpha_res, tmax, rms_eps, pre_eps, sinkhorn_eps, post_mult)
-        hc, c = x.shape[-2], x.shape[-1]
-        lead = x.shape[:-2]
-        # The projection in float32 (no rounding of the logits), by the cube cores.
-        v = x.reshape(-1, hc * c).float()
-        rstd = torch.rsqrt(v.square().mean(-1) + rms_eps)
-        mix = (v @ phi.float()).mul_(rstd[:, None]).contiguous()
-        alphas = torch.stack((alpha_pre, alpha_post, alpha_res)).float()
-        h_pre, h_post, h_res, hist = sinkhorn_forward(
-            mix, b, alphas, hc, tmax, pre_eps, sinkhorn_eps, post_mult, store_hist=any(ctx.needs_input_grad)
-        )
-        ctx.save_for_backward(v, phi, b, mix, rstd, alphas, hist)
-        ctx.meta = (x.shape, x.dtype, tmax, sinkhorn_eps, post_mult)
-        ctx.dtypes = (alpha_pre.dtype, alpha_post.dtype, alpha_res.dtype)
-        return h_pre.view(*lead, hc), h_post.view(*lead, hc), h_res.view(*lead, hc, hc)
-
-    @staticmethod
-    def backward(ctx, d_pre, d_post, d_res):
-        v, phi, b, mix, rstd, alphas, hist = ctx.saved_tensors
-        x_shape, x_dtype, tmax, sinkhorn_eps, post_mult = ctx.meta
-        hc = x_shape[-2]
-        n_tokens = mix.shape[0]
-        d_pre = _upstream(d_pre, (n_tokens, hc), mix.device)
-        d_post = _upstream(d_post, (n_tokens, hc), mix.device)
-        d_res = _upstream(d_res, (n_tokens, hc, hc), mix.device)
-        d_logits = sinkhorn_backward(mix, b, alphas, hist, d_pre, d_post, d_res, hc, tmax, sinkhorn_eps, post_mult)
-        # logits = alpha * mix + b per segment: b and the alphas take the sums over the tokens.
-        segments = (slice(0, hc), slice(hc, 2 * hc), slice(2 * hc, None))
-        d_alphas = [(d_logits[:, s] * mix[:, s]).sum().to(dt) for s, dt in zip(segments, ctx.dtypes)]
-        alpha_cols = torch.cat([alphas[i].expand(n) for i, n in enumerate((hc, hc, hc * hc))])
-        d_mix = d_logits * alpha_cols
-        # mix = (v @ phi) * rstd, rstd = rsqrt(mean(v^2) + eps): d rstd / dv = -rstd^3 v / K.
-        d_proj = d_mix * rstd[:, None]
-        d_phi = (v.T @ d_proj).to(phi.dtype)
-        d_v = d_proj @ phi.float().T
-        d_v -= v * ((d_mix * mix).sum(-1) * rstd.square() / v.shape[1])[:, None]
-        d_x = d_v.to(x_dtype).view(x_shape)
-        return d_x, d_phi, d_logits.sum(0).to(b.dtype), *d_alphas, None, None, None, None, None
+def projection_backward(v, phi, d_proj, coef):
+    """(grad_v in v's dtype, grad_phi float32): ``d_proj @ phi^T - v * coef``, ``v^T @ d_proj``."""
+    v32 = v.float()
+    d_v = d_proj @ phi.float().T
+    d_v -= v32 * coef[:, None]
+    return d_v.to(v.dtype), v32.T @ d_proj
 
 
 # -- the pre-mix and the post + residual mix -----------------------------------------------------
@@ -652,69 +616,55 @@ def post_res_backward(x, f_out, h_post, h_res, d_out, pitch):
     return d_x, d_f_out, d_h_post, d_h_res
 
 
-def _tokens(t, shape):
-    # The kernels index dense token-major tensors: flatten the leading dims, copy only if strided.
-    return t.reshape(shape).contiguous()
-
-
 def _channels(t: torch.Tensor, n_channels: int) -> torch.Tensor:
     # A pitched result back to its n_channels (a copy only where the rows were padded).
     return t if t.shape[-1] == n_channels else t[..., :n_channels].contiguous()
 
 
-@implements("mhc_pre")
-class LigerMHCPreFunction(torch.autograd.Function):
+class MHCKernels:
+    """`liger_core.drivers.mhc.MHCKernels` on this module's kernels: the mixes take their stream
+    tensors with rows `_pitch` elements apart, a padded copy (kept for backward) where needed."""
+
+    protocol = mhc_driver.PROTOCOL
+    projection_forward = staticmethod(projection_forward)
+    projection_backward = staticmethod(projection_backward)
+    sinkhorn_forward = staticmethod(sinkhorn_forward)
+    sinkhorn_backward = staticmethod(sinkhorn_backward)
+
     @staticmethod
-    def forward(ctx, x, h_pre):
-        check_pre_args(x, h_pre)
-        hc, n_channels = x.shape[-2], x.shape[-1]
+    def pre_forward(x, h_pre):
+        n_channels = x.shape[-1]
         pitch = _pitch(n_channels, x.dtype)
-        x_flat = _pitched(_tokens(x, (-1, hc, n_channels)), pitch)
-        h_flat = _tokens(h_pre, (-1, hc))
-        out = pre_forward(x_flat[..., :n_channels], h_flat, pitch)
-        ctx.save_for_backward(x_flat, h_flat)
-        ctx.meta = (x.shape, h_pre.dtype, pitch)
-        return _channels(out, n_channels).view(*x.shape[:-2], n_channels)
+        x_pitched = _pitched(x, pitch)
+        out = pre_forward(x_pitched[..., :n_channels], h_pre, pitch)
+        return _channels(out, n_channels), x_pitched
 
     @staticmethod
-    def backward(ctx, d_out):
-        x_flat, h_flat = ctx.saved_tensors
-        x_shape, h_dtype, pitch = ctx.meta
-        n_channels = x_shape[-1]
-        d_out = _pitched(_tokens(d_out, (-1, n_channels)).to(x_flat.dtype), pitch)
-        d_x, d_h_pre = pre_backward(x_flat[..., :n_channels], h_flat, d_out, pitch)
-        return _channels(d_x, n_channels).view(x_shape), d_h_pre.to(h_dtype).view(x_shape[:-1])
+    def pre_backward(x_pitched, h_pre, d_out):
+        n_channels, pitch = d_out.shape[-1], x_pitched.shape[-1]
+        d_out = _pitched(d_out.to(x_pitched.dtype), pitch)
+        d_x, d_h_pre = pre_backward(x_pitched[..., :n_channels], h_pre, d_out, pitch)
+        return _channels(d_x, n_channels), d_h_pre
 
-
-@implements("mhc_post_res")
-class LigerMHCPostResFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, f_out, h_post, h_res):
-        check_post_res_args(x, f_out, h_post, h_res)
-        hc, n_channels = x.shape[-2], x.shape[-1]
+    def post_res_forward(x, f_out, h_post, h_res):
+        n_channels = x.shape[-1]
         pitch = _pitch(n_channels, x.dtype, f_out.dtype)
-        x_flat = _pitched(_tokens(x, (-1, hc, n_channels)), pitch)
-        f_flat = _pitched(_tokens(f_out, (-1, n_channels)), pitch)
-        h_post_flat = _tokens(h_post, (-1, hc))
-        h_res_flat = _tokens(h_res, (-1, hc, hc))
-        out = post_res_forward(x_flat[..., :n_channels], f_flat, h_post_flat, h_res_flat, pitch)
-        ctx.save_for_backward(x_flat, f_flat, h_post_flat, h_res_flat)
-        ctx.meta = (x.shape, h_post.dtype, h_res.dtype, pitch)
-        return _channels(out, n_channels).view(x.shape)
+        x_pitched, f_pitched = _pitched(x, pitch), _pitched(f_out, pitch)
+        out = post_res_forward(x_pitched[..., :n_channels], f_pitched, h_post, h_res, pitch)
+        return _channels(out, n_channels), x_pitched, f_pitched
 
     @staticmethod
-    def backward(ctx, d_out):
-        x_flat, f_flat, h_post_flat, h_res_flat = ctx.saved_tensors
-        x_shape, h_post_dtype, h_res_dtype, pitch = ctx.meta
-        hc, n_channels = x_shape[-2], x_shape[-1]
-        d_out = _pitched(_tokens(d_out, (-1, hc, n_channels)).to(x_flat.dtype), pitch)
+    def post_res_backward(x_pitched, f_pitched, h_post, h_res, d_out):
+        n_channels, pitch = d_out.shape[-1], x_pitched.shape[-1]
+        d_out = _pitched(d_out.to(x_pitched.dtype), pitch)
         d_x, d_f_out, d_h_post, d_h_res = post_res_backward(
-            x_flat[..., :n_channels], f_flat, h_post_flat, h_res_flat, d_out, pitch
+            x_pitched[..., :n_channels], f_pitched, h_post, h_res, d_out, pitch
         )
-        lead = x_shape[:-2]
-        return (
-            _channels(d_x, n_channels).view(x_shape),
-            _channels(d_f_out, n_channels).view(*lead, n_channels),
-            d_h_post.to(h_post_dtype).view(*lead, hc),
-            d_h_res.to(h_res_dtype).view(*lead, hc, hc),
-        )
+        return _channels(d_x, n_channels), _channels(d_f_out, n_channels), d_h_post, d_h_res
+
+
+_functions = mhc_driver.autograd_functions(MHCKernels(), __name__)
+LigerMHCCoeffsFunction = implements("mhc_coeffs")(_functions["mhc_coeffs"])
+LigerMHCPreFunction = implements("mhc_pre")(_functions["mhc_pre"])
+LigerMHCPostResFunction = implements("mhc_post_res")(_functions["mhc_post_res"])

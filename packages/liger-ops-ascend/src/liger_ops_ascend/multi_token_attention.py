@@ -1,5 +1,6 @@
 """Multi-token attention (``mask_0(conv2d(softmax(mask_-inf(scores))))``) for Ascend NPUs: the
-causal fill kernel, its UB plan, launch and autograd Function.
+causal fill kernel, its UB plan, launch and the kernel adapter of
+`liger_core.drivers.multi_token_attention`.
 
 The row work is softmax's and sparsemax's own kernels (their modules' launchers and UB-aware
 plans): a flat kernel first fills each query row's future with -inf, which both activations turn
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.multi_token_attention import check_args
+from liger_core.drivers import multi_token_attention as mta_driver
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._jit import flat_block, flat_indices
@@ -95,40 +96,42 @@ def causal_fill(x: torch.Tensor, fill: float, hw: hardware.Hardware, out: torch.
     return out
 
 
-@implements("multi_token_attention")
-class LigerMultiTokenAttentionFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, scores, weight, bias, stride, padding, dilation, groups, sparse):
-        check_args(scores, weight, bias, stride, padding, dilation, groups, sparse)
-        hw = hardware.current(scores.device)
-        seq = scores.shape[-1]
-        masked = causal_fill(scores.contiguous(), float("-inf"), hw)
-        if sparse:
-            probs = sparsemax_forward(masked.view(-1, seq), hw)
-        else:
-            probs = softmax_forward(masked.view(-1, seq), hw)
-        ctx.save_for_backward(probs, weight)
-        probs = probs.view(scores.shape)
-        out = F.conv2d(probs, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
-        ctx.conv = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
-        ctx.sparse, ctx.hw, ctx.shape = sparse, hw, scores.shape
-        return causal_fill(out, 0.0, hw, out=out)
+class MultiTokenAttentionKernels:
+    """`liger_core.drivers.multi_token_attention.MultiTokenAttentionKernels` on this module's
+    kernels and torch's conv2d (with the causal fill on its output and incoming gradient)."""
+
+    protocol = mta_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, grad_out):
-        probs, weight = ctx.saved_tensors
-        seq = ctx.shape[-1]
-        grad_conv = causal_fill(grad_out.contiguous(), 0.0, ctx.hw)
-        grad_scores = grad_weight = grad_bias = None
-        if ctx.needs_input_grad[0]:
-            grad_probs = torch.nn.grad.conv2d_input(ctx.shape, weight, grad_conv, **ctx.conv).view(-1, seq)
-            if ctx.sparse:
-                grad_scores = sparsemax_backward(grad_probs, probs, ctx.hw)
-            else:
-                grad_scores = softmax_backward(grad_probs, probs, ctx.hw)
-            grad_scores = grad_scores.view(ctx.shape)
-        if ctx.needs_input_grad[1]:
-            grad_weight = torch.nn.grad.conv2d_weight(probs.view(ctx.shape), weight.shape, grad_conv, **ctx.conv)
-        if ctx.needs_input_grad[2]:
-            grad_bias = grad_conv.sum((0, 2, 3))
-        return grad_scores, grad_weight, grad_bias, None, None, None, None, None
+    def probs_forward(scores, sparse):
+        hw = hardware.current(scores.device)
+        seq = scores.shape[-1]
+        masked = causal_fill(scores, float("-inf"), hw)
+        activation = sparsemax_forward if sparse else softmax_forward
+        return activation(masked.view(-1, seq), hw).view(scores.shape), ()
+
+    @staticmethod
+    def probs_backward(grad_probs, probs, saved, sparse):
+        seq = probs.shape[-1]
+        activation = sparsemax_backward if sparse else softmax_backward
+        grad_rows = activation(grad_probs.reshape(-1, seq), probs.view(-1, seq), hardware.current(probs.device))
+        return grad_rows.view(probs.shape)
+
+    @staticmethod
+    def conv_forward(probs, weight, bias, stride, padding, dilation, groups):
+        out = F.conv2d(probs, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
+        return causal_fill(out, 0.0, hardware.current(probs.device), out=out)
+
+    @staticmethod
+    def conv_backward(grad_out, probs, weight, stride, padding, dilation, groups, need_probs, need_weight, need_bias):
+        conv = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+        grad_conv = causal_fill(grad_out, 0.0, hardware.current(probs.device))
+        grad_probs = torch.nn.grad.conv2d_input(probs.shape, weight, grad_conv, **conv) if need_probs else None
+        grad_weight = torch.nn.grad.conv2d_weight(probs, weight.shape, grad_conv, **conv) if need_weight else None
+        grad_bias = grad_conv.sum((0, 2, 3)) if need_bias else None
+        return grad_probs, grad_weight, grad_bias
+
+
+LigerMultiTokenAttentionFunction = implements("multi_token_attention")(
+    mta_driver.autograd_function(MultiTokenAttentionKernels(), __name__)
+)

@@ -1,4 +1,5 @@
-"""Attention Residuals for NVIDIA GPUs: Triton kernels, launch plan and autograd Function.
+"""Attention Residuals for NVIDIA GPUs: Triton kernels, launch plan and the kernel
+adapter of `liger_core.drivers.attn_res`.
 
 Per position (a row of each of the N blocks), in fp32: ``score_i = sum(v_i * u) * rstd_i`` with
 ``u = w_query * w_norm`` and ``rstd_i = rsqrt(mean(v_i^2) + eps)``, ``alpha = softmax(score)``
@@ -24,10 +25,9 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.attn_res import check_args
+from liger_core.drivers import attn_res as attn_res_driver
 from liger_ops_cuda import hardware
 from liger_ops_cuda._jit import row_tile
-from liger_ops_cuda._tiling import grad_rows
 
 
 @triton.jit
@@ -193,12 +193,6 @@ def plan_attn_res(n_cols: int, n_blocks: int) -> tuple[int, int, int, int]:
     return block_m, block_n, block_b, hardware.num_warps_for(block_m * block_n, hardware.FORWARD_ELEMENTS_PER_WARP)
 
 
-def as_blocks(V: torch.Tensor) -> torch.Tensor:
-    """``V`` as ``(N, positions, hidden)`` with unit column stride (a copy only when needed)."""
-    V3 = V.reshape(V.shape[0], -1, V.shape[-1])
-    return V3 if V3.stride(-1) == 1 or V3.shape[-1] <= 1 else V3.contiguous()
-
-
 def attn_res_forward(V3: torch.Tensor, w_query: torch.Tensor, w_norm: torch.Tensor, eps: float):
     """``(h, score, rstd, lse)``: h ``(positions, hidden)`` in V's dtype, the fp32 statistics."""
     n_blocks, n_rows, n_cols = V3.shape
@@ -272,20 +266,20 @@ def attn_res_backward(dh2d, V3, w_query, w_norm, score, rstd, lse, programs: int
     return dV, (g * w_norm.float()).to(w_query.dtype), (g * w_query.float()).to(w_norm.dtype)
 
 
-@implements("attn_res")
-class LigerAttnResFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, V, w_query, w_norm, eps):
-        check_args(V, w_query, w_norm, eps)
-        V3 = as_blocks(V)
-        h, score, rstd, lse = attn_res_forward(V3, w_query, w_norm, eps)
-        ctx.save_for_backward(V3, w_query, w_norm, score, rstd, lse)
-        ctx.V_shape = V.shape
-        return h.view(V.shape[1:])
+class AttnResKernels:
+    """`liger_core.drivers.attn_res.AttnResKernels` on this module's kernels."""
+
+    protocol = attn_res_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dh):
-        V3, w_query, w_norm, score, rstd, lse = ctx.saved_tensors
-        dh2d = grad_rows(dh, (V3.shape[1], V3.shape[2]))
-        dV, d_query, d_norm = attn_res_backward(dh2d, V3, w_query, w_norm, score, rstd, lse)
-        return dV.view(ctx.V_shape), d_query, d_norm, None
+    def forward(V3, w_query, w_norm, eps):
+        h, score, rstd, lse = attn_res_forward(V3, w_query, w_norm, eps)
+        return h, (V3, score, rstd, lse)
+
+    @staticmethod
+    def backward(dh, w_query, w_norm, saved):
+        V3, score, rstd, lse = saved
+        return attn_res_backward(dh, V3, w_query, w_norm, score, rstd, lse)
+
+
+LigerAttnResFunction = implements("attn_res")(attn_res_driver.autograd_function(AttnResKernels(), __name__))

@@ -1,5 +1,6 @@
 """The routed SwiGLU experts of an MoE MLP (``fused_moe``) for NVIDIA GPUs: grouped GEMM Triton
-kernels over the selections sorted by expert, launch plan and autograd Function.
+kernels over the selections sorted by expert, launch plan and the kernel
+adapter of `liger_core.drivers.fused_moe`.
 
 The selections ``(token, k)`` are sorted by expert on the device (`liger_core.ops.fused_moe.route`,
 no host synchronisation) and cut into tiles of BLOCK_M rows that never span two experts; the
@@ -29,17 +30,8 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.fused_moe import Routing, backward_frees_graph, check_args, route
-from liger_core.ops.fused_moe_clamped_swiglu import (
-    GPT_OSS_ALPHA,
-    GPT_OSS_LIMIT,
-    GPT_OSS_UP_OFFSET,
-    down_bias_backward,
-    epilogue_args,
-    gate_up_bias_grad,
-)
-from liger_core.ops.fused_moe_clamped_swiglu import OP_NAME as CLAMPED_OP
-from liger_core.ops.fused_moe_clamped_swiglu import check_args as check_clamped_args
+from liger_core.drivers import fused_moe as fused_moe_driver
+from liger_core.ops.fused_moe import Routing
 from liger_ops_cuda import hardware
 
 
@@ -649,73 +641,26 @@ def expert_weight(w: torch.Tensor) -> torch.Tensor:
     return w if w.is_contiguous() or w.transpose(1, 2).is_contiguous() else w.contiguous()
 
 
-@implements("fused_moe")
-class LigerFusedMoEFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights):
-        check_args(hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights)
-        plan = plan_moe(hidden_states.dtype, hidden_states.device, hidden_states.shape[-1], down_proj.shape[-1])
-        r, expert_ids = route(top_k_index, gate_up_proj.shape[0], plan.block_m)
-        x = hidden_states.contiguous()
-        w_gate_up, w_down = expert_weight(gate_up_proj), expert_weight(down_proj)
-        weights = top_k_weights.contiguous()
-        ctx.epilogue = epilogue_args(down_proj.shape[-1])
-        out, pre = fused_moe_forward(x, w_gate_up, w_down, weights, r, plan, ctx.epilogue)
-        # The bad-id count reached the host behind the kernels just queued (no idle device).
-        expert_ids.check()
-        ctx.save_for_backward(x, w_gate_up, w_down, weights, pre, *vars(r).values())
-        ctx.plan = plan
-        return out
+class FusedMoEKernels:
+    """`liger_core.drivers.fused_moe.FusedMoEKernels` on this module's kernels."""
+
+    protocol = fused_moe_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, dy):
-        x, w_gate_up, w_down, weights, pre, *routing = ctx.saved_tensors
-        dx, d_gate_up, d_down, ds, _ = fused_moe_backward(
-            dy.contiguous(), x, w_gate_up, w_down, weights, pre, Routing(*routing), ctx.plan, ctx.epilogue,
-            backward_frees_graph(),
-        )  # fmt: skip
-        return dx, d_gate_up, d_down, None, ds.to(weights.dtype)
-
-
-@implements("fused_moe_clamped_swiglu")
-class LigerFusedMoEClampedSwiGLUFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(
-        ctx, hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights, gate_up_bias=None, down_bias=None,
-        limit=GPT_OSS_LIMIT, alpha=GPT_OSS_ALPHA, up_offset=GPT_OSS_UP_OFFSET, interleaved=True,
-    ):  # fmt: skip
-        check_clamped_args(
-            hidden_states, gate_up_proj, down_proj, top_k_index, top_k_weights, gate_up_bias, down_bias,
-            limit, alpha, up_offset, interleaved,
-        )  # fmt: skip
-        intermediate = down_proj.shape[-1]
-        plan = plan_moe(hidden_states.dtype, hidden_states.device, hidden_states.shape[-1], intermediate)
-        r, expert_ids = route(top_k_index, gate_up_proj.shape[0], plan.block_m, CLAMPED_OP)
-        x = hidden_states.contiguous()
-        w_gate_up, w_down = expert_weight(gate_up_proj), expert_weight(down_proj)
-        weights = top_k_weights.contiguous()
-        b_gate_up = None if gate_up_bias is None else gate_up_bias.contiguous()
-        b_down = None if down_bias is None else down_bias.contiguous()
-        ctx.epilogue = epilogue_args(intermediate, limit, alpha, up_offset, interleaved, clamped=True)
-        out, pre = fused_moe_forward(x, w_gate_up, w_down, weights, r, plan, ctx.epilogue, b_gate_up, b_down)
-        expert_ids.check()
-        ctx.save_for_backward(x, w_gate_up, w_down, weights, pre, b_gate_up, b_down, *vars(r).values())
-        ctx.plan = plan
-        return out
+    def plan(hidden_states, intermediate, gate_up_bias, down_bias, clamped):
+        return plan_moe(hidden_states.dtype, hidden_states.device, hidden_states.shape[-1], intermediate)
 
     @staticmethod
-    def backward(ctx, dy):
-        x, w_gate_up, w_down, weights, pre, b_gate_up, b_down, *routing = ctx.saved_tensors
-        r = Routing(*routing)
-        dy = dy.contiguous()
-        dx, d_gate_up, d_down, ds, dpre = fused_moe_backward(
-            dy, x, w_gate_up, w_down, weights, pre, r, ctx.plan, ctx.epilogue,
-            backward_frees_graph(),
-        )  # fmt: skip
-        d_b_gate_up = d_b_down = None
-        if b_gate_up is not None:
-            d_b_gate_up = gate_up_bias_grad(dpre, r, b_gate_up)
-        if b_down is not None:
-            d_b_down, ds_bias = down_bias_backward(dy, b_down, r, weights)
-            ds = ds + ds_bias
-        return dx, d_gate_up, d_down, None, ds.to(weights.dtype), d_b_gate_up, d_b_down, None, None, None, None
+    def inputs(hidden_states, gate_up_proj, down_proj):
+        return hidden_states.contiguous(), expert_weight(gate_up_proj), expert_weight(down_proj)
+
+    forward = staticmethod(fused_moe_forward)
+
+    @staticmethod
+    def backward(dy, x, w_gate_up, w_down, weights, pre, r, plan, epilogue, overwrite_pre):
+        return fused_moe_backward(dy.contiguous(), x, w_gate_up, w_down, weights, pre, r, plan, epilogue, overwrite_pre)
+
+
+_functions = fused_moe_driver.autograd_functions(FusedMoEKernels(), __name__)
+LigerFusedMoEFunction = implements("fused_moe")(_functions["fused_moe"])
+LigerFusedMoEClampedSwiGLUFunction = implements("fused_moe_clamped_swiglu")(_functions["fused_moe_clamped_swiglu"])

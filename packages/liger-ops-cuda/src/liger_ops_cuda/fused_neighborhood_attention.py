@@ -1,5 +1,5 @@
 """Neighborhood attention for NVIDIA GPUs: flash-style banded Triton kernels, launch plan and
-autograd Function.
+the kernel adapter of `liger_core.drivers.fused_neighborhood_attention`.
 
 Query ``i`` attends to the keys ``j`` with ``|j - i| <= reach = (kernel_size // 2) * dilation``
 and ``(j - i) % dilation == 0`` (clipped at the sequence ends). The (seq, seq) scores are never
@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.fused_neighborhood_attention import check_args, default_scale
+from liger_core.drivers import fused_neighborhood_attention as na_driver
 from liger_ops_cuda import hardware
 
 
@@ -307,11 +307,6 @@ def plan_fused_neighborhood_attention(seq_len: int, head_dim: int, dtype: torch.
     )
 
 
-def as_heads(t: torch.Tensor) -> torch.Tensor:
-    """``t`` with unit head_dim stride (the kernels take any batch, head and seq strides)."""
-    return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
-
-
 def head_strides(t: torch.Tensor) -> tuple[int, int, int]:
     return t.stride(0), t.stride(1), t.stride(2)
 
@@ -365,20 +360,20 @@ def fused_neighborhood_attention_backward(do, q, k, v, out, lse, kernel_size: in
     return dq, dk, dv
 
 
-@implements("fused_neighborhood_attention")
-class LigerFusedNeighborhoodAttentionFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, query, key, value, kernel_size, dilation, scale):
-        check_args(query, key, value, kernel_size, dilation, scale)
-        q, k, v = as_heads(query), as_heads(key), as_heads(value)
-        scale = default_scale(query.shape[-1], scale)
-        out, lse = fused_neighborhood_attention_forward(q, k, v, kernel_size, dilation, scale)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.options = (kernel_size, dilation, scale)
-        return out
+class FusedNeighborhoodAttentionKernels:
+    """`liger_core.drivers.fused_neighborhood_attention.FusedNeighborhoodAttentionKernels` on this
+    module's kernels."""
+
+    protocol = na_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, grad_out):
-        q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = fused_neighborhood_attention_backward(as_heads(grad_out), q, k, v, out, lse, *ctx.options)
-        return dq, dk, dv, None, None, None
+    def forward(q, k, v, kernel_size, dilation, scale):
+        out, lse = fused_neighborhood_attention_forward(q, k, v, kernel_size, dilation, scale)
+        return out, lse, (q, k, v)
+
+    backward = staticmethod(fused_neighborhood_attention_backward)
+
+
+LigerFusedNeighborhoodAttentionFunction = implements("fused_neighborhood_attention")(
+    na_driver.autograd_function(FusedNeighborhoodAttentionKernels(), __name__)
+)

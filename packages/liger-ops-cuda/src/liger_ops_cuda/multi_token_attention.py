@@ -1,5 +1,6 @@
 """Multi-token attention (``mask_0(conv2d(softmax(mask_-inf(scores))))``) for NVIDIA GPUs: the
-causal fill kernel, the direct convolution kernels, their launch and the autograd Function.
+causal fill kernel, the direct convolution kernels, their launch and the kernel
+adapter of `liger_core.drivers.multi_token_attention`.
 
 The row work is softmax's and sparsemax's own kernels (their modules' launchers and tile plans):
 a flat kernel first fills each query row's future with -inf, which both activations turn into
@@ -25,7 +26,7 @@ import triton
 import triton.language as tl
 
 from liger_core.backend import implements
-from liger_core.ops.multi_token_attention import check_args
+from liger_core.drivers import multi_token_attention as mta_driver
 from liger_ops_cuda import hardware
 from liger_ops_cuda._tiling import launch_flat, plan_softmax_rows, sum_partials
 from liger_ops_cuda.softmax import softmax_backward, softmax_forward
@@ -465,47 +466,48 @@ def conv_weight_grad(
     )
 
 
-@implements("multi_token_attention")
-class LigerMultiTokenAttentionFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, scores, weight, bias, stride, padding, dilation, groups, sparse):
-        check_args(scores, weight, bias, stride, padding, dilation, groups, sparse)
-        seq = scores.shape[-1]
-        plan = plan_softmax_rows(seq)
-        masked = causal_fill(scores.contiguous(), float("-inf"))
-        if sparse:
-            probs, tau = sparsemax_forward(masked.view(-1, seq), plan)
-            ctx.save_for_backward(probs, weight, masked, tau)
-        else:
-            probs = softmax_forward(masked.view(-1, seq), plan)
-            ctx.save_for_backward(probs, weight)
-        geo = ConvGeometry.of(scores.shape, weight.shape, stride, padding, dilation, groups)
-        weight = weight.contiguous()
-        out = conv_forward(probs.view(scores.shape), weight, None if bias is None else bias.contiguous(), geo)
-        ctx.geo, ctx.sparse, ctx.plan, ctx.shape = geo, sparse, plan, scores.shape
-        return out
+class MultiTokenAttentionKernels:
+    """`liger_core.drivers.multi_token_attention.MultiTokenAttentionKernels` on this module's kernels."""
+
+    protocol = mta_driver.PROTOCOL
 
     @staticmethod
-    def backward(ctx, grad_out):
-        probs, weight, *sparse_saved = ctx.saved_tensors
-        geo, seq = ctx.geo, ctx.shape[-1]
-        grad_out = grad_out.contiguous()
-        weight = weight.contiguous()
-        grad_scores = grad_weight = grad_bias = None
-        if ctx.needs_input_grad[0]:
-            grad_probs = conv_input_grad(grad_out, weight, geo, probs.dtype).view(-1, seq)
-            if ctx.sparse:
-                masked, tau = sparse_saved
-                grad_scores = sparsemax_backward(grad_probs, masked.view(-1, seq), tau, ctx.plan)
-            else:
-                grad_scores = softmax_backward(grad_probs, probs, ctx.plan)
-            grad_scores = grad_scores.view(ctx.shape)
-        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            grad_weight = torch.empty_like(weight) if ctx.needs_input_grad[1] else None
-            grad_bias = (
-                torch.empty(geo.out_channels, dtype=weight.dtype, device=weight.device)
-                if ctx.needs_input_grad[2]
-                else None
-            )
-            conv_weight_grad(grad_out, probs.view(ctx.shape), geo, grad_weight, grad_bias)
-        return grad_scores, grad_weight, grad_bias, None, None, None, None, None
+    def probs_forward(scores, sparse):
+        seq = scores.shape[-1]
+        plan = plan_softmax_rows(seq)
+        masked = causal_fill(scores, float("-inf"))
+        if sparse:
+            probs, tau = sparsemax_forward(masked.view(-1, seq), plan)
+            return probs.view(scores.shape), (masked, tau)
+        probs = softmax_forward(masked.view(-1, seq), plan)
+        return probs.view(scores.shape), ()
+
+    @staticmethod
+    def probs_backward(grad_probs, probs, saved, sparse):
+        seq = probs.shape[-1]
+        plan = plan_softmax_rows(seq)
+        grad_rows = grad_probs.view(-1, seq)
+        if sparse:
+            masked, tau = saved
+            return sparsemax_backward(grad_rows, masked.view(-1, seq), tau, plan).view(probs.shape)
+        return softmax_backward(grad_rows, probs.view(-1, seq), plan).view(probs.shape)
+
+    @staticmethod
+    def conv_forward(probs, weight, bias, stride, padding, dilation, groups):
+        geo = ConvGeometry.of(probs.shape, weight.shape, stride, padding, dilation, groups)
+        return conv_forward(probs, weight, bias, geo)
+
+    @staticmethod
+    def conv_backward(grad_out, probs, weight, stride, padding, dilation, groups, need_probs, need_weight, need_bias):
+        geo = ConvGeometry.of(probs.shape, weight.shape, stride, padding, dilation, groups)
+        grad_probs = conv_input_grad(grad_out, weight, geo, probs.dtype) if need_probs else None
+        grad_weight = torch.empty_like(weight) if need_weight else None
+        grad_bias = torch.empty(geo.out_channels, dtype=weight.dtype, device=weight.device) if need_bias else None
+        if need_weight or need_bias:
+            conv_weight_grad(grad_out, probs, geo, grad_weight, grad_bias)
+        return grad_probs, grad_weight, grad_bias
+
+
+LigerMultiTokenAttentionFunction = implements("multi_token_attention")(
+    mta_driver.autograd_function(MultiTokenAttentionKernels(), __name__)
+)

@@ -1,5 +1,5 @@
 """mHC for Intel GPUs: the routing coefficients, the pre-mix and the post + residual mix (Triton
-kernels, launch plans and autograd Functions).
+kernels, launch plans and the kernel adapter of `liger_core.drivers.mhc`).
 
 The projection ``mix = (v @ phi) * rstd`` (``v``: a token's HC streams flattened, ``rstd =
 rsqrt(mean(v^2) + rms_eps)``) is memory-bound (``M = HC^2 + 2 HC`` columns): one kernel streams x
@@ -32,9 +32,7 @@ import torch
 import triton
 import triton.language as tl
 from liger_core.backend import implements
-from liger_core.ops.mhc_coeffs import check_args
-from liger_core.ops.mhc_post_res import check_args as check_post_res_args
-from liger_core.ops.mhc_pre import check_args as check_pre_args
+from liger_core.drivers import mhc as mhc_driver
 
 from liger_ops_xpu import hardware
 from liger_ops_xpu._tiling import eu_device_index, static_trips
@@ -408,56 +406,6 @@ def projection_backward(v, phi, d_proj, coef):
     return d_v, d_phi_partial.sum(0)
 
 
-def _upstream(grad, shape, device):
-    # An output the loss never used has no gradient: a zero one stands in (float32, contiguous).
-    if grad is None:
-        return torch.zeros(shape, dtype=torch.float32, device=device)
-    return grad.reshape(shape).to(torch.float32).contiguous()
-
-
-@implements("mhc_coeffs")
-class LigerMHCCoeffsFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, phi, b, alpha_pre, alpha_post, alpha_res, tmax, rms_eps, pre_eps, sinkhorn_eps, post_mult):
-        check_args(x, phi, b, alpha_pre, alpha_post, alpha_res, tmax, rms_eps, pre_eps, sinkhorn_eps, post_mult)
-        hc, c = x.shape[-2], x.shape[-1]
-        lead = x.shape[:-2]
-        # The projection in float32 (no rounding of the logits), one pass over x in its own dtype.
-        v = x.reshape(-1, hc * c).contiguous()
-        mix, rstd = projection_forward(v, phi.contiguous(), rms_eps)
-        alphas = torch.stack((alpha_pre, alpha_post, alpha_res)).float()
-        h_pre, h_post, h_res, hist = sinkhorn_forward(
-            mix, b, alphas, hc, tmax, pre_eps, sinkhorn_eps, post_mult, store_hist=any(ctx.needs_input_grad)
-        )
-        ctx.save_for_backward(v, phi, b, mix, rstd, alphas, hist)
-        ctx.meta = (x.shape, tmax, sinkhorn_eps, post_mult)
-        ctx.dtypes = (alpha_pre.dtype, alpha_post.dtype, alpha_res.dtype)
-        return h_pre.view(*lead, hc), h_post.view(*lead, hc), h_res.view(*lead, hc, hc)
-
-    @staticmethod
-    def backward(ctx, d_pre, d_post, d_res):
-        v, phi, b, mix, rstd, alphas, hist = ctx.saved_tensors
-        x_shape, tmax, sinkhorn_eps, post_mult = ctx.meta
-        hc = x_shape[-2]
-        n_tokens = mix.shape[0]
-        d_pre = _upstream(d_pre, (n_tokens, hc), mix.device)
-        d_post = _upstream(d_post, (n_tokens, hc), mix.device)
-        d_res = _upstream(d_res, (n_tokens, hc, hc), mix.device)
-        d_logits = sinkhorn_backward(mix, b, alphas, hist, d_pre, d_post, d_res, hc, tmax, sinkhorn_eps, post_mult)
-        # logits = alpha * mix + b per segment: b and the alphas take the sums over the tokens.
-        segments = (slice(0, hc), slice(hc, 2 * hc), slice(2 * hc, None))
-        d_alphas = [(d_logits[:, s] * mix[:, s]).sum().to(dt) for s, dt in zip(segments, ctx.dtypes)]
-        alpha_cols = torch.cat([alphas[i].expand(n) for i, n in enumerate((hc, hc, hc * hc))])
-        d_mix = d_logits * alpha_cols
-        # mix = (v @ phi) * rstd, rstd = rsqrt(mean(v^2) + eps): d rstd / dv = -rstd^3 v / K.
-        d_proj = (d_mix * rstd[:, None]).contiguous()
-        coef = ((d_mix * mix).sum(-1) * rstd.square() / v.shape[1]).contiguous()
-        d_v, d_phi = projection_backward(v, phi.contiguous(), d_proj, coef)
-        d_x = d_v.view(x_shape)
-        d_phi = d_phi.to(phi.dtype)
-        return d_x, d_phi, d_logits.sum(0).to(b.dtype), *d_alphas, None, None, None, None, None
-
-
 # -- the pre-mix and the post + residual mix -----------------------------------------------------
 
 
@@ -695,59 +643,29 @@ def post_res_backward(x, f_out, h_post, h_res, d_out):
     return d_x, d_f_out, d_h_post, d_h_res
 
 
-def _tokens(t, shape):
-    # The kernels index dense token-major tensors: flatten the leading dims, copy only if strided.
-    return t.reshape(shape).contiguous()
+class MHCKernels:
+    """`liger_core.drivers.mhc.MHCKernels` on this module's kernels."""
 
-
-@implements("mhc_pre")
-class LigerMHCPreFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, h_pre):
-        check_pre_args(x, h_pre)
-        hc, n_channels = x.shape[-2], x.shape[-1]
-        x_flat = _tokens(x, (-1, hc, n_channels))
-        h_flat = _tokens(h_pre, (-1, hc))
-        out = pre_forward(x_flat, h_flat)
-        ctx.save_for_backward(x_flat, h_flat)
-        ctx.meta = (x.shape, h_pre.dtype)
-        return out.view(*x.shape[:-2], n_channels)
+    protocol = mhc_driver.PROTOCOL
+    projection_forward = staticmethod(projection_forward)
+    projection_backward = staticmethod(projection_backward)
+    sinkhorn_forward = staticmethod(sinkhorn_forward)
+    sinkhorn_backward = staticmethod(sinkhorn_backward)
 
     @staticmethod
-    def backward(ctx, d_out):
-        x_flat, h_flat = ctx.saved_tensors
-        x_shape, h_dtype = ctx.meta
-        d_x, d_h_pre = pre_backward(x_flat, h_flat, _tokens(d_out, (-1, x_shape[-1])))
-        return d_x.view(x_shape), d_h_pre.to(h_dtype).view(x_shape[:-1])
+    def pre_forward(x, h_pre):
+        return pre_forward(x, h_pre), x
 
-
-@implements("mhc_post_res")
-class LigerMHCPostResFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, f_out, h_post, h_res):
-        check_post_res_args(x, f_out, h_post, h_res)
-        hc, n_channels = x.shape[-2], x.shape[-1]
-        flat = (
-            _tokens(x, (-1, hc, n_channels)),
-            _tokens(f_out, (-1, n_channels)),
-            _tokens(h_post, (-1, hc)),
-            _tokens(h_res, (-1, hc, hc)),
-        )
-        out = post_res_forward(*flat)
-        ctx.save_for_backward(*flat)
-        ctx.meta = (x.shape, h_post.dtype, h_res.dtype)
-        return out.view(x.shape)
+    pre_backward = staticmethod(pre_backward)
 
     @staticmethod
-    def backward(ctx, d_out):
-        x_flat, f_flat, h_post_flat, h_res_flat = ctx.saved_tensors
-        x_shape, h_post_dtype, h_res_dtype = ctx.meta
-        d_out = _tokens(d_out, x_flat.shape)
-        d_x, d_f_out, d_h_post, d_h_res = post_res_backward(x_flat, f_flat, h_post_flat, h_res_flat, d_out)
-        lead = x_shape[:-2]
-        return (
-            d_x.view(x_shape),
-            d_f_out.view(*lead, x_shape[-1]),
-            d_h_post.to(h_post_dtype).view(*lead, x_shape[-2]),
-            d_h_res.to(h_res_dtype).view(*lead, x_shape[-2], x_shape[-2]),
-        )
+    def post_res_forward(x, f_out, h_post, h_res):
+        return post_res_forward(x, f_out, h_post, h_res), x, f_out
+
+    post_res_backward = staticmethod(post_res_backward)
+
+
+_functions = mhc_driver.autograd_functions(MHCKernels(), __name__)
+LigerMHCCoeffsFunction = implements("mhc_coeffs")(_functions["mhc_coeffs"])
+LigerMHCPreFunction = implements("mhc_pre")(_functions["mhc_pre"])
+LigerMHCPostResFunction = implements("mhc_post_res")(_functions["mhc_post_res"])
