@@ -69,6 +69,20 @@ class CrossEntropyKernels(Protocol):
         before it is written) and returned; else a new contiguous tensor of ``x``'s dtype."""
 
 
+def logits_grad(kernels: CrossEntropyKernels, ctx: Any, grad_loss: torch.Tensor) -> torch.Tensor:
+    """The logits' gradient from ``kernels.backward`` over what the forward saved (the rows first),
+    written over the logits under the in-place policy (``ctx.in_place`` and contiguous rows). Shared
+    with vocab_parallel_cross_entropy's driver, whose kernels have the same ``backward``."""
+    x, *saved = ctx.saved_tensors
+    out = x if ctx.in_place and x.is_contiguous() else None
+    grad = kernels.backward(grad_loss.contiguous(), x, tuple(saved), ctx.state, out)
+    if out is not None:
+        # The kernel overwrote the logits behind autograd's back: bump their version, so a node
+        # that also saved them (a misuse of in_place) raises instead of reading a gradient.
+        torch.autograd.graph.increment_version(x)
+    return grad
+
+
 def autograd_function(kernels: CrossEntropyKernels, module: str) -> type[torch.autograd.Function]:
     """``LigerCrossEntropyFunction`` over ``kernels``, defined in the vendor's ``module``."""
     check_protocol(kernels, "cross_entropy", PROTOCOL)
@@ -100,13 +114,6 @@ def autograd_function(kernels: CrossEntropyKernels, module: str) -> type[torch.a
     def backward(ctx, grad_loss, grad_z=None):
         if grad_loss is None:
             return (None,) * 10
-        x, *saved = ctx.saved_tensors
-        out = x if ctx.in_place and x.is_contiguous() else None
-        grad = kernels.backward(grad_loss.contiguous(), x, tuple(saved), ctx.state, out)
-        if out is not None:
-            # The kernel overwrote the logits behind autograd's back: bump their version, so a node
-            # that also saved them (a misuse of in_place) raises instead of reading a gradient.
-            torch.autograd.graph.increment_version(x)
-        return (grad,) + (None,) * 9
+        return (logits_grad(kernels, ctx, grad_loss),) + (None,) * 9
 
     return build_function("LigerCrossEntropyFunction", module, forward, backward)

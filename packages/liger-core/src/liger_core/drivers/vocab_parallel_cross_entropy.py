@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import torch
 
 from liger_core.drivers import check_protocol
+from liger_core.drivers.cross_entropy import logits_grad
 from liger_core.ops._losses import autograd_function as build_function
 from liger_core.ops.vocab_parallel_cross_entropy import check_args
 
@@ -70,12 +71,6 @@ def autograd_function(kernels: VocabParallelCrossEntropyKernels, module: str) ->
     def backward(ctx, grad_loss):
         if grad_loss is None:
             return (None,) * 6
-        x, *saved = ctx.saved_tensors
-        out = x if ctx.in_place and x.is_contiguous() else None
-        grad = kernels.backward(grad_loss.contiguous(), x, tuple(saved), ctx.state, out)
-        if out is not None:
-            # The kernel overwrote the logits behind autograd's back (see cross_entropy).
-            torch.autograd.graph.increment_version(x)
-        return (grad,) + (None,) * 5
+        return (logits_grad(kernels, ctx, grad_loss),) + (None,) * 5
 
     return build_function("LigerVocabParallelCrossEntropyFunction", module, forward, backward)
