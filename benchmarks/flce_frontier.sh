@@ -10,7 +10,8 @@
 #
 #   bash benchmarks/flce_frontier.sh [more liger bench options, e.g. --budgets 256,512,768,1024]
 #
-# About 4-5 minutes on an H200 (torch.compile compiles each shape once: most of it). Without
+# About 3 minutes on an H200, each shape in a process of its own (--isolate: in one process the CUDA-graph
+# pools of one shape's peers stayed reserved and torch.compile at Gemma-3's shape ran out of memory). Without
 # matplotlib on the host, draw the plots elsewhere from the committed JSON:
 #   liger bench --frontier --replot benchmarks/results/H200/flce-frontier
 # End to end at one budget: LIGER_FLCE_MEMORY_BUDGET=512MiB bash benchmarks/run_e2e_gpu.sh bench
@@ -19,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 SITE=${BENCH_SITE:-/tmp/site}
-PEERS=$(compgen -G ".whl/liger_kernel-0.8.5-*.whl"; compgen -G ".whl/cut_cross_entropy-25.1.1-*.whl") || true
+PEERS=$(ls .whl/liger_kernel-0.8.5-*.whl .whl/peers/liger_kernel-0.8.5-*.whl .whl/cut_cross_entropy-25.1.1-*.whl .whl/peers/cut_cross_entropy-25.1.1-*.whl 2>/dev/null) || true
 if [ -n "$PEERS" ] && ! PYTHONPATH=$SITE $PY -c "import liger_kernel, cut_cross_entropy" 2>/dev/null; then
     # shellcheck disable=SC2086
     $PY -m pip install -q --no-deps --no-index --target "$SITE" $PEERS
@@ -32,4 +33,4 @@ unset LIGER_FLCE_MEMORY_BUDGET
 GPU=$($PY -c "import torch; n = torch.cuda.get_device_name(); print(next((g for g in ('H200', 'H100', 'B200', 'A100', 'L40S') if g in n), n.replace(' ', '_')))")
 OUT=${BENCH_OUT:-benchmarks/results/$GPU/flce-frontier}
 exec $PY -m liger_core bench --frontier --ops fused_linear_cross_entropy --shapes flce-training \
-    --budgets 128,256,512,1024 --dtype bfloat16 --no-progress --out "$OUT" "$@"
+    --budgets 128,256,512,1024 --dtype bfloat16 --no-progress --isolate --out "$OUT" "$@"

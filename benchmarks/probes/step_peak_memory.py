@@ -91,7 +91,11 @@ def main() -> int:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="gemma-3-1b", choices=sorted(E.MODELS))
-    p.add_argument("--variant", default="liger", choices=("stock", "liger-kernel", "liger"))
+    p.add_argument(
+        "--variant",
+        default="liger",
+        choices=("stock", "liger-kernel", "liger", "stock-compiled", "liger-kernel-compiled", "liger-compiled"),
+    )
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--top", type=int, default=25)
@@ -99,7 +103,8 @@ def main() -> int:
     p.add_argument("--module-log", action="store_true", help="log memory at every module's forward/backward edges")
     p.add_argument("--stacks", action="store_true", help="record Python stacks too (failed on torch 2.11)")
     a = p.parse_args()
-    E._patch(a.variant, E.MODELS[a.model].model_type)
+    compiled = a.variant.endswith(E.COMPILED_SUFFIX)
+    E._patch(a.variant.removesuffix(E.COMPILED_SUFFIX), E.MODELS[a.model].model_type)
     config = E.model_config(a.model)
     torch.manual_seed(0)
     with torch.device("cuda"):
@@ -108,9 +113,10 @@ def main() -> int:
     net.train()
     opt = E._optimizer(net.parameters(), "adamw-fused")
     ids = torch.randint(0, config.vocab_size, (a.batch, a.seq), device="cuda")
+    forward = torch.compile(net) if compiled else net
 
     def step():
-        net(input_ids=ids, labels=ids).loss.backward()
+        forward(input_ids=ids, labels=ids).loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 

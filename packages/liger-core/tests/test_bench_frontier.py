@@ -86,3 +86,37 @@ def test_cli_frontier_errors(capsys, extra, message):
     with pytest.raises(SystemExit):
         main(["bench", "--frontier", "--device", "cpu", "--no-progress", *extra])
     assert message in capsys.readouterr().err
+
+
+def test_cli_frontier_isolate_runs_each_shape_in_its_own_process(tmp_path, monkeypatch):
+    """``--isolate``: one child ``liger bench`` per shape (``--only-shape``), their points merged into one
+    JSON in shape order. The children are run here in-process (a real child imports torch: seconds)."""
+    import subprocess
+
+    monkeypatch.setenv("LIGER_BACKEND", "reference")
+    children = []
+
+    def run_child(cmd, check, stdout):
+        args = cmd[cmd.index("-m") + 2 :]
+        assert "--isolate" not in args and cmd[cmd.index("-m") + 1] == "liger_core"
+        children.append(args[args.index("--only-shape") + 1])
+        assert main(args) == 0
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(subprocess, "run", run_child)
+    argv = ["bench", "--frontier", "--shapes", "tiny", "--device", "cpu", "--budgets", "1", "--providers", "torch",
+            "--timer", "wall", "--rep-ms", "1", "--no-gemm-bound", "--no-progress", "--isolate"]  # fmt: skip
+    monkeypatch.setattr("sys.argv", ["liger", *argv])
+    assert main([*argv, "--out", str(tmp_path), "--no-plots"]) == 0
+    assert children == ["tiny@24t", "tiny-wide@40t"]
+    data = json.loads((tmp_path / "frontier-fused_linear_cross_entropy.json").read_text())
+    assert data["meta"]["shapes"] == ["tiny@24t", "tiny-wide@40t"]
+    assert [(p["shape"], p["provider"]) for p in data["points"]] == [
+        ("tiny@24t", "liger"), ("tiny@24t", "torch"), ("tiny-wide@40t", "liger"), ("tiny-wide@40t", "torch")
+    ]  # fmt: skip
+
+
+def test_cli_frontier_only_shape_must_be_in_the_set(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--frontier", "--shapes", "tiny", "--device", "cpu", "--only-shape", "llama@1t"])
+    assert "--only-shape 'llama@1t' is not in shape set 'tiny'" in capsys.readouterr().err

@@ -39,7 +39,7 @@ def test_bad_env_budget_names_the_variable(monkeypatch):
         plan_chunks(10, 10)
 
 
-def test_frontier_records_the_chunks_each_budget_gives(monkeypatch):
+def test_frontier_records_the_chunks_each_budget_gives(monkeypatch, device):
     """`liger bench --frontier` through this backend: the logits GEMMs' row counts follow the budget
     (fp32 logits of 96 classes: 3072 bytes hold 8 rows, 6144 bytes 16)."""
     from dataclasses import replace
@@ -52,7 +52,7 @@ def test_frontier_records_the_chunks_each_budget_gives(monkeypatch):
     shape = replace(get_config("tiny"), name="t", tokens=40, hidden=16, vocab=96)
     result = frontier.run_frontier(
         shapes=[shape], budgets_mib=(3072 / 2**20, 6144 / 2**20), providers=[], dtype=torch.float32,
-        device="cpu", backend="cuda", timer="wall", rep_ms=1, progress=False, gemm_bound=False,
+        device=device, backend="cuda", timer="wall", rep_ms=1, progress=False, gemm_bound=False,
     )  # fmt: skip
     points = result["fused_linear_cross_entropy"]["points"]
     assert [p["status"] for p in points] == ["ok", "ok"], points

@@ -120,6 +120,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="with --frontier: the fused linear memory budgets to time ours at, in MiB (default 128,256,512,1024)",
     )
     p.add_argument("--no-gemm-bound", action="store_true", help="with --frontier: skip timing the bare GEMMs")
+    p.add_argument(
+        "--isolate",
+        action="store_true",
+        help="with --frontier: measure each shape in a process of its own (on an H200 the CUDA-graph pools of one "
+        "shape's peers stayed reserved and the next shape's torch.compile and torch eager ran out of memory)",
+    )
+    p.add_argument("--only-shape", metavar="NAME", help=argparse.SUPPRESS)  # --isolate's child processes
     p.set_defaults(parser=p, run=cmd_bench)
     return p
 
@@ -256,15 +263,30 @@ def _cmd_frontier(args: argparse.Namespace) -> int:
             print(note, file=sys.stderr)
     import torch
 
+    from liger_core.bench.configs import get_shape_set
     from liger_core.device import infer_device
 
+    try:
+        shapes = get_shape_set(args.shapes or frontier.DEFAULT_SHAPES)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.only_shape:
+        shapes = tuple(s for s in shapes if s.name == args.only_shape)
+        if not shapes:
+            parser.error(f"--only-shape {args.only_shape!r} is not in shape set {args.shapes!r}")
+    if args.isolate:
+        result = frontier.run_isolated(sys.argv[1:], [s.name for s in shapes])
+        print(frontier.render_frontier(result))
+        written = frontier.write_frontier(result, args.out, plots=not args.no_plots)
+        print(f"\nwrote {len(written)} file(s) to {os.fspath(Path(args.out))}/")
+        return 0
     threads_before = torch.get_num_threads()
     if (device or infer_device()) == "cpu" or args.threads is not None:
         torch.set_num_threads(args.threads or 1)
     try:
         result = frontier.run_frontier(
             ops=_split(args.ops),
-            shapes=args.shapes or frontier.DEFAULT_SHAPES,
+            shapes=shapes,
             budgets_mib=budgets,
             providers=_split(args.providers),
             dtype=_parse_dtype(args.dtype),

@@ -246,6 +246,32 @@ def _time_plain(call, timer, device_type, rep_ms):
     return _time(call, [], timer, device_type, rep_ms)
 
 
+def run_isolated(argv: Sequence[str], shape_names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``liger bench`` run again (``argv``, its arguments) once per shape, each in a fresh process, the
+    results merged: one shape's leftovers (CUDA-graph pools of its peers) never crowd the next's."""
+    import subprocess
+    import sys
+    import tempfile
+
+    argv = [a for a in argv if a != "--isolate"]
+    merged: dict[str, dict[str, Any]] = {}
+    for name in shape_names:
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [sys.executable, "-m", "liger_core", *argv, "--only-shape", name, "--out", tmp, "--no-plots"]
+            print(f"frontier: {name} in a process of its own", file=sys.stderr, flush=True)
+            subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL)
+            for path in sorted(Path(tmp).glob(f"{FILE_PREFIX}*.json")):
+                data = json.loads(path.read_text())
+                op = path.stem.removeprefix(FILE_PREFIX)
+                if op not in merged:
+                    merged[op] = data
+                else:
+                    merged[op]["points"] += data["points"]
+                    merged[op]["meta"]["shapes"] += data["meta"]["shapes"]
+                merged[op]["meta"]["isolated"] = "each shape measured in a process of its own"
+    return merged
+
+
 def write_frontier(result: dict[str, dict[str, Any]], out: str | Path, plots: bool = True) -> list[Path]:
     """``frontier-<op>.json`` per op in ``out`` and, with matplotlib, one PNG per op and shape."""
     folder = Path(out)

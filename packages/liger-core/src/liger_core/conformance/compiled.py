@@ -29,17 +29,19 @@ __all__ = ["test_compiled_fused_loss_takes_gradients_from_forward", "test_compil
 
 
 @pytest.fixture
-def vendor_dispatch(monkeypatch: pytest.MonkeyPatch) -> str:
-    """Dispatch of CPU tensors to the backend under test (``LIGER_CONFORMANCE_BACKEND``)."""
+def vendor_dispatch(monkeypatch: pytest.MonkeyPatch, conformance_device: str) -> torch.device:
+    """The device whose tensors the backend under test (``LIGER_CONFORMANCE_BACKEND``) serves: its own
+    device natively, CPU tensors (dispatch forced to it) in the Triton interpreter."""
     name = os.environ.get("LIGER_CONFORMANCE_BACKEND", "").strip()
     if not name:
         raise RuntimeError("LIGER_CONFORMANCE_BACKEND must name the backend under test (set it in conftest.py)")
     import torch._dynamo  # noqa: F401  (installs the liger:: custom ops)
 
-    monkeypatch.setenv("LIGER_BACKEND", name)
+    if conformance_device == "cpu":
+        monkeypatch.setenv("LIGER_BACKEND", name)
     monkeypatch.setattr(REGISTRY, "cache", {})
-    assert REGISTRY.backend_for_device("cpu").name == name
-    return name
+    assert REGISTRY.backend_for_device(conformance_device).name == name
+    return torch.device(conformance_device)
 
 
 def _capture(graphs: dict):
@@ -66,15 +68,17 @@ def _leaves(tensors):
 
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 def test_compiled_fused_loss_takes_gradients_from_forward(vendor_dispatch, reduction, monkeypatch):
-    fn = REGISTRY.resolve("fused_linear_cross_entropy", torch.device("cpu"))
+    device = vendor_dispatch
+    fn = REGISTRY.resolve("fused_linear_cross_entropy", device)
     function = getattr(fn, "__self__", None)
     assert isinstance(function, type) and issubclass(function, torch.autograd.Function), (
-        f"{vendor_dispatch}: fused_linear_cross_entropy is no autograd Function ({fn!r})"
+        f"{device}: fused_linear_cross_entropy is no autograd Function ({fn!r})"
     )
     g = torch.Generator().manual_seed(0)
     x, w, b = torch.randn(7, 8, generator=g), torch.randn(30, 8, generator=g), torch.randn(30, generator=g)
     target = torch.randint(0, 30, (7,), generator=g)
     target[2] = -100
+    x, w, b, target = (t.to(device) for t in (x, w, b, target))
 
     def loss_of(x, w, b):
         return F.liger_fused_linear_cross_entropy(x, w, target, b, reduction=reduction) * 0.75
@@ -106,6 +110,7 @@ def test_compiled_rms_norm(vendor_dispatch, decompose, monkeypatch):
     g = torch.Generator().manual_seed(1)
     x, w = torch.randn(2, 5, 32, generator=g), torch.randn(32, generator=g)
     up = torch.randn(2, 5, 32, generator=g)
+    x, w, up = (t.to(vendor_dispatch) for t in (x, w, up))
 
     def norm(x, w):
         return F.liger_rms_norm(x, w, 1e-6)
