@@ -2,7 +2,8 @@
 
     nox --list            every session, tagged by vendor and device
     nox                   what a CPU machine runs: lint, core, every vendor in the Triton interpreter,
-                          ci (the CI configuration's tests), build (every package)
+                          ci (the CI configuration's tests), build (every package), the hf sessions, docs
+    nox -s docs           the documentation site into build/docs/ (Sphinx, warnings as errors)
     nox -t ascend         the Ascend sessions (interpreter and npu)
     nox -t interpreter    every vendor in the interpreter
     nox -t npu            the native NPU session (skips, saying why, without an NPU)
@@ -492,6 +493,29 @@ def hf_kernels(session: nox.Session) -> None:
 
 
 nox.options.sessions += ["hf-kernels"]
+
+
+# --- The documentation site (issue 40): Sphinx over docs/ (docs/conf.py says what each page is made of), every
+# warning an error, into build/docs/. The tools are pinned: a newer Sphinx or MyST may warn about what this one
+# accepts, which should fail a deliberate upgrade, not an unrelated pull request. transformers: the API reference
+# documents the Auto classes, which subclass its own.
+DOCS_TOOLS = ("sphinx==9.0.4", "myst-parser==5.2.0")
+DOCS_OUT = ROOT / "build" / "docs"
+
+
+@nox.session(tags=["docs", "cpu"])
+def docs(session: nox.Session) -> None:
+    """The documentation site: the README's sections, the API reference from liger-core's docstrings, the op and
+    family tables (docs/readme_tables.py), the CLI's help, the benchmark plots, CONTRIBUTING.md, the packages'
+    READMEs; Sphinx with warnings as errors, into build/docs/ (open build/docs/index.html)."""
+    _install_core(session, "transformers>=5.0.0", *DOCS_TOOLS)
+    shutil.rmtree(DOCS_OUT, ignore_errors=True)
+    # -E: read every page again; Sphinx does not know that a page's autodoc output depends on a docstring.
+    session.run("sphinx-build", "-W", "-E", "-q", "-b", "html", str(ROOT / "docs"), str(DOCS_OUT), *session.posargs)
+    session.log(f"the site: {DOCS_OUT / 'index.html'}")
+
+
+nox.options.sessions += ["docs"]
 
 
 # --- transformers' own modeling tests, stock and patched (issue 37). Not a default session: the tests

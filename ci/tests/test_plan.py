@@ -44,7 +44,12 @@ def _cpu(matrix, sessions, changed) -> set[str]:
 
 def test_a_vendor_change_runs_that_vendors_cpu_jobs_only(matrix, sessions) -> None:
     jobs = _cpu(matrix, sessions, ["packages/liger-ops-ascend/src/liger_ops_ascend/launch.py"])
-    assert jobs == {"lint", "ci", "ascend-interpreter", "build(liger-ops-ascend)", "compat(liger-ops-ascend)"}
+    assert jobs == {"lint", "ci", "docs", "ascend-interpreter", "build(liger-ops-ascend)", "compat(liger-ops-ascend)"}
+
+
+def test_a_change_outside_the_packages_runs_the_global_jobs_with_the_docs(matrix, sessions) -> None:
+    # The site is built from the README, CONTRIBUTING.md, docs/ and benchmarks/results/ too.
+    assert _cpu(matrix, sessions, ["README.md", "docs/conf.py"]) == {"lint", "ci", "docs"}
 
 
 def test_a_core_change_runs_everyones_cpu_jobs(matrix, sessions) -> None:

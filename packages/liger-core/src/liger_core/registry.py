@@ -4,7 +4,8 @@ Backends come from the ``liger.backends`` entry-point group (or `register_backen
 are validated once, and serve the device types they declare. `resolve` maps
 ``(op, device type)`` to a callable and caches it, so a call costs one dict lookup.
 
-Environment:
+Environment::
+
     LIGER_BACKEND            force one backend for every device (``ascend``, ``reference``, ...),
                              e.g. to run a vendor's kernels in the Triton interpreter on CPU.
     LIGER_DISABLE_BACKENDS   comma-separated backend names to ignore (a broken install).

@@ -1,4 +1,4 @@
-"""Drop-in `torch.nn.Module`s over the functional API."""
+"""Drop-in `torch.nn.Module` classes over the functional API."""
 
 from liger_core.nn.activation import LigerReLUSquared
 from liger_core.nn.attention import (

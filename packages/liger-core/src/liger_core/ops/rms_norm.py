@@ -37,6 +37,7 @@ def rms_norm(
         eps: added to the mean square before the reciprocal square root; ``>= 0``.
         offset: added to ``weight`` (Gemma stores ``weight - 1`` and uses 1.0).
         casting_mode: where the computation leaves ``x``'s dtype, as the models do:
+
             - ``"llama"``: ``x`` is normalised in float32, the result cast back to
               ``x.dtype`` and then multiplied by ``offset + weight`` (LLaMA, Mistral, Qwen).
             - ``"gemma"``: everything in float32, cast to ``x.dtype`` at the end (Gemma).
