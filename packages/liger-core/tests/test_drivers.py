@@ -122,6 +122,17 @@ def test_embedding_driver_flat_rows_and_its_deferred_index_error():
         function.apply(weight, torch.tensor([0, 6]), None)
 
 
+def test_embedding_backward_helpers_sort_int32_keys_when_the_table_allows():
+    from liger_core.drivers import embedding
+
+    idx = torch.tensor([4, 1, 4, 0, 1, 4])
+    sorted_idx, order = embedding.sorted_positions(idx, 5)
+    assert sorted_idx.dtype == torch.int32 and sorted_idx.tolist() == [0, 1, 1, 4, 4, 4]
+    assert order.tolist() == [3, 1, 4, 0, 2, 5]  # stable: equal rows keep their position order
+    assert embedding.sorted_positions(idx, 2**31)[0].dtype == torch.int64  # row numbers past int32
+    assert embedding.looked_up_rows(idx, 6).tolist() == [1, 1, 0, 0, 1, 0]
+
+
 # -- norm family: drivers/rms_norm.py (+ fused_add), modulated_rms_norm, layer_norm, poly_norm, group_norm --
 
 
