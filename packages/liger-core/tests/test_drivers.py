@@ -3,6 +3,8 @@ logic itself (layout, in-place policy, what reaches the kernels) on kernels writ
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -677,3 +679,53 @@ def test_fused_moe_driver_refuses_another_protocol():
     from liger_core.drivers import fused_moe
 
     _refused(fused_moe.autograd_functions, "fused_moe", fused_moe.PROTOCOL)
+
+
+# -- tiled_mlp (drivers/tiled_mlp.py) -------------------------------------------------------------
+
+
+class _TorchGatedKernels:
+    """The gated activation in torch, on the glu driver's activation codes."""
+
+    protocol = 1
+
+    def __init__(self):
+        self.codes: list[int] = []
+
+    def forward(self, gate, up, activation):
+        self.codes.append(activation)
+        act = F.silu if activation == glu_driver.SILU else partial(F.gelu, approximate="tanh")
+        return act(gate) * up
+
+    def backward(self, grad_hidden, gate, up, activation):
+        with torch.enable_grad():
+            g, u = gate.detach().requires_grad_(), up.detach().requires_grad_()
+            torch.autograd.backward(self.forward(g, u, activation), grad_hidden)
+        gate.copy_(g.grad)
+        up.copy_(u.grad)
+
+
+def test_tiled_mlp_driver_refuses_another_protocol():
+    from liger_core.drivers import tiled_mlp
+
+    with pytest.raises(LigerBackendError, match=rf"drivers\.tiled_mlp must declare protocol = {tiled_mlp.PROTOCOL}"):
+        tiled_mlp.autograd_function(object(), __name__)
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
+def test_tiled_mlp_driver_passes_glu_codes_and_matches_torch(activation):
+    from liger_core.drivers import tiled_mlp
+
+    kernels = _TorchGatedKernels()
+    function = tiled_mlp.autograd_function(kernels, __name__)
+    assert function.__name__ == "LigerTiledMLPFunction"
+    g = torch.Generator().manual_seed(0)
+    x, wg, wu, wd = (torch.randn(*s, generator=g) for s in ((5, 8), (12, 8), (12, 8), (8, 12)))
+    leaves = [t.clone().requires_grad_() for t in (x, wg, wu, wd)]
+    function.apply(*leaves, activation, 2).sum().backward()
+    ref = [t.clone().requires_grad_() for t in (x, wg, wu, wd)]
+    act = F.silu if activation == "silu" else partial(F.gelu, approximate="tanh")
+    F.linear(act(F.linear(ref[0], ref[1])) * F.linear(ref[0], ref[2]), ref[3]).sum().backward()
+    for got, want in zip(leaves, ref):
+        torch.testing.assert_close(got.grad, want.grad)
+    assert set(kernels.codes) == {tiled_mlp.ACTIVATION_CODES[activation]}
