@@ -1,7 +1,7 @@
-"""The tiled MLP for NVIDIA GPUs: the kernel adapter of `liger_core.drivers.tiled_mlp` (liger-core's
-orchestration: tiles of tokens, the projections as cuBLAS GEMMs, recompute in backward, weight
-gradients accumulated tile by tile) on this package's gated-activation kernels (`glu`), whose
-backward writes the gradients over the tile's gate and up buffers (the orchestration owns them)."""
+"""The tiled MLP for NVIDIA GPUs: `TiledMLPKernels`, the kernel adapter of
+`liger_core.drivers.tiled_mlp`, runs each tile's gated activation on this package's `glu` kernels
+over flat views of the tile's buffers; the projections around it are cuBLAS GEMMs that liger-core's
+orchestration issues."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""The tiled MLP for Intel GPUs: the kernel adapter of `liger_core.drivers.tiled_mlp` (liger-core's
-orchestration: tiles of tokens, the projections as oneDNN GEMMs, recompute in backward, weight
-gradients accumulated tile by tile) on this package's gated-activation kernels (`glu`), whose
-backward writes the gradients over the tile's gate and up buffers (the orchestration owns them)."""
+"""The tiled MLP for Intel GPUs: liger-core's tiled orchestration (`liger_core.drivers.tiled_mlp`,
+its matmuls on oneDNN) calls `TiledMLPKernels` here for each tile's gated activation, i.e. `glu`'s
+kernels, whose backward overwrites the tile's gate and up buffers with their gradients."""
 
 from __future__ import annotations
 
