@@ -3,6 +3,8 @@ logic itself (layout, in-place policy, what reaches the kernels) on kernels writ
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -120,6 +122,17 @@ def test_embedding_driver_flat_rows_and_its_deferred_index_error():
     torch.testing.assert_close(weight.grad, ref.grad)
     with pytest.raises(IndexError, match=r"embedding: indices must be in \[0, 6\).*1 are not \(first: 6\)"):
         function.apply(weight, torch.tensor([0, 6]), None)
+
+
+def test_embedding_backward_helpers_sort_int32_keys_when_the_table_allows():
+    from liger_core.drivers import embedding
+
+    idx = torch.tensor([4, 1, 4, 0, 1, 4])
+    sorted_idx, order = embedding.sorted_positions(idx, 5)
+    assert sorted_idx.dtype == torch.int32 and sorted_idx.tolist() == [0, 1, 1, 4, 4, 4]
+    assert order.tolist() == [3, 1, 4, 0, 2, 5]  # stable: equal rows keep their position order
+    assert embedding.sorted_positions(idx, 2**31)[0].dtype == torch.int64  # row numbers past int32
+    assert embedding.looked_up_rows(idx, 6).tolist() == [1, 1, 0, 0, 1, 0]
 
 
 # -- norm family: drivers/rms_norm.py (+ fused_add), modulated_rms_norm, layer_norm, poly_norm, group_norm --
@@ -666,3 +679,53 @@ def test_fused_moe_driver_refuses_another_protocol():
     from liger_core.drivers import fused_moe
 
     _refused(fused_moe.autograd_functions, "fused_moe", fused_moe.PROTOCOL)
+
+
+# -- tiled_mlp (drivers/tiled_mlp.py) -------------------------------------------------------------
+
+
+class _TorchGatedKernels:
+    """The gated activation in torch, on the glu driver's activation codes."""
+
+    protocol = 1
+
+    def __init__(self):
+        self.codes: list[int] = []
+
+    def forward(self, gate, up, activation):
+        self.codes.append(activation)
+        act = F.silu if activation == glu_driver.SILU else partial(F.gelu, approximate="tanh")
+        return act(gate) * up
+
+    def backward(self, grad_hidden, gate, up, activation):
+        with torch.enable_grad():
+            g, u = gate.detach().requires_grad_(), up.detach().requires_grad_()
+            torch.autograd.backward(self.forward(g, u, activation), grad_hidden)
+        gate.copy_(g.grad)
+        up.copy_(u.grad)
+
+
+def test_tiled_mlp_driver_refuses_another_protocol():
+    from liger_core.drivers import tiled_mlp
+
+    with pytest.raises(LigerBackendError, match=rf"drivers\.tiled_mlp must declare protocol = {tiled_mlp.PROTOCOL}"):
+        tiled_mlp.autograd_function(object(), __name__)
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
+def test_tiled_mlp_driver_passes_glu_codes_and_matches_torch(activation):
+    from liger_core.drivers import tiled_mlp
+
+    kernels = _TorchGatedKernels()
+    function = tiled_mlp.autograd_function(kernels, __name__)
+    assert function.__name__ == "LigerTiledMLPFunction"
+    g = torch.Generator().manual_seed(0)
+    x, wg, wu, wd = (torch.randn(*s, generator=g) for s in ((5, 8), (12, 8), (12, 8), (8, 12)))
+    leaves = [t.clone().requires_grad_() for t in (x, wg, wu, wd)]
+    function.apply(*leaves, activation, 2).sum().backward()
+    ref = [t.clone().requires_grad_() for t in (x, wg, wu, wd)]
+    act = F.silu if activation == "silu" else partial(F.gelu, approximate="tanh")
+    F.linear(act(F.linear(ref[0], ref[1])) * F.linear(ref[0], ref[2]), ref[3]).sum().backward()
+    for got, want in zip(leaves, ref):
+        torch.testing.assert_close(got.grad, want.grad)
+    assert set(kernels.codes) == {tiled_mlp.ACTIVATION_CODES[activation]}

@@ -94,3 +94,13 @@ def test_backward_work_depends_on_shapes_only(device, small_tiles, monkeypatch):
     # the indices' values.
     assert len(launches) == 6 and launches[:2] * 3 == launches
     assert [entry[2] for entry in launches[:2]] == [12, 24]
+
+
+def test_backward_sorts_int32_keys(conformance_backend, device, monkeypatch):
+    # int64 indices into a table whose row numbers fit in int32: the sort gets int32 keys.
+    key_dtypes, real_sort = [], torch.sort
+    monkeypatch.setattr(torch, "sort", lambda keys, **kw: key_dtypes.append(keys.dtype) or real_sort(keys, **kw))
+    args = make_args("embedding", device, num_embeddings=23, dim=37, shape=(3, 5), duplicates=True)
+    assert args["indices"].dtype == torch.int64
+    check(conformance_backend, "embedding", args)
+    assert key_dtypes == [torch.int32]

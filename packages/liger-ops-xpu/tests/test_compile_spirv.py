@@ -160,7 +160,14 @@ def _norm_cases() -> list[dict]:
     bwd = _sig("DY X ALPHA:fp32 GAMMA:fp32 DX DGAMMA_PARTIAL:fp32 DBETA_PARTIAL:fp32 DALPHA_PARTIAL:fp32")
     bwd.update(_sig("", "dy_row_stride x_row_stride dx_row_stride n_rows n_cols tiles_per_program"))
     cases.append(
-        _case("dyt", "_dyt_backward_kernel", bwd, {**dp_c, "STATIC_TILES": 0}, dp.num_warps, register_heavy=False)
+        _case(
+            "dyt",
+            "_dyt_backward_kernel",
+            bwd,
+            {**dp_c, "NEED_PARTIAL": True, "STATIC_TILES": 0},
+            dp.num_warps,
+            register_heavy=False,
+        )
     )
 
     # attn_res at liger-kernel's benchmark depth (8 blocks), LLaMA-3-8B's hidden size.
@@ -384,7 +391,7 @@ def _embedding_cases() -> list[dict]:
     c = {"BLOCK_M": block_m, "BLOCK_N": block_n}
     cases.append(_case("embedding", "_embedding_zero_unused_rows_kernel", zero, c, num_warps, register_heavy=False))
     block_n, num_warps = plan_segment_sums(4096)
-    sums = _sig("DY SORTED_IDX:i64 ORDER:i64 DW", "n_idx n_cols dy_row_stride dw_row_stride padding_idx")
+    sums = _sig("DY SORTED_IDX:i32 ORDER:i64 DW", "n_idx n_cols dy_row_stride dw_row_stride padding_idx")
     cases.append(
         _case(
             "embedding", "_embedding_segment_sums_kernel", sums, {"BLOCK_N": block_n}, num_warps, register_heavy=False

@@ -9,6 +9,7 @@ from liger_core.ops import dyt
 
 from liger_ops_xpu import BACKEND, hardware
 from liger_ops_xpu._tiling import backward_grid, plan_blocks
+from liger_ops_xpu.dyt import DyTKernels
 
 
 @pytest.mark.parametrize("has_beta", [True, False])
@@ -27,3 +28,12 @@ def test_dyt_saturated_tanh(device):
     # |alpha * x| large: tanh from exp must give +-1, not NaN.
     args = dyt.args(device, shape=(4, 33))
     check(BACKEND, "dyt", {**args, "x": args["x"] * 200.0})
+
+
+def test_dyt_frozen_parameters(device):
+    # No parameter wants a gradient: grad_x alone, the parameters' partial sums skipped.
+    args = dyt.args(device, shape=(9, 40))
+    assert set(check(BACKEND, "dyt", args, frozen=("alpha", "gamma", "beta"))[1]) == {"x"}
+    x, params = args["x"], (args["alpha"], args["gamma"], args["beta"])
+    _, plan = DyTKernels.forward(x, *params)
+    assert DyTKernels.backward(x, x, *params, False, plan)[1:] == (None, None, None)

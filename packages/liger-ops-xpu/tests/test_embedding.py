@@ -89,3 +89,13 @@ def test_backward_grids_depend_on_shapes_only(device, small_tiles, monkeypatch):
         torch.testing.assert_close(dw, torch.zeros_like(dw).index_add_(0, idx, dy))
     # 6 row blocks x 3 column blocks of zeros, 12 positions x 3 column blocks of sums.
     assert grids == [(6, 3), (12, 3)] * 3
+
+
+def test_backward_sorts_int32_keys(conformance_backend, device, monkeypatch):
+    # int64 indices into a table whose row numbers fit in int32: the sort gets int32 keys.
+    key_dtypes, real_sort = [], torch.sort
+    monkeypatch.setattr(torch, "sort", lambda keys, **kw: key_dtypes.append(keys.dtype) or real_sort(keys, **kw))
+    args = make_args("embedding", device, num_embeddings=23, dim=37, shape=(3, 5), duplicates=True)
+    assert args["indices"].dtype == torch.int64
+    check(conformance_backend, "embedding", args)
+    assert key_dtypes == [torch.int32]

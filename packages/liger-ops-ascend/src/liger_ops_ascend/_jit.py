@@ -40,6 +40,17 @@ def row_block(blk, pid, n_rows, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
+def rows_or_zeros(P, rows, row_mask, LOAD: tl.constexpr, BLOCK_M: tl.constexpr):
+    """A row block's fp32 values from ``P`` (one per row: an output's incoming gradient), or zeros
+    without ``LOAD`` (that output feeds nothing). Padded rows are not filled: their results are
+    masked off."""
+    values = tl.zeros((BLOCK_M,), tl.float32)
+    if LOAD:
+        values = tl.load(P + rows, mask=row_mask, care_padding=False)
+    return values
+
+
+@triton.jit
 def tile_ptrs(P, base, m_idx, row_stride, cols):
     """Pointers to rows ``base + m_idx`` x columns ``cols`` of a row-major tensor: ``base`` is an
     int64 scalar, the offsets inside the tile stay int32 (int64 vector arithmetic runs as

@@ -39,7 +39,7 @@ from liger_core.ops import _losses
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._cross_entropy import _targets, prepare_target
-from liger_ops_ascend._jit import below, col_tile, online_lse_step, row_block, tile_indices
+from liger_ops_ascend._jit import below, col_tile, online_lse_step, row_block, rows_or_zeros, tile_indices
 from liger_ops_ascend._tiling import FP32, RowPlan, dma, elem_bytes, mask, plan_rows, rows_f32, strides_of, work
 from liger_ops_ascend.launch import Tile, launch
 
@@ -291,12 +291,8 @@ def _fused_ce_tvd_backward_kernel(
         s_lse = tl.load(S_LSE + rows, mask=row_mask, care_padding=False)
         t_lse = tl.load(T_LSE + rows, mask=row_mask, care_padding=False)
         sigma = tl.load(SIGMA + rows, mask=row_mask, care_padding=False)
-        up_ce = tl.zeros((BLOCK_M,), tl.float32)
-        if HAS_UP_CE:
-            up_ce = tl.load(UP_CE + rows, mask=row_mask, care_padding=False)
-        up_tvd = tl.zeros((BLOCK_M,), tl.float32)
-        if HAS_UP_TVD:
-            up_tvd = tl.load(UP_TVD + rows, mask=row_mask, care_padding=False)
+        up_ce = rows_or_zeros(UP_CE, rows, row_mask, HAS_UP_CE, BLOCK_M)
+        up_tvd = rows_or_zeros(UP_TVD, rows, row_mask, HAS_UP_TVD, BLOCK_M)
         base = row0.to(tl.int64)
         s_tile = S + base * s_row_stride + m_idx[:, None] * s_row_stride
         t_tile = T + base * t_row_stride + m_idx[:, None] * t_row_stride

@@ -94,9 +94,11 @@ def _dyt_backward_kernel(
     n_blocks,
     n_chunks,
     HAS_BETA: tl.constexpr,
+    NEED_PARTIAL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
+    # Without NEED_PARTIAL (no parameter wants a gradient) only grad_x is computed.
     pid, num_programs, m_idx, n_idx = tile_indices(BLOCK_M, BLOCK_N)
     alpha = tl.load(ALPHA).to(tl.float32)
     da_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
@@ -116,13 +118,16 @@ def _dyt_backward_kernel(
             # d tanh(z) / dz = 1 - tanh(z)^2; g = dy * gamma * (1 - t^2) = grad of z.
             gz = dy * gamma[None, :] * (1.0 - t * t)
             tl.store(tile_ptrs(DX, base, m_idx, dx_row_stride, cols), (gz * alpha).to(DX.dtype.element_ty), mask=mask)
-            dg_acc += tl.sum(dy * t, axis=0)
-            db_acc += tl.sum(dy, axis=0)
-            da_acc += tl.sum(gz * xf, axis=0)
-        tl.store(DGAMMA_PARTIAL + pid.to(tl.int64) * n_cols + cols, dg_acc, mask=col_mask)
-        if HAS_BETA:
-            tl.store(DBETA_PARTIAL + pid.to(tl.int64) * n_cols + cols, db_acc, mask=col_mask)
-    tl.store(DALPHA_PARTIAL + pid, tl.sum(da_acc, axis=0))
+            if NEED_PARTIAL:
+                dg_acc += tl.sum(dy * t, axis=0)
+                db_acc += tl.sum(dy, axis=0)
+                da_acc += tl.sum(gz * xf, axis=0)
+        if NEED_PARTIAL:
+            tl.store(DGAMMA_PARTIAL + pid.to(tl.int64) * n_cols + cols, dg_acc, mask=col_mask)
+            if HAS_BETA:
+                tl.store(DBETA_PARTIAL + pid.to(tl.int64) * n_cols + cols, db_acc, mask=col_mask)
+    if NEED_PARTIAL:
+        tl.store(DALPHA_PARTIAL + pid, tl.sum(da_acc, axis=0))
 
 
 # -- tile plans ------------------------------------------------------------------------------
@@ -207,17 +212,25 @@ def dyt_backward(
     gamma: torch.Tensor,
     beta_dtype: torch.dtype | None,
     hw: hardware.Hardware,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """``(grad_x, grad_alpha, grad_gamma, grad_beta)``; no grad_beta without a beta."""
+    need_params: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """``(grad_x, grad_alpha, grad_gamma, grad_beta)``; no grad_beta without a beta, and no
+    parameter gradient at all without ``need_params`` (their partial sums are then neither
+    computed nor allocated; the tile plan stays the one with them, a safe over-estimate)."""
     n_rows, n_cols = x2d.shape
     dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     if n_rows == 0 or n_cols == 0:
+        if not need_params:
+            return dx, None, None, None
         db = None if beta_dtype is None else torch.zeros(n_cols, dtype=beta_dtype, device=x2d.device)
         return dx, torch.zeros_like(alpha), torch.zeros_like(gamma), db
     p = plan_tiles("backward", n_rows, n_cols, x2d.dtype, gamma.dtype, beta_dtype, hw, strides_of(dy2d, x2d, dx))
-    dgamma_part = torch.empty((p.programs, n_cols), dtype=torch.float32, device=x2d.device)
-    dbeta_part = dgamma_part if beta_dtype is None else torch.empty_like(dgamma_part)
-    dalpha_part = torch.empty(p.programs, dtype=torch.float32, device=x2d.device)
+    if need_params:
+        dgamma_part = torch.empty((p.programs, n_cols), dtype=torch.float32, device=x2d.device)
+        dbeta_part = dgamma_part if beta_dtype is None else torch.empty_like(dgamma_part)
+        dalpha_part = torch.empty(p.programs, dtype=torch.float32, device=x2d.device)
+    else:
+        dgamma_part = dbeta_part = dalpha_part = dx  # never touched without NEED_PARTIAL
     launch(
         _dyt_backward_kernel,
         p.kernels[0],
@@ -238,9 +251,12 @@ def dyt_backward(
         p.n_blocks,
         p.n_chunks,
         HAS_BETA=beta_dtype is not None,
+        NEED_PARTIAL=need_params,
         BLOCK_M=p.block_m,
         BLOCK_N=p.block_n,
     )
+    if not need_params:
+        return dx, None, None, None
     dalpha = dalpha_part.sum().to(alpha.dtype).reshape(alpha.shape)
     dbeta = None if beta_dtype is None else sum_partials(dbeta_part, beta_dtype)
     return dx, dalpha, sum_partials(dgamma_part, gamma.dtype), dbeta
@@ -248,9 +264,8 @@ def dyt_backward(
 
 class DyTKernels:
     """`liger_core.drivers.dyt.DyTKernels` on this module's kernels (the state: the device's
-    hardware facts). Rows get this backend's row-stride bound (`as_rows`). The parameters'
-    partial sums are computed even when no parameter needs a gradient (CUDA skips them; not
-    ported yet)."""
+    hardware facts). Rows get this backend's row-stride bound (`as_rows`). When no parameter
+    needs a gradient, backward computes grad_x only (as CUDA's does)."""
 
     protocol = dyt_driver.PROTOCOL
 
@@ -261,7 +276,7 @@ class DyTKernels:
 
     @staticmethod
     def backward(dy2d, x2d, alpha, gamma, beta, need_param_grads, hw):
-        return dyt_backward(as_rows(dy2d), as_rows(x2d), alpha, gamma, dtype_of(beta), hw)
+        return dyt_backward(as_rows(dy2d), as_rows(x2d), alpha, gamma, dtype_of(beta), hw, need_param_grads)
 
 
 LigerDyTFunction = implements("dyt")(dyt_driver.autograd_function(DyTKernels(), __name__))

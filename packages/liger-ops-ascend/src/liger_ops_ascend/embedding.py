@@ -14,7 +14,10 @@ several rows a tile where grad_weight's rows are 32-byte aligned). The segment-s
 (sorted position, BLOCK_N columns) units of the stably sorted indices: the first position of
 each run of equal rows (not ``padding_idx``) adds the run's incoming gradient rows in fp32, in
 their original order (deterministic), and stores the row once. The run is walked with a
-``while`` loop: its end is found on the device.
+``while`` loop: its end is found on the device. The indices are sorted as int32 when the table
+allows (`liger_core.drivers.embedding.sorted_positions`, as on CUDA; CANN's aclnnSort sorts int32
+keys stably, and the segment sums then read int32 rows, which keeps them out of the int64 vector
+path; the sort's time on an NPU is not measured).
 """
 
 from __future__ import annotations
@@ -175,12 +178,6 @@ def embedding_forward(weight: torch.Tensor, idx: torch.Tensor, hw: hardware.Hard
     return y
 
 
-def looked_up_rows(idx: torch.Tensor, num_embeddings: int) -> torch.Tensor:
-    """An int8 flag per table row, 1 where some position looked it up (device-side, no sync)."""
-    flags = torch.zeros(num_embeddings, dtype=torch.int8, device=idx.device)
-    return flags.index_fill_(0, idx.long(), 1)
-
-
 def embedding_backward(
     dy: torch.Tensor,
     idx: torch.Tensor,
@@ -202,10 +199,10 @@ def embedding_backward(
     # Every table row and every position, whatever the indices' values: work from shapes alone.
     launch(
         _embedding_zero_unused_rows_kernel, p.kernel, hw,
-        looked_up_rows(idx, num_embeddings), dw, triton.cdiv(num_embeddings, p.block_m) * p.n_col_blocks,
+        embedding_driver.looked_up_rows(idx, num_embeddings), dw, triton.cdiv(num_embeddings, p.block_m) * p.n_col_blocks,
         p.n_col_blocks, num_embeddings, n_cols, dw.stride(0), padding, BLOCK_M=p.block_m, BLOCK_N=p.block_n,
     )  # fmt: skip
-    sorted_idx, order = torch.sort(idx, stable=True)
+    sorted_idx, order = embedding_driver.sorted_positions(idx, num_embeddings)
     launch(
         _embedding_segment_sums_kernel, p.segments, hw,
         dy, sorted_idx, order, dw, n_idx * p.n_col_blocks, p.n_col_blocks, n_idx, n_cols, dy.stride(0), dw.stride(0),

@@ -30,7 +30,7 @@ from liger_core.ops.fused_linear_scaled_cross_entropy import OP_NAME
 
 from liger_ops_ascend import hardware
 from liger_ops_ascend._cross_entropy import _targets, prepare_target
-from liger_ops_ascend._jit import below, col_tile, row_block, tile_indices
+from liger_ops_ascend._jit import below, col_tile, row_block, rows_or_zeros, tile_indices
 from liger_ops_ascend._tiling import RowPlan, chunk_tokens, dma, elem_bytes, mask, plan_rows, rows_f32, work
 from liger_ops_ascend.launch import Tile, launch
 
@@ -87,12 +87,8 @@ def _fused_linear_scaled_cross_entropy_backward_kernel(
         keep, y = _targets(Y, rows, row_mask, ignore_index)
         lse = tl.load(LSE + rows, mask=row_mask, care_padding=False)
         entropy = tl.load(ENTROPY + rows, mask=row_mask, care_padding=False)
-        up_nll = tl.zeros((BLOCK_M,), tl.float32)
-        if HAS_UP_NLL:
-            up_nll = tl.load(UP_NLL + rows, mask=row_mask, care_padding=False)
-        up_entropy = tl.zeros((BLOCK_M,), tl.float32)
-        if HAS_UP_ENTROPY:
-            up_entropy = tl.load(UP_ENTROPY + rows, mask=row_mask, care_padding=False)
+        up_nll = rows_or_zeros(UP_NLL, rows, row_mask, HAS_UP_NLL, BLOCK_M)
+        up_entropy = rows_or_zeros(UP_ENTROPY, rows, row_mask, HAS_UP_ENTROPY, BLOCK_M)
         x_tile = X + row0.to(tl.int64) * x_row_stride + m_idx[:, None] * x_row_stride
         for c in range(n_chunks):
             cols, mask = col_tile(c, n_cols, row_mask, BLOCK_N)

@@ -104,12 +104,6 @@ def plan_segment_sums(n_cols: int) -> int:
     return min(hardware.EMBEDDING_SEGMENT_BLOCK_N, triton.next_power_of_2(n_cols))
 
 
-def looked_up_rows(idx: torch.Tensor, num_embeddings: int) -> torch.Tensor:
-    """An int8 flag per table row, 1 where some position looked it up (device-side, no sync)."""
-    flags = torch.zeros(num_embeddings, dtype=torch.int8, device=idx.device)
-    return flags.index_fill_(0, idx.long(), 1)
-
-
 def embedding_backward(
     dy: torch.Tensor, idx: torch.Tensor, num_embeddings: int, dtype: torch.dtype, padding_idx: int | None
 ) -> torch.Tensor:
@@ -125,11 +119,10 @@ def embedding_backward(
     block_m, block_n = plan_zero_rows(n_cols)
     # Every table row and every position, whatever the indices' values: grids from shapes alone.
     _embedding_zero_unused_rows_kernel[(triton.cdiv(num_embeddings, block_m), triton.cdiv(n_cols, block_n))](
-        looked_up_rows(idx, num_embeddings), dw, num_embeddings, n_cols, dw.stride(0), padding,
+        embedding_driver.looked_up_rows(idx, num_embeddings), dw, num_embeddings, n_cols, dw.stride(0), padding,
         BLOCK_M=block_m, BLOCK_N=block_n, num_warps=hardware.EMBEDDING_ZERO_NUM_WARPS,
     )  # fmt: skip
-    keys = idx.to(torch.int32) if num_embeddings <= torch.iinfo(torch.int32).max else idx
-    sorted_idx, order = torch.sort(keys, stable=True)
+    sorted_idx, order = embedding_driver.sorted_positions(idx, num_embeddings)
     block_n = plan_segment_sums(n_cols)
     _embedding_segment_sums_kernel[(n_idx, triton.cdiv(n_cols, block_n))](
         dy, sorted_idx, order, dw, n_idx, n_cols, dy.stride(0), dw.stride(0), padding,

@@ -1,36 +1,30 @@
-"""The tiled MLP for NVIDIA GPUs: liger-core's orchestration (`liger_core.ops.tiled_mlp`: tiles of
-tokens, the projections as cuBLAS GEMMs, recompute in backward, weight gradients accumulated
-tile by tile) over this package's gated-activation kernels (`glu`), whose backward writes the
-gradients over the tile's gate and up buffers (the orchestration owns them)."""
+"""The tiled MLP for NVIDIA GPUs: `TiledMLPKernels`, the kernel adapter of
+`liger_core.drivers.tiled_mlp`, runs each tile's gated activation on this package's `glu` kernels
+over flat views of the tile's buffers; the projections around it are cuBLAS GEMMs that liger-core's
+orchestration issues."""
 
 from __future__ import annotations
 
 import torch
 
 from liger_core.backend import implements
-from liger_core.ops.tiled_mlp import GatedKernels, TiledMLPFunction, check_args
+from liger_core.drivers import tiled_mlp as tiled_mlp_driver
 from liger_ops_cuda._tiling import flat
-from liger_ops_cuda.glu import GELU_TANH, SILU, glu_backward, glu_forward
+from liger_ops_cuda.glu import glu_backward, glu_forward
 
 
-def _gated_kernels(act: int) -> GatedKernels:
-    def forward(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-        return glu_forward(flat(gate), flat(up), act).view(gate.shape)
+class TiledMLPKernels:
+    """`liger_core.drivers.tiled_mlp.TiledMLPKernels` on `glu`'s kernels."""
 
-    def backward(grad_hidden: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> None:
-        glu_backward(grad_hidden, flat(gate), flat(up), act, True)
+    protocol = tiled_mlp_driver.PROTOCOL
 
-    return GatedKernels(forward, backward)
-
-
-KERNELS = {"silu": _gated_kernels(SILU), "gelu_tanh": _gated_kernels(GELU_TANH)}
-
-
-@implements("tiled_mlp")
-class LigerTiledMLPFunction(TiledMLPFunction):
     @staticmethod
-    def forward(ctx, x, gate_weight, up_weight, down_weight, activation, num_shards):
-        check_args(x, gate_weight, up_weight, down_weight, activation, num_shards)
-        return TiledMLPFunction.shared_forward(
-            ctx, x, gate_weight, up_weight, down_weight, num_shards, KERNELS[activation]
-        )
+    def forward(gate: torch.Tensor, up: torch.Tensor, activation: int) -> torch.Tensor:
+        return glu_forward(flat(gate), flat(up), activation).view(gate.shape)
+
+    @staticmethod
+    def backward(grad_hidden: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, activation: int) -> None:
+        glu_backward(grad_hidden, flat(gate), flat(up), activation, True)
+
+
+LigerTiledMLPFunction = implements("tiled_mlp")(tiled_mlp_driver.autograd_function(TiledMLPKernels(), __name__))

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from liger_ops_xpu import hardware
-from liger_ops_xpu._jit import tanh
+from liger_ops_xpu._jit import tanh, zero_row
 from liger_ops_xpu._tiling import prev_power_of_2
 
 
@@ -133,9 +133,7 @@ def _cross_entropy_backward_kernel(
     dx_row = DX + row * dx_row_stride
     cols = tl.arange(0, BLOCK_N)
     if y == ignore_index:
-        for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            tl.store(dx_row + c, tl.zeros((BLOCK_N,), dtype=tl.float32).to(DX.dtype.element_ty), mask=c < n_cols)
+        zero_row(dx_row, n_cols, BLOCK_N, N_CHUNKS)
         return
     x_row = X + row * x_row_stride
     lse = tl.load(LSE + row)

@@ -42,6 +42,16 @@ def col_tile(block, n_cols, row_mask, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def zero_row(ROW, n_cols, BLOCK_N: tl.constexpr, N_CHUNKS: tl.constexpr):
+    """Zeros over the ``n_cols`` elements of the row at ``ROW``, N_CHUNKS blocks of BLOCK_N: the
+    gradient row of a token whose target is ignored."""
+    cols = tl.arange(0, BLOCK_N)
+    for chunk in range(N_CHUNKS):
+        c = chunk * BLOCK_N + cols
+        tl.store(ROW + c, tl.zeros((BLOCK_N,), tl.float32).to(ROW.dtype.element_ty), mask=c < n_cols)
+
+
+@triton.jit
 def add_to_partial(P, cols, n_cols, value):
     """Add ``value`` to columns ``cols`` (those < n_cols) of this program's own fp32 partial row
     ``P``: read, add, write back; no other program touches the row, so no atomics."""

@@ -44,7 +44,7 @@ from liger_core.ops import jsd, kl_div, tvd
 from liger_core.ops._losses import label_count, label_stats
 
 from liger_ops_xpu._cross_entropy import plan_vocab
-from liger_ops_xpu._jit import col_tile, row_tile
+from liger_ops_xpu._jit import col_tile, row_tile, zero_row
 from liger_ops_xpu._tiling import launch_blocks, plan_blocks, unit_col
 
 KL, TVD, JSD, JSD_FORWARD_KL, JSD_REVERSE_KL = 0, 1, 2, 3, 4
@@ -388,9 +388,7 @@ def _fused_ce_tvd_backward_kernel(
     dx_row = DX + row * dx_row_stride
     cols = tl.arange(0, BLOCK_N)
     if y == ignore_index:
-        for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            tl.store(dx_row + c, tl.zeros((BLOCK_N,), tl.float32).to(DX.dtype.element_ty), mask=c < n_cols)
+        zero_row(dx_row, n_cols, BLOCK_N, N_CHUNKS)
         return
     s_row = S + row * s_row_stride
     t_row = T + row * t_row_stride

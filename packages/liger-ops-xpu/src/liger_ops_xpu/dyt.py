@@ -74,12 +74,14 @@ def _dyt_backward_kernel(
     n_cols,
     tiles_per_program,
     HAS_BETA: tl.constexpr,
+    NEED_PARTIAL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     STATIC_TILES: tl.constexpr,
 ):
     # t = tanh(alpha x): grad_x = dy * gamma * alpha * (1 - t^2); grad_alpha = sum dy * gamma * x * (1 - t^2);
-    # grad_gamma = sum over rows of dy * t; grad_beta = sum over rows of dy.
+    # grad_gamma = sum over rows of dy * t; grad_beta = sum over rows of dy. Without NEED_PARTIAL
+    # (no parameter wants a gradient) only grad_x is computed.
     pid = tl.program_id(0)
     col_block = tl.program_id(1)
     cols = col_block * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -98,15 +100,17 @@ def _dyt_backward_kernel(
         th = tanh(alpha * x)
         g = dy * gamma[None, :] * (1.0 - th * th)
         tl.store(DX + rows64[:, None] * dx_row_stride + cols[None, :], (g * alpha).to(DX.dtype.element_ty), mask=mask)
-        dalpha += g * x
-        dgamma += tl.sum(dy * th, axis=0)
+        if NEED_PARTIAL:
+            dalpha += g * x
+            dgamma += tl.sum(dy * th, axis=0)
+            if HAS_BETA:
+                dbeta += tl.sum(dy, axis=0)
+    if NEED_PARTIAL:
+        out = pid.to(tl.int64) * n_cols + cols
+        tl.store(DGAMMA_PARTIAL + out, dgamma, mask=col_mask)
         if HAS_BETA:
-            dbeta += tl.sum(dy, axis=0)
-    out = pid.to(tl.int64) * n_cols + cols
-    tl.store(DGAMMA_PARTIAL + out, dgamma, mask=col_mask)
-    if HAS_BETA:
-        tl.store(DBETA_PARTIAL + out, dbeta, mask=col_mask)
-    tl.store(DALPHA_PARTIAL + pid * tl.num_programs(1) + col_block, tl.sum(tl.sum(dalpha, axis=1), axis=0))
+            tl.store(DBETA_PARTIAL + out, dbeta, mask=col_mask)
+        tl.store(DALPHA_PARTIAL + pid * tl.num_programs(1) + col_block, tl.sum(tl.sum(dalpha, axis=1), axis=0))
 
 
 def dyt_forward(x2d, alpha, gamma, beta, plan: BlockPlan) -> torch.Tensor:
@@ -134,19 +138,26 @@ def dyt_forward(x2d, alpha, gamma, beta, plan: BlockPlan) -> torch.Tensor:
     return y
 
 
-def dyt_backward(dy2d, x2d, alpha, gamma, beta, plan: BlockPlan):
-    """Launch the backward kernel; returns ``(grad_x, grad_alpha, grad_gamma, grad_beta)``. Its
-    grid is persistent along rows, with every column block's programs resident at once."""
+def dyt_backward(dy2d, x2d, alpha, gamma, beta, plan: BlockPlan, need_params: bool = True):
+    """Launch the backward kernel; returns ``(grad_x, grad_alpha, grad_gamma, grad_beta)``, the
+    parameters' None without ``need_params`` (their partial sums are then neither computed nor
+    allocated). Its grid is persistent along rows, with every column block's programs resident
+    at once."""
     n_rows, n_cols = x2d.shape
     has_beta = beta is not None
     dx = torch.empty_like(x2d)
     if x2d.numel() == 0:
+        if not need_params:
+            return dx, None, None, None
         return dx, torch.zeros_like(alpha), torch.zeros_like(gamma), zeros_or_none(beta)
     n_col_blocks = triton.cdiv(n_cols, plan.block_n)
     programs, tiles_per_program = backward_grid(n_rows, plan, x2d.device, n_col_blocks)
-    dgamma_partial = torch.empty((programs, n_cols), dtype=torch.float32, device=x2d.device)
-    dbeta_partial = torch.empty_like(dgamma_partial) if has_beta else dgamma_partial
-    dalpha_partial = torch.empty((programs, n_col_blocks), dtype=torch.float32, device=x2d.device)
+    if need_params:
+        dgamma_partial = torch.empty((programs, n_cols), dtype=torch.float32, device=x2d.device)
+        dbeta_partial = torch.empty_like(dgamma_partial) if has_beta else dgamma_partial
+        dalpha_partial = torch.empty((programs, n_col_blocks), dtype=torch.float32, device=x2d.device)
+    else:
+        dgamma_partial = dbeta_partial = dalpha_partial = dx  # never touched without NEED_PARTIAL
     launch_blocks(
         _dyt_backward_kernel,
         (programs, n_col_blocks),
@@ -167,16 +178,18 @@ def dyt_backward(dy2d, x2d, alpha, gamma, beta, plan: BlockPlan):
         n_cols,
         tiles_per_program,
         HAS_BETA=has_beta,
+        NEED_PARTIAL=need_params,
         STATIC_TILES=static_trips(_dyt_backward_kernel, tiles_per_program),
     )
+    if not need_params:
+        return dx, None, None, None
     dalpha = dalpha_partial.sum().to(alpha.dtype).reshape(alpha.shape)
     return dx, dalpha, sum_partials(dgamma_partial, gamma), sum_partials(dbeta_partial, beta)
 
 
 class DyTKernels:
     """`liger_core.drivers.dyt.DyTKernels` on this module's kernels (the state: the block plan).
-    The parameters' partial sums are computed even when no parameter needs a gradient (CUDA skips
-    them; not ported yet: the persistent backward kernel would need a NEED_PARTIAL constexpr)."""
+    When no parameter needs a gradient, backward computes grad_x only (as CUDA's does)."""
 
     protocol = dyt_driver.PROTOCOL
 
@@ -187,7 +200,7 @@ class DyTKernels:
 
     @staticmethod
     def backward(dy2d, x2d, alpha, gamma, beta, need_param_grads, plan):
-        return dyt_backward(dy2d, x2d, alpha, gamma, beta, plan)
+        return dyt_backward(dy2d, x2d, alpha, gamma, beta, plan, need_param_grads)
 
 
 LigerDyTFunction = implements("dyt")(dyt_driver.autograd_function(DyTKernels(), __name__))

@@ -1,16 +1,8 @@
-"""Fused linear preference losses (fused_linear_dpo, fused_linear_orpo, fused_linear_cpo,
-fused_linear_simpo) for Intel GPUs: liger-core's chunked orchestration
-(`liger_core.ops._preference.fused_linear_pairs`: one pass over chunks of whole pairs, the logits
-matmul never recomputed) over `_cross_entropy`'s row kernels.
-
-Per chunk, the forward kernel gives each token's ``-log p(target)`` (cross-entropy without
-z-loss or smoothing) and lse; once the pair formula has turned the sequences' sums into per-token
-coefficients ``c_t``, cross-entropy's gradient kernel with per-row upstream ``-c_t`` overwrites the
-chunk's logits with ``c_t (onehot - softmax)``, the gradient of the loss w.r.t. the logits.
-
-The ops' autograd Functions (argument checks, that orchestration, the gradients' two ends) are
-liger-core's, built over this module's kernel adapter by `_preference_functions.autograd_functions`; this
-module registers them under their public names.
+"""Fused linear preference losses (fused_linear_dpo, _orpo, _cpo, _simpo, _kto) for Intel GPUs:
+`TokenLogps`, the per-token kernel pair that liger-core's chunked orchestration
+(`liger_core.ops._preference_functions`, whose Functions this module registers) runs over each
+chunk of whole pairs: `_cross_entropy`'s row kernels, forward in "sum" mode without z-loss or
+smoothing, backward with each row's ``-c_t`` as its upstream and unit reduction scales.
 """
 
 from __future__ import annotations

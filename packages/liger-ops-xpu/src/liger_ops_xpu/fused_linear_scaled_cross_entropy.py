@@ -27,6 +27,7 @@ from liger_core.ops._losses import label_stats
 from liger_core.ops.fused_linear_scaled_cross_entropy import OP_NAME
 
 from liger_ops_xpu._cross_entropy import plan_vocab
+from liger_ops_xpu._jit import zero_row
 from liger_ops_xpu._tiling import plan_chunks
 
 
@@ -82,9 +83,7 @@ def _fused_linear_scaled_cross_entropy_backward_kernel(
     x_row = X + row * x_row_stride
     cols = tl.arange(0, BLOCK_N)
     if y == ignore_index:
-        for chunk in range(N_CHUNKS):
-            c = chunk * BLOCK_N + cols
-            tl.store(x_row + c, tl.zeros((BLOCK_N,), tl.float32).to(X.dtype.element_ty), mask=c < n_cols)
+        zero_row(x_row, n_cols, BLOCK_N, N_CHUNKS)
         return
     lse = tl.load(LSE + row)
     entropy = tl.load(ENTROPY + row)

@@ -38,6 +38,22 @@ class EmbeddingKernels(Protocol):
         (a row number, possibly negative as nn.Embedding allows, or None)."""
 
 
+def looked_up_rows(idx: torch.Tensor, num_embeddings: int) -> torch.Tensor:
+    """For a backward that writes every row of grad_weight once: an int8 flag per table row, 1
+    where some position of the flat ``idx`` looked it up (on the device, no host sync)."""
+    flags = torch.zeros(num_embeddings, dtype=torch.int8, device=idx.device)
+    return flags.index_fill_(0, idx.long(), 1)
+
+
+def sorted_positions(idx: torch.Tensor, num_embeddings: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For a backward that sums each table row's run of positions: ``(sorted_idx, order)``, the
+    flat ``idx`` stably sorted and the positions in that order. The keys are int32 whenever every
+    row number fits (``sorted_idx`` is then int32): a radix sort's passes scale with the key's
+    width (16384 indices on an H200: 76 us as int64, 47 us as int32)."""
+    keys = idx.to(torch.int32) if num_embeddings <= torch.iinfo(torch.int32).max else idx
+    return torch.sort(keys, stable=True)
+
+
 def autograd_function(kernels: EmbeddingKernels, module: str) -> type[torch.autograd.Function]:
     """``LigerEmbeddingFunction`` over ``kernels``, defined in the vendor's ``module``."""
     check_protocol(kernels, "embedding", PROTOCOL)
