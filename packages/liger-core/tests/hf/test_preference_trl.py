@@ -159,7 +159,7 @@ def test_dpo_nll_term_matches_trl_sft_loss(alpha):
     torch.testing.assert_close(ours[0][0], plain[0] + alpha * ours[0][5], **TOL)
 
 
-# -- ORPO: TRL's ORPOTrainer (trl.experimental.orpo) ---------------------------------------------
+# -- ORPO, CPO and SimPO: TRL's experimental trainers, on the full logits --------------------------
 
 
 def _full_logits(batch):
@@ -178,6 +178,33 @@ def _chosen_nll(logits, labels):
     shifted labels."""
     shift = logits[:PAIRS, :-1].reshape(-1, VOCAB)
     return torch.nn.functional.cross_entropy(shift, labels[:PAIRS, 1:].reshape(-1), ignore_index=-100)
+
+
+def _ours_module(batch, module):
+    """Our nn ``module`` on the shifted view TRL's trainers score: ``(loss, its gradients w.r.t. the
+    hidden states, lm_head weight and bias, metrics)``."""
+    hidden, weight, b, _, _, input_ids, completion_mask = batch
+    x = hidden[:, :-1].clone().requires_grad_()
+    w = weight.clone().requires_grad_()
+    bb = b.clone().requires_grad_()
+    target = input_ids.masked_fill(completion_mask == 0, -100)[:, 1:]
+    loss, metrics = module(w, x, target, bb)
+    loss.backward()
+    return loss, (x.grad, w.grad, bb.grad), metrics
+
+
+def _assert_matches_trl(ours, trl_loss, trl_grads, trl_metrics: dict[int, torch.Tensor]) -> None:
+    """Our module's ``(loss, grads, metrics)`` against TRL's loss, gradients and the metrics it
+    computes (keyed by their index in our metrics)."""
+    loss, grads, metrics = ours
+    torch.testing.assert_close(loss, trl_loss, **TOL)
+    for got, want in zip(grads, trl_grads):
+        torch.testing.assert_close(got, want, **TOL)
+    for index, want in trl_metrics.items():
+        torch.testing.assert_close(metrics[index], want, **TOL)
+
+
+# -- ORPO: TRL's ORPOTrainer (trl.experimental.orpo) ---------------------------------------------
 
 
 def _trl_orpo(batch, beta: float, compute_nll_loss: bool):
@@ -207,14 +234,8 @@ def test_orpo_matches_trl(beta, compute_nll_loss):
 
     batch = _batch(seed=int(beta * 10) + compute_nll_loss)
     trl_loss, trl_grads, (c_rewards, r_rewards, ratio, log_odds) = _trl_orpo(batch, beta, compute_nll_loss)
-    loss, grads, metrics = _ours_module(batch, LigerFusedLinearORPOLoss(beta=beta, compute_nll_loss=compute_nll_loss))
-    torch.testing.assert_close(loss, trl_loss, **TOL)
-    for got, want in zip(grads, trl_grads):
-        torch.testing.assert_close(got, want, **TOL)
-    torch.testing.assert_close(metrics[5], c_rewards, **TOL)
-    torch.testing.assert_close(metrics[6], r_rewards, **TOL)
-    torch.testing.assert_close(metrics[7], ratio, **TOL)
-    torch.testing.assert_close(metrics[8], log_odds, **TOL)
+    ours = _ours_module(batch, LigerFusedLinearORPOLoss(beta=beta, compute_nll_loss=compute_nll_loss))
+    _assert_matches_trl(ours, trl_loss, trl_grads, {5: c_rewards, 6: r_rewards, 7: ratio, 8: log_odds})
 
 
 # -- CPO and SimPO: TRL's CPOTrainer (trl.experimental.cpo) --------------------------------------
@@ -239,26 +260,9 @@ def _trl_cpo(batch, loss_type: str, beta: float, label_smoothing: float, simpo_g
     return loss.detach(), (h.grad[:, :-1], w.grad, bb.grad), (chosen_rewards, rejected_rewards, nll.detach())
 
 
-def _ours_module(batch, module):
-    hidden, weight, b, _, _, input_ids, completion_mask = batch
-    x = hidden[:, :-1].clone().requires_grad_()
-    w = weight.clone().requires_grad_()
-    bb = b.clone().requires_grad_()
-    target = input_ids.masked_fill(completion_mask == 0, -100)[:, 1:]
-    loss, metrics = module(w, x, target, bb)
-    loss.backward()
-    return loss, (x.grad, w.grad, bb.grad), metrics
-
-
 def _compare_cpo(trl, ours):
     trl_loss, trl_grads, (c_rewards, r_rewards, nll) = trl
-    loss, grads, metrics = ours
-    torch.testing.assert_close(loss, trl_loss, **TOL)
-    for got, want in zip(grads, trl_grads):
-        torch.testing.assert_close(got, want, **TOL)
-    torch.testing.assert_close(metrics[4], nll, **TOL)
-    torch.testing.assert_close(metrics[5], c_rewards, **TOL)
-    torch.testing.assert_close(metrics[6], r_rewards, **TOL)
+    _assert_matches_trl(ours, trl_loss, trl_grads, {4: nll, 5: c_rewards, 6: r_rewards})
 
 
 @pytest.mark.parametrize("loss_type", ["sigmoid", "hinge", "ipo", "simpo"])
