@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from formula_checks import assert_reference_matches
 
 from liger_core.nn import LigerFusedNeighborhoodAttention, LigerFusedNeighborhoodAttentionLayer
 from liger_core.ops import fused_neighborhood_attention as nat
@@ -37,18 +38,7 @@ def _liger_kernel_formula(query, key, value, kernel_size, dilation, scale):
     ],
 )
 def test_reference_matches_liger_kernel_formula(options):
-    a = nat.args("cpu", **options)
-    a = {k: v.double().requires_grad_() if isinstance(v, torch.Tensor) else v for k, v in a.items()}
-    bound = nat.OP.bind(a)
-    ours = nat.math(*bound.values())
-    theirs = _liger_kernel_formula(*bound.values())
-    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
-    upstream = torch.randn_like(ours)
-    inputs = (bound["query"], bound["key"], bound["value"])
-    for g_ours, g_theirs in zip(
-        torch.autograd.grad(ours, inputs, upstream), torch.autograd.grad(theirs, inputs, upstream), strict=True
-    ):
-        torch.testing.assert_close(g_ours, g_theirs, rtol=1e-12, atol=1e-12)
+    assert_reference_matches(nat, nat.args("cpu", **options), _liger_kernel_formula, ("query", "key", "value"))
 
 
 def test_window_is_clipped_not_shifted():

@@ -5,6 +5,7 @@ PyTorch baseline of its benchmark), and its nn module's parameters."""
 import pytest
 import torch
 import torch.nn.functional as F
+from formula_checks import assert_reference_matches
 
 from liger_core.nn import LigerMultiTokenAttention
 from liger_core.ops import multi_token_attention as mta
@@ -26,18 +27,9 @@ def _liger_kernel_formula(scores, weight, bias, stride, padding, dilation, group
     "options", [dict(padding=1), dict(padding=1, stride=2, shape=(2, 4, 9, 9)), dict(dilation=2, shape=(2, 4, 10, 10))]
 )
 def test_reference_matches_liger_kernel_formula(sparse, options):
-    a = mta.args("cpu", **options, sparse=sparse)
-    a = {k: v.double().requires_grad_() if isinstance(v, torch.Tensor) else v for k, v in a.items()}
-    bound = mta.OP.bind(a)
-    ours = mta.math(*bound.values())
-    theirs = _liger_kernel_formula(*bound.values())
-    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
-    upstream = torch.randn_like(ours)
-    inputs = (bound["scores"], bound["weight"], bound["bias"])
-    for g_ours, g_theirs in zip(
-        torch.autograd.grad(ours, inputs, upstream), torch.autograd.grad(theirs, inputs, upstream), strict=True
-    ):
-        torch.testing.assert_close(g_ours, g_theirs, rtol=1e-12, atol=1e-12)
+    assert_reference_matches(
+        mta, mta.args("cpu", **options, sparse=sparse), _liger_kernel_formula, ("scores", "weight", "bias")
+    )
 
 
 def test_module_parameters_and_call():

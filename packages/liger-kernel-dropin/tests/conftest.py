@@ -77,16 +77,19 @@ def no_fallback():
     assert not fallbacks, [str(w.message) for w in fallbacks]
 
 
+# The tiny models' sizes (any decoder family's config takes them).
+TINY_SIZES = dict(
+    vocab_size=128,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
+
+
 def tiny_llama_config(**overrides):
     from transformers import LlamaConfig
 
-    args = dict(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    return LlamaConfig(**{**args, **overrides})
+    return LlamaConfig(**{**TINY_SIZES, **overrides})

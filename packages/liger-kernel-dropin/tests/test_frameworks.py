@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import need, tiny_llama_config
+from conftest import TINY_SIZES, need, tiny_llama_config
 
 TOL = {"atol": 2e-5, "rtol": 1e-4}
 
@@ -58,17 +58,7 @@ def _config(model_type: str):
     if model_type == "llama":
         return tiny_llama_config()
     extra = {"head_dim": 8} if model_type == "gemma" else {}
-    return AutoConfig.for_model(
-        model_type,
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        **extra,
-    )
+    return AutoConfig.for_model(model_type, **TINY_SIZES, **extra)
 
 
 def _batch(vocab: int) -> dict:

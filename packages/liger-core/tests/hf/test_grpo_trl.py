@@ -128,21 +128,13 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_grpo_matches_trl(case):
-    trainer_cls = _trl_trainer_class()
-    cfg = {**DEFAULTS, **CASES[case]}
-    x, w, b, ids, mask, adv, old, ref, ratio = _batch(7, cfg["vllm"], cfg["bias"])
-    if not cfg["old"]:
-        old = None
-
-    # TRL: its loss on the policy's per-token log-probabilities, differentiated back to x, w, b.
-    xt, wt = x.clone().requires_grad_(), w.clone().requires_grad_()
-    bt = None if b is None else b.clone().requires_grad_()
+def _trl_loss(trainer_cls, cfg, token_logits, ids, mask, adv, ref, old, ratio):
+    """TRL's ``_compute_loss`` on a stand-in trainer whose policy gives the log-probabilities of
+    ``token_logits()`` (called when TRL asks, so its graph reaches their leaves): the loss (after
+    its backward) and the metrics TRL logged."""
 
     def logps():
-        logits = xt @ wt.t() + (0 if bt is None else bt)
-        logp_all = torch.log_softmax(logits, -1)
+        logp_all = torch.log_softmax(token_logits(), -1)
         entropy = -(logp_all.exp() * logp_all).sum(-1)
         return logp_all.gather(-1, ids[..., None]).squeeze(-1), entropy.detach(), None
 
@@ -162,7 +154,24 @@ def test_grpo_matches_trl(case):
         inputs["importance_sampling_ratio"] = ratio
     trl_loss = trainer_cls._compute_loss(stand_in, None, inputs)
     trl_loss.backward()
-    logged = {k: v[-1] for k, v in stand_in._metrics["train"].items()}
+    return trl_loss.detach(), {k: v[-1] for k, v in stand_in._metrics["train"].items()}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_grpo_matches_trl(case):
+    trainer_cls = _trl_trainer_class()
+    cfg = {**DEFAULTS, **CASES[case]}
+    x, w, b, ids, mask, adv, old, ref, ratio = _batch(7, cfg["vllm"], cfg["bias"])
+    if not cfg["old"]:
+        old = None
+
+    # TRL: its loss on the policy's per-token log-probabilities, differentiated back to x, w, b.
+    xt, wt = x.clone().requires_grad_(), w.clone().requires_grad_()
+    bt = None if b is None else b.clone().requires_grad_()
+
+    trl_loss, logged = _trl_loss(
+        trainer_cls, cfg, lambda: xt @ wt.t() + (0 if bt is None else bt), ids, mask, adv, ref, old, ratio
+    )
 
     # Ours, through the functional API (the backend serving the CPU: the reference, or
     # liger-ops-cuda's kernels in the Triton interpreter under LIGER_BACKEND=cuda).
@@ -180,7 +189,7 @@ def test_grpo_matches_trl(case):
     )  # fmt: skip
     loss.backward()
 
-    torch.testing.assert_close(loss, trl_loss.detach(), **TOL)
+    torch.testing.assert_close(loss, trl_loss, **TOL)
     torch.testing.assert_close(xo.grad, xt.grad, **TOL)
     torch.testing.assert_close(wo.grad, wt.grad, **TOL)
     if b is not None:
@@ -239,27 +248,7 @@ def test_grpo_loss_from_logits_matches_trl(case):
     old, ref = own + 0.25 * torch.randn(B, T, generator=g), own + 0.25 * torch.randn(B, T, generator=g)
     lt = logits.clone().requires_grad_()
 
-    def logps():
-        logp_all = torch.log_softmax(lt[:, :-1] / temperature, -1)
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
-        return logp_all.gather(-1, ids[..., None]).squeeze(-1), entropy.detach(), None
-
-    stand_in = _StandIn(trainer_cls, cfg, logps)
-    inputs = {
-        "prompt_ids": torch.zeros(B, 0, dtype=torch.long),
-        "prompt_mask": torch.zeros(B, 0, dtype=torch.long),
-        "completion_ids": ids,
-        "completion_mask": mask,
-        "advantages": adv,
-        "num_items_in_batch": mask.sum(),
-        "ref_per_token_logps": ref,
-        "old_per_token_logps": old,
-    }
-    if ratio is not None:
-        inputs["importance_sampling_ratio"] = ratio
-    trl_loss = trainer_cls._compute_loss(stand_in, None, inputs)
-    trl_loss.backward()
-    logged = {k: v[-1] for k, v in stand_in._metrics["train"].items()}
+    trl_loss, logged = _trl_loss(trainer_cls, cfg, lambda: lt[:, :-1] / temperature, ids, mask, adv, ref, old, ratio)
 
     lo = logits.clone().requires_grad_()
     loss, kl, clip_ratio = F.liger_grpo_loss(
@@ -272,7 +261,7 @@ def test_grpo_loss_from_logits_matches_trl(case):
         vespo_k_neg=cfg["vespo_k_neg"], vespo_lambda_neg=cfg["vespo_lambda_neg"],
     )  # fmt: skip
     loss.backward()
-    torch.testing.assert_close(loss, trl_loss.detach(), **TOL)
+    torch.testing.assert_close(loss, trl_loss, **TOL)
     torch.testing.assert_close(lo.grad, lt.grad, **TOL)
     assert float(lo.grad[:, -1].abs().max()) == 0.0
     if cfg["beta"] != 0:

@@ -15,66 +15,14 @@ mean of the KL completions' policy minus reference log-probs, clamped at 0. floa
 from __future__ import annotations
 
 import collections
-import importlib
-import os
 import types
 
 import pytest
 import torch
+from trl_stand_ins import StandInAccelerator, StandInCausalLM, need
 
 BATCH, SEQ, HIDDEN, VOCAB = 6, 12, 32, 150
 TOL = {"atol": 2e-5, "rtol": 2e-5}
-
-
-def _need(module: str):
-    """``module``, imported; missing: a skip, or a failure under ``LIGER_HF_TRAINERS=1``."""
-    if os.environ.get("LIGER_HF_TRAINERS") == "1":
-        return importlib.import_module(module)
-    return pytest.importorskip(module)
-
-
-class _Backbone(torch.nn.Module):
-    """Returns the hidden states registered for the ``input_ids`` tensor it is called with."""
-
-    def __init__(self, hidden_of: dict[int, torch.Tensor]) -> None:
-        super().__init__()
-        self.hidden_of = hidden_of
-
-    def forward(self, input_ids=None, **_):
-        hidden = self.hidden_of[input_ids.data_ptr()]
-        assert input_ids.shape == hidden.shape[:2]
-        return types.SimpleNamespace(last_hidden_state=hidden)
-
-
-class _CausalLM(torch.nn.Module):
-    """What `add_fused_lm_head` patches: a config, a backbone (``base_model``), an lm_head."""
-
-    is_gradient_checkpointing = False
-
-    def __init__(self, hidden_of, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        super().__init__()
-        from transformers import PretrainedConfig
-
-        self.config = PretrainedConfig()
-        self.base_model = _Backbone(hidden_of)
-        self.lm_head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
-        with torch.no_grad():
-            self.lm_head.weight.copy_(weight)
-            if bias is not None:
-                self.lm_head.bias.copy_(bias)
-
-    def get_output_embeddings(self):
-        return self.lm_head
-
-
-class _Accelerator:
-    device = torch.device("cpu")
-
-    def gather_for_metrics(self, t):
-        return t
-
-    def unwrap_model(self, m):
-        return m
 
 
 def _batch(seed: int):
@@ -107,15 +55,15 @@ def _batch(seed: int):
 
 def _trl_kto(b, loss_type: str, beta: float, desirable_weight: float, undesirable_weight: float):
     """TRL's loss, gradients (hidden states, lm_head weight and bias) and logged metrics."""
-    _need("trl")
+    need("trl")
     from trl.trainer.kto_trainer import KTOTrainer
     from trl.trainer.utils import add_fused_lm_head
 
     h = b.hidden.clone().requires_grad_()
-    model = _CausalLM({b.input_ids.data_ptr(): h, b.kl_ids.data_ptr(): b.kl_hidden}, b.weight, b.bias).train()
+    model = StandInCausalLM({b.input_ids.data_ptr(): h, b.kl_ids.data_ptr(): b.kl_hidden}, b.weight, b.bias).train()
     add_fused_lm_head(model, outputs=("log_probs", "entropy", "mean_logits"))
     ref_hidden_of = {b.input_ids.data_ptr(): b.ref_hidden, b.kl_ids.data_ptr(): b.kl_ref_hidden}
-    ref_model = _CausalLM(ref_hidden_of, b.ref_weight, None)
+    ref_model = StandInCausalLM(ref_hidden_of, b.ref_weight, None)
     add_fused_lm_head(ref_model.eval())
     inputs = {
         "input_ids": b.input_ids,
@@ -129,7 +77,7 @@ def _trl_kto(b, loss_type: str, beta: float, desirable_weight: float, undesirabl
     trainer = types.SimpleNamespace(
         model=model,
         ref_model=ref_model,
-        accelerator=_Accelerator(),
+        accelerator=StandInAccelerator(),
         args=types.SimpleNamespace(gradient_checkpointing_kwargs=None),
         calculate_KL=calculate_kl,
         precompute_ref_logps=False,

@@ -22,73 +22,17 @@ way (its ``get_batch_logps``, ``cpo_loss`` and NLL).
 from __future__ import annotations
 
 import collections
-import contextlib
-import importlib
-import os
 import types
 
 import pytest
 import torch
+from trl_stand_ins import StandInAccelerator, StandInCausalLM, need
 
 from liger_core import functional as LF
 from liger_core.ops.fused_linear_dpo import LOSS_TYPES
 
 PAIRS, SEQ, HIDDEN, VOCAB = 3, 12, 32, 150
 TOL = {"atol": 2e-5, "rtol": 2e-5}
-
-
-def _need(module: str):
-    """``module``, imported; missing: a skip, or a failure under ``LIGER_HF_TRAINERS=1``."""
-    if os.environ.get("LIGER_HF_TRAINERS") == "1":
-        return importlib.import_module(module)
-    return pytest.importorskip(module)
-
-
-class _Backbone(torch.nn.Module):
-    def __init__(self, hidden: torch.Tensor) -> None:
-        super().__init__()
-        self.hidden = hidden
-
-    def forward(self, input_ids=None, **_):
-        assert input_ids.shape == self.hidden.shape[:2]
-        return types.SimpleNamespace(last_hidden_state=self.hidden)
-
-
-class _CausalLM(torch.nn.Module):
-    """What `add_fused_lm_head` patches: a config, a backbone (``base_model``), an lm_head."""
-
-    is_gradient_checkpointing = False
-
-    def __init__(self, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        super().__init__()
-        from transformers import PretrainedConfig
-
-        self.config = PretrainedConfig()
-        self.base_model = _Backbone(hidden)
-        self.lm_head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
-        with torch.no_grad():
-            self.lm_head.weight.copy_(weight)
-            if bias is not None:
-                self.lm_head.bias.copy_(bias)
-
-    def get_output_embeddings(self):
-        return self.lm_head
-
-
-class _Accelerator:
-    device = torch.device("cpu")
-
-    def gather_for_metrics(self, t):
-        return t
-
-    def gather(self, t):
-        return t
-
-    def unwrap_model(self, m):
-        return m
-
-    def autocast(self):
-        return contextlib.nullcontext()
 
 
 def _batch(seed: int):
@@ -108,16 +52,16 @@ def _batch(seed: int):
 
 def _trl_dpo(batch, loss_types, loss_weights, beta, label_smoothing, use_ref_model, bias: bool, discopop_tau=0.05):
     """TRL's loss, gradients (hidden states, lm_head weight and bias) and logged metrics."""
-    _need("trl")
+    need("trl")
     from trl import DPOTrainer
     from trl.trainer.utils import add_fused_lm_head
 
     hidden, weight, b, ref_hidden, ref_weight, input_ids, completion_mask = batch
     h = hidden.clone().requires_grad_()
     fields = ("log_probs", "entropy", "mean_logits", "is_top1")
-    model = _CausalLM(h, weight, b if bias else None).train()
+    model = StandInCausalLM(h, weight, b if bias else None).train()
     add_fused_lm_head(model, outputs=fields)
-    ref_model = _CausalLM(ref_hidden, ref_weight, None).eval()
+    ref_model = StandInCausalLM(ref_hidden, ref_weight, None).eval()
     add_fused_lm_head(ref_model)
     inputs = {
         "input_ids": input_ids,
@@ -131,7 +75,7 @@ def _trl_dpo(batch, loss_types, loss_weights, beta, label_smoothing, use_ref_mod
     trainer = types.SimpleNamespace(
         model=model,
         ref_model=ref_model,
-        accelerator=_Accelerator(),
+        accelerator=StandInAccelerator(),
         args=types.SimpleNamespace(gradient_checkpointing_kwargs=None, discopop_tau=discopop_tau),
         ld_alpha=None,
         precompute_ref_logps=not use_ref_model,
@@ -215,6 +159,51 @@ def test_dpo_nll_term_matches_trl_sft_loss(alpha):
     torch.testing.assert_close(ours[0][0], plain[0] + alpha * ours[0][5], **TOL)
 
 
+# -- ORPO, CPO and SimPO: TRL's experimental trainers, on the full logits --------------------------
+
+
+def _full_logits(batch):
+    """What TRL's experimental trainers score: leaf copies of the hidden states, lm_head weight and
+    bias, the labels (-100 outside the completion) and the full logits."""
+    hidden, weight, b, _, _, input_ids, completion_mask = batch
+    labels = input_ids.masked_fill(completion_mask == 0, -100)
+    h = hidden.clone().requires_grad_()
+    w = weight.clone().requires_grad_()
+    bb = b.clone().requires_grad_()
+    return h, w, bb, labels, torch.nn.functional.linear(h, w, bb)
+
+
+def _chosen_nll(logits, labels):
+    """The NLL of the trainers' ``concatenated_forward``: cross-entropy over the chosen half's
+    shifted labels."""
+    shift = logits[:PAIRS, :-1].reshape(-1, VOCAB)
+    return torch.nn.functional.cross_entropy(shift, labels[:PAIRS, 1:].reshape(-1), ignore_index=-100)
+
+
+def _ours_module(batch, module):
+    """Our nn ``module`` on the shifted view TRL's trainers score: ``(loss, its gradients w.r.t. the
+    hidden states, lm_head weight and bias, metrics)``."""
+    hidden, weight, b, _, _, input_ids, completion_mask = batch
+    x = hidden[:, :-1].clone().requires_grad_()
+    w = weight.clone().requires_grad_()
+    bb = b.clone().requires_grad_()
+    target = input_ids.masked_fill(completion_mask == 0, -100)[:, 1:]
+    loss, metrics = module(w, x, target, bb)
+    loss.backward()
+    return loss, (x.grad, w.grad, bb.grad), metrics
+
+
+def _assert_matches_trl(ours, trl_loss, trl_grads, trl_metrics: dict[int, torch.Tensor]) -> None:
+    """Our module's ``(loss, grads, metrics)`` against TRL's loss, gradients and the metrics it
+    computes (keyed by their index in our metrics)."""
+    loss, grads, metrics = ours
+    torch.testing.assert_close(loss, trl_loss, **TOL)
+    for got, want in zip(grads, trl_grads):
+        torch.testing.assert_close(got, want, **TOL)
+    for index, want in trl_metrics.items():
+        torch.testing.assert_close(metrics[index], want, **TOL)
+
+
 # -- ORPO: TRL's ORPOTrainer (trl.experimental.orpo) ---------------------------------------------
 
 
@@ -222,23 +211,17 @@ def _trl_orpo(batch, beta: float, compute_nll_loss: bool):
     """TRL's ORPO loss (its ``get_batch_logps`` on the full logits, its ``odds_ratio_loss``, its
     ``loss = nll_loss - mean(losses)``), gradients and the log-odds metrics. The NLL is what its
     ``concatenated_forward`` computes: cross-entropy over the chosen half's shifted labels."""
-    _need("trl")
+    need("trl")
     from trl.experimental.orpo import ORPOTrainer
 
-    hidden, weight, b, _, _, input_ids, completion_mask = batch
-    labels = input_ids.masked_fill(completion_mask == 0, -100)
-    h = hidden.clone().requires_grad_()
-    w = weight.clone().requires_grad_()
-    bb = b.clone().requires_grad_()
-    logits = torch.nn.functional.linear(h, w, bb)
+    h, w, bb, labels, logits = _full_logits(batch)
     logps = ORPOTrainer.get_batch_logps(logits, labels, average_log_prob=True)
     chosen, rejected = logps[:PAIRS], logps[PAIRS:]
-    trainer = types.SimpleNamespace(beta=beta, accelerator=_Accelerator())
+    trainer = types.SimpleNamespace(beta=beta, accelerator=StandInAccelerator())
     losses, chosen_rewards, rejected_rewards, ratio, log_odds = ORPOTrainer.odds_ratio_loss(trainer, chosen, rejected)
     loss = -losses.mean()
     if compute_nll_loss:
-        shift = logits[:PAIRS, :-1].reshape(-1, VOCAB)
-        loss = loss + torch.nn.functional.cross_entropy(shift, labels[:PAIRS, 1:].reshape(-1), ignore_index=-100)
+        loss = loss + _chosen_nll(logits, labels)
     loss.backward()
     metrics = (chosen_rewards, rejected_rewards, ratio, log_odds)
     return loss.detach(), (h.grad[:, :-1], w.grad, bb.grad), metrics
@@ -251,20 +234,8 @@ def test_orpo_matches_trl(beta, compute_nll_loss):
 
     batch = _batch(seed=int(beta * 10) + compute_nll_loss)
     trl_loss, trl_grads, (c_rewards, r_rewards, ratio, log_odds) = _trl_orpo(batch, beta, compute_nll_loss)
-    hidden, weight, b, _, _, input_ids, completion_mask = batch
-    x = hidden[:, :-1].clone().requires_grad_()
-    w = weight.clone().requires_grad_()
-    bb = b.clone().requires_grad_()
-    target = input_ids.masked_fill(completion_mask == 0, -100)[:, 1:]
-    loss, metrics = LigerFusedLinearORPOLoss(beta=beta, compute_nll_loss=compute_nll_loss)(w, x, target, bb)
-    loss.backward()
-    torch.testing.assert_close(loss, trl_loss, **TOL)
-    for got, want in zip((x.grad, w.grad, bb.grad), trl_grads):
-        torch.testing.assert_close(got, want, **TOL)
-    torch.testing.assert_close(metrics[5], c_rewards, **TOL)
-    torch.testing.assert_close(metrics[6], r_rewards, **TOL)
-    torch.testing.assert_close(metrics[7], ratio, **TOL)
-    torch.testing.assert_close(metrics[8], log_odds, **TOL)
+    ours = _ours_module(batch, LigerFusedLinearORPOLoss(beta=beta, compute_nll_loss=compute_nll_loss))
+    _assert_matches_trl(ours, trl_loss, trl_grads, {5: c_rewards, 6: r_rewards, 7: ratio, 8: log_odds})
 
 
 # -- CPO and SimPO: TRL's CPOTrainer (trl.experimental.cpo) --------------------------------------
@@ -273,48 +244,25 @@ def test_orpo_matches_trl(beta, compute_nll_loss):
 def _trl_cpo(batch, loss_type: str, beta: float, label_smoothing: float, simpo_gamma: float, cpo_alpha: float):
     """TRL's CPO loss: its ``get_batch_logps`` (averaged for ipo and simpo, as its
     ``concatenated_forward``), its ``cpo_loss``, ``losses.mean() + cpo_alpha * nll_loss``."""
-    _need("trl")
+    need("trl")
     from trl.experimental.cpo import CPOTrainer
 
-    hidden, weight, b, _, _, input_ids, completion_mask = batch
-    labels = input_ids.masked_fill(completion_mask == 0, -100)
-    h = hidden.clone().requires_grad_()
-    w = weight.clone().requires_grad_()
-    bb = b.clone().requires_grad_()
-    logits = torch.nn.functional.linear(h, w, bb)
+    h, w, bb, labels, logits = _full_logits(batch)
     logps = CPOTrainer.get_batch_logps(logits, labels, average_log_prob=loss_type in ("ipo", "simpo"))
     trainer = types.SimpleNamespace(
         beta=beta, alpha=0.0, loss_type=loss_type, simpo_gamma=simpo_gamma, label_smoothing=label_smoothing,
-        accelerator=_Accelerator(),
+        accelerator=StandInAccelerator(),
     )  # fmt: skip
     losses, chosen_rewards, rejected_rewards = CPOTrainer.cpo_loss(trainer, logps[:PAIRS], logps[PAIRS:])
-    shift = logits[:PAIRS, :-1].reshape(-1, VOCAB)
-    nll = torch.nn.functional.cross_entropy(shift, labels[:PAIRS, 1:].reshape(-1), ignore_index=-100)
+    nll = _chosen_nll(logits, labels)
     loss = losses.mean() + cpo_alpha * nll
     loss.backward()
     return loss.detach(), (h.grad[:, :-1], w.grad, bb.grad), (chosen_rewards, rejected_rewards, nll.detach())
 
 
-def _ours_module(batch, module):
-    hidden, weight, b, _, _, input_ids, completion_mask = batch
-    x = hidden[:, :-1].clone().requires_grad_()
-    w = weight.clone().requires_grad_()
-    bb = b.clone().requires_grad_()
-    target = input_ids.masked_fill(completion_mask == 0, -100)[:, 1:]
-    loss, metrics = module(w, x, target, bb)
-    loss.backward()
-    return loss, (x.grad, w.grad, bb.grad), metrics
-
-
 def _compare_cpo(trl, ours):
     trl_loss, trl_grads, (c_rewards, r_rewards, nll) = trl
-    loss, grads, metrics = ours
-    torch.testing.assert_close(loss, trl_loss, **TOL)
-    for got, want in zip(grads, trl_grads):
-        torch.testing.assert_close(got, want, **TOL)
-    torch.testing.assert_close(metrics[4], nll, **TOL)
-    torch.testing.assert_close(metrics[5], c_rewards, **TOL)
-    torch.testing.assert_close(metrics[6], r_rewards, **TOL)
+    _assert_matches_trl(ours, trl_loss, trl_grads, {4: nll, 5: c_rewards, 6: r_rewards})
 
 
 @pytest.mark.parametrize("loss_type", ["sigmoid", "hinge", "ipo", "simpo"])

@@ -13,13 +13,11 @@ nox hf sessions, which install them) makes that a failure, so CI cannot pass by 
 from __future__ import annotations
 
 import copy
-import importlib
-import os
 import warnings
 
-import pytest
 import torch
 from hf_models import SIZES, build, initial_state
+from trl_stand_ins import need
 
 from liger_core import functional as F
 from liger_core.transformers import apply_liger_kernel_to_instance
@@ -36,16 +34,9 @@ STEPS = 4
 WORDS = [f"w{i}" for i in range(100)]
 
 
-def _need(module: str):
-    """``module``, imported; missing: a skip, or a failure under ``LIGER_HF_TRAINERS=1``."""
-    if os.environ.get("LIGER_HF_TRAINERS") == "1":
-        return importlib.import_module(module)
-    return pytest.importorskip(module)
-
-
 def _tokenizer():
     """A word-level tokenizer over the tiny vocabulary (no download): ids 0-2 special, 3-102 words."""
-    _need("tokenizers")
+    need("tokenizers")
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -81,13 +72,17 @@ def _run(make_trainer, patched: bool, state: dict, monkeypatch) -> tuple[list[fl
     if patched:
         apply_liger_kernel_to_instance(model)
         assert any(type(m).__name__ == "LigerLlamaRMSNorm" for m in model.modules())
-    trainer = make_trainer(model)
+    return _train_logged_losses(make_trainer(model)), len(calls)
+
+
+def _train_logged_losses(trainer) -> list[float]:
+    """Run ``trainer`` (``STEPS`` steps): the per-step losses it logged."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # trainers' own deprecation chatter
         trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert len(losses) == STEPS, trainer.state.log_history
-    return losses, len(calls)
+    return losses
 
 
 def _compare(make_trainer, monkeypatch, fused: bool = True, tol: dict = LOSS_TOL) -> None:
@@ -129,7 +124,7 @@ def _common_args(tmp_path) -> dict:
 
 
 def test_transformers_trainer(tmp_path, monkeypatch):
-    _need("accelerate")
+    need("accelerate")
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
     tokenizer = _tokenizer()
@@ -147,7 +142,7 @@ def test_transformers_trainer_torch_compile(tmp_path, monkeypatch):
     """``TrainingArguments(torch_compile=True)``: the Trainer compiles the patched model (``aot_eager``, the
     AOTAutograd path Inductor takes, without Inductor's CPU compile time) and logs stock's compiled losses,
     with no graph break."""
-    _need("accelerate")
+    need("accelerate")
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
     tokenizer = _tokenizer()
@@ -178,8 +173,8 @@ def test_trl_sft_trainer(tmp_path, monkeypatch):
     """TRL's SFTTrainer computes its loss with its own fused LM head (``add_fused_lm_head``, TRL >= 1.0), which
     it installs on the model it is given: Liger's norms, RoPE and MLP kernels run under it, and the loss is TRL's.
     Patched before the trainer is built, so the patch keeps TRL's head."""
-    _need("trl")
-    datasets = _need("datasets")
+    need("trl")
+    datasets = need("datasets")
     from trl import SFTConfig, SFTTrainer
 
     tokenizer = _tokenizer()
@@ -195,8 +190,8 @@ def test_trl_sft_trainer(tmp_path, monkeypatch):
 def test_trl_dpo_trainer(tmp_path, monkeypatch):
     """DPO: the policy's and the reference's log-probs come from logits (no labels), so the norms, RoPE and MLP
     kernels run in both (the reference model a copy of the policy as handed over)."""
-    _need("trl")
-    datasets = _need("datasets")
+    need("trl")
+    datasets = need("datasets")
     from trl import DPOConfig, DPOTrainer
 
     tokenizer = _tokenizer()
@@ -249,12 +244,7 @@ def _lm_head(model) -> torch.nn.Module:
 def _run_trainer(make_trainer, state: dict) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Train ``STEPS`` steps from ``state``: the per-step losses the trainer logged, and the trained weights."""
     model = build("llama", TINY, torch.float32, "cpu", state)
-    trainer = make_trainer(model)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # trainers' own deprecation chatter
-        trainer.train()
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    assert len(losses) == STEPS, trainer.state.log_history
+    losses = _train_logged_losses(make_trainer(model))
     return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
@@ -276,8 +266,8 @@ def _compare_fused_loss(make_stock, make_fused, calls: list, tol: dict, weight_t
 def test_trl_dpo_trainer_with_fused_dpo_loss(tmp_path):
     """DPOTrainer's steps with its loss from ``LigerFusedLinearDPOLoss`` (sigmoid DPO, reference model) against
     its stock loss."""
-    _need("trl")
-    datasets = _need("datasets")
+    need("trl")
+    datasets = need("datasets")
     from trl import DPOConfig, DPOTrainer
 
     from liger_core.nn import LigerFusedLinearDPOLoss
@@ -318,8 +308,8 @@ def test_trl_dpo_trainer_with_fused_dpo_loss(tmp_path):
 def test_trl_grpo_trainer_with_fused_grpo_loss(tmp_path):
     """GRPOTrainer's steps (generation by the tiny model, a reward, group advantages) with its loss from
     ``LigerFusedLinearGRPOLoss`` (TRL's default dapo loss, on-policy) against its stock loss."""
-    _need("trl")
-    datasets = _need("datasets")
+    need("trl")
+    datasets = need("datasets")
     from trl import GRPOConfig, GRPOTrainer
 
     from liger_core.nn import LigerFusedLinearGRPOLoss

@@ -83,6 +83,16 @@ def logits_grad(kernels: CrossEntropyKernels, ctx: Any, grad_loss: torch.Tensor)
     return grad
 
 
+def loss_outputs(ctx: Any, loss: torch.Tensor, z: torch.Tensor, return_z_loss: bool):
+    """What a cross-entropy Function's forward returns: the loss, and with ``return_z_loss`` the
+    z-loss too (for logging: non-differentiable). Unused gradients stay None in backward."""
+    ctx.set_materialize_grads(False)
+    if not return_z_loss:
+        return loss
+    ctx.mark_non_differentiable(z)
+    return loss, z
+
+
 def autograd_function(kernels: CrossEntropyKernels, module: str) -> type[torch.autograd.Function]:
     """``LigerCrossEntropyFunction`` over ``kernels``, defined in the vendor's ``module``."""
     check_protocol(kernels, "cross_entropy", PROTOCOL)
@@ -105,11 +115,7 @@ def autograd_function(kernels: CrossEntropyKernels, module: str) -> type[torch.a
         # (never the input itself) that autograd can keep as .grad without a copy.
         ctx.save_for_backward(x.detach() if in_place else x, *saved)
         ctx.state, ctx.in_place = state, in_place
-        ctx.set_materialize_grads(False)
-        if not return_z_loss:
-            return loss
-        ctx.mark_non_differentiable(z)
-        return loss, z
+        return loss_outputs(ctx, loss, z, return_z_loss)
 
     def backward(ctx, grad_loss, grad_z=None):
         if grad_loss is None:

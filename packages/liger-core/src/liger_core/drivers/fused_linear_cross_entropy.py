@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import torch
 
 from liger_core.drivers import check_protocol
+from liger_core.drivers.cross_entropy import loss_outputs
 from liger_core.ops._losses import autograd_function as build_function
 from liger_core.ops._losses import take_fused_grads
 from liger_core.ops.fused_linear_cross_entropy import check_args
@@ -111,11 +112,7 @@ def autograd_function(kernels: FusedLinearCrossEntropyKernels, module: str) -> t
         else:
             # Not saved tensors: see `take_fused_grads`.
             ctx.fused_grads = grads if any(needs) else (None, None, None)
-        ctx.set_materialize_grads(False)
-        if not return_z_loss:
-            return loss
-        ctx.mark_non_differentiable(z)
-        return loss, z
+        return loss_outputs(ctx, loss, z, return_z_loss)
 
     def backward(ctx, grad_loss, grad_z=None):
         nones = (None,) * 8  # target and the options after bias

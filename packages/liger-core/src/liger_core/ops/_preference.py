@@ -35,6 +35,7 @@ from typing import Protocol
 
 import torch
 
+from liger_core.op import Checks, bad, set_item
 from liger_core.ops import _losses as L
 
 Tensor = torch.Tensor
@@ -254,6 +255,38 @@ OUTPUTS = (
     "chosen_rewards",
     "rejected_rewards",
 )
+
+
+def checks(scales, outputs: tuple[str, ...] = OUTPUTS) -> Checks:
+    """The conformance checks of a preference op with ``outputs``: every output in float32, and
+    the outputs' and gradients' tolerances drawn from ``input`` and ``weight``."""
+    return Checks(
+        out_dtypes=lambda a: (torch.float32,) * len(outputs),
+        atol_scales=scales,
+        tolerance_from={name: ("input", "weight") for name in (*outputs, "grad_input", "grad_weight", "grad_bias")},
+    )
+
+
+def pair_layout_errors() -> tuple:
+    """The layout errors of the reference-free paired ops (ORPO's, CPO's, SimPO's), on their
+    error sample: 2 pairs of 7 tokens, vocab 40, with a bias."""
+    return (
+        bad("target_range", ValueError, r"target must be in \[0, 40\).*first: 41", target=set_item((0, 6), 41)),
+        bad(
+            "odd_batch",
+            ValueError,
+            r"input must hold the chosen then the rejected sequences, an even batch \(2 x pairs\); got batch 3",
+            input=lambda x: x[:3],
+            target=lambda t: t[:3],
+        ),
+        bad(
+            "target_shape",
+            ValueError,
+            r"target must have shape \(batch, seq\) = \(4, 7\) \(input.shape\[:2\]\); got \(4, 6\)",
+            target=lambda t: t[:, :-1],
+        ),
+        bad("bias_shape", ValueError, r"bias must have shape \(vocab,\) = \(40,\); got \(3,\)", bias=lambda b: b[:3]),
+    )
 
 
 def _masked_mean(total: Tensor, count: Tensor) -> Tensor:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
-from liger_core.op import BadInput, Sample, bad, on_other_device, sample
+from liger_core.op import BadInput, Sample, bad, on_other_device, sample, set_item
 
 # Every dtype a kernel must serve, and the two the option grids run in.
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -89,6 +89,24 @@ X_INT = bad("int_dtype", TypeError, r"x must have dtype float32, bfloat16, float
 X_FLOAT64 = bad("float64", TypeError, r"x must have dtype .*got float64", x=lambda x: x.double())
 X_SCALAR = bad("scalar", ValueError, r"at least 1 dimension", x=lambda x: x[0, 0])
 NEGATIVE_EPS = bad("negative_eps", ValueError, r"eps must be a number >= 0; got -1", eps=-1)
+# The class-index ``target``'s errors on a 4-row, 20-class sample with no ignored row
+# (cross_entropy's and vocab_parallel_cross_entropy's).
+CLASS_TARGET_ERRORS = (
+    bad(
+        "target_range",
+        ValueError,
+        r"target must be in \[0, 20\) or equal ignore_index=-100; 1 are not \(first: 20\)",
+        target=set_item(2, 20),
+    ),
+    bad("negative_target", ValueError, r"target must be in \[0, 20\).*first: -3", target=set_item(0, -3)),
+    bad(
+        "target_shape",
+        ValueError,
+        r"target must have shape \(tokens,\) = \(4,\); got \(3,\)",
+        target=lambda t: t[:3],
+    ),
+    bad("target_float", TypeError, r"target must have an integer dtype.*got float32", target=lambda t: t.float()),
+)
 
 
 def elsewhere(param: str, name: str = "mixed_devices") -> BadInput:

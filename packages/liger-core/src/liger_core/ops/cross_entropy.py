@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from liger_core.bench import spec as B
-from liger_core.op import Checks, Op, bad, on_other_device, sample, set_item
+from liger_core.op import Checks, Op, bad, on_other_device, sample
 from liger_core.ops import _losses as L
 from liger_core.ops import _samples as S
 from liger_core.ops._losses import reduced as _losses_reduced
@@ -321,20 +321,7 @@ OP = Op(
     ),
     error_sample=sample(args, weighted=True, ignored=0.0),
     errors=(
-        bad(
-            "target_range",
-            ValueError,
-            r"target must be in \[0, 20\) or equal ignore_index=-100; 1 are not \(first: 20\)",
-            target=set_item(2, 20),
-        ),
-        bad("negative_target", ValueError, r"target must be in \[0, 20\).*first: -3", target=set_item(0, -3)),
-        bad(
-            "target_shape",
-            ValueError,
-            r"target must have shape \(tokens,\) = \(4,\); got \(3,\)",
-            target=lambda t: t[:3],
-        ),
-        bad("target_float", TypeError, r"target must have an integer dtype.*got float32", target=lambda t: t.float()),
+        *S.CLASS_TARGET_ERRORS,
         bad("logits_1d", ValueError, r"logits must be 2-D \(tokens, vocab\); got shape \(20,\)", logits=lambda x: x[0]),
         bad(
             "logits_int",

@@ -308,11 +308,15 @@ def _torch_cosine(student_input, student_weight, teacher_input, teacher_weight, 
     return 0.5 * hard + 0.5 * soft
 
 
-def _liger_kernel_cosine() -> B.Peer:
-    def load():
-        from liger_kernel.chunked_loss import LigerFusedLinearCosineSimilarityLoss
+def liger_kernel_distillation(module_name: str) -> B.Peer:
+    """liger-kernel's chunked distillation loss module ``module_name`` (of
+    ``liger_kernel.chunked_loss``, imported when first used) at its defaults, called on the
+    spec's inputs, lm_heads and labels (this op's peer and `fused_linear_jsd_loss`'s)."""
 
-        module = LigerFusedLinearCosineSimilarityLoss()
+    def load():
+        from liger_kernel import chunked_loss
+
+        module = getattr(chunked_loss, module_name)()
         return lambda **kw: module(
             kw["student_input"], kw["student_weight"], kw["teacher_input"], kw["teacher_weight"], kw["true_labels"]
         )
@@ -379,6 +383,6 @@ OP = Op(
         ),
         describe=B.linear_text,
         flops=lambda s: (4 * s.tokens * s.hidden * s.vocab, 4 * s.tokens * s.hidden * s.vocab),
-        peers={B.LIGER_KERNEL: _liger_kernel_cosine()},
+        peers={B.LIGER_KERNEL: liger_kernel_distillation("LigerFusedLinearCosineSimilarityLoss")},
     ),
 )

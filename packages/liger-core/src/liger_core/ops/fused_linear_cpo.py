@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from liger_core.bench import spec as B
-from liger_core.op import Checks, Op, bad, sample, set_item
+from liger_core.op import Op, bad, sample
 from liger_core.op import always as _always
 from liger_core.ops import _losses as L
 from liger_core.ops import _preference as P
@@ -235,32 +235,10 @@ def _liger_kernel_cpo():
 def bad_inputs() -> tuple:
     """The layout and shared option errors (CPO's and SimPO's)."""
     return (
-        bad("target_range", ValueError, r"target must be in \[0, 40\).*first: 41", target=set_item((0, 6), 41)),
-        bad(
-            "odd_batch",
-            ValueError,
-            r"input must hold the chosen then the rejected sequences, an even batch \(2 x pairs\); got batch 3",
-            input=lambda x: x[:3],
-            target=lambda t: t[:3],
-        ),
-        bad(
-            "target_shape",
-            ValueError,
-            r"target must have shape \(batch, seq\) = \(4, 7\) \(input.shape\[:2\]\); got \(4, 6\)",
-            target=lambda t: t[:, :-1],
-        ),
-        bad("bias_shape", ValueError, r"bias must have shape \(vocab,\) = \(40,\); got \(3,\)", bias=lambda b: b[:3]),
+        *P.pair_layout_errors(),
         bad("beta", ValueError, r"beta must be a number in \(0, inf\); got 0.0", beta=0.0),
         bad("smoothing", ValueError, r"label_smoothing must be a number in \[0, 0.5\]; got 0.7", label_smoothing=0.7),
         bad("nll_flag", TypeError, r"compute_nll_loss must be True or False; got 1", compute_nll_loss=1),
-    )
-
-
-def checks(scales) -> Checks:
-    return Checks(
-        out_dtypes=lambda a: (torch.float32,) * len(OUTPUTS),
-        atol_scales=scales,
-        tolerance_from={name: ("input", "weight") for name in (*OUTPUTS, "grad_input", "grad_weight", "grad_bias")},
     )
 
 
@@ -294,6 +272,6 @@ OP = Op(
             "loss_type", ValueError, r"loss_type must be one of sigmoid, hinge, ipo, simpo; got 'dpo'", loss_type="dpo"
         ),
     ),
-    checks=checks(scales_for(_cpo_loss_of, math)),
+    checks=P.checks(scales_for(_cpo_loss_of, math)),
     bench=bench(_torch_cpo, _liger_kernel_cpo),
 )

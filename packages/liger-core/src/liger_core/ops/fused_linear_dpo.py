@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from liger_core.bench import spec as B
-from liger_core.op import Checks, Op, bad, on_other_device, sample, set_item
+from liger_core.op import Op, bad, on_other_device, sample, set_item
 from liger_core.op import always as _always
 from liger_core.ops import _losses as L
 from liger_core.ops import _preference as P
@@ -494,11 +494,7 @@ OP = Op(
         bad("nll_flag", TypeError, r"compute_nll_loss must be True or False; got 1", compute_nll_loss=1),
         bad("target_float", TypeError, r"target must have an integer dtype.*got float32", target=lambda t: t.float()),
     ),
-    checks=Checks(
-        out_dtypes=lambda a: (torch.float32,) * len(OUTPUTS),
-        atol_scales=_scales,
-        tolerance_from={name: ("input", "weight") for name in (*OUTPUTS, "grad_input", "grad_weight", "grad_bias")},
-    ),
+    checks=P.checks(_scales),
     bench=B.BenchSpec(
         group="losses",
         axes=("tokens", "hidden", "vocab", "batch"),

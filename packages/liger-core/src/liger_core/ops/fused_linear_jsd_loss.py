@@ -182,18 +182,6 @@ def _torch_jsd_loss(student_input, student_weight, teacher_input, teacher_weight
     return 0.5 * hard + 0.5 * soft
 
 
-def _liger_kernel_jsd_loss() -> B.Peer:
-    def load():
-        from liger_kernel.chunked_loss import LigerFusedLinearJSDLoss
-
-        module = LigerFusedLinearJSDLoss()
-        return lambda **kw: module(
-            kw["student_input"], kw["student_weight"], kw["teacher_input"], kw["teacher_weight"], kw["true_labels"]
-        )
-
-    return B.Peer(load)
-
-
 OP = Op(
     fused_linear_jsd_loss,
     since=(1, 6),
@@ -236,6 +224,6 @@ OP = Op(
         traffic=C.OP.bench.traffic,
         describe=B.linear_text,
         flops=C.OP.bench.flops,
-        peers={B.LIGER_KERNEL: _liger_kernel_jsd_loss()},
+        peers={B.LIGER_KERNEL: C.liger_kernel_distillation("LigerFusedLinearJSDLoss")},
     ),
 )

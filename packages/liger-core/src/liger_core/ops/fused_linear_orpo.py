@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from liger_core.bench import spec as B
-from liger_core.op import Checks, Op, bad, sample, set_item
+from liger_core.op import Op, bad, sample
 from liger_core.op import always as _always
 from liger_core.ops import _losses as L
 from liger_core.ops import _preference as P
@@ -204,29 +204,11 @@ OP = Op(
     smoke=(sample(args, shape=(1, 3, 8, 5), bias=True), sample(args, shape=(2, 10, 16, 700))),
     error_sample=sample(args, ignored=0.2, bias=True),
     errors=(
-        bad("target_range", ValueError, r"target must be in \[0, 40\).*first: 41", target=set_item((0, 6), 41)),
-        bad(
-            "odd_batch",
-            ValueError,
-            r"input must hold the chosen then the rejected sequences, an even batch \(2 x pairs\); got batch 3",
-            input=lambda x: x[:3],
-            target=lambda t: t[:3],
-        ),
-        bad(
-            "target_shape",
-            ValueError,
-            r"target must have shape \(batch, seq\) = \(4, 7\) \(input.shape\[:2\]\); got \(4, 6\)",
-            target=lambda t: t[:, :-1],
-        ),
-        bad("bias_shape", ValueError, r"bias must have shape \(vocab,\) = \(40,\); got \(3,\)", bias=lambda b: b[:3]),
+        *P.pair_layout_errors(),
         bad("beta", ValueError, r"beta must be a number in \(0, inf\); got -1", beta=-1),
         bad("nll_flag", TypeError, r"compute_nll_loss must be True or False; got 'yes'", compute_nll_loss="yes"),
     ),
-    checks=Checks(
-        out_dtypes=lambda a: (torch.float32,) * len(OUTPUTS),
-        atol_scales=_scales,
-        tolerance_from={name: ("input", "weight") for name in (*OUTPUTS, "grad_input", "grad_weight", "grad_bias")},
-    ),
+    checks=P.checks(_scales),
     bench=B.BenchSpec(
         group="losses",
         axes=("tokens", "hidden", "vocab", "batch"),

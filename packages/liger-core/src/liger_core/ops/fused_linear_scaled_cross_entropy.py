@@ -22,6 +22,7 @@ from liger_core.bench import spec as B
 from liger_core.op import Checks, Op, bad, on_other_device, sample, set_item
 from liger_core.ops import _losses as L
 from liger_core.ops import _samples as S
+from liger_core.ops import fused_linear_cross_entropy as _flce
 from liger_core.ops._checks import check_same_device
 
 OP_NAME = "fused_linear_scaled_cross_entropy"
@@ -244,13 +245,7 @@ OP = Op(
     bench=B.BenchSpec(
         group="losses",
         axes=("tokens", "hidden", "vocab"),
-        layouts={
-            "rows": lambda s, dt, dev, gen: dict(
-                input=B.hidden_states(s, dt, dev, gen),
-                weight=B.lm_head(s, dt, dev, gen),
-                target=B.targets(s.tokens, s.vocab, dev, gen),
-            )
-        },
+        layouts=_flce.OP.bench.layouts,
         torch_fn=_torch_fused_linear_scaled_cross_entropy,
         traffic=lambda s, e: (
             (s.tokens + s.vocab) * s.hidden * e + 8 * s.tokens,

@@ -142,6 +142,6 @@ OP = Op(
             gamma=float("nan"),
         ),
     ),
-    checks=_cpo.checks(_cpo.scales_for(_simpo_loss_of, math)),
+    checks=P.checks(_cpo.scales_for(_simpo_loss_of, math)),
     bench=_cpo.bench(_torch_simpo, _liger_kernel_simpo),
 )
