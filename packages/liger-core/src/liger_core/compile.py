@@ -465,7 +465,7 @@ def _build() -> tuple[torch.library.Library, dict[str, CompiledOp], dict[str, st
 # default) or "decompose" (the declaration's ``math`` traced by Dynamo: Inductor fuses it with its neighbours
 # and derives the backward; argument checks are not run). ``LIGER_COMPILE_DECOMPOSE`` overrides it.
 # Measured in a compiled LLaMA-3.2-1B training step on an H200 (bench_e2e.py, bf16, batch 8 x 2048,
-# checkpointing; benchmarks/results/H200-compile-e2e/): every op opaque 54.8k tokens/s, these four
+# checkpointing; benchmarks/results/H200/compile-e2e/): every op opaque 54.8k tokens/s, the first four
 # decomposed 58.0k (eager Liger 56.3k). Opaque, rms_norm's backward re-runs its forward and rope's outputs
 # are copied out of the transposed q/k views; decomposed, Inductor fuses each into its neighbours' kernels.
 # The fused linear losses stay opaque: traced, their math would materialise the logits.
@@ -474,6 +474,10 @@ COMPILE_STRATEGY: dict[str, str] = {
     "fused_add_rms_norm": "decompose",
     "rope": "decompose",
     "swiglu": "decompose",
+    # Gemma-3-1B compiled (H200, same script; benchmarks/results/H200/compile-e2e/, 2026-11-29 17:00): geglu
+    # opaque 51.2k tokens/s, 9.42 GiB peak; decomposed 51.4k, 9.22 GiB (the opaque backward's recomputed
+    # forward and its copies held two more (tokens, intermediate) buffers at the step's peak).
+    "geglu": "decompose",
 }
 DECOMPOSE_ENV = "LIGER_COMPILE_DECOMPOSE"
 
