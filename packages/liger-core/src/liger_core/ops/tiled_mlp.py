@@ -257,8 +257,9 @@ def tiled_backward(
 
 
 class TiledMLPFunction(torch.autograd.Function):
-    """The autograd of `tiled_mlp` over a backend's `GatedKernels`: a vendor's ``@implements``
-    Function subclasses it, checks the arguments and calls `shared_forward` with its kernels.
+    """The autograd of `tiled_mlp` over a backend's `GatedKernels`: the vendors' Function is built
+    from it by `liger_core.drivers.tiled_mlp`, which checks the arguments and calls `shared_forward`
+    with the vendor's kernels.
     Saved for backward: ``x``, the weights and the last tile's gate and up projections (through
     ``save_for_backward``, so activation checkpointing and offloading hooks see them)."""
 
