@@ -77,18 +77,58 @@ def _assert_same(model_type, got, want):
         torch.testing.assert_close(g, want_grads[name], **GRAD_TOL, msg=lambda m, n=name: f"{model_type} grad {n}: {m}")
 
 
-@pytest.mark.parametrize("patched", FAMILIES, indirect=True)
-@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+# The twelve families the transformers integration started with (issue 39: a compiled patched decoder
+# layer of each runs with fullgraph=True); Inductor for two of them, aot_eager (no code generation) for all.
+ORIGINAL_FAMILIES = (
+    "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "phi3",
+    "granite", "olmo2",
+)  # fmt: skip
+LAYER_CASES = [(f, "aot_eager") for f in ORIGINAL_FAMILIES] + [(f, "inductor") for f in FAMILIES]
+
+
+# transformers' MoE decoder layers record router logits through a forward hook on the router that reads a
+# ContextVar, which Dynamo cannot trace (the attention's too): their whole layer and MoE block break the graph
+# stock and patched alike (test_moe_layers_break_the_graph_in_stock_too), so their experts (Liger's fused op)
+# are compiled.
+MOE_FAMILIES = ("mixtral", "qwen3_moe")
+
+
+@pytest.mark.parametrize(("patched", "backend"), LAYER_CASES, indirect=["patched"])
 def test_layers_fullgraph(patched, backend):
     model_type, model, batch = patched
     want = _loss_and_grads(model, batch)
     compiled = copy.deepcopy(model)
     for layer in _layers(compiled):
-        layer.compile(fullgraph=True, backend=backend)
+        _compiled_part(layer, model_type).compile(fullgraph=True, backend=backend)
     got = _loss_and_grads(compiled, batch)
     _assert_same(model_type, got, want)
     # A second step reuses the compiled layers (no recompilation with the same shapes).
     _assert_same(model_type, _loss_and_grads(compiled, batch), want)
+
+
+def _compiled_part(layer, model_type: str) -> torch.nn.Module:
+    """The decoder layer, or for an MoE family its experts (its MLP in a dense layer: Qwen3-MoE's
+    ``mlp_only_layers``)."""
+    if model_type not in MOE_FAMILIES:
+        return layer
+    return getattr(layer.mlp, "experts", layer.mlp)
+
+
+@pytest.mark.parametrize("model_type", MOE_FAMILIES)
+def test_moe_layers_break_the_graph_in_stock_too(model_type):
+    """Why test_layers_fullgraph compiles only the experts of these families: the stock layer fails
+    ``fullgraph=True`` on transformers' output-capturing hook. When transformers fixes it this fails, and
+    the whole layer goes back into test_layers_fullgraph."""
+    require_family(model_type)
+    model = build(model_type, TINY, torch.float32, "cpu")
+    batch = batches(TINY, 1, "cpu", model_type=model_type, config=model.config)[0]
+    for layer in _layers(model):
+        layer.compile(fullgraph=True, backend="aot_eager")
+    try:
+        with pytest.raises(torch._dynamo.exc.Unsupported, match="ContextVar"):
+            model(**batch)
+    finally:
+        torch._dynamo.reset()
 
 
 @pytest.mark.parametrize("strategy", ["default", "none"], ids=["compile-strategy", "all-opaque"])
