@@ -430,6 +430,57 @@ def test_patched_experts_run_stock_unless_the_fused_op_runs(monkeypatch, model_t
         assert torch.equal(got, want)
 
 
+def test_explicit_grouped_mm_cannot_be_told_from_the_default(tmp_path):
+    """Why an explicit ``experts_implementation="grouped_mm"`` takes the fused op as the default does
+    (`layers.FUSED_STANDS_IN_FOR`): transformers keeps no record of who chose it. A Mixtral built with it
+    left unset, given in the config, given to ``from_config`` and ``from_pretrained``, or set back by
+    ``set_experts_implementation`` after another choice holds the same config state and the same model
+    and experts attributes, so `fused_moe_reason` answers the same for every one. Should a transformers
+    release start recording the user's choice, this fails: an explicit "grouped_mm" can be honoured then."""
+    from transformers import AutoModelForCausalLM, MixtralConfig, MixtralForCausalLM
+
+    from liger_core.transformers import MODEL_TYPE_TO_APPLY_LIGER_FN, layers
+
+    MODEL_TYPE_TO_APPLY_LIGER_FN["mixtral"]()  # reverted after the test (conftest)
+
+    def config(**kwargs):
+        return MixtralConfig(
+            vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+            num_key_value_heads=1, num_local_experts=4, num_experts_per_tok=2, hidden_act="silu", **kwargs,
+        )  # fmt: skip
+
+    MixtralForCausalLM(config()).save_pretrained(tmp_path)
+    switched_back = MixtralForCausalLM(config())
+    switched_back.set_experts_implementation("eager")
+    switched_back.set_experts_implementation("grouped_mm")
+    # (how the choice was made, the model given it, the model built the same way with it left unset)
+    pairs = (
+        ("config", MixtralForCausalLM(config(experts_implementation="grouped_mm")), MixtralForCausalLM(config())),
+        (
+            "from_config",
+            AutoModelForCausalLM.from_config(config(), experts_implementation="grouped_mm"),
+            AutoModelForCausalLM.from_config(config()),
+        ),
+        (
+            "from_pretrained",
+            MixtralForCausalLM.from_pretrained(tmp_path, experts_implementation="grouped_mm"),
+            MixtralForCausalLM.from_pretrained(tmp_path),
+        ),
+        ("set_experts_implementation", switched_back, MixtralForCausalLM(config())),
+    )
+    x = torch.zeros(3, 32)
+    for how, chosen, defaulted in pairs:
+        experts, want = chosen.model.layers[0].mlp.experts, defaulted.model.layers[0].mlp.experts
+        assert type(experts).__name__ == "LigerMixtralExperts" and type(experts)._liger_dispatches, how
+        assert chosen.config._experts_implementation == "grouped_mm", how
+        assert vars(chosen.config) == vars(defaulted.config), how
+        assert vars(chosen).keys() == vars(defaulted).keys(), how
+        plain = ({k: v for k, v in vars(m).items() if not isinstance(v, dict)} for m in (experts, want))
+        assert next(plain) == next(plain), how  # every attribute but the module/parameter/buffer tables
+        assert layers.experts_choice_reason(experts) is None, how
+        assert layers.fused_moe_reason(experts, x) == layers.fused_moe_reason(want, x), how
+
+
 @pytest.mark.parametrize("flag", ("1", "0"))
 @pytest.mark.parametrize("model_type", ("mixtral", "qwen3_moe"))
 def test_patched_moe_model_compiles_fullgraph(monkeypatch, model_type, flag):
