@@ -104,7 +104,7 @@ def main() -> int:
     p.add_argument("--stacks", action="store_true", help="record Python stacks too (failed on torch 2.11)")
     a = p.parse_args()
     compiled = a.variant.endswith(E.COMPILED_SUFFIX)
-    E._patch(a.variant.removesuffix(E.COMPILED_SUFFIX), E.MODELS[a.model].model_type)
+    E._patch(a.variant, E.MODELS[a.model].model_type)
     config = E.model_config(a.model)
     torch.manual_seed(0)
     with torch.device("cuda"):

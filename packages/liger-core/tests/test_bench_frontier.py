@@ -106,7 +106,6 @@ def test_cli_frontier_isolate_runs_each_shape_in_its_own_process(tmp_path, monke
     monkeypatch.setattr(subprocess, "run", run_child)
     argv = ["bench", "--frontier", "--shapes", "tiny", "--device", "cpu", "--budgets", "1", "--providers", "torch",
             "--timer", "wall", "--rep-ms", "1", "--no-gemm-bound", "--no-progress", "--isolate"]  # fmt: skip
-    monkeypatch.setattr("sys.argv", ["liger", *argv])
     assert main([*argv, "--out", str(tmp_path), "--no-plots"]) == 0
     assert children == ["tiny@24t", "tiny-wide@40t"]
     data = json.loads((tmp_path / "frontier-fused_linear_cross_entropy.json").read_text())
@@ -120,3 +119,27 @@ def test_cli_frontier_only_shape_must_be_in_the_set(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--frontier", "--shapes", "tiny", "--device", "cpu", "--only-shape", "llama@1t"])
     assert "--only-shape 'llama@1t' is not in shape set 'tiny'" in capsys.readouterr().err
+
+
+def test_cli_frontier_isolate_says_which_shape_gave_nothing(tmp_path, monkeypatch, capsys):
+    """A child that dies without results (killed, say): the other shapes are kept, the missing one is named
+    on stderr and in the JSON's meta, and the command fails."""
+    import subprocess
+
+    monkeypatch.setenv("LIGER_BACKEND", "reference")
+
+    def run_child(cmd, check, stdout):
+        args = cmd[cmd.index("-m") + 2 :]
+        if args[args.index("--only-shape") + 1] == "tiny@24t":
+            return subprocess.CompletedProcess(cmd, -9)
+        assert main(args) == 0
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(subprocess, "run", run_child)
+    argv = ["bench", "--frontier", "--shapes", "tiny", "--device", "cpu", "--budgets", "1", "--providers", "torch",
+            "--timer", "wall", "--rep-ms", "1", "--no-gemm-bound", "--no-progress", "--isolate",
+            "--out", str(tmp_path), "--no-plots"]  # fmt: skip
+    assert main(argv) == 1
+    assert "frontier: tiny@24t gave no results (exit status -9)" in capsys.readouterr().err
+    data = json.loads((tmp_path / "frontier-fused_linear_cross_entropy.json").read_text())
+    assert data["meta"]["shapes"] == ["tiny-wide@40t"] and data["meta"]["missing_shapes"] == ["tiny@24t"]

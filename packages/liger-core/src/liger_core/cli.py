@@ -434,6 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what a command re-runs in a child process
     run = getattr(args, "run", None)
     if run is None:
         parser.print_help()

@@ -275,11 +275,7 @@ def _cmd_frontier(args: argparse.Namespace) -> int:
         if not shapes:
             parser.error(f"--only-shape {args.only_shape!r} is not in shape set {args.shapes!r}")
     if args.isolate:
-        result = frontier.run_isolated(sys.argv[1:], [s.name for s in shapes])
-        print(frontier.render_frontier(result))
-        written = frontier.write_frontier(result, args.out, plots=not args.no_plots)
-        print(f"\nwrote {len(written)} file(s) to {os.fspath(Path(args.out))}/")
-        return 0
+        return _frontier_report(frontier.run_isolated(args.argv, [s.name for s in shapes]), args)
     threads_before = torch.get_num_threads()
     if (device or infer_device()) == "cpu" or args.threads is not None:
         torch.set_num_threads(args.threads or 1)
@@ -301,8 +297,16 @@ def _cmd_frontier(args: argparse.Namespace) -> int:
         parser.error(str(e))
     finally:
         torch.set_num_threads(threads_before)
+    return _frontier_report(result, args)
+
+
+def _frontier_report(result: dict, args: argparse.Namespace) -> int:
+    """Print and write a frontier result; 1 when a point of ours failed (or a shape gave none)."""
+    from liger_core.bench import frontier
+
     print(frontier.render_frontier(result))
     written = frontier.write_frontier(result, args.out, plots=not args.no_plots)
     print(f"\nwrote {len(written)} file(s) to {os.fspath(Path(args.out))}/")
     failed = [p for d in result.values() for p in d["points"] if p["provider"] == "liger" and p["status"] != "ok"]
-    return 1 if failed else 0
+    missing = not result or any(d["meta"].get("missing_shapes") for d in result.values())
+    return 1 if failed or missing else 0

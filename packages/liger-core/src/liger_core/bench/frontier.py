@@ -255,12 +255,17 @@ def run_isolated(argv: Sequence[str], shape_names: Sequence[str]) -> dict[str, d
 
     argv = [a for a in argv if a != "--isolate"]
     merged: dict[str, dict[str, Any]] = {}
+    missing: list[str] = []
     for name in shape_names:
         with tempfile.TemporaryDirectory() as tmp:
             cmd = [sys.executable, "-m", "liger_core", *argv, "--only-shape", name, "--out", tmp, "--no-plots"]
             print(f"frontier: {name} in a process of its own", file=sys.stderr, flush=True)
-            subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL)
-            for path in sorted(Path(tmp).glob(f"{FILE_PREFIX}*.json")):
+            child = subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL)
+            paths = sorted(Path(tmp).glob(f"{FILE_PREFIX}*.json"))
+            if not paths:  # killed (out of host memory, say) or refused: say so, and keep the other shapes
+                print(f"frontier: {name} gave no results (exit status {child.returncode})", file=sys.stderr)
+                missing.append(name)
+            for path in paths:
                 data = json.loads(path.read_text())
                 op = path.stem.removeprefix(FILE_PREFIX)
                 if op not in merged:
@@ -269,6 +274,8 @@ def run_isolated(argv: Sequence[str], shape_names: Sequence[str]) -> dict[str, d
                     merged[op]["points"] += data["points"]
                     merged[op]["meta"]["shapes"] += data["meta"]["shapes"]
                 merged[op]["meta"]["isolated"] = "each shape measured in a process of its own"
+    for data in merged.values():
+        data["meta"]["missing_shapes"] = missing
     return merged
 
 
