@@ -131,7 +131,7 @@ for dt in ("bf16", "fp32"):
     T = dict(LOOKED_UP=P("i8"), DW=P(dt))
     rows.append(variant(f"embedding bwd zero rows {dt}", embedding._embedding_zero_unused_rows_kernel, T,
                         dict(BLOCK_M=bm, BLOCK_N=bn), hardware.EMBEDDING_ZERO_NUM_WARPS))
-    T = dict(DY=P(dt), SORTED_IDX=P("i64"), ORDER=P("i64"), DW=P(dt))
+    T = dict(DY=P(dt), SORTED_IDX=P("i32"), ORDER=P("i64"), DW=P(dt))  # int32 keys: drivers.embedding.sorted_positions
     rows.append(variant(f"embedding bwd segment sums {dt}", embedding._embedding_segment_sums_kernel, T,
                         dict(BLOCK_N=embedding.plan_segment_sums(4096)), hardware.EMBEDDING_SEGMENT_NUM_WARPS))
 T = dict(PARTIAL=P("fp32"), OUT0=P("bf16"), OUT1=P("fp32"))
