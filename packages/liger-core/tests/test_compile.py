@@ -368,7 +368,16 @@ def test_dynamic_without_recompiles():
 
 # -- decomposition (LIGER_COMPILE_DECOMPOSE) ----------------------------------------------------
 
-DECODER_OPS = ("rms_norm", "fused_add_rms_norm", "layer_norm", "rope", "swiglu", "geglu", "cross_entropy")
+DECODER_OPS = (
+    "rms_norm",
+    "fused_add_rms_norm",
+    "layer_norm",
+    "rope",
+    "swiglu",
+    "geglu",
+    "relu_squared",
+    "cross_entropy",
+)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])

@@ -478,6 +478,15 @@ COMPILE_STRATEGY: dict[str, str] = {
     # opaque 51.2k tokens/s, 9.42 GiB peak; decomposed 51.4k, 9.22 GiB (the opaque backward's recomputed
     # forward and its copies held two more (tokens, intermediate) buffers at the step's peak).
     "geglu": "decompose",
+    # A two-layer model of the family that uses the op, compiled training step (H200, bf16, batch 4 x 2048;
+    # benchmarks/probes/compile_strategy.py, results in benchmarks/results/H200/compile-e2e/compile_strategy.json),
+    # the op decomposed against this table: Nemotron's layer_norm 0.870x the time, relu_squared 0.956x (same peak);
+    # Phi-3's fused_gate_up_swiglu 1.025x (stays opaque); Mixtral's fused_moe 9.2x and 5.3x the peak (the
+    # declaration's math loops over the experts; stays opaque).
+    "layer_norm": "decompose",
+    "relu_squared": "decompose",
+    "fused_gate_up_swiglu": "opaque",
+    "fused_moe": "opaque",
 }
 DECOMPOSE_ENV = "LIGER_COMPILE_DECOMPOSE"
 
