@@ -21,6 +21,11 @@ eager calls do (CUDA, NPU, XPU, or the Triton interpreter on the CPU).
   their eager cost: one chunked pass, no logits); a plain function (the reference) runs under
   autograd. Its fake gives each gradient its input's shape and dtype; a backend gradient of
   another shape is a clear error.
+- Ops whose liger-core driver gives its Function a ``saved_form`` (`SAVED_STATE_OPS`: fused_moe and
+  its clamped variant): ``liger::<op>_saving`` returns the outputs and the tensors the backward needs
+  (fused_moe: the gate-up output and the routing), which autograd keeps; ``liger::<op>_from_saved``
+  runs the Function's backward on them, the forward's kernels not re-run. A backend serving the op
+  without a saved form returns none, and its backward recomputes as below.
 - Backward of every other op (and of reduction "none"): ``liger::<op>_backward`` runs the
   backend's autograd Function again on the saved inputs and calls its own backward (through
   ``torch.autograd.grad``). Recomputing the forward costs one extra forward of the op in the
@@ -124,6 +129,23 @@ class CompiledOp:
         torch.library.register_autograd(
             f"{NAMESPACE}::{name}", self._autograd_backward, setup_context=self._setup_context, lib=library
         )
+        # Ops whose driver keeps tensors for the backward (`SAVED_STATE_OPS`): the forward returns them too.
+        self.saving_op = None
+        if name in SAVED_STATE_OPS:
+            outs_saved = "(" + ", ".join(["Tensor"] * self.n_out + ["Tensor[]"]) + ")"
+            library.define(f"{name}_saving({args}) -> {outs_saved}")
+            library.define(
+                f"{name}_from_saved(Tensor?[] grad_outputs, bool[] needs_grad, Tensor[] saved, {args}) -> Tensor[]"
+            )
+            library.impl(f"{name}_saving", self._forward_saving, "CompositeExplicitAutograd")
+            library.impl(f"{name}_from_saved", self._from_saved, "CompositeExplicitAutograd")
+            torch.library.register_fake(f"{NAMESPACE}::{name}_saving", self._fake_forward_saving, lib=library)
+            torch.library.register_fake(f"{NAMESPACE}::{name}_from_saved", self._fake_from_saved, lib=library)
+            self.saving_op = getattr(getattr(torch.ops, NAMESPACE), f"{name}_saving").default
+            self.from_saved_op = getattr(getattr(torch.ops, NAMESPACE), f"{name}_from_saved").default
+            torch.library.register_autograd(
+                f"{NAMESPACE}::{name}_saving", self._saving_backward, setup_context=self._setup_saving, lib=library
+            )
         # Scalar losses (`Op.grads_in_forward`): one op returns the outputs and every gradient at
         # upstream 1; its backward scales them (elementwise, traced: no custom op, no recompute).
         self.grads_in_forward = op.grads_in_forward
@@ -150,6 +172,8 @@ class CompiledOp:
         needs = self._needs_grad(args)
         if any(needs) and self.grads_in_forward(dict(zip(self.names, args, strict=True))):
             out = self.with_grads_op(needs, *args)[: self.n_out]
+        elif self.saving_op is not None and self._any_requires_grad(args):
+            out = self.saving_op(*args)[: self.n_out]
         else:
             out = self.forward_op(*args)
         if self.n_out == 1:
@@ -163,6 +187,11 @@ class CompiledOp:
         if self.grads_in_forward is None or not torch.is_grad_enabled():
             return [False] * len(self.grad_slots)
         return [isinstance(args[i], torch.Tensor) and args[i].requires_grad for i in self.grad_slots]
+
+    def _any_requires_grad(self, args: Sequence[Any]) -> bool:
+        return torch.is_grad_enabled() and any(
+            isinstance(args[i], torch.Tensor) and args[i].requires_grad for i in self.grad_slots
+        )
 
     def _kept(self, args: Sequence[Any]) -> int:
         """How many outputs an eager call returns: all, or the first where an option drops the rest."""
@@ -303,6 +332,76 @@ class CompiledOp:
             if ctx.needs[k] and ctx.needs_input_grad[1 + i]:
                 result[1 + i] = (g * upstream).to(g.dtype)
         return tuple(result)
+
+    # -- saved state (SAVED_STATE_OPS) ----------------------------------------------------------
+
+    def _saved_form(self, args: Sequence[Any]) -> Any:
+        """The serving Function's ``saved_form`` (None: a plain function, or a Function without one)."""
+        fn = REGISTRY.resolve(self.op.name, self._device(args))
+        return getattr(getattr(fn, "__self__", None), "saved_form", None)
+
+    def _forward_saving(self, *args: Any):
+        form = self._saved_form(args)
+        with torch.no_grad():
+            if form is None:
+                out, saved = REGISTRY.resolve(self.op.name, self._device(args))(*args), []
+            else:
+                out, saved = form.forward(*args)
+        outs = self._outputs(out, args)
+        outs = list(outs) if self.n_out > 1 else [outs]
+        inputs = [args[i] for i in self.tensor_slots]
+        return (*outs, _unaliased([t.contiguous() for t in saved], [*inputs, *outs]))
+
+    def _fake_forward_saving(self, *args: Any):
+        outs = self._fake_forward(*args)
+        outs = list(outs) if self.n_out > 1 else [outs]
+        form = self._saved_form(args)
+        return (*outs, [] if form is None else form.fake_saved(*args))
+
+    def _setup_saving(self, ctx, inputs: tuple[Any, ...], output: Any) -> None:
+        ctx.n_inputs = len(self.tensor_slots)
+        ctx.save_for_backward(*(inputs[i] for i in self.tensor_slots), *output[self.n_out])
+        ctx.constants = [None if i in self.tensor_slots else a for i, a in enumerate(inputs)]
+
+    def _saving_backward(self, ctx, *grads: Any):
+        tensors = ctx.saved_tensors
+        args = list(ctx.constants)
+        for i, t in zip(self.tensor_slots, tensors[: ctx.n_inputs], strict=True):
+            args[i] = t
+        needs = [bool(ctx.needs_input_grad[i]) and args[i] is not None for i in self.grad_slots]
+        result: list[torch.Tensor | None] = [None] * len(args)
+        if not any(needs):
+            return tuple(result)
+        gs = self.from_saved_op(list(grads[: self.n_out]), needs, list(tensors[ctx.n_inputs :]), *args)
+        for k, i in enumerate(self.grad_slots):
+            if needs[k]:
+                result[i] = gs[k]
+        return tuple(result)
+
+    def _from_saved(
+        self, grad_outputs: list[torch.Tensor | None], needs_grad: list[bool], saved: list[torch.Tensor], *args: Any
+    ):
+        form = self._saved_form(args) if saved else None
+        if form is None:  # the serving backend keeps nothing: recompute (see _backward)
+            return self._backward(grad_outputs, needs_grad, *args)
+        first = grad_outputs[0]
+        with torch.no_grad():
+            all_grads = form.backward(first, saved, *args)
+        result = []
+        for k, i in enumerate(self.grad_slots):
+            g = all_grads[i] if needs_grad[k] else None
+            if not needs_grad[k]:
+                result.append(_nothing(args))
+            elif g is None:
+                result.append(torch.zeros_like(args[i], memory_format=torch.contiguous_format))
+            else:
+                result.append(g.to(args[i].dtype))
+        return _unaliased(result, [*grad_outputs, *saved, *(args[i] for i in self.tensor_slots)])
+
+    def _fake_from_saved(
+        self, grad_outputs: list[torch.Tensor | None], needs_grad: list[bool], saved: list[torch.Tensor], *args: Any
+    ):
+        return self._fake_backward(grad_outputs, needs_grad, *args)
 
     # -- backward -------------------------------------------------------------------------------
 
@@ -489,6 +588,9 @@ COMPILE_STRATEGY: dict[str, str] = {
     "fused_moe": "opaque",
 }
 DECOMPOSE_ENV = "LIGER_COMPILE_DECOMPOSE"
+# Ops whose liger-core driver gives its autograd Function a ``saved_form`` (liger_core.drivers.fused_moe): their
+# compiled backward takes what the forward kept instead of re-running the forward (the grouped GEMMs).
+SAVED_STATE_OPS = frozenset({"fused_moe", "fused_moe_clamped_swiglu"})
 
 
 def decomposed_ops(environ: Mapping[str, str] | None = None) -> frozenset[str]:

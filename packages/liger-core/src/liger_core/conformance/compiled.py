@@ -6,6 +6,9 @@
   ``backward`` on a `liger_core.compile.RecordingCtx`; the compiled backward holds no Liger op and
   runs no backend op.
 - rms_norm, as the opaque custom op and decomposed (``LIGER_COMPILE_DECOMPOSE``).
+- fused_moe (`liger_core.compile.SAVED_STATE_OPS`): the compiled forward is one ``liger::fused_moe_saving``
+  call and the compiled backward runs the backend's backward on what it kept, never the backend's forward
+  (counted), with eager's output and gradients.
 
 A vendor package runs it from its tests, its conftest naming the backend in
 ``LIGER_CONFORMANCE_BACKEND``:
@@ -25,7 +28,12 @@ import torch
 from liger_core import functional as F
 from liger_core.registry import REGISTRY, LigerFallbackWarning
 
-__all__ = ["test_compiled_fused_loss_takes_gradients_from_forward", "test_compiled_rms_norm", "vendor_dispatch"]
+__all__ = [
+    "test_compiled_fused_loss_takes_gradients_from_forward",
+    "test_compiled_fused_moe_backward_runs_no_forward",
+    "test_compiled_rms_norm",
+    "vendor_dispatch",
+]
 
 
 @pytest.fixture
@@ -130,3 +138,49 @@ def test_compiled_rms_norm(vendor_dispatch, decompose, monkeypatch):
     torch.testing.assert_close(got, want)
     for a, e in zip(compiled, eager, strict=True):
         torch.testing.assert_close(a.grad, e.grad)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_fused_moe_backward_runs_no_forward(vendor_dispatch, backend, monkeypatch):
+    device = vendor_dispatch
+    function = getattr(REGISTRY.resolve("fused_moe", device), "__self__", None)
+    assert isinstance(function, type) and issubclass(function, torch.autograd.Function), function
+    assert getattr(function, "saved_form", None) is not None, f"{function.__name__} has no saved_form"
+    g = torch.Generator().manual_seed(2)
+    tokens, hidden, intermediate, experts, top_k = 13, 16, 24, 4, 2
+    x = torch.randn(tokens, hidden, generator=g)
+    gate_up = torch.randn(experts, 2 * intermediate, hidden, generator=g) / hidden**0.5
+    down = torch.randn(experts, hidden, intermediate, generator=g) / intermediate**0.5
+    index = torch.stack([torch.randperm(experts, generator=g)[:top_k] for _ in range(tokens)])
+    weights = torch.rand(tokens, top_k, generator=g)
+    up = torch.randn(tokens, hidden, generator=g)
+    x, gate_up, down, index, weights, up = (t.to(device) for t in (x, gate_up, down, index, weights, up))
+
+    def moe(x, gate_up, down, weights):
+        return F.liger_fused_moe(x, gate_up, down, index, weights)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LigerFallbackWarning)
+        eager = _leaves((x, gate_up, down, weights))
+        want = moe(*eager)
+        want.backward(up)
+        forwards = []
+        real_forward = function.forward
+        monkeypatch.setattr(function, "forward", staticmethod(lambda *a: forwards.append(1) or real_forward(*a)))
+        graphs: dict = {}
+        torch._dynamo.reset()
+        compiled = _leaves((x, gate_up, down, weights))
+        fn = torch.compile(moe, backend=_capture(graphs) if backend == "aot_eager" else backend, fullgraph=True)
+        got = fn(*compiled)
+        assert forwards, "the compiled forward did not run the backend's forward"
+        forwards.clear()
+        got.backward(up)
+    assert forwards == [], f"the compiled backward ran the backend's forward {len(forwards)} time(s)"
+    if backend == "aot_eager":
+        assert "liger.fused_moe_saving.default" in _targets(graphs["forward"]), _targets(graphs["forward"])
+        assert "liger.fused_moe_from_saved.default" in _targets(graphs["backward"]), _targets(graphs["backward"])
+    torch.testing.assert_close(got, want)
+    for name, a, e in zip(
+        ("hidden_states", "gate_up_proj", "down_proj", "top_k_weights"), compiled, eager, strict=True
+    ):
+        torch.testing.assert_close(a.grad, e.grad, msg=lambda m, name=name: f"grad of {name}: {m}")
