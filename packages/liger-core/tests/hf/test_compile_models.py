@@ -225,6 +225,7 @@ def test_compiled_patched_matches_stock(patched):
 # buffers; Inductor on CPU does not reuse them so, and the compiled step passed with that defect planted back:
 # test_compile.py's test_backward_op_outputs_alias_nothing is its guard.
 STEP_FAMILIES = ("gemma3_text", "mixtral")
+SWEEP_ENV = "LIGER_COMPILE_SWEEP"  # as test_compile_training's: the cases CI leaves out
 COMPILED_STEPS = {"tiny": 2, "mid": 2}
 # At tiny size one decoder layer, except where the config's particular paths need two: alternating layer types, a
 # dense and a routed MoE layer (Qwen3-MoE's mlp_only_layers, LLaMA 4's moe_layers, DeepSeek's and GLM-4V-MoE's
@@ -248,6 +249,13 @@ COMPILED_TOLERANCES = {
 @pytest.mark.parametrize("model_type", FAMILIES_WITH_CONVERGENCE)
 def test_compiled_training_tiny(model_type):
     """The CPU half of issue 39's check: tiny size, fp32."""
+    from liger_core.registry import vendor_serves
+
+    if not vendor_serves("fused_linear_cross_entropy", "cpu") and os.environ.get(SWEEP_ENV) != "1":
+        pytest.skip(
+            f"runs where a vendor backend serves the ops (CI: hf-interpreter); with the reference backend (hf-oldest) "
+            f"with {SWEEP_ENV}=1 (CI's time budget)"
+        )
     backend = "inductor" if model_type in STEP_FAMILIES else "aot_eager_decomp_partition"
     _compiled_training_vs_stock(model_type, "tiny", torch.float32, "cpu", backend)
 
@@ -279,8 +287,11 @@ def _compiled_training_vs_stock(model_type: str, size_name: str, dtype: torch.dt
     # test_convergence's chaotic families (routing, hf_models.STABLE_LR): after the first step the two runs' weights
     # differ by rounding, which these amplify; a control (stock again from weights nudged by one rounding step)
     # measures by how much, and the bounds of later steps widen to CHAOS_FACTOR times its gap where that is larger.
+    # In bfloat16 from the first step on: there the kernels' own rounding already moves a gradient that is nearly
+    # noise (a key projection's bias, which softmax ignores) or a router's (a token switching experts) by more than
+    # any fixed bound (tiny size on CPU: 5x the bound below for Gemma 3's vision keys and Qwen3-MoE's router).
     control = None
-    if model_type in CHAOTIC:
+    if model_type in CHAOTIC or dtype == torch.bfloat16:
         control = _train_steps(build(model_type, size, dtype, device, _nudged(state)), steps, lr)
     apply_for_config(config)
     try:
@@ -294,11 +305,12 @@ def _compiled_training_vs_stock(model_type: str, size_name: str, dtype: torch.dt
     _record_compiled(model_type, size_name, dtype, got, want)
     tol = COMPILED_TOLERANCES[size_name, dtype]
     for k, ((loss, grads), (want_loss, want_grads)) in enumerate(zip(got, want, strict=True)):
-        # The first step's bounds stay fixed: both runs start from the same weights.
-        chaos = None if control is None or k == 0 else dict(_paired(control[k][1], want_grads))
+        # In float32 the first step's bounds stay fixed: both runs start from the same weights.
+        widen = control is not None and (k > 0 or dtype == torch.bfloat16)
+        chaos = _paired(control[k][1], want_grads) if widen else None
         loss_atol = tol["loss"][0]
         if chaos is not None:
-            loss_atol = max(loss_atol, CHAOS_FACTOR * (control[k][0] - want_loss).abs().item())
+            loss_atol = max(loss_atol, CHAOS_FACTOR * (control[k][0].float() - want_loss.float()).abs().item())
         torch.testing.assert_close(
             loss.float(),
             want_loss.float(),
@@ -307,15 +319,17 @@ def _compiled_training_vs_stock(model_type: str, size_name: str, dtype: torch.dt
             msg=lambda m, k=k: f"step {k} loss: {m}",
         )
         for name, (g, ref) in _paired(grads, want_grads).items():
+            # The control's gap for this parameter (none where only the compiled run has a gradient: zeros).
+            noise = chaos[name][0] - ref if chaos is not None and name in chaos else None
             rms_atol = tol["grad_rms"][0]
-            if chaos is not None:
-                rms_atol = max(rms_atol, CHAOS_FACTOR * _rms(chaos[name][0] - ref))
+            if noise is not None:
+                rms_atol = max(rms_atol, CHAOS_FACTOR * _rms(noise))
             gap, bound = _rms(g - ref), rms_atol + tol["grad_rms"][1] * _rms(ref)
             assert gap <= bound, f"step {k} grad {name}: RMS gap {gap:.3g} > {bound:.3g} (stock's RMS {_rms(ref):.3g})"
             if tol["grad"] is not None:
                 atol, rtol = tol["grad"]
-                if chaos is not None:
-                    atol = max(atol, CHAOS_FACTOR * (chaos[name][0] - ref).abs().max().item())
+                if noise is not None:
+                    atol = max(atol, CHAOS_FACTOR * noise.abs().max().item())
                 torch.testing.assert_close(
                     g, ref, atol=atol, rtol=rtol, msg=lambda m, n=name, k=k: f"step {k} grad {n}: {m}"
                 )
@@ -350,14 +364,15 @@ def _rms(t: torch.Tensor) -> float:
 
 
 def _record_compiled(model_type, size_name, dtype, got, want) -> None:
-    """With LIGER_CONVERGENCE_LOG=<file>: append this run's largest gaps (loss, relative gradient distance) as a JSON
-    line, the figures behind a committed result."""
+    """With LIGER_CONVERGENCE_LOG=<file>: append this run's gaps per step as a JSON line (the loss's; the largest
+    gradient RMS gap as a share of its fixed bound, 1 = at the bound), the figures behind a committed result."""
     path = os.environ.get("LIGER_CONVERGENCE_LOG")
     if not path:
         return
-    loss_gaps = [abs(a[0] - b[0]).item() for a, b in zip(got, want, strict=True)]
+    atol, rtol = COMPILED_TOLERANCES[size_name, dtype]["grad_rms"]
+    loss_gaps = [abs(a[0].float() - b[0].float()).item() for a, b in zip(got, want, strict=True)]
     grad_gaps = [
-        max(_rms(g - ref) / max(_rms(ref), 1e-30) for g, ref in _paired(grads, want_grads).values())
+        max(_rms(g - ref) / (atol + rtol * _rms(ref)) for g, ref in _paired(grads, want_grads).values())
         for (_, grads), (_, want_grads) in zip(got, want, strict=True)
     ]
     row = {
@@ -366,7 +381,7 @@ def _record_compiled(model_type, size_name, dtype, got, want) -> None:
         "size": size_name,
         "dtype": str(dtype).removeprefix("torch."),
         "loss_gap_per_step": loss_gaps,
-        "grad_relative_rms_gap_max_per_step": grad_gaps,
+        "grad_rms_gap_over_bound_max_per_step": grad_gaps,
     }
     with open(path, "a") as f:
         f.write(json.dumps(row) + "\n")
