@@ -15,12 +15,13 @@ Compiled training against stock (issue 39), for every family of test_convergence
 steps of the patched model under ``torch.compile(model)`` against stock transformers eager, same weights and
 batches, the loss of each step and every parameter's gradient at each step.
 
-- ``test_compiled_training_tiny`` (CPU, every hf session; in hf-interpreter liger-ops-cuda's kernels in the Triton
-  interpreter): float32, tiny configs with one decoder layer where the family's config allows it. Inductor for
-  Gemma-3 (issue 39's case) and Mixtral (the fused experts), 25-50 s each on a 2-core host; for the others
-  ``aot_eager_decomp_partition``: AOTAutograd with Inductor's decompositions and partitioner (the joint graph,
-  partition and ``liger::`` backward formulas Inductor receives) without Inductor's CPU code generation,
-  4-8 s each (text families), 10-20 s (multimodal, MoE); about 4 minutes in all on 2 xdist workers.
+- ``test_compiled_training_tiny`` (CPU; in CI hf-interpreter, liger-ops-cuda's kernels in the Triton interpreter;
+  under the reference backend, as in hf-oldest, only with LIGER_COMPILE_SWEEP=1): float32, tiny configs with one
+  decoder layer where the family's config allows it. Inductor for Gemma-3 (issue 39's case) and Mixtral (the fused
+  experts), 26-30 s each on a 2-core host; for the others ``aot_eager_decomp_partition``: AOTAutograd with Inductor's
+  decompositions and partitioner (the joint graph, partition and ``liger::`` backward formulas Inductor receives)
+  without Inductor's CPU code generation, 4-9 s per dense text family, 10-30 s per MoE or multimodal one. Measured
+  (caches off): 569 s of test time for the 45 families, 6:42 wall for them alone on 2 xdist workers.
 - ``test_compiled_training_mid`` (marker ``mid``, skipped on CPU): test_convergence_mid's size (hidden 1024, 4
   layers, vocab 32000, batch 4 x 512), float32 and bfloat16, Inductor for every family, through the same code
   as the tiny test: ``bash benchmarks/run_e2e_gpu.sh mid OUT -k compiled_training`` on an H100/H200.
