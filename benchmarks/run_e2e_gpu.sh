@@ -4,7 +4,8 @@
 #
 #   bash benchmarks/run_e2e_gpu.sh setup   # transformers + liger-kernel into /tmp/e2e-site, over the host's torch/triton
 #   bash benchmarks/run_e2e_gpu.sh tests   # the transformers tests on the GPU: tiny and mid-size convergence
-#   bash benchmarks/run_e2e_gpu.sh mid [OUT] [-k EXPR]  # the 90 mid-size convergence tests, 4 processes on one GPU;
+#   bash benchmarks/run_e2e_gpu.sh mid [OUT] [-k EXPR]  # the mid-size tests, 4 processes on one GPU: 90 convergence
+#                                          # (-k convergence), 90 compiled training against stock (-k compiled_training);
 #                                          # per shard a log and the gaps (JSON lines) in OUT (default /tmp/mid)
 #   bash benchmarks/run_e2e_gpu.sh bench   # bench_e2e.py: LLaMA-3.2-1B, Qwen3-1.7B, Gemma-3-1B shapes, batch 8 x 2048,
 #                                          # stock vs liger-kernel 0.8.5 vs this project, kernel-category profiles
