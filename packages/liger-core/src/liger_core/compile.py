@@ -245,10 +245,7 @@ class CompiledOp:
         function = getattr(fn, "__self__", None)
         grads: Sequence[torch.Tensor | None]
         if isinstance(function, type) and issubclass(function, torch.autograd.Function):
-            needs_input_grad = [False] * len(args)
-            for k, i in enumerate(self.grad_slots):
-                needs_input_grad[i] = bool(needs_grad[k]) and args[i] is not None
-            ctx = RecordingCtx(needs_input_grad)
+            ctx = RecordingCtx(self._needs_input_grad(needs_grad, args))
             # As under ``apply``: grad mode off, autograd dispatch on (some Functions differentiate a
             # small part of their loss with autograd inside ``forward``).
             with _autograd_dispatch(), torch.no_grad():
@@ -346,7 +343,9 @@ class CompiledOp:
             if form is None:
                 out, saved = REGISTRY.resolve(self.op.name, self._device(args))(*args), []
             else:
-                out, saved = form.forward(*args)
+                out, saved = form.forward(
+                    RecordingCtx(self._needs_input_grad([True] * len(self.grad_slots), args)), *args
+                )
         outs = self._outputs(out, args)
         outs = list(outs) if self.n_out > 1 else [outs]
         inputs = [args[i] for i in self.tensor_slots]
@@ -364,19 +363,11 @@ class CompiledOp:
         ctx.constants = [None if i in self.tensor_slots else a for i, a in enumerate(inputs)]
 
     def _saving_backward(self, ctx, *grads: Any):
-        tensors = ctx.saved_tensors
-        args = list(ctx.constants)
-        for i, t in zip(self.tensor_slots, tensors[: ctx.n_inputs], strict=True):
-            args[i] = t
-        needs = [bool(ctx.needs_input_grad[i]) and args[i] is not None for i in self.grad_slots]
-        result: list[torch.Tensor | None] = [None] * len(args)
+        args, needs = self._restored_args(ctx, ctx.saved_tensors[: ctx.n_inputs])
         if not any(needs):
-            return tuple(result)
-        gs = self.from_saved_op(list(grads[: self.n_out]), needs, list(tensors[ctx.n_inputs :]), *args)
-        for k, i in enumerate(self.grad_slots):
-            if needs[k]:
-                result[i] = gs[k]
-        return tuple(result)
+            return (None,) * len(args)
+        saved = list(ctx.saved_tensors[ctx.n_inputs :])
+        return self._per_argument(len(args), needs, self.from_saved_op(list(grads[: self.n_out]), needs, saved, *args))
 
     def _from_saved(
         self, grad_outputs: list[torch.Tensor | None], needs_grad: list[bool], saved: list[torch.Tensor], *args: Any
@@ -384,19 +375,11 @@ class CompiledOp:
         form = self._saved_form(args) if saved else None
         if form is None:  # the serving backend keeps nothing: recompute (see _backward)
             return self._backward(grad_outputs, needs_grad, *args)
-        first = grad_outputs[0]
+        ctx = RecordingCtx(self._needs_input_grad(needs_grad, args))
         with torch.no_grad():
-            all_grads = form.backward(first, saved, *args)
-        result = []
-        for k, i in enumerate(self.grad_slots):
-            g = all_grads[i] if needs_grad[k] else None
-            if not needs_grad[k]:
-                result.append(_nothing(args))
-            elif g is None:
-                result.append(torch.zeros_like(args[i], memory_format=torch.contiguous_format))
-            else:
-                result.append(g.to(args[i].dtype))
-        return _unaliased(result, [*grad_outputs, *saved, *(args[i] for i in self.tensor_slots)])
+            all_grads = form.backward(ctx, grad_outputs[0], saved, *args)
+        grads = [all_grads[i] if i < len(all_grads) else None for i in self.grad_slots]
+        return _unaliased(self._gradients(needs_grad, grads, args), [*grad_outputs, *saved, *self._tensors(args)])
 
     def _fake_from_saved(
         self, grad_outputs: list[torch.Tensor | None], needs_grad: list[bool], saved: list[torch.Tensor], *args: Any
@@ -410,18 +393,52 @@ class CompiledOp:
         ctx.constants = [None if i in self.tensor_slots else a for i, a in enumerate(inputs)]
 
     def _autograd_backward(self, ctx, *grads: torch.Tensor | None):
-        args = list(ctx.constants)
-        for i, t in zip(self.tensor_slots, ctx.saved_tensors, strict=True):
-            args[i] = t
-        needs = [bool(ctx.needs_input_grad[i]) and args[i] is not None for i in self.grad_slots]
-        result: list[torch.Tensor | None] = [None] * len(args)
+        args, needs = self._restored_args(ctx, ctx.saved_tensors)
         if not any(needs):
-            return tuple(result)
-        gs = self.backward_op(list(grads), needs, *args)
+            return (None,) * len(args)
+        return self._per_argument(len(args), needs, self.backward_op(list(grads), needs, *args))
+
+    def _restored_args(self, ctx, tensors: Sequence[torch.Tensor | None]) -> tuple[list[Any], list[bool]]:
+        """The op's arguments from a setup_context's ``ctx.constants`` and saved ``tensors``, and per
+        differentiable input whether its gradient is needed."""
+        args = list(ctx.constants)
+        for i, t in zip(self.tensor_slots, tensors, strict=True):
+            args[i] = t
+        return args, [bool(ctx.needs_input_grad[i]) and args[i] is not None for i in self.grad_slots]
+
+    def _per_argument(self, n_args: int, needs: list[bool], grads: Sequence[torch.Tensor]) -> tuple:
+        """A backward op's gradients (one per differentiable input) as autograd's, one per argument."""
+        result: list[torch.Tensor | None] = [None] * n_args
         for k, i in enumerate(self.grad_slots):
             if needs[k]:
-                result[i] = gs[k]
+                result[i] = grads[k]
         return tuple(result)
+
+    def _needs_input_grad(self, needs_grad: Sequence[bool], args: Sequence[Any]) -> list[bool]:
+        """``ctx.needs_input_grad`` for a Function driven on a `RecordingCtx`: per argument."""
+        result = [False] * len(args)
+        for k, i in enumerate(self.grad_slots):
+            result[i] = bool(needs_grad[k]) and args[i] is not None
+        return result
+
+    def _tensors(self, args: Sequence[Any]) -> list[torch.Tensor | None]:
+        return [args[i] for i in self.tensor_slots]
+
+    def _gradients(
+        self, needs_grad: Sequence[bool], grads: Sequence[torch.Tensor | None], args: Sequence[Any]
+    ) -> list[torch.Tensor]:
+        """A backward op's outputs: per differentiable input its gradient in the input's dtype, zeros
+        where the backend gave none, an empty placeholder where it was not needed."""
+        result = []
+        for k, i in enumerate(self.grad_slots):
+            g = grads[k]
+            if not needs_grad[k]:
+                result.append(_nothing(args))
+            elif g is None:
+                result.append(torch.zeros_like(args[i], memory_format=torch.contiguous_format))
+            else:
+                result.append(g.to(args[i].dtype))
+        return result
 
     def _backward(self, grad_outputs: list[torch.Tensor | None], needs_grad: list[bool], *args: Any):
         inputs = list(args)
@@ -444,17 +461,11 @@ class CompiledOp:
             else [None] * len(leaves)
         )
         found = iter(grads)
-        result = []
-        for k, i in enumerate(self.grad_slots):
-            if not needs_grad[k]:
-                result.append(_nothing(args))
-                continue
-            g = next(found)
-            result.append(torch.zeros_like(args[i], memory_format=torch.contiguous_format) if g is None else g)
+        result = self._gradients(needs_grad, [next(found) if need else None for need in needs_grad], args)
         # A backend's gradients may alias each other (fused_add_rms_norm returns one tensor for x and the
         # residual) or an incoming gradient (a pass-through); Inductor reuses a custom op's outputs as
         # distinct buffers, so an alias there corrupts the other gradient silently.
-        return _unaliased(result, [*grad_outputs, *(args[i] for i in self.tensor_slots)])
+        return _unaliased(result, [*grad_outputs, *self._tensors(args)])
 
     def _fake_backward(self, grad_outputs: list[torch.Tensor | None], needs_grad: list[bool], *args: Any):
         result = []

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from types import SimpleNamespace
 from typing import Any, Protocol
 
 import torch
@@ -198,18 +197,15 @@ def _overwrite_pre(ctx: Any) -> bool:
 _ROUTING_FIELDS = tuple(f.name for f in dataclasses.fields(Routing))
 
 
-class _RecordingCtx(SimpleNamespace):
-    def save_for_backward(self, *tensors: torch.Tensor | None) -> None:
-        self.saved_tensors = tensors
-
-
 class SavedForm:
     """A fused_moe Function as compiled code runs it (`liger_core.compile`'s saved-state custom ops).
 
-    - ``forward(*args) -> (out, saved)``: the Function's own forward; ``saved`` is ``pre`` and the
+    ``ctx`` is the caller's stand-in for autograd's (`liger_core.compile.RecordingCtx`).
+
+    - ``forward(ctx, *args) -> (out, saved)``: the Function's own forward; ``saved`` is ``pre`` and the
       routing's tensors (new buffers, so none aliases an input).
     - ``fake_saved(*args)``: their shapes and dtypes from the inputs' alone (``max_tiles`` tiles).
-    - ``backward(dy, saved, *args)``: the Function's own backward on a ctx rebuilt from the inputs
+    - ``backward(ctx, dy, saved, *args)``: the Function's own backward on ``ctx`` rebuilt from the inputs
       (the prepare step: plan, epilogue, the inputs as the kernels read them) and ``saved``, with
       ``pre`` never overwritten; the forward's kernels do not run.
     """
@@ -217,8 +213,7 @@ class SavedForm:
     def __init__(self, function: type[torch.autograd.Function], prepare: Any, backward: Any, n_biases: int) -> None:
         self.function, self.prepare, self._backward, self.n_biases = function, prepare, backward, n_biases
 
-    def forward(self, *args: Any) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        ctx = _RecordingCtx(needs_input_grad=(True,) * len(args))
+    def forward(self, ctx: Any, *args: Any) -> tuple[torch.Tensor, list[torch.Tensor]]:
         out = self.function.forward(ctx, *args)
         pre = ctx.saved_tensors[4]
         routing = list(ctx.saved_tensors[5 + self.n_biases :])
@@ -245,10 +240,10 @@ class SavedForm:
         pre = torch.empty((n_slots, 2 * down_proj.shape[-1]), dtype=hidden_states.dtype, device=device)
         return [pre, *(torch.empty((shapes[f],), dtype=torch.int32, device=device) for f in _ROUTING_FIELDS)]
 
-    def backward(self, dy: torch.Tensor, saved: Sequence[torch.Tensor], *args: Any) -> tuple:
+    def backward(self, ctx: Any, dy: torch.Tensor, saved: Sequence[torch.Tensor], *args: Any) -> tuple:
         """The Function's backward's return value (one entry per argument)."""
-        plan, epilogue, x, w_gate_up, w_down, weights, *biases = self.prepare(*args)
+        ctx.plan, ctx.epilogue, x, w_gate_up, w_down, weights, *biases = self.prepare(*args)
+        ctx.overwrite_pre = False
         pre, *routing = saved
-        ctx = _RecordingCtx(plan=plan, epilogue=epilogue, overwrite_pre=False, needs_input_grad=(True,) * len(args))
-        ctx.saved_tensors = (x, w_gate_up, w_down, weights, pre, *biases, *routing)
+        ctx.save_for_backward(x, w_gate_up, w_down, weights, pre, *biases, *routing)
         return self._backward(ctx, dy)
